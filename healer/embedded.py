@@ -1,0 +1,254 @@
+"""The embedded default: a real tritonserver started and stopped by healer.
+
+The binary comes from the nvidia-pytriton wheel (Triton 2.51 with the Python backend; it runs
+on CPU) or from ``$TRITONSERVER``. It runs in ``--model-control-mode=explicit`` so healer,
+not a directory poll, decides what is loaded. It is stopped by its process group, and it dies
+with its parent (PR_SET_PDEATHSIG), so a crashed test run leaves no orphan servers behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+LIVE_POLL_INTERVAL_S = 0.1
+PORT_RETRIES = 3
+
+
+class EmbeddedTritonError(RuntimeError):
+    """tritonserver could not be found, started, or did not become live in time."""
+
+
+def find_tritonserver(explicit: Path | None = None) -> Path:
+    """The tritonserver binary: an explicit path, ``$TRITONSERVER``, or the nvidia-pytriton wheel's."""
+    candidates: list[tuple[str, Path]] = []
+    if explicit is not None:
+        candidates.append(("configured path", explicit))
+    if os.environ.get("TRITONSERVER"):
+        candidates.append(("$TRITONSERVER", Path(os.environ["TRITONSERVER"])))
+    for label, candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+        raise EmbeddedTritonError(f"{label} {str(candidate)!r} is not an executable file")
+    wheel_binary = _pytriton_dir() / "tritonserver" / "bin" / "tritonserver"
+    if wheel_binary.is_file():
+        return wheel_binary
+    raise EmbeddedTritonError(
+        "no tritonserver found: install the embedded extra (pip install 'healer[embedded]', which brings "
+        "nvidia-pytriton) or set TRITONSERVER to the binary's path"
+    )
+
+
+def _pytriton_dir() -> Path:
+    try:
+        import pytriton
+    except ImportError:
+        return Path("/nonexistent/pytriton")
+    return Path(pytriton.__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+class EmbeddedTriton:
+    """A real tritonserver on free loopback ports, as a context manager."""
+
+    def __init__(
+        self,
+        model_repository: Path,
+        *,
+        tritonserver: Path | None = None,
+        load_models: Sequence[str] = (),
+        startup_timeout_s: float = 60.0,
+        workdir: Path | None = None,
+    ) -> None:
+        self.model_repository = Path(model_repository).resolve()
+        self.binary = find_tritonserver(tritonserver)
+        self.load_models = tuple(load_models)
+        self.startup_timeout_s = startup_timeout_s
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="healer-triton-"))
+        self.log_path = self.workdir / "tritonserver.log"
+        self.http_port = 0
+        self.metrics_port = 0
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """host:port for tritonclient (no scheme)."""
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def __enter__(self) -> EmbeddedTriton:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if not self.model_repository.is_dir():
+            raise EmbeddedTritonError(f"model repository {str(self.model_repository)!r} is not a directory")
+        backends = self._prepare_backends()
+        last_error: EmbeddedTritonError | None = None
+        for _attempt in range(PORT_RETRIES):
+            self.http_port, self.metrics_port = free_port(), free_port()
+            try:
+                self._launch(backends)
+                return
+            except EmbeddedTritonError as exc:
+                last_error = exc
+                self.stop()
+                if "address already in use" not in self.log_tail().lower():
+                    raise
+        assert last_error is not None
+        raise last_error
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            # The whole group: tritonserver and its Python backend stubs.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=5)
+            log.info("triton_stopped", pid=process.pid, returncode=process.returncode)
+        if process is not None:
+            # Stubs can outlive a SIGKILLed server; reap the rest of the group too.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+
+    def kill(self) -> None:
+        """SIGKILL the server (for drills and tests of a crashed Triton). Call stop() afterwards to reap it."""
+        if self._process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait(timeout=10)
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def _prepare_backends(self) -> Path:
+        """A writable copy of the backends with the Python stub for this interpreter's version."""
+        source = self.binary.parent.parent / "backends"
+        target = self.workdir / "backends"
+        if not target.exists():
+            shutil.copytree(source, target)
+        stub = _pytriton_dir() / "tritonserver" / "python_backend_stubs" / (
+            f"{sys.version_info.major}.{sys.version_info.minor}"
+        ) / "triton_python_backend_stub"
+        stub_target = target / "python" / "triton_python_backend_stub"
+        if stub.is_file() and not stub_target.exists():
+            shutil.copy2(stub, stub_target)
+        return target
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        libs = _pytriton_dir().parent / "nvidia_pytriton.libs"
+        if libs.is_dir():
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs), env.get("LD_LIBRARY_PATH")]))
+        # The Python backend stub finds its interpreter (and so numpy) by searching PATH for python3:
+        # put this interpreter's directory first so models run with the same environment as healer.
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        return env
+
+    def _launch(self, backends: Path) -> None:
+        command = [
+            str(self.binary),
+            f"--model-repository={self.model_repository}",
+            "--model-control-mode=explicit",
+            f"--backend-directory={backends}",
+            f"--http-port={self.http_port}",
+            "--http-address=127.0.0.1",
+            "--allow-grpc=false",
+            f"--metrics-port={self.metrics_port}",
+            "--allow-gpu-metrics=false",
+            # A model that fails to load is healer's business, not a reason for the server to exit.
+            "--exit-on-error=false",
+            "--strict-readiness=true",
+            *(f"--load-model={name}" for name in self.load_models),
+        ]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log_file:
+            self._process = subprocess.Popen(
+                command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self._environment(),
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+            )
+        log.info("triton_starting", pid=self._process.pid, http_port=self.http_port,
+                 model_repository=str(self.model_repository))
+        self._wait_live()
+
+    def _wait_live(self) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        live_url = f"http://{self.url}/v2/health/live"
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise EmbeddedTritonError(
+                    f"tritonserver exited with {self._process.returncode} during start-up; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(live_url, timeout=1.0) as response:  # noqa: S310 - loopback URL
+                    if response.status == 200:
+                        log.info("triton_live", pid=self._process.pid, url=self.url)
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(LIVE_POLL_INTERVAL_S)
+        raise EmbeddedTritonError(
+            f"tritonserver not live after {self.startup_timeout_s:g} s; log {self.log_path}:\n{self.log_tail()}"
+        )

@@ -1,0 +1,398 @@
+"""healer's configuration: one YAML file, read once at the edge into frozen, typed settings.
+
+Every error names the file, the key path and what is wrong, e.g.
+``examples/bad.yaml: models[1].golden.outputs[0].atol: must be >= 0, got -1``.
+Unknown keys are rejected so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+import yaml
+
+# Model names and versions become file paths, S3 keys and URL segments: keep them boring.
+MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+# Triton's version directories are positive integers.
+VERSION_PATTERN = re.compile(r"^[1-9][0-9]{0,18}$")
+
+# KServe v2 / Triton datatypes and the numpy dtype each one travels as.
+DATATYPES: Mapping[str, npt.DTypeLike] = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "BYTES": np.object_,
+}
+
+
+class ConfigError(ValueError):
+    """The configuration file is unusable; the message says where and why."""
+
+    def __init__(self, source: str, key_path: str, problem: str) -> None:
+        self.source = source
+        self.key_path = key_path
+        self.problem = problem
+        where = f"{source}: {key_path}" if key_path else source
+        super().__init__(f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class TritonSettings:
+    """Where the Triton server's HTTP endpoint is and how long a probe may wait for it."""
+
+    url: str = "127.0.0.1:8000"
+    timeout_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class EmbeddedSettings:
+    """The embedded default: a real tritonserver started by healer on this machine."""
+
+    model_repository: Path
+    startup_timeout_s: float = 60.0
+    load_timeout_s: float = 60.0
+    tritonserver: Path | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class TensorSpec:
+    """One golden input or expected output: name, datatype, shape and values."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    values: npt.NDArray[Any]
+
+
+@dataclass(frozen=True, eq=False)
+class ExpectedOutput:
+    tensor: TensorSpec
+    atol: float = 1e-6
+    rtol: float = 1e-5
+
+
+@dataclass(frozen=True, eq=False)
+class GoldenRequest:
+    """A request with a known answer: the business tier's evidence that a model is right."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[ExpectedOutput, ...]
+    latency_slo_ms: float
+    timeout_s: float
+    input_hash: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_hash", hash_inputs(self.inputs))
+
+
+@dataclass(frozen=True, eq=False)
+class ModelSettings:
+    name: str
+    golden: GoldenRequest
+    # None: probe every version Triton currently serves (follows rollbacks).
+    version: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Settings:
+    source: str
+    triton: TritonSettings
+    models: tuple[ModelSettings, ...]
+    embedded: EmbeddedSettings | None = None
+
+    def model(self, name: str) -> ModelSettings:
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise KeyError(name)
+
+
+def hash_inputs(inputs: Sequence[TensorSpec]) -> str:
+    """sha256 over the request inputs (name, datatype, shape, values), stable across runs and hosts."""
+    digest = hashlib.sha256()
+    for tensor in inputs:
+        header = json.dumps([tensor.name, tensor.datatype, list(tensor.shape)], separators=(",", ":"))
+        digest.update(header.encode())
+        if tensor.datatype == "BYTES":
+            for item in tensor.values.reshape(-1):
+                raw = item if isinstance(item, bytes) else str(item).encode()
+                digest.update(len(raw).to_bytes(8, "little") + raw)
+        else:
+            digest.update(np.ascontiguousarray(tensor.values).astype(tensor.values.dtype.newbyteorder("<")).tobytes())
+    return digest.hexdigest()
+
+
+def load_settings(path: str | Path) -> Settings:
+    """Read and validate a healer YAML file. Raises ConfigError naming the file and key."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(source, "", f"cannot read file: {exc.strerror or exc}") from exc
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, "", f"not valid YAML: {exc}") from exc
+    return parse_settings(document, source=source, base_dir=path.parent)
+
+
+def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
+    reader = _Reader(source, base_dir)
+    root = reader.mapping(document, "", required={"models"}, optional={"triton", "embedded"})
+    triton = _parse_triton(reader, root.get("triton", {}))
+    embedded = _parse_embedded(reader, root["embedded"]) if root.get("embedded") is not None else None
+    models_raw = reader.sequence(root["models"], "models", min_length=1)
+    models = tuple(_parse_model(reader, item, f"models[{i}]") for i, item in enumerate(models_raw))
+    seen: dict[str, int] = {}
+    for i, model in enumerate(models):
+        if model.name in seen:
+            raise ConfigError(
+                source, f"models[{i}].name", f"duplicate model {model.name!r} (also models[{seen[model.name]}])"
+            )
+        seen[model.name] = i
+    return Settings(source=source, triton=triton, models=models, embedded=embedded)
+
+
+def _parse_triton(reader: _Reader, raw: Any) -> TritonSettings:
+    data = reader.mapping(raw, "triton", optional={"url", "timeout_s"})
+    defaults = TritonSettings()
+    url = reader.string(data.get("url", defaults.url), "triton.url")
+    if "://" in url or "/" in url or ":" not in url:
+        raise ConfigError(reader.source, "triton.url", f"must be host:port without a scheme or path, got {url!r}")
+    timeout_s = reader.number(data.get("timeout_s", defaults.timeout_s), "triton.timeout_s", minimum=0.001)
+    return TritonSettings(url=url, timeout_s=timeout_s)
+
+
+def _parse_embedded(reader: _Reader, raw: Any) -> EmbeddedSettings:
+    data = reader.mapping(
+        raw,
+        "embedded",
+        required={"model_repository"},
+        optional={"startup_timeout_s", "load_timeout_s", "tritonserver"},
+    )
+    repository = reader.path(data["model_repository"], "embedded.model_repository")
+    tritonserver = data.get("tritonserver")
+    return EmbeddedSettings(
+        model_repository=repository,
+        startup_timeout_s=reader.number(
+            data.get("startup_timeout_s", 60.0), "embedded.startup_timeout_s", minimum=1
+        ),
+        load_timeout_s=reader.number(data.get("load_timeout_s", 60.0), "embedded.load_timeout_s", minimum=1),
+        tritonserver=reader.path(tritonserver, "embedded.tritonserver") if tritonserver is not None else None,
+    )
+
+
+def _parse_model(reader: _Reader, raw: Any, key: str) -> ModelSettings:
+    data = reader.mapping(raw, key, required={"name", "golden"}, optional={"version"})
+    name = reader.string(data["name"], f"{key}.name")
+    if not MODEL_NAME_PATTERN.match(name) or ".." in name:
+        raise ConfigError(
+            reader.source,
+            f"{key}.name",
+            "must be 1-128 characters of letters, digits, '_', '.', '-', not start with '.' or '-' "
+            f"and contain no '..' (it becomes a path and a URL), got {name!r}",
+        )
+    version: str | None = None
+    if data.get("version") is not None:
+        raw_version = data["version"]
+        version = str(raw_version) if isinstance(raw_version, int) and not isinstance(raw_version, bool) else None
+        if version is None:
+            version = reader.string(raw_version, f"{key}.version")
+        if not VERSION_PATTERN.match(version):
+            raise ConfigError(
+                reader.source,
+                f"{key}.version",
+                f"must be a positive integer (Triton version directories are numbers), got {raw_version!r}",
+            )
+    golden = _parse_golden(reader, data["golden"], f"{key}.golden")
+    return ModelSettings(name=name, version=version, golden=golden)
+
+
+def _parse_golden(reader: _Reader, raw: Any, key: str) -> GoldenRequest:
+    data = reader.mapping(raw, key, required={"inputs", "outputs", "latency_slo_ms"}, optional={"timeout_s"})
+    inputs = tuple(
+        _parse_tensor(reader, item, f"{key}.inputs[{i}]", extra=set())[0]
+        for i, item in enumerate(reader.sequence(data["inputs"], f"{key}.inputs", min_length=1))
+    )
+    _reject_duplicate_names(reader, [t.name for t in inputs], f"{key}.inputs")
+    outputs = []
+    for i, item in enumerate(reader.sequence(data["outputs"], f"{key}.outputs", min_length=1)):
+        out_key = f"{key}.outputs[{i}]"
+        tensor, extra = _parse_tensor(reader, item, out_key, extra={"atol", "rtol"})
+        atol = reader.number(extra.get("atol", 1e-6), f"{out_key}.atol", minimum=0)
+        rtol = reader.number(extra.get("rtol", 1e-5), f"{out_key}.rtol", minimum=0)
+        outputs.append(ExpectedOutput(tensor=tensor, atol=atol, rtol=rtol))
+    _reject_duplicate_names(reader, [o.tensor.name for o in outputs], f"{key}.outputs")
+    latency_slo_ms = reader.number(data["latency_slo_ms"], f"{key}.latency_slo_ms", minimum=0.001)
+    timeout_s = reader.number(data.get("timeout_s", 5.0), f"{key}.timeout_s", minimum=0.001)
+    if timeout_s * 1000 < latency_slo_ms:
+        raise ConfigError(
+            reader.source,
+            f"{key}.timeout_s",
+            f"must be at least the latency SLO ({latency_slo_ms} ms), got {timeout_s} s",
+        )
+    return GoldenRequest(inputs=inputs, outputs=tuple(outputs), latency_slo_ms=latency_slo_ms, timeout_s=timeout_s)
+
+
+def _reject_duplicate_names(reader: _Reader, names: list[str], key: str) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise ConfigError(reader.source, f"{key}[{i}].name", f"duplicate tensor name {name!r}")
+        seen.add(name)
+
+
+def _parse_tensor(reader: _Reader, raw: Any, key: str, *, extra: set[str]) -> tuple[TensorSpec, dict[str, Any]]:
+    data = reader.mapping(
+        raw, key, required={"name", "datatype", "shape"}, optional={"data", "file"} | extra
+    )
+    name = reader.string(data["name"], f"{key}.name")
+    datatype = reader.string(data["datatype"], f"{key}.datatype")
+    if datatype not in DATATYPES:
+        raise ConfigError(
+            reader.source, f"{key}.datatype", f"must be one of {', '.join(DATATYPES)}, got {datatype!r}"
+        )
+    shape_raw = reader.sequence(data["shape"], f"{key}.shape", min_length=1)
+    shape = tuple(reader.integer(dim, f"{key}.shape[{i}]", minimum=0) for i, dim in enumerate(shape_raw))
+    if ("data" in data) == ("file" in data):
+        raise ConfigError(reader.source, key, "needs exactly one of 'data' (inline values) or 'file'")
+    if "file" in data:
+        values = _load_tensor_file(reader, data["file"], f"{key}.file")
+        value_key = f"{key}.file"
+    else:
+        values = data["data"]
+        value_key = f"{key}.data"
+    array = _to_array(reader, values, datatype, shape, value_key)
+    return TensorSpec(name=name, datatype=datatype, shape=shape, values=array), {
+        k: v for k, v in data.items() if k in extra
+    }
+
+
+def _load_tensor_file(reader: _Reader, raw: Any, key: str) -> Any:
+    path = reader.path(raw, key)
+    try:
+        if path.suffix == ".npy":
+            return np.load(path, allow_pickle=False)
+        if path.suffix == ".json":
+            return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(reader.source, key, f"cannot read {str(path)!r}: {exc}") from exc
+    raise ConfigError(reader.source, key, f"must end in .npy or .json, got {str(path)!r}")
+
+
+def _to_array(reader: _Reader, values: Any, datatype: str, shape: tuple[int, ...], key: str) -> npt.NDArray[Any]:
+    try:
+        if datatype == "BYTES":
+            array = np.array(values, dtype=np.object_)
+            array = np.vectorize(lambda v: v if isinstance(v, bytes) else str(v).encode(), otypes=[np.object_])(
+                array
+            )
+        else:
+            # YAML has no NaN/Inf literals that survive every tool: accept the strings too.
+            array = np.array(_parse_special_floats(values), dtype=DATATYPES[datatype])
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ConfigError(reader.source, key, f"values do not fit datatype {datatype}: {exc}") from exc
+    if array.size != math.prod(shape):
+        raise ConfigError(
+            reader.source, key, f"has {array.size} values but shape {list(shape)} needs {math.prod(shape)}"
+        )
+    array = array.reshape(shape)
+    array.setflags(write=False)
+    return array
+
+
+def _parse_special_floats(values: Any) -> Any:
+    if isinstance(values, list):
+        return [_parse_special_floats(v) for v in values]
+    if isinstance(values, str) and values.strip().lower() in {"nan", "inf", "+inf", "-inf", "infinity", "-infinity"}:
+        return float(values)
+    return values
+
+
+T = TypeVar("T")
+
+
+class _Reader:
+    """Typed accessors that know the file and key path, so every error says where it is."""
+
+    def __init__(self, source: str, base_dir: Path) -> None:
+        self.source = source
+        self.base_dir = base_dir
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(self.source, key, problem)
+
+    def mapping(
+        self, raw: Any, key: str, *, required: set[str] = frozenset(), optional: set[str] = frozenset()  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        if not isinstance(raw, dict):
+            raise self.fail(key or "(top level)", f"must be a mapping, got {_describe(raw)}")
+        prefix = f"{key}." if key else ""
+        for name in raw:
+            if name not in required and name not in optional:
+                allowed = ", ".join(sorted(required | optional))
+                raise self.fail(f"{prefix}{name}", f"unknown key (allowed here: {allowed})")
+        for name in sorted(required):
+            if name not in raw:
+                raise self.fail(f"{prefix}{name}", "is required")
+        return raw
+
+    def sequence(self, raw: Any, key: str, *, min_length: int = 0) -> list[Any]:
+        if not isinstance(raw, list):
+            raise self.fail(key, f"must be a list, got {_describe(raw)}")
+        if len(raw) < min_length:
+            raise self.fail(key, f"must have at least {min_length} item(s), got {len(raw)}")
+        return raw
+
+    def string(self, raw: Any, key: str) -> str:
+        if not isinstance(raw, str) or not raw:
+            raise self.fail(key, f"must be a non-empty string, got {_describe(raw)}")
+        return raw
+
+    def number(self, raw: Any, key: str, *, minimum: float) -> float:
+        return self._checked(raw, key, minimum, lambda v: isinstance(v, int | float), "a number", float)
+
+    def integer(self, raw: Any, key: str, *, minimum: int) -> int:
+        return self._checked(raw, key, minimum, lambda v: isinstance(v, int), "an integer", int)
+
+    def _checked(
+        self, raw: Any, key: str, minimum: float, accepts: Callable[[Any], bool], what: str, cast: Callable[[Any], T]
+    ) -> T:
+        if isinstance(raw, bool) or not accepts(raw) or (isinstance(raw, float) and not math.isfinite(raw)):
+            raise self.fail(key, f"must be {what}, got {_describe(raw)}")
+        if raw < minimum:
+            raise self.fail(key, f"must be >= {minimum:g}, got {raw:g}")
+        return cast(raw)
+
+    def path(self, raw: Any, key: str) -> Path:
+        path = Path(self.string(raw, key)).expanduser()
+        return path if path.is_absolute() else (self.base_dir / path)
+
+
+def _describe(raw: Any) -> str:
+    if raw is None:
+        return "nothing (null)"
+    if isinstance(raw, bool | int | float):
+        return f"{raw!r}"
+    if isinstance(raw, str):
+        return f"{raw!r}" if raw else "an empty string"
+    return f"a {type(raw).__name__}"

@@ -1,0 +1,214 @@
+"""The one seam between healer and Triton's HTTP API (KServe v2 + Triton's repository extension).
+
+Every call has a timeout. Failures come out as one of two exceptions, because the
+probes act on them differently:
+
+* ``TritonUnavailable``: no answer from Triton (refused, reset, timed out, 502/503/504).
+  Nothing is known about the model; the probe result is ``error``.
+* ``TritonRejected``: Triton answered with an error status and a message. The model's
+  own failure (HTTP 500 with the model's exception, or 400 for a request it refuses)
+  arrives this way.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from healer.settings import DATATYPES, TensorSpec
+
+# Status codes that say "a proxy or the server could not handle this right now", not "the model is wrong".
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+
+
+class TritonError(Exception):
+    """Base class for errors talking to Triton."""
+
+
+class TritonUnavailable(TritonError):
+    """Triton could not be reached or did not answer in time."""
+
+
+class TritonRejected(TritonError):
+    """Triton answered with an error status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        self.message = message
+        super().__init__(f"HTTP {status}: {message}")
+
+
+@dataclass(frozen=True, eq=False)
+class OutputTensor:
+    name: str
+    datatype: str
+    values: npt.NDArray[Any]
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One row of Triton's repository index."""
+
+    name: str
+    version: str | None
+    state: str | None
+    reason: str
+
+
+class TritonAPI(Protocol):
+    """What the probes (and later the workflow steps) need from Triton."""
+
+    url: str
+
+    def server_live(self) -> bool: ...
+
+    def model_version_ready(self, model: str, version: str) -> bool: ...
+
+    def served_versions(self, model: str) -> list[str]: ...
+
+    def repository_index(self) -> list[IndexEntry]: ...
+
+    def infer(
+        self, model: str, version: str, inputs: Sequence[TensorSpec], output_names: Sequence[str], timeout_s: float
+    ) -> dict[str, OutputTensor]: ...
+
+    def close(self) -> None: ...
+
+
+class TritonHttp:
+    """TritonAPI over tritonclient.http. Not thread-safe (neither is tritonclient): one per thread."""
+
+    def __init__(self, url: str, *, timeout_s: float) -> None:
+        # Imported here: tritonclient pulls in gevent (~50 MB RSS); only code that talks to Triton pays.
+        import tritonclient.http as triton_http
+
+        self.url = url
+        self.timeout_s = timeout_s
+        self._http = triton_http
+        self._client = triton_http.InferenceServerClient(
+            url, connection_timeout=timeout_s, network_timeout=timeout_s
+        )
+        self._infer_clients: dict[float, Any] = {}
+
+    def server_live(self) -> bool:
+        return bool(self._call(self._client.is_server_live))
+
+    def model_version_ready(self, model: str, version: str) -> bool:
+        return bool(self._call(self._client.is_model_ready, model, version))
+
+    def served_versions(self, model: str) -> list[str]:
+        """Versions Triton serves for a model right now ([] when none is available)."""
+        try:
+            metadata = self._call(self._client.get_model_metadata, model)
+        except TritonRejected as exc:
+            if exc.status in (400, 404):
+                return []
+            raise
+        return sorted((str(v) for v in metadata.get("versions", [])), key=int)
+
+    def repository_index(self) -> list[IndexEntry]:
+        rows = self._call(self._client.get_model_repository_index)
+        return [
+            IndexEntry(
+                name=str(row.get("name")),
+                version=str(row["version"]) if row.get("version") is not None else None,
+                state=row.get("state"),
+                reason=str(row.get("reason", "")),
+            )
+            for row in rows
+        ]
+
+    def infer(
+        self, model: str, version: str, inputs: Sequence[TensorSpec], output_names: Sequence[str], timeout_s: float
+    ) -> dict[str, OutputTensor]:
+        client = self._infer_client(timeout_s)
+        request_inputs = []
+        for tensor in inputs:
+            infer_input = self._http.InferInput(tensor.name, list(tensor.shape), tensor.datatype)
+            infer_input.set_data_from_numpy(_as_wire_array(tensor), binary_data=True)
+            request_inputs.append(infer_input)
+        requested = [self._http.InferRequestedOutput(name, binary_data=True) for name in output_names]
+        result = self._call(
+            client.infer, model, request_inputs, model_version=version, outputs=requested
+        )
+        response: Mapping[str, Any] = result.get_response()
+        outputs: dict[str, OutputTensor] = {}
+        for meta in response.get("outputs", []):
+            name = meta["name"]
+            values = result.as_numpy(name)
+            if values is None:
+                continue
+            outputs[name] = OutputTensor(name=name, datatype=str(meta.get("datatype")), values=values)
+        return outputs
+
+    def close(self) -> None:
+        for client in (self._client, *self._infer_clients.values()):
+            try:
+                client.close()
+            except Exception:  # noqa: S110 - closing a dead connection has nothing left to report
+                pass
+        self._infer_clients.clear()
+
+    def _infer_client(self, timeout_s: float) -> Any:
+        # tritonclient fixes the network timeout per client; the golden request has its own.
+        if timeout_s == self.timeout_s:
+            return self._client
+        client = self._infer_clients.get(timeout_s)
+        if client is None:
+            client = self._http.InferenceServerClient(
+                self.url, connection_timeout=min(timeout_s, self.timeout_s), network_timeout=timeout_s
+            )
+            self._infer_clients[timeout_s] = client
+        return client
+
+    def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            return method(*args, **kwargs)
+        except InferenceServerException as exc:
+            raise _from_triton_exception(exc) from exc
+        except (OSError, http.client.HTTPException) as exc:
+            # Refused, reset, DNS, socket timeouts: tritonclient lets these through untranslated.
+            raise TritonUnavailable(f"{type(exc).__name__}: {exc}".strip()) from exc
+        except BaseException as exc:
+            # gevent.Timeout derives from BaseException; anything else we re-raise untouched.
+            if type(exc).__module__.startswith("gevent"):
+                raise TritonUnavailable(f"{type(exc).__name__}: {exc}".strip()) from exc
+            raise
+
+
+def _from_triton_exception(exc: Any) -> TritonError:
+    status_text = exc.status()
+    message = exc.message() or str(exc)
+    try:
+        status = int(status_text)
+    except (TypeError, ValueError):
+        # No HTTP status: tritonclient raised before it had a response (e.g. a timeout inside the client).
+        return TritonUnavailable(message)
+    if status in UNAVAILABLE_STATUSES:
+        return TritonUnavailable(f"HTTP {status}: {message}")
+    body_message = _error_message(message)
+    return TritonRejected(status, body_message)
+
+
+def _error_message(message: str) -> str:
+    try:
+        body = json.loads(message)
+    except ValueError:
+        return message
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return str(body["error"])
+    return message
+
+
+def _as_wire_array(tensor: TensorSpec) -> npt.NDArray[Any]:
+    if tensor.datatype == "BYTES":
+        return np.asarray(tensor.values, dtype=np.object_)
+    return np.ascontiguousarray(tensor.values, dtype=DATATYPES[tensor.datatype])

@@ -1,0 +1,60 @@
+"""Run every tier for every configured model once; summarise into an exit code."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from healer.settings import Settings
+from healer.triton import TritonAPI, TritonError
+from probes.result import ProbeResult, Status, Tier
+from probes.tiers import check_business, check_liveness, check_readiness, resolve_versions
+
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXIT_ERROR_ONLY = 2
+
+
+def probe_all(settings: Settings, triton: TritonAPI) -> list[ProbeResult]:
+    """All three tiers for every model: liveness once for the server, then per model and version."""
+    liveness = check_liveness(triton)
+    results: list[ProbeResult] = []
+    for model in settings.models:
+        results.append(dataclasses.replace(liveness, model=model.name, version=model.version))
+        if not liveness.passed:
+            # A dead server says nothing about the model: the other tiers are inconclusive, not failures.
+            for tier in (Tier.READINESS, Tier.BUSINESS):
+                results.append(ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0,
+                                           "not probed: Triton is not live"))
+            continue
+        try:
+            versions = resolve_versions(triton, model.name, model.version)
+        except TritonError as exc:
+            for tier in (Tier.READINESS, Tier.BUSINESS):
+                results.append(ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0,
+                                           f"could not list served versions: {exc}"))
+            continue
+        if not versions:
+            results.append(check_readiness(triton, model.name, None))
+            results.append(ProbeResult(Tier.BUSINESS, Status.ERROR, model.name, None, 0.0,
+                                       "not probed: no version is served"))
+            continue
+        for version in versions:
+            readiness = check_readiness(triton, model.name, version)
+            results.append(readiness)
+            if readiness.passed:
+                results.append(check_business(triton, model.name, version, model.golden))
+            else:
+                results.append(ProbeResult(Tier.BUSINESS, Status.ERROR, model.name, version, 0.0,
+                                           f"not probed: readiness {readiness.status.value}"))
+    return results
+
+
+def exit_code(results: Iterable[ProbeResult]) -> int:
+    """0 when everything passed, 1 on any failure, 2 when there were errors but no failure."""
+    statuses = {r.status for r in results}
+    if Status.FAIL in statuses:
+        return EXIT_FAIL
+    if Status.ERROR in statuses:
+        return EXIT_ERROR_ONLY
+    return EXIT_OK

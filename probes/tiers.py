@@ -1,0 +1,127 @@
+"""The three tiers. Each is a function over an injected TritonAPI and returns a ProbeResult.
+
+* liveness: is the Triton process up and answering on its port (``/v2/health/live``)?
+* readiness: is this model's version ready (``/v2/models/{m}/versions/{v}/ready``)? Never the
+  server-level ready, which strict readiness turns false when *any* model fails to load.
+* business: does the golden request get the expected answer, within tolerance and in time?
+
+Unreachable, timed out or 502/503/504 is ``error`` (nothing learnt), never ``fail``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from healer.settings import GoldenRequest
+from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
+from probes.compare import compare_output
+from probes.result import ProbeResult, Status, Tier
+
+Clock = Callable[[], float]
+
+
+def check_liveness(triton: TritonAPI, *, clock: Clock = time.perf_counter) -> ProbeResult:
+    started = clock()
+    try:
+        live = triton.server_live()
+    except TritonUnavailable as exc:
+        return _result(Tier.LIVENESS, Status.FAIL, None, None, clock() - started,
+                       f"Triton at {triton.url} not answering: {exc}", {"url": triton.url})
+    except TritonRejected as exc:
+        return _result(Tier.LIVENESS, Status.FAIL, None, None, clock() - started,
+                       f"Triton at {triton.url} answered {exc}", {"url": triton.url})
+    elapsed = clock() - started
+    if not live:
+        return _result(Tier.LIVENESS, Status.FAIL, None, None, elapsed, "Triton reports not live", {"url": triton.url})
+    return _result(Tier.LIVENESS, Status.PASS, None, None, elapsed, "", {"url": triton.url})
+
+
+def resolve_versions(triton: TritonAPI, model: str, pinned: str | None) -> list[str]:
+    """The versions to probe: the pinned one, or every version Triton serves now ([] if none)."""
+    if pinned is not None:
+        return [pinned]
+    return triton.served_versions(model)
+
+
+def check_readiness(
+    triton: TritonAPI, model: str, version: str | None, *, clock: Clock = time.perf_counter
+) -> ProbeResult:
+    """Per-version readiness. ``version=None`` means "no version is served": a failure with Triton's reason."""
+    started = clock()
+    try:
+        ready = triton.model_version_ready(model, version) if version is not None else False
+        reason_detail = "" if ready else _load_state(triton, model, version)
+    except TritonUnavailable as exc:
+        return _result(Tier.READINESS, Status.ERROR, model, version, clock() - started,
+                       f"Triton not reachable: {exc}")
+    except TritonRejected as exc:
+        return _result(Tier.READINESS, Status.ERROR, model, version, clock() - started,
+                       f"readiness query rejected: {exc}")
+    elapsed = clock() - started
+    if ready:
+        return _result(Tier.READINESS, Status.PASS, model, version, elapsed)
+    what = f"version {version} not ready" if version is not None else "no version is served"
+    reason = f"{what}: {reason_detail}" if reason_detail else what
+    return _result(Tier.READINESS, Status.FAIL, model, version, elapsed, reason, {"index": reason_detail})
+
+
+def _load_state(triton: TritonAPI, model: str, version: str | None) -> str:
+    """Triton's own words on why a model is not ready (e.g. the load error), from the repository index."""
+    rows = [row for row in triton.repository_index() if row.name == model]
+    if not rows:
+        return "not in the model repository"
+    matching = [row for row in rows if version is None or row.version in (version, None)]
+    row = (matching or rows)[0]
+    state = row.state or "UNKNOWN"
+    first_line = row.reason.strip().splitlines()[0] if row.reason.strip() else ""
+    return f"{state} ({first_line})" if first_line else state
+
+
+def check_business(
+    triton: TritonAPI, model: str, version: str, golden: GoldenRequest, *, clock: Clock = time.perf_counter
+) -> ProbeResult:
+    output_names = [o.tensor.name for o in golden.outputs]
+    base_details = {"input_hash": golden.input_hash, "latency_slo_ms": golden.latency_slo_ms}
+    started = clock()
+    try:
+        outputs = triton.infer(model, version, golden.inputs, output_names, golden.timeout_s)
+    except TritonUnavailable as exc:
+        return _result(Tier.BUSINESS, Status.ERROR, model, version, clock() - started,
+                       f"golden request got no answer: {exc}", base_details)
+    except TritonRejected as exc:
+        elapsed = clock() - started
+        if exc.status == 404:
+            # The model or version vanished between readiness and now: the readiness tier owns that fact.
+            return _result(Tier.BUSINESS, Status.ERROR, model, version, elapsed,
+                           f"not probed, model not served: {exc.message}", base_details)
+        # 400/500 with Triton's message: the model refused or raised on a request it must answer.
+        return _result(Tier.BUSINESS, Status.FAIL, model, version, elapsed,
+                       f"model failed the golden request (HTTP {exc.status}): {_first_line(exc.message)}",
+                       {**base_details, "http_status": exc.status, "error": exc.message})
+    elapsed = clock() - started
+    latency_ms = elapsed * 1000
+    comparisons = [
+        compare_output(expected, outputs[name].values if name in outputs else None,
+                       outputs[name].datatype if name in outputs else None)
+        for expected, name in zip(golden.outputs, output_names, strict=True)
+    ]
+    details = {**base_details, "outputs": [c.to_dict() for c in comparisons]}
+    wrong = [c for c in comparisons if not c.ok]
+    if wrong:
+        return _result(Tier.BUSINESS, Status.FAIL, model, version, elapsed,
+                       "; ".join(c.reason for c in wrong), details)
+    if latency_ms > golden.latency_slo_ms:
+        return _result(Tier.BUSINESS, Status.FAIL, model, version, elapsed,
+                       f"correct answer but slow: {latency_ms:.1f} ms > SLO {golden.latency_slo_ms:g} ms", details)
+    return _result(Tier.BUSINESS, Status.PASS, model, version, elapsed, "", details)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _result(tier: Tier, status: Status, model: str | None, version: str | None, elapsed_s: float,
+            reason: str = "", details: dict[str, object] | None = None) -> ProbeResult:
+    return ProbeResult(tier=tier, status=status, model=model, version=version, latency_ms=elapsed_s * 1000,
+                       reason=reason, details=details or {})

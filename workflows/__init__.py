@@ -1,0 +1,1 @@
+"""Rollback workflow definitions (Hera) and their step functions."""
