@@ -31,8 +31,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="healer", description=__doc__)
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
-                        help="JSON logs go to stderr (default: warning)")
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="JSON logs go to stderr (default: warning)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     probe = commands.add_parser("probe", help="run the three tiers once for every configured model")
@@ -86,8 +90,10 @@ def _cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         )
         with triton:
             say = (lambda text: print(text, file=sys.stderr)) if args.json else print
-            say(f"Triton {triton.url} (pid {triton.pid}) live with {', '.join(names)} "
-                f"in {time.monotonic() - started:.1f} s; repository {triton.model_repository}")
+            say(
+                f"Triton {triton.url} (pid {triton.pid}) live with {', '.join(names)} "
+                f"in {time.monotonic() - started:.1f} s; repository {triton.model_repository}"
+            )
             say("")
             return _probe_and_print(settings, triton.url, as_json=args.json)
     except EmbeddedTritonError as exc:

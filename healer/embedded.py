@@ -182,9 +182,13 @@ class EmbeddedTriton:
         target = self.workdir / "backends"
         if not target.exists():
             shutil.copytree(source, target)
-        stub = _pytriton_dir() / "tritonserver" / "python_backend_stubs" / (
-            f"{sys.version_info.major}.{sys.version_info.minor}"
-        ) / "triton_python_backend_stub"
+        stub = (
+            _pytriton_dir()
+            / "tritonserver"
+            / "python_backend_stubs"
+            / (f"{sys.version_info.major}.{sys.version_info.minor}")
+            / "triton_python_backend_stub"
+        )
         stub_target = target / "python" / "triton_python_backend_stub"
         if stub.is_file() and not stub_target.exists():
             shutil.copy2(stub, stub_target)
@@ -227,8 +231,12 @@ class EmbeddedTriton:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
             )
-        log.info("triton_starting", pid=self._process.pid, http_port=self.http_port,
-                 model_repository=str(self.model_repository))
+        log.info(
+            "triton_starting",
+            pid=self._process.pid,
+            http_port=self.http_port,
+            model_repository=str(self.model_repository),
+        )
         self._wait_live()
 
     def _wait_live(self) -> None:
@@ -242,7 +250,7 @@ class EmbeddedTriton:
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
             try:
-                with urllib.request.urlopen(live_url, timeout=1.0) as response:  # noqa: S310 - loopback URL
+                with urllib.request.urlopen(live_url, timeout=1.0) as response:
                     if response.status == 200:
                         log.info("triton_live", pid=self._process.pid, url=self.url)
                         return

@@ -12,6 +12,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -166,7 +167,9 @@ def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
     for i, model in enumerate(models):
         if model.name in seen:
             raise ConfigError(
-                source, f"models[{i}].name", f"duplicate model {model.name!r} (also models[{seen[model.name]}])"
+                source,
+                f"models[{i}].name",
+                f"duplicate model {model.name!r} (also models[{seen[model.name]}])",
             )
         seen[model.name] = i
     return Settings(source=source, triton=triton, models=models, embedded=embedded)
@@ -193,9 +196,7 @@ def _parse_embedded(reader: _Reader, raw: Any) -> EmbeddedSettings:
     tritonserver = data.get("tritonserver")
     return EmbeddedSettings(
         model_repository=repository,
-        startup_timeout_s=reader.number(
-            data.get("startup_timeout_s", 60.0), "embedded.startup_timeout_s", minimum=1
-        ),
+        startup_timeout_s=reader.number(data.get("startup_timeout_s", 60.0), "embedded.startup_timeout_s", minimum=1),
         load_timeout_s=reader.number(data.get("load_timeout_s", 60.0), "embedded.load_timeout_s", minimum=1),
         tritonserver=reader.path(tritonserver, "embedded.tritonserver") if tritonserver is not None else None,
     )
@@ -262,15 +263,11 @@ def _reject_duplicate_names(reader: _Reader, names: list[str], key: str) -> None
 
 
 def _parse_tensor(reader: _Reader, raw: Any, key: str, *, extra: set[str]) -> tuple[TensorSpec, dict[str, Any]]:
-    data = reader.mapping(
-        raw, key, required={"name", "datatype", "shape"}, optional={"data", "file"} | extra
-    )
+    data = reader.mapping(raw, key, required={"name", "datatype", "shape"}, optional={"data", "file"} | extra)
     name = reader.string(data["name"], f"{key}.name")
     datatype = reader.string(data["datatype"], f"{key}.datatype")
     if datatype not in DATATYPES:
-        raise ConfigError(
-            reader.source, f"{key}.datatype", f"must be one of {', '.join(DATATYPES)}, got {datatype!r}"
-        )
+        raise ConfigError(reader.source, f"{key}.datatype", f"must be one of {', '.join(DATATYPES)}, got {datatype!r}")
     shape_raw = reader.sequence(data["shape"], f"{key}.shape", min_length=1)
     shape = tuple(reader.integer(dim, f"{key}.shape[{i}]", minimum=0) for i, dim in enumerate(shape_raw))
     if ("data" in data) == ("file" in data):
@@ -303,9 +300,7 @@ def _to_array(reader: _Reader, values: Any, datatype: str, shape: tuple[int, ...
     try:
         if datatype == "BYTES":
             array = np.array(values, dtype=np.object_)
-            array = np.vectorize(lambda v: v if isinstance(v, bytes) else str(v).encode(), otypes=[np.object_])(
-                array
-            )
+            array = np.vectorize(lambda v: v if isinstance(v, bytes) else str(v).encode(), otypes=[np.object_])(array)
         else:
             # YAML has no NaN/Inf literals that survive every tool: accept the strings too.
             array = np.array(_parse_special_floats(values), dtype=DATATYPES[datatype])
@@ -323,7 +318,14 @@ def _to_array(reader: _Reader, values: Any, datatype: str, shape: tuple[int, ...
 def _parse_special_floats(values: Any) -> Any:
     if isinstance(values, list):
         return [_parse_special_floats(v) for v in values]
-    if isinstance(values, str) and values.strip().lower() in {"nan", "inf", "+inf", "-inf", "infinity", "-infinity"}:
+    if isinstance(values, str) and values.strip().lower() in {
+        "nan",
+        "inf",
+        "+inf",
+        "-inf",
+        "infinity",
+        "-infinity",
+    }:
         return float(values)
     return values
 
@@ -342,7 +344,12 @@ class _Reader:
         return ConfigError(self.source, key, problem)
 
     def mapping(
-        self, raw: Any, key: str, *, required: set[str] = frozenset(), optional: set[str] = frozenset()  # type: ignore[assignment]
+        self,
+        raw: Any,
+        key: str,
+        *,
+        required: AbstractSet[str] = frozenset(),
+        optional: AbstractSet[str] = frozenset(),
     ) -> dict[str, Any]:
         if not isinstance(raw, dict):
             raise self.fail(key or "(top level)", f"must be a mapping, got {_describe(raw)}")
@@ -375,7 +382,13 @@ class _Reader:
         return self._checked(raw, key, minimum, lambda v: isinstance(v, int), "an integer", int)
 
     def _checked(
-        self, raw: Any, key: str, minimum: float, accepts: Callable[[Any], bool], what: str, cast: Callable[[Any], T]
+        self,
+        raw: Any,
+        key: str,
+        minimum: float,
+        accepts: Callable[[Any], bool],
+        what: str,
+        cast: Callable[[Any], T],
     ) -> T:
         if isinstance(raw, bool) or not accepts(raw) or (isinstance(raw, float) and not math.isfinite(raw)):
             raise self.fail(key, f"must be {what}, got {_describe(raw)}")

@@ -12,6 +12,7 @@ probes act on them differently:
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 from collections.abc import Mapping, Sequence
@@ -75,7 +76,12 @@ class TritonAPI(Protocol):
     def repository_index(self) -> list[IndexEntry]: ...
 
     def infer(
-        self, model: str, version: str, inputs: Sequence[TensorSpec], output_names: Sequence[str], timeout_s: float
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[TensorSpec],
+        output_names: Sequence[str],
+        timeout_s: float,
     ) -> dict[str, OutputTensor]: ...
 
     def close(self) -> None: ...
@@ -91,9 +97,7 @@ class TritonHttp:
         self.url = url
         self.timeout_s = timeout_s
         self._http = triton_http
-        self._client = triton_http.InferenceServerClient(
-            url, connection_timeout=timeout_s, network_timeout=timeout_s
-        )
+        self._client = triton_http.InferenceServerClient(url, connection_timeout=timeout_s, network_timeout=timeout_s)
         self._infer_clients: dict[float, Any] = {}
 
     def server_live(self) -> bool:
@@ -125,7 +129,12 @@ class TritonHttp:
         ]
 
     def infer(
-        self, model: str, version: str, inputs: Sequence[TensorSpec], output_names: Sequence[str], timeout_s: float
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[TensorSpec],
+        output_names: Sequence[str],
+        timeout_s: float,
     ) -> dict[str, OutputTensor]:
         client = self._infer_client(timeout_s)
         request_inputs = []
@@ -134,9 +143,7 @@ class TritonHttp:
             infer_input.set_data_from_numpy(_as_wire_array(tensor), binary_data=True)
             request_inputs.append(infer_input)
         requested = [self._http.InferRequestedOutput(name, binary_data=True) for name in output_names]
-        result = self._call(
-            client.infer, model, request_inputs, model_version=version, outputs=requested
-        )
+        result = self._call(client.infer, model, request_inputs, model_version=version, outputs=requested)
         response: Mapping[str, Any] = result.get_response()
         outputs: dict[str, OutputTensor] = {}
         for meta in response.get("outputs", []):
@@ -149,10 +156,9 @@ class TritonHttp:
 
     def close(self) -> None:
         for client in (self._client, *self._infer_clients.values()):
-            try:
+            # Closing a dead connection has nothing left to report.
+            with contextlib.suppress(Exception):
                 client.close()
-            except Exception:  # noqa: S110 - closing a dead connection has nothing left to report
-                pass
         self._infer_clients.clear()
 
     def _infer_client(self, timeout_s: float) -> Any:

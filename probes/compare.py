@@ -39,8 +39,12 @@ class Comparison:
     worst: Mismatch | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        summary: dict[str, Any] = {"name": self.name, "ok": self.ok, "mismatched": self.mismatched,
-                                   "total": self.total}
+        summary: dict[str, Any] = {
+            "name": self.name,
+            "ok": self.ok,
+            "mismatched": self.mismatched,
+            "total": self.total,
+        }
         if self.reason:
             summary["reason"] = self.reason
         if self.worst is not None:
@@ -54,7 +58,9 @@ class Comparison:
         return summary
 
 
-def compare_output(expected: ExpectedOutput, actual: npt.NDArray[Any] | None, actual_datatype: str | None) -> Comparison:
+def compare_output(
+    expected: ExpectedOutput, actual: npt.NDArray[Any] | None, actual_datatype: str | None
+) -> Comparison:
     spec = expected.tensor
     name = spec.name
     if actual is None:
@@ -62,9 +68,7 @@ def compare_output(expected: ExpectedOutput, actual: npt.NDArray[Any] | None, ac
     if actual_datatype != spec.datatype:
         return Comparison(name, False, f"output {name!r} datatype {actual_datatype}, expected {spec.datatype}")
     if tuple(actual.shape) != spec.shape:
-        return Comparison(
-            name, False, f"output {name!r} shape {list(actual.shape)}, expected {list(spec.shape)}"
-        )
+        return Comparison(name, False, f"output {name!r} shape {list(actual.shape)}, expected {list(spec.shape)}")
     if spec.datatype == "BYTES":
         return _compare_exact(name, spec.values, actual)
     return _compare_numeric(name, spec.values, actual, expected.atol, expected.rtol)
@@ -119,7 +123,9 @@ def _compare_numeric(
 
 def _mismatch_reason(name: str, bad: int, total: int, worst: Mismatch) -> str:
     where = ",".join(str(i) for i in worst.index)
-    text = f"output {name!r}: {bad}/{total} values off; worst [{where}] expected {worst.expected!r} got {worst.actual!r}"
+    text = (
+        f"output {name!r}: {bad}/{total} values off; worst [{where}] expected {worst.expected!r} got {worst.actual!r}"
+    )
     if worst.abs_error is not None and worst.allowed is not None:
         text += f" (|error| {worst.abs_error:.6g} > allowed {worst.allowed:.6g})"
     return text

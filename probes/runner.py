@@ -24,20 +24,30 @@ def probe_all(settings: Settings, triton: TritonAPI) -> list[ProbeResult]:
         if not liveness.passed:
             # A dead server says nothing about the model: the other tiers are inconclusive, not failures.
             for tier in (Tier.READINESS, Tier.BUSINESS):
-                results.append(ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0,
-                                           "not probed: Triton is not live"))
+                results.append(
+                    ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0, "not probed: Triton is not live")
+                )
             continue
         try:
             versions = resolve_versions(triton, model.name, model.version)
         except TritonError as exc:
             for tier in (Tier.READINESS, Tier.BUSINESS):
-                results.append(ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0,
-                                           f"could not list served versions: {exc}"))
+                results.append(
+                    ProbeResult(
+                        tier,
+                        Status.ERROR,
+                        model.name,
+                        model.version,
+                        0.0,
+                        f"could not list served versions: {exc}",
+                    )
+                )
             continue
         if not versions:
             results.append(check_readiness(triton, model.name, None))
-            results.append(ProbeResult(Tier.BUSINESS, Status.ERROR, model.name, None, 0.0,
-                                       "not probed: no version is served"))
+            results.append(
+                ProbeResult(Tier.BUSINESS, Status.ERROR, model.name, None, 0.0, "not probed: no version is served")
+            )
             continue
         for version in versions:
             readiness = check_readiness(triton, model.name, version)
@@ -45,8 +55,16 @@ def probe_all(settings: Settings, triton: TritonAPI) -> list[ProbeResult]:
             if readiness.passed:
                 results.append(check_business(triton, model.name, version, model.golden))
             else:
-                results.append(ProbeResult(Tier.BUSINESS, Status.ERROR, model.name, version, 0.0,
-                                           f"not probed: readiness {readiness.status.value}"))
+                results.append(
+                    ProbeResult(
+                        Tier.BUSINESS,
+                        Status.ERROR,
+                        model.name,
+                        version,
+                        0.0,
+                        f"not probed: readiness {readiness.status.value}",
+                    )
+                )
     return results
 
 

@@ -26,11 +26,25 @@ def check_liveness(triton: TritonAPI, *, clock: Clock = time.perf_counter) -> Pr
     try:
         live = triton.server_live()
     except TritonUnavailable as exc:
-        return _result(Tier.LIVENESS, Status.FAIL, None, None, clock() - started,
-                       f"Triton at {triton.url} not answering: {exc}", {"url": triton.url})
+        return _result(
+            Tier.LIVENESS,
+            Status.FAIL,
+            None,
+            None,
+            clock() - started,
+            f"Triton at {triton.url} not answering: {exc}",
+            {"url": triton.url},
+        )
     except TritonRejected as exc:
-        return _result(Tier.LIVENESS, Status.FAIL, None, None, clock() - started,
-                       f"Triton at {triton.url} answered {exc}", {"url": triton.url})
+        return _result(
+            Tier.LIVENESS,
+            Status.FAIL,
+            None,
+            None,
+            clock() - started,
+            f"Triton at {triton.url} answered {exc}",
+            {"url": triton.url},
+        )
     elapsed = clock() - started
     if not live:
         return _result(Tier.LIVENESS, Status.FAIL, None, None, elapsed, "Triton reports not live", {"url": triton.url})
@@ -53,11 +67,16 @@ def check_readiness(
         ready = triton.model_version_ready(model, version) if version is not None else False
         reason_detail = "" if ready else _load_state(triton, model, version)
     except TritonUnavailable as exc:
-        return _result(Tier.READINESS, Status.ERROR, model, version, clock() - started,
-                       f"Triton not reachable: {exc}")
+        return _result(Tier.READINESS, Status.ERROR, model, version, clock() - started, f"Triton not reachable: {exc}")
     except TritonRejected as exc:
-        return _result(Tier.READINESS, Status.ERROR, model, version, clock() - started,
-                       f"readiness query rejected: {exc}")
+        return _result(
+            Tier.READINESS,
+            Status.ERROR,
+            model,
+            version,
+            clock() - started,
+            f"readiness query rejected: {exc}",
+        )
     elapsed = clock() - started
     if ready:
         return _result(Tier.READINESS, Status.PASS, model, version, elapsed)
@@ -87,33 +106,62 @@ def check_business(
     try:
         outputs = triton.infer(model, version, golden.inputs, output_names, golden.timeout_s)
     except TritonUnavailable as exc:
-        return _result(Tier.BUSINESS, Status.ERROR, model, version, clock() - started,
-                       f"golden request got no answer: {exc}", base_details)
+        return _result(
+            Tier.BUSINESS,
+            Status.ERROR,
+            model,
+            version,
+            clock() - started,
+            f"golden request got no answer: {exc}",
+            base_details,
+        )
     except TritonRejected as exc:
         elapsed = clock() - started
         if exc.status == 404:
             # The model or version vanished between readiness and now: the readiness tier owns that fact.
-            return _result(Tier.BUSINESS, Status.ERROR, model, version, elapsed,
-                           f"not probed, model not served: {exc.message}", base_details)
+            return _result(
+                Tier.BUSINESS,
+                Status.ERROR,
+                model,
+                version,
+                elapsed,
+                f"not probed, model not served: {exc.message}",
+                base_details,
+            )
         # 400/500 with Triton's message: the model refused or raised on a request it must answer.
-        return _result(Tier.BUSINESS, Status.FAIL, model, version, elapsed,
-                       f"model failed the golden request (HTTP {exc.status}): {_first_line(exc.message)}",
-                       {**base_details, "http_status": exc.status, "error": exc.message})
+        return _result(
+            Tier.BUSINESS,
+            Status.FAIL,
+            model,
+            version,
+            elapsed,
+            f"model failed the golden request (HTTP {exc.status}): {_first_line(exc.message)}",
+            {**base_details, "http_status": exc.status, "error": exc.message},
+        )
     elapsed = clock() - started
     latency_ms = elapsed * 1000
     comparisons = [
-        compare_output(expected, outputs[name].values if name in outputs else None,
-                       outputs[name].datatype if name in outputs else None)
+        compare_output(
+            expected,
+            outputs[name].values if name in outputs else None,
+            outputs[name].datatype if name in outputs else None,
+        )
         for expected, name in zip(golden.outputs, output_names, strict=True)
     ]
     details = {**base_details, "outputs": [c.to_dict() for c in comparisons]}
     wrong = [c for c in comparisons if not c.ok]
     if wrong:
-        return _result(Tier.BUSINESS, Status.FAIL, model, version, elapsed,
-                       "; ".join(c.reason for c in wrong), details)
+        return _result(Tier.BUSINESS, Status.FAIL, model, version, elapsed, "; ".join(c.reason for c in wrong), details)
     if latency_ms > golden.latency_slo_ms:
-        return _result(Tier.BUSINESS, Status.FAIL, model, version, elapsed,
-                       f"correct answer but slow: {latency_ms:.1f} ms > SLO {golden.latency_slo_ms:g} ms", details)
+        return _result(
+            Tier.BUSINESS,
+            Status.FAIL,
+            model,
+            version,
+            elapsed,
+            f"correct answer but slow: {latency_ms:.1f} ms > SLO {golden.latency_slo_ms:g} ms",
+            details,
+        )
     return _result(Tier.BUSINESS, Status.PASS, model, version, elapsed, "", details)
 
 
@@ -121,7 +169,21 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
-def _result(tier: Tier, status: Status, model: str | None, version: str | None, elapsed_s: float,
-            reason: str = "", details: dict[str, object] | None = None) -> ProbeResult:
-    return ProbeResult(tier=tier, status=status, model=model, version=version, latency_ms=elapsed_s * 1000,
-                       reason=reason, details=details or {})
+def _result(
+    tier: Tier,
+    status: Status,
+    model: str | None,
+    version: str | None,
+    elapsed_s: float,
+    reason: str = "",
+    details: dict[str, object] | None = None,
+) -> ProbeResult:
+    return ProbeResult(
+        tier=tier,
+        status=status,
+        model=model,
+        version=version,
+        latency_ms=elapsed_s * 1000,
+        reason=reason,
+        details=details or {},
+    )
