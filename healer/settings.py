@@ -22,9 +22,9 @@ import numpy.typing as npt
 import yaml
 
 # Model names and versions become file paths, S3 keys and URL segments: keep them boring.
-MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 # Triton's version directories are positive integers.
-VERSION_PATTERN = re.compile(r"^[1-9][0-9]{0,18}$")
+VERSION_PATTERN = re.compile(r"^[1-9][0-9]{0,18}\Z")
 
 # KServe v2 / Triton datatypes and the numpy dtype each one travels as.
 DATATYPES: Mapping[str, npt.DTypeLike] = {
@@ -147,8 +147,8 @@ def load_settings(path: str | Path) -> Settings:
     source = str(path)
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(source, "", f"cannot read file: {exc.strerror or exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(source, "", f"cannot read file: {getattr(exc, 'strerror', None) or exc}") from exc
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -291,7 +291,7 @@ def _load_tensor_file(reader: _Reader, raw: Any, key: str) -> Any:
             return np.load(path, allow_pickle=False)
         if path.suffix == ".json":
             return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:
         raise ConfigError(reader.source, key, f"cannot read {str(path)!r}: {exc}") from exc
     raise ConfigError(reader.source, key, f"must end in .npy or .json, got {str(path)!r}")
 

@@ -84,6 +84,10 @@ class TritonAPI(Protocol):
         timeout_s: float,
     ) -> dict[str, OutputTensor]: ...
 
+    def load_model(self, model: str, *, config: str | None = None, timeout_s: float) -> None: ...
+
+    def unload_model(self, model: str) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -98,7 +102,7 @@ class TritonHttp:
         self.timeout_s = timeout_s
         self._http = triton_http
         self._client = triton_http.InferenceServerClient(url, connection_timeout=timeout_s, network_timeout=timeout_s)
-        self._infer_clients: dict[float, Any] = {}
+        self._timed_clients: dict[float, Any] = {}
 
     def server_live(self) -> bool:
         return bool(self._call(self._client.is_server_live))
@@ -136,7 +140,7 @@ class TritonHttp:
         output_names: Sequence[str],
         timeout_s: float,
     ) -> dict[str, OutputTensor]:
-        client = self._infer_client(timeout_s)
+        client = self._client_with_timeout(timeout_s)
         request_inputs = []
         for tensor in inputs:
             infer_input = self._http.InferInput(tensor.name, list(tensor.shape), tensor.datatype)
@@ -154,23 +158,35 @@ class TritonHttp:
             outputs[name] = OutputTensor(name=name, datatype=str(meta.get("datatype")), values=values)
         return outputs
 
+    def load_model(self, model: str, *, config: str | None = None, timeout_s: float) -> None:
+        """Load (or reload) a model. Synchronous in Triton: returns when loaded, raises when the load failed.
+
+        ``config`` is a model config as JSON, e.g. to pin ``version_policy``; Triton then uses it instead
+        of config.pbtxt.
+        """
+        self._call(self._client_with_timeout(timeout_s).load_model, model, config=config)
+
+    def unload_model(self, model: str) -> None:
+        """Ask Triton to unload a model. Returns before the model is gone: poll repository_index()."""
+        self._call(self._client.unload_model, model)
+
     def close(self) -> None:
-        for client in (self._client, *self._infer_clients.values()):
+        for client in (self._client, *self._timed_clients.values()):
             # Closing a dead connection has nothing left to report.
             with contextlib.suppress(Exception):
                 client.close()
-        self._infer_clients.clear()
+        self._timed_clients.clear()
 
-    def _infer_client(self, timeout_s: float) -> Any:
-        # tritonclient fixes the network timeout per client; the golden request has its own.
+    def _client_with_timeout(self, timeout_s: float) -> Any:
+        # tritonclient fixes the network timeout per client; golden requests and loads have their own.
         if timeout_s == self.timeout_s:
             return self._client
-        client = self._infer_clients.get(timeout_s)
+        client = self._timed_clients.get(timeout_s)
         if client is None:
             client = self._http.InferenceServerClient(
                 self.url, connection_timeout=min(timeout_s, self.timeout_s), network_timeout=timeout_s
             )
-            self._infer_clients[timeout_s] = client
+            self._timed_clients[timeout_s] = client
         return client
 
     def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:

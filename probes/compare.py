@@ -101,6 +101,11 @@ def _compare_numeric(
         # Non-finite values match only their own kind: NaN to NaN, +Inf to +Inf, -Inf to -Inf.
         same_nan = np.isnan(exp) & np.isnan(act)
         same_inf = np.isinf(exp) & np.isinf(act) & (np.sign(exp) == np.sign(act))
+    if expected.dtype.kind in "iub" and actual.dtype.kind in "iub":
+        # float64 cannot tell 2**53 from 2**53 + 1: integers are compared exactly, as Python ints.
+        exact_error = np.abs(actual.astype(object) - expected.astype(object))
+        close = (exact_error <= allowed.astype(object)).astype(bool)
+        abs_error = exact_error.astype(np.float64)
     good = close | same_nan | same_inf
     bad_count = int((~good).sum())
     if bad_count == 0:
@@ -115,7 +120,7 @@ def _compare_numeric(
         index=index,
         expected=_plain(expected[index]),
         actual=_plain(actual[index]),
-        abs_error=float(abs_error[index]) if finite_pair else None,
+        abs_error=float(abs_error[index]) if finite_pair and np.isfinite(abs_error[index]) else None,
         allowed=float(allowed[index]) if np.isfinite(allowed[index]) else None,
     )
     return Comparison(name, False, _mismatch_reason(name, bad_count, total, worst), bad_count, total, worst)
@@ -135,6 +140,9 @@ def _plain(value: Any) -> Any:
     """A JSON-friendly scalar (NaN and Inf as strings so JSON output stays valid)."""
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
+    if isinstance(value, np.floating):
+        # The shortest repr at the tensor's own precision: float32 7.1 reads "7.1", not 7.099999904632568.
+        value = float(str(value))
     item = value.item() if hasattr(value, "item") else value
     if isinstance(item, float) and not np.isfinite(item):
         return str(item)
