@@ -190,7 +190,7 @@ class EmbeddedTriton:
             / "triton_python_backend_stub"
         )
         stub_target = target / "python" / "triton_python_backend_stub"
-        if stub.is_file() and not stub_target.exists():
+        if stub.is_file() and stub_target.parent.is_dir() and not stub_target.exists():
             shutil.copy2(stub, stub_target)
         return target
 
