@@ -111,7 +111,8 @@ def _compare_numeric(
     if bad_count == 0:
         return Comparison(name, True, "", 0, total)
     # Worst element: a non-finite surprise beats any finite error; then the largest excess over tolerance.
-    excess = np.where(finite_both, abs_error - allowed, np.inf)
+    with np.errstate(invalid="ignore"):
+        excess = np.where(finite_both, abs_error - allowed, np.inf)
     excess = np.where(good, -np.inf, excess)
     flat = int(np.argmax(excess))
     index = tuple(int(i) for i in np.unravel_index(flat, exp.shape))

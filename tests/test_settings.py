@@ -1,0 +1,720 @@
+"""healer.settings: the example config loads, and every bad config fails with a message naming file and key."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from healer.settings import (
+    DATATYPES,
+    ConfigError,
+    Settings,
+    TensorSpec,
+    hash_inputs,
+    load_settings,
+    parse_settings,
+)
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLE_CONFIG = EXAMPLES / "healer.yaml"
+EXAMPLE_INPUT = EXAMPLES / "golden" / "tiny_classifier_input.npy"
+
+NAME_RULE = (
+    "must be 1-128 characters of letters, digits, '_', '.', '-', not start with '.' or '-' "
+    "and contain no '..' (it becomes a path and a URL), got {!r}"
+)
+VERSION_RULE = "must be a positive integer (Triton version directories are numbers), got {!r}"
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def _model(name: str = "m", **golden: Any) -> dict[str, Any]:
+    """A minimal valid model entry; keyword arguments replace keys of its golden request."""
+    request: dict[str, Any] = {
+        "latency_slo_ms": 100,
+        "timeout_s": 2.0,
+        "inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 2], "data": [[1.0, 2.0]]}],
+        "outputs": [{"name": "OUT", "datatype": "FP32", "shape": [1, 1], "data": [[3.0]], "atol": 0.1, "rtol": 0}],
+    }
+    request.update(golden)
+    return {"name": name, "golden": request}
+
+
+def _config(*models: dict[str, Any], **top: Any) -> dict[str, Any]:
+    return {"models": list(models) or [_model()], **top}
+
+
+def _write(tmp_path: Path, document: Any) -> Path:
+    path = tmp_path / "healer.yaml"
+    text = document if isinstance(document, str) else yaml.safe_dump(document, sort_keys=False)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _load(tmp_path: Path, document: Any) -> Settings:
+    return load_settings(_write(tmp_path, document))
+
+
+def _error(tmp_path: Path, document: Any) -> str:
+    """The ConfigError message for `document`, with the config file's path written as <file>."""
+    path = _write(tmp_path, document)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    prefix = f"{path}: "
+    assert message.startswith(prefix), message
+    return "<file>: " + message[len(prefix) :]
+
+
+def _with_input(**changes: Any) -> dict[str, Any]:
+    tensor = {"name": "IN", "datatype": "FP32", "shape": [1, 2], "data": [[1.0, 2.0]]}
+    tensor.update(changes)
+    return _config(_model(inputs=[tensor]))
+
+
+def _with_output(**changes: Any) -> dict[str, Any]:
+    tensor = {"name": "OUT", "datatype": "FP32", "shape": [1, 1], "data": [[3.0]], "atol": 0.1, "rtol": 0}
+    tensor.update(changes)
+    return _config(_model(outputs=[tensor]))
+
+
+def _without_key(tensor_changes: dict[str, Any], drop: str) -> dict[str, Any]:
+    document = _with_input(**tensor_changes)
+    del document["models"][0]["golden"]["inputs"][0][drop]
+    return document
+
+
+# --- the example configuration ---------------------------------------------------------------------------
+
+
+def test_example_config_loads() -> None:
+    settings = load_settings(EXAMPLE_CONFIG)
+
+    assert settings.source == str(EXAMPLE_CONFIG)
+    assert [m.name for m in settings.models] == ["linear_scorer", "tiny_classifier"]
+    assert [m.version for m in settings.models] == [None, None]
+    assert settings.triton.url == "127.0.0.1:8000"
+    assert settings.triton.timeout_s == 2.0
+    assert settings.embedded is not None
+    assert settings.embedded.model_repository == EXAMPLES / "model_repository"
+    assert settings.embedded.tritonserver is None
+
+    linear = settings.model("linear_scorer").golden
+    assert linear.latency_slo_ms == 100.0
+    assert linear.timeout_s == 2.0
+    (features,) = linear.inputs
+    assert (features.name, features.datatype, features.shape) == ("FEATURES", "FP32", (2, 4))
+    assert features.values.dtype == np.float32
+    np.testing.assert_array_equal(features.values, [[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 0.0, 2.0]])
+    (score,) = linear.outputs
+    assert (score.tensor.name, score.tensor.shape, score.atol, score.rtol) == ("SCORE", (2, 1), 1e-3, 1e-4)
+
+    classifier = settings.model("tiny_classifier").golden
+    (model_input,) = classifier.inputs
+    assert (model_input.name, model_input.datatype, model_input.shape) == ("INPUT", "FP32", (2, 6))
+    assert model_input.values.dtype == np.float32
+    # Read from the .npy next to the config, not inlined: the values are the file's.
+    np.testing.assert_array_equal(model_input.values, np.load(EXAMPLE_INPUT).astype(np.float32))
+    probs, label = classifier.outputs
+    assert (probs.tensor.name, probs.tensor.datatype, probs.tensor.shape) == ("PROBS", "FP32", (2, 3))
+    assert probs.tensor.values.dtype == np.float32
+    assert (probs.atol, probs.rtol) == (1e-4, 0.0)
+    assert (label.tensor.name, label.tensor.datatype, label.tensor.shape) == ("LABEL", "INT64", (2, 1))
+    assert label.tensor.values.dtype == np.int64
+    np.testing.assert_array_equal(label.tensor.values, [[1], [2]])
+    assert (label.atol, label.rtol) == (0.0, 0.0)
+
+
+def test_example_tensors_are_read_only() -> None:
+    settings = load_settings(EXAMPLE_CONFIG)
+    tensors = [t for m in settings.models for t in m.golden.inputs] + [
+        o.tensor for m in settings.models for o in m.golden.outputs
+    ]
+    assert len(tensors) == 5
+    for tensor in tensors:
+        assert not tensor.values.flags.writeable, tensor.name
+        with pytest.raises(ValueError, match="read-only"):
+            tensor.values[(0,) * tensor.values.ndim] = 0
+
+
+def test_example_input_hash_is_sha256_and_stable() -> None:
+    first = load_settings(EXAMPLE_CONFIG)
+    second = load_settings(EXAMPLE_CONFIG)
+    hashes = [m.golden.input_hash for m in first.models]
+    for value in hashes:
+        assert re.fullmatch(r"[0-9a-f]{64}", value), value
+    assert hashes == [m.golden.input_hash for m in second.models]
+    assert hashes[0] != hashes[1]
+    assert hashes == [hash_inputs(m.golden.inputs) for m in first.models]
+
+
+def test_different_input_values_give_a_different_hash(tmp_path: Path) -> None:
+    base = _load(tmp_path, _with_input(data=[[1.0, 2.0]])).models[0].golden.input_hash
+    same = _load(tmp_path, _with_input(data=[[1.0, 2.0]])).models[0].golden.input_hash
+    other = _load(tmp_path, _with_input(data=[[1.0, 2.5]])).models[0].golden.input_hash
+    assert base == same
+    assert base != other
+
+
+def _spec(name: str, datatype: str, shape: tuple[int, ...], values: Any) -> TensorSpec:
+    return TensorSpec(name, datatype, shape, np.array(values, dtype=DATATYPES[datatype]).reshape(shape))
+
+
+_BASE = _spec("IN", "FP32", (1, 2), [1.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        pytest.param(_spec("IN", "FP32", (1, 2), [1.0, 2.5]), id="value"),
+        pytest.param(_spec("IN2", "FP32", (1, 2), [1.0, 2.0]), id="name"),
+        pytest.param(_spec("IN", "FP32", (2, 1), [1.0, 2.0]), id="shape-same-bytes"),
+        pytest.param(TensorSpec("IN", "INT32", (1, 2), _BASE.values.view(np.int32)), id="datatype-same-bytes"),
+    ],
+)
+def test_hash_covers_name_datatype_shape_and_values(variant: TensorSpec) -> None:
+    assert hash_inputs([_BASE]) == hash_inputs([_spec("IN", "FP32", (1, 2), [1.0, 2.0])])
+    assert hash_inputs([variant]) != hash_inputs([_BASE])
+
+
+def test_hash_of_bytes_tensors_is_length_prefixed() -> None:
+    split_one = _spec("S", "BYTES", (2,), [b"ab", b"c"])
+    split_two = _spec("S", "BYTES", (2,), [b"a", b"bc"])
+    assert hash_inputs([split_one]) != hash_inputs([split_two])
+    assert hash_inputs([split_one]) == hash_inputs([_spec("S", "BYTES", (2,), [b"ab", b"c"])])
+
+
+def test_hash_does_not_depend_on_byte_order() -> None:
+    little = _spec("IN", "FP32", (2,), [1.0, 2.0])
+    big = TensorSpec("IN", "FP32", (2,), little.values.astype(">f4"))
+    assert hash_inputs([little]) == hash_inputs([big])
+
+
+def test_tensor_file_is_relative_to_the_config_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config_dir = tmp_path / "conf"
+    (config_dir / "golden").mkdir(parents=True)
+    shutil.copy(EXAMPLE_INPUT, config_dir / "golden" / "input.npy")
+    (config_dir / "golden" / "out.json").write_text("[[0.5], [1.5]]", encoding="utf-8")
+    document = _config(
+        _model(
+            inputs=[{"name": "IN", "datatype": "FP32", "shape": [2, 6], "file": "golden/input.npy"}],
+            outputs=[{"name": "OUT", "datatype": "FP64", "shape": [2, 1], "file": "golden/out.json"}],
+        )
+    )
+    (config_dir / "healer.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    golden = load_settings(config_dir / "healer.yaml").models[0].golden
+
+    np.testing.assert_array_equal(golden.inputs[0].values, np.load(EXAMPLE_INPUT).astype(np.float32))
+    assert golden.outputs[0].tensor.values.dtype == np.float64
+    np.testing.assert_array_equal(golden.outputs[0].tensor.values, [[0.5], [1.5]])
+    assert not golden.inputs[0].values.flags.writeable
+
+
+def test_parse_settings_takes_a_document_and_base_dir(tmp_path: Path) -> None:
+    (tmp_path / "in.json").write_text("[[4, 5]]", encoding="utf-8")
+    document = _config(
+        _model(inputs=[{"name": "IN", "datatype": "INT32", "shape": [1, 2], "file": "in.json"}]),
+        triton={"url": "triton.local:8001", "timeout_s": 0.5},
+    )
+    settings = parse_settings(document, source="inline", base_dir=tmp_path)
+    assert settings.source == "inline"
+    assert settings.triton.url == "triton.local:8001"
+    assert settings.triton.timeout_s == 0.5
+    assert settings.embedded is None
+    values = settings.models[0].golden.inputs[0].values
+    assert values.dtype == np.int32
+    np.testing.assert_array_equal(values, [[4, 5]])
+
+    with pytest.raises(ConfigError) as info:
+        parse_settings({"models": []}, source="inline", base_dir=tmp_path)
+    assert str(info.value) == "inline: models: must have at least 1 item(s), got 0"
+
+
+def test_defaults_when_optional_keys_are_omitted(tmp_path: Path) -> None:
+    model = _model()
+    del model["golden"]["timeout_s"]
+    del model["golden"]["outputs"][0]["atol"]
+    del model["golden"]["outputs"][0]["rtol"]
+    settings = _load(tmp_path, _config(model))
+    assert settings.triton.url == "127.0.0.1:8000"
+    assert settings.triton.timeout_s == 2.0
+    assert settings.embedded is None
+    golden = settings.models[0].golden
+    assert golden.timeout_s == 5.0
+    assert (golden.outputs[0].atol, golden.outputs[0].rtol) == (1e-6, 1e-5)
+
+
+def test_model_lookup(tmp_path: Path) -> None:
+    settings = _load(tmp_path, _config(_model("a"), _model("b")))
+    assert settings.model("b") is settings.models[1]
+    with pytest.raises(KeyError):
+        settings.model("c")
+
+
+def test_embedded_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
+    settings = _load(
+        tmp_path,
+        _config(embedded={"model_repository": "repo", "tritonserver": "/opt/tritonserver/bin/tritonserver"}),
+    )
+    assert settings.embedded is not None
+    assert settings.embedded.model_repository == tmp_path / "repo"
+    assert settings.embedded.tritonserver == Path("/opt/tritonserver/bin/tritonserver")
+    assert (settings.embedded.startup_timeout_s, settings.embedded.load_timeout_s) == (60.0, 60.0)
+
+
+# --- exact error messages --------------------------------------------------------------------------------
+
+
+def test_negative_atol_names_the_second_model(tmp_path: Path) -> None:
+    bad = _model("second")
+    bad["golden"]["outputs"][0]["atol"] = -1
+    assert _error(tmp_path, _config(_model("first"), bad)) == (
+        "<file>: models[1].golden.outputs[0].atol: must be >= 0, got -1"
+    )
+
+
+def test_config_error_carries_its_parts(tmp_path: Path) -> None:
+    bad = _model()
+    bad["golden"]["outputs"][0]["rtol"] = -0.5
+    path = _write(tmp_path, _config(bad))
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert info.value.source == str(path)
+    assert info.value.key_path == "models[0].golden.outputs[0].rtol"
+    assert info.value.problem == "must be >= 0, got -0.5"
+    assert isinstance(info.value, ValueError)
+
+
+_ALL_DATATYPES = "BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BYTES"
+
+
+def _missing_latency() -> dict[str, Any]:
+    document = _config()
+    del document["models"][0]["golden"]["latency_slo_ms"]
+    return document
+
+
+def _missing_golden() -> dict[str, Any]:
+    return {"models": [{"name": "m"}]}
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        pytest.param(
+            _config(tritn={"url": "x:1"}),
+            "<file>: tritn: unknown key (allowed here: embedded, models, triton)",
+            id="unknown-top-level-key",
+        ),
+        pytest.param(
+            _with_output(atoll=0.1),
+            "<file>: models[0].golden.outputs[0].atoll: unknown key "
+            "(allowed here: atol, data, datatype, file, name, rtol, shape)",
+            id="unknown-output-key",
+        ),
+        pytest.param(
+            _with_input(atol=0.1),
+            "<file>: models[0].golden.inputs[0].atol: unknown key (allowed here: data, datatype, file, name, shape)",
+            id="tolerance-on-an-input",
+        ),
+        pytest.param(
+            _config(triton={"url": "x:1", "timeout": 2}),
+            "<file>: triton.timeout: unknown key (allowed here: timeout_s, url)",
+            id="unknown-triton-key",
+        ),
+        pytest.param(
+            _config({**_model(), "versions": 2}),
+            "<file>: models[0].versions: unknown key (allowed here: golden, name, version)",
+            id="unknown-model-key",
+        ),
+        pytest.param(
+            _missing_latency(),
+            "<file>: models[0].golden.latency_slo_ms: is required",
+            id="missing-latency-slo",
+        ),
+        pytest.param(_missing_golden(), "<file>: models[0].golden: is required", id="missing-golden"),
+        pytest.param({"triton": {"url": "x:1"}}, "<file>: models: is required", id="missing-models"),
+        pytest.param(
+            _without_key({}, "shape"),
+            "<file>: models[0].golden.inputs[0].shape: is required",
+            id="missing-shape",
+        ),
+        pytest.param(
+            _config(embedded={"startup_timeout_s": 5}),
+            "<file>: embedded.model_repository: is required",
+            id="missing-model-repository",
+        ),
+        pytest.param(
+            {"models": []},
+            "<file>: models: must have at least 1 item(s), got 0",
+            id="no-models",
+        ),
+        pytest.param(
+            {"models": {"name": "m"}},
+            "<file>: models: must be a list, got a dict",
+            id="models-not-a-list",
+        ),
+        pytest.param(
+            _config(_model(outputs=[])),
+            "<file>: models[0].golden.outputs: must have at least 1 item(s), got 0",
+            id="no-outputs",
+        ),
+        pytest.param(
+            _with_input(datatype="FLOAT32"),
+            f"<file>: models[0].golden.inputs[0].datatype: must be one of {_ALL_DATATYPES}, got 'FLOAT32'",
+            id="bad-datatype",
+        ),
+        pytest.param(
+            _with_input(datatype="fp32"),
+            f"<file>: models[0].golden.inputs[0].datatype: must be one of {_ALL_DATATYPES}, got 'fp32'",
+            id="datatype-is-case-sensitive",
+        ),
+        pytest.param(
+            _with_input(shape=[1, 3]),
+            "<file>: models[0].golden.inputs[0].data: has 2 values but shape [1, 3] needs 3",
+            id="shape-data-size-mismatch",
+        ),
+        pytest.param(
+            _with_output(shape=[2], data=[1.0, 2.0, 3.0]),
+            "<file>: models[0].golden.outputs[0].data: has 3 values but shape [2] needs 2",
+            id="output-size-mismatch",
+        ),
+        pytest.param(
+            _with_input(shape=[]),
+            "<file>: models[0].golden.inputs[0].shape: must have at least 1 item(s), got 0",
+            id="empty-shape",
+        ),
+        pytest.param(
+            _with_input(shape=[1, -2]),
+            "<file>: models[0].golden.inputs[0].shape[1]: must be >= 0, got -2",
+            id="negative-dimension",
+        ),
+        pytest.param(
+            _with_input(shape=[1, 2.0]),
+            "<file>: models[0].golden.inputs[0].shape[1]: must be an integer, got 2.0",
+            id="float-dimension",
+        ),
+        pytest.param(
+            _with_input(shape=[True, 2]),
+            "<file>: models[0].golden.inputs[0].shape[0]: must be an integer, got True",
+            id="bool-dimension",
+        ),
+        pytest.param(
+            _with_input(file="in.npy"),
+            "<file>: models[0].golden.inputs[0]: needs exactly one of 'data' (inline values) or 'file'",
+            id="both-data-and-file",
+        ),
+        pytest.param(
+            _without_key({}, "data"),
+            "<file>: models[0].golden.inputs[0]: needs exactly one of 'data' (inline values) or 'file'",
+            id="neither-data-nor-file",
+        ),
+        pytest.param(
+            _with_output(atol=True),
+            "<file>: models[0].golden.outputs[0].atol: must be a number, got True",
+            id="bool-atol",
+        ),
+        pytest.param(
+            _with_output(rtol="0.1"),
+            "<file>: models[0].golden.outputs[0].rtol: must be a number, got '0.1'",
+            id="string-rtol",
+        ),
+        pytest.param(
+            _with_output(atol=float("nan")),
+            "<file>: models[0].golden.outputs[0].atol: must be a number, got nan",
+            id="nan-atol",
+        ),
+        pytest.param(
+            _with_output(atol=float("inf")),
+            "<file>: models[0].golden.outputs[0].atol: must be a number, got inf",
+            id="inf-atol",
+        ),
+        pytest.param(
+            _config(_model(latency_slo_ms=False)),
+            "<file>: models[0].golden.latency_slo_ms: must be a number, got False",
+            id="bool-latency",
+        ),
+        pytest.param(
+            _config(_model(latency_slo_ms=0)),
+            "<file>: models[0].golden.latency_slo_ms: must be >= 0.001, got 0",
+            id="zero-latency",
+        ),
+        pytest.param(
+            _config(_model(latency_slo_ms=100, timeout_s=0.05)),
+            "<file>: models[0].golden.timeout_s: must be at least the latency SLO (100.0 ms), got 0.05 s",
+            id="timeout-below-slo",
+        ),
+        pytest.param(
+            _config(
+                _model(
+                    outputs=[
+                        {"name": "OUT", "datatype": "FP32", "shape": [1], "data": [1.0]},
+                        {"name": "OUT", "datatype": "FP32", "shape": [1], "data": [2.0]},
+                    ]
+                )
+            ),
+            "<file>: models[0].golden.outputs[1].name: duplicate tensor name 'OUT'",
+            id="duplicate-output-names",
+        ),
+        pytest.param(
+            _config(
+                _model(
+                    inputs=[
+                        {"name": "IN", "datatype": "FP32", "shape": [1], "data": [1.0]},
+                        {"name": "X", "datatype": "FP32", "shape": [1], "data": [1.0]},
+                        {"name": "IN", "datatype": "INT32", "shape": [1], "data": [1]},
+                    ]
+                )
+            ),
+            "<file>: models[0].golden.inputs[2].name: duplicate tensor name 'IN'",
+            id="duplicate-input-names",
+        ),
+        pytest.param(
+            _config(_model("a"), _model("b"), _model("a")),
+            "<file>: models[2].name: duplicate model 'a' (also models[0])",
+            id="duplicate-model-names",
+        ),
+        pytest.param(
+            _config(triton={"url": "http://x:1"}),
+            "<file>: triton.url: must be host:port without a scheme or path, got 'http://x:1'",
+            id="url-with-scheme",
+        ),
+        pytest.param(
+            _config(triton={"url": "x:1/v2"}),
+            "<file>: triton.url: must be host:port without a scheme or path, got 'x:1/v2'",
+            id="url-with-path",
+        ),
+        pytest.param(
+            _config(triton={"url": "localhost"}),
+            "<file>: triton.url: must be host:port without a scheme or path, got 'localhost'",
+            id="url-without-port",
+        ),
+        pytest.param(
+            _config(triton={"timeout_s": 0}),
+            "<file>: triton.timeout_s: must be >= 0.001, got 0",
+            id="zero-triton-timeout",
+        ),
+        pytest.param(
+            _config(triton=None),
+            "<file>: triton: must be a mapping, got nothing (null)",
+            id="null-triton",
+        ),
+        pytest.param(
+            _config(embedded={"model_repository": "repo", "startup_timeout_s": 0.5}),
+            "<file>: embedded.startup_timeout_s: must be >= 1, got 0.5",
+            id="short-startup-timeout",
+        ),
+        pytest.param(
+            _config(["m"]),
+            "<file>: models[0]: must be a mapping, got a list",
+            id="model-not-a-mapping",
+        ),
+        pytest.param("- a\n- b\n", "<file>: (top level): must be a mapping, got a list", id="top-level-list"),
+        pytest.param("just text\n", "<file>: (top level): must be a mapping, got 'just text'", id="top-level-str"),
+        pytest.param("", "<file>: (top level): must be a mapping, got nothing (null)", id="empty-file"),
+    ],
+)
+def test_error_messages(tmp_path: Path, document: Any, expected: str) -> None:
+    assert _error(tmp_path, document) == expected
+
+
+def test_timeout_equal_to_the_slo_is_accepted(tmp_path: Path) -> None:
+    golden = _load(tmp_path, _config(_model(latency_slo_ms=100, timeout_s=0.1))).models[0].golden
+    assert (golden.latency_slo_ms, golden.timeout_s) == (100.0, 0.1)
+
+
+def test_values_that_do_not_fit_the_datatype(tmp_path: Path) -> None:
+    message = _error(tmp_path, _with_input(data=[["a", "b"]]))
+    assert message.startswith("<file>: models[0].golden.inputs[0].data: values do not fit datatype FP32: "), message
+
+
+def test_missing_tensor_file(tmp_path: Path) -> None:
+    missing = tmp_path / "golden" / "missing.npy"
+    document = _without_key({"file": "golden/missing.npy"}, "data")
+    assert _error(tmp_path, document) == (
+        f"<file>: models[0].golden.inputs[0].file: cannot read {str(missing)!r}: "
+        f"[Errno 2] No such file or directory: {str(missing)!r}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("filename", "content", "problem"),
+    [
+        pytest.param("in.npy", b"", "No data left in file", id="empty-npy"),
+        pytest.param("in.json", b"[[1.0, ", None, id="broken-json"),
+        pytest.param("in.json", b"\xff\xfe", None, id="non-utf8-json"),
+    ],
+)
+def test_unreadable_tensor_file(tmp_path: Path, filename: str, content: bytes, problem: str | None) -> None:
+    (tmp_path / filename).write_bytes(content)
+    message = _error(tmp_path, _without_key({"file": filename}, "data"))
+    prefix = f"<file>: models[0].golden.inputs[0].file: cannot read {str(tmp_path / filename)!r}: "
+    assert message.startswith(prefix), message
+    if problem is not None:
+        assert message == prefix + problem
+
+
+def test_pickled_npy_is_refused(tmp_path: Path) -> None:
+    np.save(tmp_path / "in.npy", np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    message = _error(tmp_path, _without_key({"file": "in.npy", "shape": [2]}, "data"))
+    # numpy words the reason differently across versions; the refusal and where it happened are what count.
+    prefix = f"<file>: models[0].golden.inputs[0].file: cannot read {str(tmp_path / 'in.npy')!r}: "
+    assert message.startswith(prefix), message
+    assert message.endswith("allow_pickle=False"), message
+
+
+def test_tensor_file_with_unknown_suffix(tmp_path: Path) -> None:
+    (tmp_path / "in.csv").write_text("1,2\n", encoding="utf-8")
+    assert _error(tmp_path, _without_key({"file": "in.csv"}, "data")) == (
+        f"<file>: models[0].golden.inputs[0].file: must end in .npy or .json, got {str(tmp_path / 'in.csv')!r}"
+    )
+
+
+_ACCEPTED_LONG_NAME = "n" * 128
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("a/b", NAME_RULE.format("a/b")),
+        ("..", NAME_RULE.format("..")),
+        ("../x", NAME_RULE.format("../x")),
+        (".hidden", NAME_RULE.format(".hidden")),
+        ("-dash", NAME_RULE.format("-dash")),
+        ("a..b", NAME_RULE.format("a..b")),
+        ("a b", NAME_RULE.format("a b")),
+        ("a\\b", NAME_RULE.format("a\\b")),
+        ("modèle", NAME_RULE.format("modèle")),
+        ("a\n", NAME_RULE.format("a\n")),
+        ("x" * 129, NAME_RULE.format("x" * 129)),
+        ("x" * 200, NAME_RULE.format("x" * 200)),
+        ("", "must be a non-empty string, got an empty string"),
+        (None, "must be a non-empty string, got nothing (null)"),
+        (7, "must be a non-empty string, got 7"),
+    ],
+)
+def test_rejected_model_names(tmp_path: Path, name: Any, problem: str) -> None:
+    assert _error(tmp_path, _config(_model(name))) == f"<file>: models[0].name: {problem}"
+
+
+@pytest.mark.parametrize("name", ["a", "A.b-c_1", "_private", "9lives", "resnet50.v2", _ACCEPTED_LONG_NAME])
+def test_accepted_model_names(tmp_path: Path, name: str) -> None:
+    assert _load(tmp_path, _config(_model(name))).models[0].name == name
+
+
+@pytest.mark.parametrize(
+    ("version", "problem"),
+    [
+        ("0", VERSION_RULE.format("0")),
+        (0, VERSION_RULE.format(0)),
+        ("-1", VERSION_RULE.format("-1")),
+        (-1, VERSION_RULE.format(-1)),
+        ("1/2", VERSION_RULE.format("1/2")),
+        ("..", VERSION_RULE.format("..")),
+        ("v1", VERSION_RULE.format("v1")),
+        ("01", VERSION_RULE.format("01")),
+        ("1\n", VERSION_RULE.format("1\n")),
+        (10**19, VERSION_RULE.format(10**19)),
+        (True, "must be a non-empty string, got True"),
+        (1.0, "must be a non-empty string, got 1.0"),
+        ("", "must be a non-empty string, got an empty string"),
+    ],
+)
+def test_rejected_versions(tmp_path: Path, version: Any, problem: str) -> None:
+    document = _config({**_model(), "version": version})
+    assert _error(tmp_path, document) == f"<file>: models[0].version: {problem}"
+
+
+@pytest.mark.parametrize(("version", "parsed"), [(3, "3"), ("12", "12"), (None, None)])
+def test_accepted_versions(tmp_path: Path, version: Any, parsed: str | None) -> None:
+    assert _load(tmp_path, _config({**_model(), "version": version})).models[0].version == parsed
+
+
+def test_version_omitted_means_every_version(tmp_path: Path) -> None:
+    assert _load(tmp_path, _config(_model())).models[0].version is None
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    text = "models: [\n  - name: m\n"
+    with pytest.raises(yaml.YAMLError) as yaml_info:
+        yaml.safe_load(text)
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert str(info.value) == f"{path}: not valid YAML: {yaml_info.value}"
+    assert info.value.key_path == ""
+    assert isinstance(info.value.__cause__, yaml.YAMLError)
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        pytest.param(lambda p: None, "No such file or directory", id="missing"),
+        pytest.param(lambda p: p.mkdir(), "Is a directory", id="directory"),
+        pytest.param(
+            lambda p: p.write_bytes(b"\xffmodels: []\n"),
+            "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte",
+            id="not-utf8",
+        ),
+    ],
+)
+def test_unreadable_config_file_names_the_file(tmp_path: Path, make: Any, problem: str) -> None:
+    path = tmp_path / "nope.yaml"
+    make(path)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert str(info.value) == f"{path}: cannot read file: {problem}"
+
+
+def test_special_float_strings_parse(tmp_path: Path) -> None:
+    document = _with_output(shape=[6], data=["nan", "NaN", "-inf", "+Inf", "infinity", 1.5])
+    values = _load(tmp_path, document).models[0].golden.outputs[0].tensor.values
+    assert values.dtype == np.float32
+    assert np.isnan(values[0])
+    assert np.isnan(values[1])
+    assert values[2] == -np.inf
+    assert values[3] == np.inf
+    assert values[4] == np.inf
+    assert values[5] == 1.5
+
+
+def test_yaml_nan_literal_and_nested_nan_string(tmp_path: Path) -> None:
+    text = yaml.safe_dump(_with_output(shape=[2, 1], data=[["nan"], [2.0]]))
+    values = _load(tmp_path, text.replace("- nan", "- .nan")).models[0].golden.outputs[0].tensor.values
+    assert values.shape == (2, 1)
+    assert math.isnan(float(values[0, 0]))
+    assert float(values[1, 0]) == 2.0
+
+
+def test_bytes_tensors_become_bytes(tmp_path: Path) -> None:
+    document = _with_input(datatype="BYTES", shape=[3], data=["cat", "é", 7])
+    values = _load(tmp_path, document).models[0].golden.inputs[0].values
+    assert values.dtype == np.object_
+    assert list(values) == [b"cat", "é".encode(), b"7"]
+    assert not values.flags.writeable
+
+
+def test_yaml_round_trip_of_example_is_equivalent(tmp_path: Path) -> None:
+    """Dumping the example back to YAML (with the .npy path made absolute) gives the same request hash."""
+    document = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    rewritten = copy.deepcopy(document)
+    rewritten["models"][1]["golden"]["inputs"][0]["file"] = str(EXAMPLE_INPUT)
+    rewritten["embedded"]["model_repository"] = str(EXAMPLES / "model_repository")
+    original = load_settings(EXAMPLE_CONFIG)
+    copied = _load(tmp_path, json.loads(json.dumps(rewritten)))
+    assert [m.golden.input_hash for m in copied.models] == [m.golden.input_hash for m in original.models]
+    assert copied.embedded is not None and copied.embedded.model_repository == EXAMPLES / "model_repository"
