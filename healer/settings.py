@@ -150,7 +150,7 @@ def load_settings(path: str | Path) -> Settings:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(source, "", f"cannot read file: {getattr(exc, 'strerror', None) or exc}") from exc
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_Yaml12FloatLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ConfigError(source, "", f"not valid YAML: {exc}") from exc
     return parse_settings(document, source=source, base_dir=path.parent)
@@ -159,7 +159,7 @@ def load_settings(path: str | Path) -> Settings:
 def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
     reader = _Reader(source, base_dir)
     root = reader.mapping(document, "", required={"models"}, optional={"triton", "embedded"})
-    triton = _parse_triton(reader, root.get("triton", {}))
+    triton = _parse_triton(reader, root.get("triton") if root.get("triton") is not None else {})
     embedded = _parse_embedded(reader, root["embedded"]) if root.get("embedded") is not None else None
     models_raw = reader.sequence(root["models"], "models", min_length=1)
     models = tuple(_parse_model(reader, item, f"models[{i}]") for i, item in enumerate(models_raw))
@@ -298,12 +298,7 @@ def _load_tensor_file(reader: _Reader, raw: Any, key: str) -> Any:
 
 def _to_array(reader: _Reader, values: Any, datatype: str, shape: tuple[int, ...], key: str) -> npt.NDArray[Any]:
     try:
-        if datatype == "BYTES":
-            array = np.array(values, dtype=np.object_)
-            array = np.vectorize(lambda v: v if isinstance(v, bytes) else str(v).encode(), otypes=[np.object_])(array)
-        else:
-            # YAML has no NaN/Inf literals that survive every tool: accept the strings too.
-            array = np.array(_parse_special_floats(values), dtype=DATATYPES[datatype])
+        array = _bytes_array(values) if datatype == "BYTES" else _numeric_array(values, np.dtype(DATATYPES[datatype]))
     except (TypeError, ValueError, OverflowError) as exc:
         raise ConfigError(reader.source, key, f"values do not fit datatype {datatype}: {exc}") from exc
     if array.size != math.prod(shape):
@@ -313,6 +308,47 @@ def _to_array(reader: _Reader, values: Any, datatype: str, shape: tuple[int, ...
     array = array.reshape(shape)
     array.setflags(write=False)
     return array
+
+
+def _bytes_array(values: Any) -> npt.NDArray[Any]:
+    array = np.array(values, dtype=np.object_)
+    for item in array.reshape(-1):
+        if not isinstance(item, str | bytes):
+            raise ValueError(f"BYTES values must be strings, got {item!r}")
+    encoded: npt.NDArray[Any] = np.vectorize(lambda v: v if isinstance(v, bytes) else v.encode(), otypes=[np.object_])(
+        array
+    )
+    return encoded
+
+
+def _numeric_array(values: Any, target: np.dtype[Any]) -> npt.NDArray[Any]:
+    """Convert without silent loss: no 1.5 -> 1 for integers, no 300 -> 44 for UINT8, no null -> NaN."""
+    # YAML has no NaN/Inf literals that survive every tool: accept the strings too.
+    raw = np.array(_parse_special_floats(values))
+    if raw.dtype.kind not in "biuf":
+        raise ValueError(f"values must be numbers, got {'text' if raw.dtype.kind == 'U' else 'non-numbers'}")
+    # numpy turns [True, 1] into integers: look at the YAML values themselves for stray booleans.
+    has_bool = raw.dtype.kind == "b" or any(isinstance(v, bool) for v in _leaves(values))
+    if target.kind == "b":
+        if raw.dtype.kind != "b":
+            raise ValueError("BOOL values must be true or false")
+    elif target.kind in "iu":
+        if has_bool:
+            raise ValueError("integer values must not be true/false")
+        if raw.dtype.kind == "f" and raw.size and not np.all(np.isfinite(raw) & (raw == np.round(raw))):
+            raise ValueError("integer datatype needs whole numbers")
+        info = np.iinfo(target)
+        if raw.size and (raw.min() < info.min or raw.max() > info.max):
+            raise ValueError(f"values must lie in [{info.min}, {info.max}]")
+    elif has_bool:
+        raise ValueError("floating-point values must not be true/false")
+    return raw.astype(target)
+
+
+def _leaves(values: Any) -> list[Any]:
+    if isinstance(values, list):
+        return [leaf for item in values for leaf in _leaves(item)]
+    return [values]
 
 
 def _parse_special_floats(values: Any) -> Any:
@@ -328,6 +364,24 @@ def _parse_special_floats(values: Any) -> Any:
     }:
         return float(values)
     return values
+
+
+class _Yaml12FloatLoader(yaml.SafeLoader):
+    """SafeLoader that reads 1e-3 and 5E+2 as floats, as YAML 1.2 does (PyYAML's 1.1 rules make them strings)."""
+
+
+_Yaml12FloatLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 T = TypeVar("T")

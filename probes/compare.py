@@ -133,7 +133,7 @@ def _mismatch_reason(name: str, bad: int, total: int, worst: Mismatch) -> str:
         f"output {name!r}: {bad}/{total} values off; worst [{where}] expected {worst.expected!r} got {worst.actual!r}"
     )
     if worst.abs_error is not None and worst.allowed is not None:
-        text += f" (|error| {worst.abs_error:.6g} > allowed {worst.allowed:.6g})"
+        text += f" (|error| {worst.abs_error:.8g} > allowed {worst.allowed:.8g})"
     return text
 
 

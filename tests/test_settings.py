@@ -509,11 +509,6 @@ def _missing_golden() -> dict[str, Any]:
             id="zero-triton-timeout",
         ),
         pytest.param(
-            _config(triton=None),
-            "<file>: triton: must be a mapping, got nothing (null)",
-            id="null-triton",
-        ),
-        pytest.param(
             _config(embedded={"model_repository": "repo", "startup_timeout_s": 0.5}),
             "<file>: embedded.startup_timeout_s: must be >= 1, got 0.5",
             id="short-startup-timeout",
@@ -701,11 +696,51 @@ def test_yaml_nan_literal_and_nested_nan_string(tmp_path: Path) -> None:
 
 
 def test_bytes_tensors_become_bytes(tmp_path: Path) -> None:
-    document = _with_input(datatype="BYTES", shape=[3], data=["cat", "é", 7])
+    document = _with_input(datatype="BYTES", shape=[2], data=["cat", "é"])
     values = _load(tmp_path, document).models[0].golden.inputs[0].values
     assert values.dtype == np.object_
-    assert list(values) == [b"cat", "é".encode(), b"7"]
+    assert list(values) == [b"cat", "é".encode()]
     assert not values.flags.writeable
+
+
+def test_null_triton_section_means_defaults(tmp_path: Path) -> None:
+    settings = _load(tmp_path, _config(triton=None))
+    assert settings.triton.url == "127.0.0.1:8000"
+
+
+@pytest.mark.parametrize(
+    ("datatype", "data", "problem"),
+    [
+        ("BYTES", ["cat", 7], "BYTES values must be strings, got 7"),
+        ("INT64", [1.5, 2], "integer datatype needs whole numbers"),
+        ("UINT8", [300, 1], "values must lie in [0, 255]"),
+        ("INT32", [True, 1], "integer values must not be true/false"),
+        ("FP32", [None, 1.0], "values must be numbers, got non-numbers"),
+        ("FP32", ["abc", "1"], "values must be numbers, got text"),
+        ("FP32", [True, False], "floating-point values must not be true/false"),
+        ("BOOL", [1, 0], "BOOL values must be true or false"),
+    ],
+)
+def test_lossy_golden_values_are_rejected(tmp_path: Path, datatype: str, data: list[object], problem: str) -> None:
+    document = _with_input(datatype=datatype, shape=[2], data=data)
+    with pytest.raises(ConfigError) as excinfo:
+        _load(tmp_path, document)
+    assert str(excinfo.value) == (
+        f"{tmp_path / 'healer.yaml'}: models[0].golden.inputs[0].data: values do not fit datatype {datatype}: {problem}"
+    )
+
+
+def test_yaml_12_exponent_floats_are_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "healer.yaml"
+    text = EXAMPLE_CONFIG.read_text().replace("atol: 1.0e-3", "atol: 1e-3").replace("embedded:", "unused_embedded:")
+    text = text.replace("unused_embedded:", "embedded:")
+    path.write_text(
+        text.replace("file: golden/", f"file: {EXAMPLES}/golden/").replace(
+            "model_repository: model_repository", f"model_repository: {EXAMPLES}/model_repository"
+        )
+    )
+    assert "atol: 1e-3" in path.read_text()
+    assert load_settings(path).models[0].golden.outputs[0].atol == pytest.approx(1e-3)
 
 
 def test_yaml_round_trip_of_example_is_equivalent(tmp_path: Path) -> None:

@@ -41,6 +41,6 @@ class TritonPythonModel:
                 values = [logits.reshape(x.shape[0], -1).astype(np.float32)]
             if self.extra_latency_s:
                 time.sleep(self.extra_latency_s)
-            tensors = [pb_utils.Tensor(name, value) for name, value in zip(self.output_names, values)]
+            tensors = [pb_utils.Tensor(name, value) for name, value in zip(self.output_names, values, strict=True)]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses
