@@ -119,3 +119,11 @@ def test_start_up_deadline_is_enforced(tmp_path: Path) -> None:
         server.start()
     assert time.monotonic() - started < 10
     assert os.path.exists(server.log_path)
+
+
+def test_every_example_model_runs_the_same_code() -> None:
+    """Versions differ by their params.json only; a drifted model.py copy would make drills lie."""
+    canonical = (EXAMPLES / "dense_model.py").read_bytes()
+    copies = sorted(EXAMPLES.glob("**/model.py"))
+    assert len(copies) == 12
+    assert [c for c in copies if c.read_bytes() != canonical] == []
