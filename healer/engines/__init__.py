@@ -1,0 +1,105 @@
+"""Rollback engines: where a rollback workflow runs.
+
+* ``ArgoEngine`` submits the ``healer-rollback`` WorkflowTemplate to Argo Workflows (at scale).
+* ``LocalEngine`` executes the same template in-process (the embedded default, and the fallback
+  inside a pod when Argo cannot be reached).
+
+Both take a ``RollbackRequest`` and report in Argo's Workflow vocabulary (phase, nodes, outputs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol
+
+TEMPLATE_NAME = "healer-rollback"
+DONE_PHASES = frozenset({"Succeeded", "Failed", "Error"})
+# Short codes: they become Kubernetes label values (<= 63 chars, [A-Za-z0-9_.-]).
+REASONS = frozenset({"wrong-answer", "non-finite", "model-error", "slow", "not-ready", "manual"})
+AUTO = "auto"
+
+
+class EngineError(Exception):
+    """Base class for engine failures."""
+
+
+class EngineUnavailable(EngineError):
+    """The engine could not be reached or did not answer in time (temporary: retry or fall back)."""
+
+
+class EngineRejected(EngineError):
+    """The engine refused the request (permanent: fix the request or the set-up)."""
+
+
+@dataclass(frozen=True)
+class RollbackRequest:
+    """Everything a rollback needs to know, as the workflow's parameters."""
+
+    model: str
+    from_version: str
+    incident: str
+    reason: str = "wrong-answer"
+    to_version: str = AUTO  # "auto": fetch-stable picks the newest stable, non-quarantined version
+    detail: str = ""  # human text: the probe's reason, shown in the Argo UI description
+    pod: str = ""  # the pod that detected it (kept for diagnosis on escalation)
+
+    def __post_init__(self) -> None:
+        if self.reason not in REASONS:
+            raise ValueError(f"reason must be one of {sorted(REASONS)}, got {self.reason!r}")
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?", self.incident):
+            raise ValueError(f"incident must be a label-safe id, got {self.incident!r}")
+
+    def parameters(self) -> dict[str, str]:
+        """The workflow's parameters, by the names the WorkflowTemplate declares."""
+        return {
+            "model": self.model,
+            "from-version": self.from_version,
+            "to-version": self.to_version,
+            "reason": self.reason,
+            "incident": self.incident,
+            "detail": self.detail,
+            "pod": self.pod,
+        }
+
+
+def workflow_name(request: RollbackRequest) -> str:
+    """One deterministic name per incident: a second submission collides (409) and joins the first."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", request.model.lower()).strip("-")[:30].strip("-") or "model"
+    digest = hashlib.sha256(f"{request.model}\0{request.incident}".encode()).hexdigest()[:10]
+    return f"{TEMPLATE_NAME}-{slug}-{digest}"
+
+
+@dataclass(frozen=True)
+class Submission:
+    name: str
+    created: bool  # False: a workflow for this incident already existed and was joined
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    name: str
+    phase: str  # Pending | Running | Succeeded | Failed | Error
+    message: str = ""
+    started_at: str | None = None
+    finished_at: str | None = None
+    outputs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def done(self) -> bool:
+        return self.phase in DONE_PHASES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.phase == "Succeeded"
+
+
+class RollbackEngine(Protocol):
+    def submit(self, request: RollbackRequest) -> Submission: ...
+
+    def status(self, name: str) -> RunStatus: ...
+
+    def wait(self, name: str, timeout_s: float) -> RunStatus: ...
