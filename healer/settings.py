@@ -112,12 +112,69 @@ class ModelSettings:
     version: str | None = None
 
 
+@dataclass(frozen=True)
+class S3Settings:
+    bucket: str
+    prefix: str = ""
+    endpoint_url: str | None = None  # None: AWS; set for MinIO, SeaweedFS, Ceph...
+    region: str = "us-east-1"
+    connect_timeout_s: float = 3.0
+    read_timeout_s: float = 10.0
+    # Credentials come from the usual AWS_* environment variables or the pod's IAM role, never from this file.
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """Where model versions and the stable ledger live: a filesystem/NFS path or S3."""
+
+    filesystem: Path | None = None
+    s3: S3Settings | None = None
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    webhook_url: str | None = None  # Alertmanager base URL; alerts go to <url>/api/v2/alerts
+    timeout_s: float = 5.0
+    runbook_url: str = "https://github.com/healer/healer/blob/main/runbooks/rollback-escalated.md"
+
+
+@dataclass(frozen=True)
+class ArgoSettings:
+    host: str = "https://argo-server.argo:2746"
+    namespace: str = "healer"
+    token_file: Path | None = None  # e.g. a projected service-account token
+    verify_ssl: bool = True
+    request_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class RollbackSettings:
+    deadline_s: float = 90.0  # the whole rollback, unload to verified; past it: escalate
+    unload_timeout_s: float = 30.0
+    load_timeout_s: float = 60.0
+    poll_interval_s: float = 0.05
+    engine: str = "local"  # local | argo
+    state_dir: Path = Path(".healer/runs")  # LocalEngine's run records
+    argo: ArgoSettings = field(default_factory=ArgoSettings)
+    alert: AlertSettings = field(default_factory=AlertSettings)
+
+
 @dataclass(frozen=True, eq=False)
 class Settings:
     source: str
     triton: TritonSettings
     models: tuple[ModelSettings, ...]
     embedded: EmbeddedSettings | None = None
+    store: StoreSettings | None = None
+    # The directory Triton reads (its --model-repository). None: the filesystem store itself.
+    live_repository: Path | None = None
+    rollback: RollbackSettings = field(default_factory=RollbackSettings)
+
+    @property
+    def live_repository_path(self) -> Path | None:
+        if self.live_repository is not None:
+            return self.live_repository
+        return self.store.filesystem if self.store is not None else None
 
     def model(self, name: str) -> ModelSettings:
         for model in self.models:
@@ -158,9 +215,16 @@ def load_settings(path: str | Path) -> Settings:
 
 def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
     reader = _Reader(source, base_dir)
-    root = reader.mapping(document, "", required={"models"}, optional={"triton", "embedded"})
+    root = reader.mapping(
+        document, "", required={"models"}, optional={"triton", "embedded", "store", "live_repository", "rollback"}
+    )
     triton = _parse_triton(reader, root.get("triton") if root.get("triton") is not None else {})
     embedded = _parse_embedded(reader, root["embedded"]) if root.get("embedded") is not None else None
+    store = _parse_store(reader, root["store"]) if root.get("store") is not None else None
+    live = reader.path(root["live_repository"], "live_repository") if root.get("live_repository") is not None else None
+    if store is not None and store.s3 is not None and live is None:
+        raise ConfigError(source, "live_repository", "is required with an S3 store (the directory Triton reads)")
+    rollback = _parse_rollback(reader, root["rollback"] if root.get("rollback") is not None else {})
     models_raw = reader.sequence(root["models"], "models", min_length=1)
     models = tuple(_parse_model(reader, item, f"models[{i}]") for i, item in enumerate(models_raw))
     seen: dict[str, int] = {}
@@ -172,7 +236,127 @@ def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
                 f"duplicate model {model.name!r} (also models[{seen[model.name]}])",
             )
         seen[model.name] = i
-    return Settings(source=source, triton=triton, models=models, embedded=embedded)
+    return Settings(
+        source=source,
+        triton=triton,
+        models=models,
+        embedded=embedded,
+        store=store,
+        live_repository=live,
+        rollback=rollback,
+    )
+
+
+def _parse_store(reader: _Reader, raw: Any) -> StoreSettings:
+    data = reader.mapping(raw, "store", optional={"filesystem", "s3"})
+    if ("filesystem" in data) == ("s3" in data):
+        raise ConfigError(reader.source, "store", "needs exactly one of 'filesystem' or 's3'")
+    if "filesystem" in data:
+        fs = reader.mapping(data["filesystem"], "store.filesystem", required={"root"})
+        return StoreSettings(filesystem=reader.path(fs["root"], "store.filesystem.root"))
+    s3 = reader.mapping(
+        data["s3"],
+        "store.s3",
+        required={"bucket"},
+        optional={"prefix", "endpoint_url", "region", "connect_timeout_s", "read_timeout_s"},
+    )
+    defaults = S3Settings(bucket="-")
+    endpoint = s3.get("endpoint_url")
+    if endpoint is not None and not reader.string(endpoint, "store.s3.endpoint_url").startswith(
+        ("http://", "https://")
+    ):
+        raise ConfigError(
+            reader.source, "store.s3.endpoint_url", f"must start with http:// or https://, got {endpoint!r}"
+        )
+    return StoreSettings(
+        s3=S3Settings(
+            bucket=reader.string(s3["bucket"], "store.s3.bucket"),
+            prefix=reader.string(s3["prefix"], "store.s3.prefix").strip("/") if s3.get("prefix") else "",
+            endpoint_url=endpoint,
+            region=reader.string(s3.get("region", defaults.region), "store.s3.region"),
+            connect_timeout_s=reader.number(
+                s3.get("connect_timeout_s", defaults.connect_timeout_s), "store.s3.connect_timeout_s", minimum=0.001
+            ),
+            read_timeout_s=reader.number(
+                s3.get("read_timeout_s", defaults.read_timeout_s), "store.s3.read_timeout_s", minimum=0.001
+            ),
+        )
+    )
+
+
+def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
+    key = "rollback"
+    data = reader.mapping(
+        raw,
+        key,
+        optional={
+            "deadline_s",
+            "unload_timeout_s",
+            "load_timeout_s",
+            "poll_interval_s",
+            "engine",
+            "state_dir",
+            "argo",
+            "alert",
+        },
+    )
+    d = RollbackSettings()
+    engine = reader.string(data.get("engine", d.engine), f"{key}.engine")
+    if engine not in {"local", "argo"}:
+        raise ConfigError(reader.source, f"{key}.engine", f"must be 'local' or 'argo', got {engine!r}")
+    argo = d.argo
+    if data.get("argo") is not None:
+        a = reader.mapping(
+            data["argo"],
+            f"{key}.argo",
+            optional={"host", "namespace", "token_file", "verify_ssl", "request_timeout_s"},
+        )
+        host = reader.string(a.get("host", argo.host), f"{key}.argo.host")
+        if not host.startswith(("http://", "https://")):
+            raise ConfigError(reader.source, f"{key}.argo.host", f"must start with http:// or https://, got {host!r}")
+        verify = a.get("verify_ssl", argo.verify_ssl)
+        if not isinstance(verify, bool):
+            raise ConfigError(
+                reader.source, f"{key}.argo.verify_ssl", f"must be true or false, got {_describe(verify)}"
+            )
+        argo = ArgoSettings(
+            host=host,
+            namespace=reader.string(a.get("namespace", argo.namespace), f"{key}.argo.namespace"),
+            token_file=reader.path(a["token_file"], f"{key}.argo.token_file") if a.get("token_file") else None,
+            verify_ssl=verify,
+            request_timeout_s=reader.number(
+                a.get("request_timeout_s", argo.request_timeout_s), f"{key}.argo.request_timeout_s", minimum=0.001
+            ),
+        )
+    alert = d.alert
+    if data.get("alert") is not None:
+        al = reader.mapping(data["alert"], f"{key}.alert", optional={"webhook_url", "timeout_s", "runbook_url"})
+        url = al.get("webhook_url")
+        if url is not None and not reader.string(url, f"{key}.alert.webhook_url").startswith(("http://", "https://")):
+            raise ConfigError(
+                reader.source, f"{key}.alert.webhook_url", f"must start with http:// or https://, got {url!r}"
+            )
+        alert = AlertSettings(
+            webhook_url=url,
+            timeout_s=reader.number(al.get("timeout_s", alert.timeout_s), f"{key}.alert.timeout_s", minimum=0.001),
+            runbook_url=reader.string(al.get("runbook_url", alert.runbook_url), f"{key}.alert.runbook_url"),
+        )
+    return RollbackSettings(
+        deadline_s=reader.number(data.get("deadline_s", d.deadline_s), f"{key}.deadline_s", minimum=1),
+        unload_timeout_s=reader.number(
+            data.get("unload_timeout_s", d.unload_timeout_s), f"{key}.unload_timeout_s", minimum=0.1
+        ),
+        load_timeout_s=reader.number(
+            data.get("load_timeout_s", d.load_timeout_s), f"{key}.load_timeout_s", minimum=0.1
+        ),
+        poll_interval_s=reader.number(
+            data.get("poll_interval_s", d.poll_interval_s), f"{key}.poll_interval_s", minimum=0.001
+        ),
+        engine=engine,
+        state_dir=reader.path(data.get("state_dir") or str(d.state_dir), f"{key}.state_dir"),
+        argo=argo,
+        alert=alert,
+    )
 
 
 def _parse_triton(reader: _Reader, raw: Any) -> TritonSettings:

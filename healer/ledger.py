@@ -1,0 +1,168 @@
+"""The stable ledger of one model, and the pure decisions made from it.
+
+A ledger says which versions were promoted *stable* (with the sha256 of every file and the
+model config Triton served them with) and which are *quarantined* (with the reason and the
+incident). It is stored as numbered snapshots; see healer/store.py for how they are written.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+LEDGER_FORMAT = 1
+
+
+class LedgerFormatError(ValueError):
+    """A ledger snapshot could not be read; the message names the key and the problem."""
+
+
+@dataclass(frozen=True)
+class StableRecord:
+    version: str
+    files: Mapping[str, str]  # relative path -> sha256 hex
+    promoted_at: str
+    promoted_by: str
+    # The model config (Triton's JSON form) the version was served with when promoted. A rollback
+    # loads the version with exactly this config, pinned to the version, even if the broken
+    # model can no longer be asked for its config.
+    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "files": dict(sorted(self.files.items())),
+            "promoted_at": self.promoted_at,
+            "promoted_by": self.promoted_by,
+            "config": _thaw(self.config),
+        }
+
+
+@dataclass(frozen=True)
+class QuarantineRecord:
+    version: str
+    reason: str
+    incident: str
+    at: str
+    by: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "reason": self.reason, "incident": self.incident, "at": self.at, "by": self.by}
+
+
+@dataclass(frozen=True)
+class Ledger:
+    model: str
+    generation: int = 0  # 0: no snapshot written yet
+    stable: tuple[StableRecord, ...] = ()
+    quarantined: tuple[QuarantineRecord, ...] = ()
+
+    def stable_record(self, version: str) -> StableRecord | None:
+        return next((r for r in reversed(self.stable) if r.version == version), None)
+
+    def is_quarantined(self, version: str) -> bool:
+        return any(q.version == version for q in self.quarantined)
+
+    def with_stable(self, record: StableRecord) -> Ledger:
+        """Promote a version. Re-promoting replaces the earlier record of that version."""
+        kept = tuple(r for r in self.stable if r.version != record.version)
+        return replace(self, stable=(*kept, record))
+
+    def with_quarantine(self, record: QuarantineRecord) -> Ledger:
+        """Quarantine a version. Idempotent: the same version and incident twice is one record."""
+        if any(q.version == record.version and q.incident == record.incident for q in self.quarantined):
+            return self
+        return replace(self, quarantined=(*self.quarantined, record))
+
+    def to_json(self) -> bytes:
+        document = {
+            "format": LEDGER_FORMAT,
+            "model": self.model,
+            "generation": self.generation,
+            "stable": [r.to_dict() for r in self.stable],
+            "quarantined": [q.to_dict() for q in self.quarantined],
+        }
+        return (json.dumps(document, indent=2, sort_keys=False) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, *, where: str) -> Ledger:
+        try:
+            document = json.loads(raw)
+            if document.get("format") != LEDGER_FORMAT:
+                raise LedgerFormatError(f"{where}: format: expected {LEDGER_FORMAT}, got {document.get('format')!r}")
+            return cls(
+                model=str(document["model"]),
+                generation=int(document["generation"]),
+                stable=tuple(
+                    StableRecord(
+                        version=str(r["version"]),
+                        files=MappingProxyType(dict(r["files"])),
+                        promoted_at=str(r["promoted_at"]),
+                        promoted_by=str(r["promoted_by"]),
+                        config=MappingProxyType(dict(r.get("config") or {})),
+                    )
+                    for r in document["stable"]
+                ),
+                quarantined=tuple(
+                    QuarantineRecord(
+                        version=str(q["version"]),
+                        reason=str(q["reason"]),
+                        incident=str(q["incident"]),
+                        at=str(q["at"]),
+                        by=str(q["by"]),
+                    )
+                    for q in document["quarantined"]
+                ),
+            )
+        except LedgerFormatError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise LedgerFormatError(f"{where}: not a healer ledger: {type(exc).__name__}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class RestoreChoice:
+    """Which version to restore, or why there is none."""
+
+    record: StableRecord | None
+    reason: str
+
+
+def choose_restore_version(
+    ledger: Ledger, *, failing_version: str, available: Iterable[str], requested: str | None = None
+) -> RestoreChoice:
+    """The newest stable version that is not the failing one, not quarantined and present in the store.
+
+    ``requested`` (a version the submitter already chose) must itself satisfy those rules.
+    """
+    present = set(available)
+    candidates = sorted(ledger.stable, key=lambda r: int(r.version), reverse=True)
+    skipped: list[str] = []
+    for record in candidates:
+        if requested is not None and record.version != requested:
+            continue
+        if record.version == failing_version:
+            skipped.append(f"v{record.version} is the failing version")
+        elif ledger.is_quarantined(record.version):
+            skipped.append(f"v{record.version} is quarantined")
+        elif record.version not in present:
+            skipped.append(f"v{record.version} is missing from the store")
+        else:
+            return RestoreChoice(record, f"v{record.version}: newest stable, not quarantined")
+    if requested is not None and not skipped:
+        return RestoreChoice(None, f"requested v{requested} was never promoted stable")
+    if not candidates:
+        return RestoreChoice(None, "no version of this model was ever promoted stable")
+    return RestoreChoice(None, "no stable version to restore: " + "; ".join(skipped))
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_thaw(v) for v in value]
+    return value

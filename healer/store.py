@@ -1,0 +1,392 @@
+"""The model store: model versions plus, per model, the stable ledger and an audit trail.
+
+Layout (the same keys on a filesystem/NFS path and under an S3 prefix)::
+
+    <root>/<model>/config.pbtxt
+    <root>/<model>/<version>/...                         model files, never deleted by healer
+    <root>/.healer/<model>/ledger/<generation>.json      ledger snapshots, 00000001.json, ...
+    <root>/.healer/<model>/audit/<time>-<incident>-<n>.json
+
+Ledger writes never lose an update: a writer reads snapshot N, applies its change and
+*creates* snapshot N+1 exclusively (filesystem: hard link of a complete temp file, which fails
+if the name exists; S3: ``PutObject`` with ``If-None-Match: *``). The loser of a race re-reads
+and re-applies its change; the number of attempts is bounded. Old snapshots stay: they are the
+ledger's history. (Triton lists ``.healer`` in its repository index; it never loads it.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+
+from healer.ledger import Ledger, LedgerFormatError
+from healer.settings import MODEL_NAME_PATTERN, VERSION_PATTERN
+
+META_DIR = ".healer"
+MAX_LEDGER_ATTEMPTS = 16
+CHUNK = 1 << 20
+
+
+class StoreError(Exception):
+    """Base class for store failures."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached or did not answer in time (temporary)."""
+
+
+class StoreConflict(StoreError):
+    """Concurrent ledger writers kept winning; gave up after a bounded number of attempts."""
+
+
+class StoreIntegrityError(StoreError):
+    """Files do not match what the ledger recorded (permanent: never load them)."""
+
+
+class Blobs(Protocol):
+    """The few operations the store needs from a filesystem path or an S3 prefix."""
+
+    location: str
+
+    def keys(self, prefix: str) -> list[str]: ...
+
+    def read(self, key: str) -> bytes: ...
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Write ``key`` only if it does not exist; False if it did. Readers never see partial data."""
+        ...
+
+    def open_stream(self, key: str) -> Iterator[bytes]: ...
+
+
+def _check_name(model: str, version: str | None = None) -> None:
+    # Names become paths and keys: refuse anything that could escape the root.
+    if not MODEL_NAME_PATTERN.match(model) or ".." in model:
+        raise ValueError(f"invalid model name {model!r}")
+    if version is not None and not VERSION_PATTERN.match(version):
+        raise ValueError(f"invalid version {version!r} (a positive integer)")
+
+
+class FilesystemBlobs:
+    """A local or NFS-mounted directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.location = str(self.root)
+
+    def keys(self, prefix: str) -> list[str]:
+        base = self.root / prefix
+        try:
+            if not base.is_dir():
+                return []
+            return sorted(str(PurePosixPath(p.relative_to(self.root))) for p in base.rglob("*") if p.is_file())
+        except OSError as exc:
+            raise StoreUnavailable(f"{self.location}: cannot list {prefix!r}: {exc}") from exc
+
+    def read(self, key: str) -> bytes:
+        try:
+            return (self.root / key).read_bytes()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StoreUnavailable(f"{self.location}: cannot read {key!r}: {exc}") from exc
+
+    def create(self, key: str, data: bytes) -> bool:
+        target = self.root / key
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                # link() is atomic and fails if the name exists, also on NFS: exclusive create of a full file.
+                os.link(temp, target)
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+        except OSError as exc:
+            raise StoreUnavailable(f"{self.location}: cannot write {key!r}: {exc}") from exc
+
+    def open_stream(self, key: str) -> Iterator[bytes]:
+        try:
+            with (self.root / key).open("rb") as handle:
+                while chunk := handle.read(CHUNK):
+                    yield chunk
+        except OSError as exc:
+            raise StoreUnavailable(f"{self.location}: cannot read {key!r}: {exc}") from exc
+
+
+class S3Blobs:
+    """An S3 bucket and prefix, through boto3 with timeouts and a bounded retry budget."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        connect_timeout_s: float = 3.0,
+        read_timeout_s: float = 10.0,
+        max_attempts: int = 3,
+        client: Any = None,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.location = f"s3://{bucket}/{self.prefix}".rstrip("/")
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            client = boto3.client(
+                "s3",
+                endpoint_url=endpoint_url,
+                region_name=region or "us-east-1",
+                config=Config(
+                    connect_timeout=connect_timeout_s,
+                    read_timeout=read_timeout_s,
+                    retries={"max_attempts": max_attempts, "mode": "standard"},
+                    s3={"addressing_style": "path"},
+                ),
+            )
+        self._s3 = client
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def keys(self, prefix: str) -> list[str]:
+        full = self._key(prefix.rstrip("/") + "/")
+        found: list[str] = []
+        token: str | None = None
+        with self._errors(f"cannot list {prefix!r}"):
+            # Bounded: a listing that never ends is a broken server, not a big bucket.
+            for _page in range(10_000):
+                kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full}
+                if token:
+                    kwargs["ContinuationToken"] = token
+                page = self._s3.list_objects_v2(**kwargs)
+                found += [obj["Key"] for obj in page.get("Contents", [])]
+                if not page.get("IsTruncated"):
+                    break
+                token = page.get("NextContinuationToken")
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        return sorted(key[strip:] for key in found)
+
+    def read(self, key: str) -> bytes:
+        with self._errors(f"cannot read {key!r}"):
+            body: bytes = self._s3.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+            return body
+
+    def create(self, key: str, data: bytes) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            with self._errors(f"cannot write {key!r}", passthrough=(ClientError,)):
+                self._s3.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*")
+            return True
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 412 or code in {"PreconditionFailed", "ConditionalRequestConflict"}:
+                return False
+            if status == 409:  # a concurrent conditional write in flight: the other writer wins
+                return False
+            raise self._translate(exc, f"cannot write {key!r}") from exc
+
+    def open_stream(self, key: str) -> Iterator[bytes]:
+        with self._errors(f"cannot read {key!r}"):
+            body = self._s3.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+            yield from body.iter_chunks(CHUNK)
+
+    @contextlib.contextmanager
+    def _errors(self, what: str, passthrough: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except passthrough:
+            raise
+        except ClientError as exc:
+            raise self._translate(exc, what) from exc
+        except BotoCoreError as exc:
+            # Endpoint unreachable, timeouts, retries exhausted.
+            raise StoreUnavailable(f"{self.location}: {what}: {exc}") from exc
+
+    def _translate(self, exc: Any, what: str) -> Exception:
+        code = exc.response.get("Error", {}).get("Code", "")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if code in {"NoSuchKey", "404"} or status == 404:
+            return FileNotFoundError(f"{self.location}: {what}: not found")
+        if status >= 500:
+            return StoreUnavailable(f"{self.location}: {what}: HTTP {status} {code}")
+        return StoreError(f"{self.location}: {what}: HTTP {status} {code}: {exc}")
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class FetchedVersion:
+    model: str
+    version: str
+    path: Path
+    files: Mapping[str, str]  # relative path -> sha256, computed from the bytes written
+
+
+class ModelStore:
+    def __init__(self, blobs: Blobs) -> None:
+        self.blobs = blobs
+
+    @property
+    def location(self) -> str:
+        return self.blobs.location
+
+    # ---- model versions -------------------------------------------------------------------
+    def models(self) -> list[str]:
+        names = {key.split("/", 1)[0] for key in self.blobs.keys("") if "/" in key}
+        return sorted(n for n in names if n != META_DIR and MODEL_NAME_PATTERN.match(n))
+
+    def versions(self, model: str) -> list[str]:
+        _check_name(model)
+        found = {key.split("/")[1] for key in self.blobs.keys(model) if key.count("/") >= 2}
+        return sorted((v for v in found if VERSION_PATTERN.match(v)), key=int)
+
+    def version_files(self, model: str, version: str) -> dict[str, str]:
+        """sha256 of every file of a version, keyed by the path relative to the version directory."""
+        _check_name(model, version)
+        prefix = f"{model}/{version}/"
+        hashes = {}
+        for key in self.blobs.keys(f"{model}/{version}"):
+            digest = hashlib.sha256()
+            for chunk in self.blobs.open_stream(key):
+                digest.update(chunk)
+            hashes[key[len(prefix) :]] = digest.hexdigest()
+        return hashes
+
+    def fetch_version(self, model: str, version: str, live_repository: Path) -> FetchedVersion:
+        """Copy a version (and the model's config.pbtxt if the live repository lacks one) into the
+        directory Triton reads. The copy is assembled beside the target and renamed into place; an
+        existing different copy is moved aside, never deleted."""
+        _check_name(model, version)
+        model_dir = live_repository / model
+        target = model_dir / version
+        model_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".fetch-{version}-", dir=model_dir))
+        try:
+            hashes: dict[str, str] = {}
+            prefix = f"{model}/{version}/"
+            for key in self.blobs.keys(f"{model}/{version}"):
+                relative = key[len(prefix) :]
+                destination = staging / relative
+                if not destination.resolve().is_relative_to(staging.resolve()):
+                    raise StoreIntegrityError(f"{self.location}: key {key!r} escapes the version directory")
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                digest = hashlib.sha256()
+                with destination.open("wb") as handle:
+                    for chunk in self.blobs.open_stream(key):
+                        digest.update(chunk)
+                        handle.write(chunk)
+                hashes[relative] = digest.hexdigest()
+            if not hashes:
+                raise StoreIntegrityError(f"{self.location}: {model} v{version} has no files")
+            config = model_dir / "config.pbtxt"
+            if not config.exists():
+                with contextlib.suppress(FileNotFoundError):
+                    _write_atomic(config, self.blobs.read(f"{model}/config.pbtxt"))
+            if target.exists():
+                if _hash_tree(target) == hashes:
+                    return FetchedVersion(model, version, target, hashes)
+                aside = model_dir.parent / META_DIR / "displaced" / model / f"{version}-{uuid.uuid4().hex[:8]}"
+                aside.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(target, aside)
+            os.replace(staging, target)
+            return FetchedVersion(model, version, target, hashes)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    # ---- ledger ---------------------------------------------------------------------------
+    def _ledger_prefix(self, model: str) -> str:
+        return f"{META_DIR}/{model}/ledger"
+
+    def ledger(self, model: str) -> Ledger:
+        _check_name(model)
+        snapshots = [k for k in self.blobs.keys(self._ledger_prefix(model)) if k.endswith(".json")]
+        if not snapshots:
+            return Ledger(model=model)
+        newest = max(snapshots, key=lambda k: int(PurePosixPath(k).stem))
+        where = f"{self.location}/{newest}"
+        ledger = Ledger.from_json(self.blobs.read(newest), where=where)
+        if ledger.model != model:
+            raise LedgerFormatError(f"{where}: model: expected {model!r}, got {ledger.model!r}")
+        return ledger
+
+    def update_ledger(self, model: str, change: Callable[[Ledger], Ledger]) -> Ledger:
+        """Apply ``change`` to the newest snapshot and write it as the next one; retry on a race."""
+        for _attempt in range(MAX_LEDGER_ATTEMPTS):
+            current = self.ledger(model)
+            updated = change(current)
+            if updated == current:
+                return current  # nothing to record: idempotent
+            snapshot = dataclasses.replace(updated, model=model, generation=current.generation + 1)
+            key = f"{self._ledger_prefix(model)}/{snapshot.generation:08d}.json"
+            if self.blobs.create(key, snapshot.to_json()):
+                return snapshot
+        raise StoreConflict(
+            f"{self.location}: ledger of {model!r} changed under us {MAX_LEDGER_ATTEMPTS} times in a row"
+        )
+
+    # ---- audit ----------------------------------------------------------------------------
+    def append_audit(self, model: str, record: Mapping[str, Any]) -> str:
+        _check_name(model)
+        incident = str(record.get("incident", "none"))
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        data = (json.dumps({"model": model, "at": utc_now(), **record}, sort_keys=True) + "\n").encode()
+        for n in range(100):
+            key = f"{META_DIR}/{model}/audit/{stamp}-{incident}-{n}.json"
+            if self.blobs.create(key, data):
+                return key
+        raise StoreConflict(f"{self.location}: could not append an audit record for {model!r}")
+
+    def audit(self, model: str) -> list[dict[str, Any]]:
+        _check_name(model)
+        return [json.loads(self.blobs.read(k)) for k in self.blobs.keys(f"{META_DIR}/{model}/audit")]
+
+
+def _hash_tree(root: Path) -> dict[str, str]:
+    hashes = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            while chunk := handle.read(CHUNK):
+                digest.update(chunk)
+        hashes[str(PurePosixPath(path.relative_to(root)))] = digest.hexdigest()
+    return hashes
+
+
+def hash_directory(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` (relative POSIX paths), e.g. a version in the live repository."""
+    return _hash_tree(root)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(temp, path)
