@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from healer.ledger import Ledger, LedgerFormatError
-from healer.settings import MODEL_NAME_PATTERN, VERSION_PATTERN
+from healer.settings import MODEL_NAME_PATTERN, VERSION_PATTERN, StoreSettings
 
 META_DIR = ".healer"
 MAX_LEDGER_ATTEMPTS = 16
@@ -280,10 +280,13 @@ class ModelStore:
             hashes[key[len(prefix) :]] = digest.hexdigest()
         return hashes
 
-    def fetch_version(self, model: str, version: str, live_repository: Path) -> FetchedVersion:
+    def fetch_version(
+        self, model: str, version: str, live_repository: Path, *, expected: Mapping[str, str]
+    ) -> FetchedVersion:
         """Copy a version (and the model's config.pbtxt if the live repository lacks one) into the
         directory Triton reads. The copy is assembled beside the target and renamed into place; an
-        existing different copy is moved aside, never deleted."""
+        existing different copy is moved aside, never deleted. Every file's sha256 must equal
+        ``expected`` (the ledger's record) before anything is renamed into place."""
         _check_name(model, version)
         model_dir = live_repository / model
         target = model_dir / version
@@ -306,6 +309,7 @@ class ModelStore:
                 hashes[relative] = digest.hexdigest()
             if not hashes:
                 raise StoreIntegrityError(f"{self.location}: {model} v{version} has no files")
+            check_hashes(expected, hashes, where=f"{self.location}/{model}/{version}")
             config = model_dir / "config.pbtxt"
             if not config.exists():
                 with contextlib.suppress(FileNotFoundError):
@@ -369,6 +373,20 @@ class ModelStore:
         return [json.loads(self.blobs.read(k)) for k in self.blobs.keys(f"{META_DIR}/{model}/audit")]
 
 
+def check_hashes(expected: Mapping[str, str], actual: Mapping[str, str], *, where: str) -> None:
+    """Raise StoreIntegrityError naming every file that is missing, extra or different."""
+    problems = []
+    for name in sorted(set(expected) | set(actual)):
+        if name not in actual:
+            problems.append(f"{name}: missing (ledger sha256 {expected[name][:12]})")
+        elif name not in expected:
+            problems.append(f"{name}: not in the ledger (sha256 {actual[name][:12]})")
+        elif expected[name] != actual[name]:
+            problems.append(f"{name}: sha256 {actual[name][:12]}, ledger says {expected[name][:12]}")
+    if problems:
+        raise StoreIntegrityError(f"{where}: files differ from the stable ledger: " + "; ".join(problems))
+
+
 def _hash_tree(root: Path) -> dict[str, str]:
     hashes = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
@@ -390,3 +408,20 @@ def _write_atomic(path: Path, data: bytes) -> None:
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
     os.replace(temp, path)
+
+
+def store_from_settings(settings: StoreSettings) -> ModelStore:
+    if settings.filesystem is not None:
+        return ModelStore(FilesystemBlobs(settings.filesystem))
+    assert settings.s3 is not None
+    s3 = settings.s3
+    return ModelStore(
+        S3Blobs(
+            s3.bucket,
+            s3.prefix,
+            endpoint_url=s3.endpoint_url,
+            region=s3.region,
+            connect_timeout_s=s3.connect_timeout_s,
+            read_timeout_s=s3.read_timeout_s,
+        )
+    )

@@ -75,6 +75,8 @@ class TritonAPI(Protocol):
 
     def repository_index(self) -> list[IndexEntry]: ...
 
+    def model_config(self, model: str) -> dict[str, Any]: ...
+
     def infer(
         self,
         model: str,
@@ -131,6 +133,10 @@ class TritonHttp:
             )
             for row in rows
         ]
+
+    def model_config(self, model: str) -> dict[str, Any]:
+        """The config Triton serves the model with (JSON form of config.pbtxt, after auto-complete)."""
+        return dict(self._call(self._client.get_model_config, model))
 
     def infer(
         self,

@@ -1,0 +1,57 @@
+"""How a step gets its StepContext: injected by the LocalEngine, or built from the config file in a pod."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from healer.settings import Settings, load_settings
+from workflows.steps import StepContext
+
+DEFAULT_CONFIG = "/etc/healer/healer.yaml"  # mounted from a ConfigMap in the healer image's pods
+DEFAULT_OUTPUT_DIR = "/tmp/healer-outputs"  # noqa: S108 - Argo reads output parameters from files in the pod
+
+_current: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar("healer_step_context", default=None)
+_output_dir: contextvars.ContextVar[Path | None] = contextvars.ContextVar("healer_output_dir", default=None)
+
+
+@contextlib.contextmanager
+def using(context: StepContext, output_dir: Path) -> Iterator[None]:
+    """Run steps in this thread with an injected context (the LocalEngine's way)."""
+    token = _current.set(context)
+    out_token = _output_dir.set(output_dir)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+        _output_dir.reset(out_token)
+
+
+def current() -> StepContext:
+    injected = _current.get()
+    if injected is not None:
+        return injected
+    return context_from_settings(load_settings(os.environ.get("HEALER_CONFIG", DEFAULT_CONFIG)))
+
+
+def output_dir() -> Path:
+    return _output_dir.get() or Path(os.environ.get("HEALER_OUTPUT_DIR", DEFAULT_OUTPUT_DIR))
+
+
+def context_from_settings(settings: Settings) -> StepContext:
+    from healer.store import store_from_settings
+    from healer.triton import TritonHttp
+
+    if settings.store is None:
+        raise ValueError(f"{settings.source}: store: is required to roll back")
+    live = settings.live_repository_path
+    assert live is not None  # the loader requires live_repository with an S3 store
+    return StepContext(
+        settings=settings,
+        triton=TritonHttp(settings.triton.url, timeout_s=settings.triton.timeout_s),
+        store=store_from_settings(settings.store),
+        live_repository=live,
+    )
