@@ -18,6 +18,7 @@ It is a stand-in, not Argo: no controller runs, tests script a workflow's progre
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
@@ -28,7 +29,6 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -239,10 +239,8 @@ class ArgoServer:
             connections = list(self._connections)
             threads = list(self._handler_threads)
         for connection in connections:  # keep-alive handlers wait for a next request: end them
-            try:
+            with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         for thread in threads:
             thread.join(timeout=5)
         self._httpd.server_close()
@@ -420,23 +418,19 @@ class ArgoServer:
         split = urlsplit(raw_path)
         query = parse_qs(split.query, keep_blank_values=True)
         body: Any = None
-        body_error: str | None = None
+        body_error: ArgoError | None = None
         if raw_body:
             try:
                 body = json.loads(raw_body)
             except ValueError as exc:
-                body_error = f"invalid JSON body: {exc}"
-        operation: Operation | None = None
-        path_params: dict[str, str] = {}
-        route_error: ArgoError | None = None
+                body_error = ArgoError(INVALID_ARGUMENT, f"invalid JSON body: {exc}")
         try:
             operation, path_params = self.spec.route(method, split.path)
         except ArgoError as error:
-            route_error = error
+            operation, path_params, route_error = None, {}, error
         with self._lock:
-            self.requests.append(
-                RecordedRequest(method, split.path, query, dict(headers), body, operation and operation.operation_id)
-            )
+            operation_id = operation.operation_id if operation else None
+            self.requests.append(RecordedRequest(method, split.path, query, dict(headers), body, operation_id))
             fault = next((f for f in self._faults if f.remaining > 0), None)
             if fault is not None:
                 fault.remaining -= 1
@@ -445,29 +439,37 @@ class ArgoServer:
         try:
             if fault is not None:
                 raise ArgoError(_GRPC_CODE.get(fault.status, UNAVAILABLE), fault.message)
-            if route_error is not None:
+            if operation is None:
                 raise route_error
-            assert operation is not None
-            self._authorise(headers)
-            self._check_query(operation, query)
-            if body_error is not None:
-                raise ArgoError(INVALID_ARGUMENT, body_error)
-            self._check_body(operation, headers, body)
-            answer = self._dispatch(operation, path_params, query, body)
-            problems = self._response_problems(operation, 200, answer)
-            if problems:
-                return self._server_bug(f"{operation.operation_id} 200 answer breaks swagger.json: {problems[0]}")
-            return 200, answer
+            return self._answer(operation, path_params, query, headers, body_error or body)
         except ArgoError as error:
-            status = _HTTP_STATUS.get(error.code, 500) if fault is None else fault.status
             answer = {"code": error.code, "message": error.message}
             if operation is not None:
                 problems = self._response_problems(operation, "default", answer)
                 if problems:
                     return self._server_bug(f"error answer breaks swagger.json: {problems[0]}")
-            return status, answer
+            return (fault.status if fault else error.http_status), answer
         except Exception as exc:  # a bug in the stand-in: fail the test, do not hide it
             return self._server_bug(f"{type(exc).__name__}: {exc}")
+
+    def _answer(
+        self,
+        operation: Operation,
+        path_params: Mapping[str, str],
+        query: Mapping[str, list[str]],
+        headers: Mapping[str, str],
+        body: Any,
+    ) -> tuple[int, dict[str, Any]]:
+        self._authorise(headers)
+        self._check_query(operation, query)
+        if isinstance(body, ArgoError):
+            raise body
+        self._check_body(operation, headers, body)
+        answer = self._dispatch(operation, path_params, query, body)
+        problems = self._response_problems(operation, 200, answer)
+        if problems:
+            return self._server_bug(f"{operation.operation_id} 200 answer breaks swagger.json: {problems[0]}")
+        return 200, answer
 
     def _server_bug(self, message: str) -> tuple[int, dict[str, Any]]:
         with self._lock:
@@ -484,7 +486,9 @@ class ArgoServer:
             return
         supplied = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
         if supplied != f"Bearer {self.token}":
-            raise ArgoError(UNAUTHENTICATED, "token not valid. see https://argo-workflows.readthedocs.io/en/latest/faq/")
+            raise ArgoError(
+                UNAUTHENTICATED, "token not valid. see https://argo-workflows.readthedocs.io/en/latest/faq/"
+            )
 
     def _check_query(self, operation: Operation, query: Mapping[str, list[str]]) -> None:
         declared = operation.query_parameters()
@@ -554,7 +558,7 @@ class ArgoServer:
                     "generation": 1,
                 }
             )
-            metadata.setdefault("labels", {})["workflows.argoproj.io/creator"] = "system-serviceaccount-argo-argo-server"
+            metadata.setdefault("labels", {})["workflows.argoproj.io/creator"] = "system-serviceaccount-argo-server"
             wf.setdefault("apiVersion", "argoproj.io/v1alpha1")
             wf.setdefault("kind", "Workflow")
             wf["status"] = {"phase": "Pending"}
@@ -595,16 +599,8 @@ class ArgoServer:
 
 def _check_workflow(wf: Mapping[str, Any], templates: Mapping[str, frozenset[str]] | None) -> None:
     """What Argo's own validation insists on that swagger.json cannot say."""
-    metadata, spec = wf["metadata"], wf["spec"]
-    name = metadata.get("name") or ""
-    if not name and not metadata.get("generateName"):
-        raise ArgoError(INVALID_ARGUMENT, "metadata.name or metadata.generateName is required")
-    if name and (len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name)):
-        raise ArgoError(INVALID_ARGUMENT, f"metadata.name {name!r} is not a valid Kubernetes object name")
-    for key, value in (metadata.get("labels") or {}).items():
-        _check_label(key, value)
-    for key in metadata.get("annotations") or {}:
-        _check_label(key, "")
+    _check_metadata(wf["metadata"])
+    spec = wf["spec"]
     ref = spec.get("workflowTemplateRef")
     if ref is not None:
         if not ref.get("name"):
@@ -626,6 +622,18 @@ def _check_workflow(wf: Mapping[str, Any], templates: Mapping[str, frozenset[str
             raise ArgoError(INVALID_ARGUMENT, f'workflowtemplates.argoproj.io "{ref["name"]}" not found')
         for missing in sorted(required - {k for k, p in supplied.items() if p.get("value") is not None}):
             raise ArgoError(INVALID_ARGUMENT, f"spec.arguments.{missing}.value is required")
+
+
+def _check_metadata(metadata: Mapping[str, Any]) -> None:
+    name = metadata.get("name") or ""
+    if not name and not metadata.get("generateName"):
+        raise ArgoError(INVALID_ARGUMENT, "metadata.name or metadata.generateName is required")
+    if name and (len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name)):
+        raise ArgoError(INVALID_ARGUMENT, f"metadata.name {name!r} is not a valid Kubernetes object name")
+    for key, value in (metadata.get("labels") or {}).items():
+        _check_label(key, value)
+    for key in metadata.get("annotations") or {}:
+        _check_label(key, "")
 
 
 def _check_label(key: str, value: str) -> None:
@@ -704,7 +712,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # tests assert on server.requests, not on stderr
 
 

@@ -1,0 +1,337 @@
+"""``ArgoEngine``: run rollbacks as Argo Workflows, through Hera's ``WorkflowsService``.
+
+Each rollback is a Workflow that references the ``healer-rollback`` WorkflowTemplate by
+``workflowTemplateRef``. Its name is deterministic per incident (``workflow_name``), so a second
+submission of the same incident is answered 409 AlreadyExists by Argo and joins the first: that is
+the deduplication across pods and threads (a mutex would only queue the duplicates).
+
+Hera and requests are imported when an engine is built, not with this module: a sidecar that never
+talks to Argo does not pay for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Callable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from healer.engines import (
+    AUTO,
+    TEMPLATE_NAME,
+    EngineRejected,
+    EngineUnavailable,
+    RollbackRequest,
+    RunStatus,
+    Submission,
+    workflow_name,
+)
+
+if TYPE_CHECKING:
+    import requests
+    from hera.exceptions import HeraException
+    from hera.workflows.models import Workflow
+
+__all__ = ["ArgoEngine"]
+
+T = TypeVar("T")
+
+LABEL_PREFIX = "healer.io/"
+TITLE_ANNOTATION = "workflows.argoproj.io/title"
+DESCRIPTION_ANNOTATION = "workflows.argoproj.io/description"
+_MAX_DETAIL = 2000  # the description is for people; the full detail is still a workflow parameter
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+# Hera's message for status codes it has no exception class for (e.g. 502, 503, 504).
+_HERA_STATUS = re.compile(r"Server returned status code (\d+)")
+_HERA_MESSAGE = re.compile(r"with message: `(.*)`\Z", re.DOTALL)
+# 408 and 429 are the client-error codes that mean "later", not "never".
+_RETRYABLE_4XX = frozenset({408, 429})
+
+
+def label_value(text: str) -> str:
+    """``text`` as a Kubernetes label value (<= 63 chars of [A-Za-z0-9_.-], alphanumeric at both ends).
+
+    A lossy conversion gets a short hash of the original, so two different values never share a label.
+    """
+    if len(text) <= 63 and _LABEL_VALUE.fullmatch(text):
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:54].strip("-_.")
+    return f"{cleaned}-{digest}" if cleaned else digest
+
+
+def _version(version: str) -> str:
+    return "stable" if version == AUTO else f"v{version}"
+
+
+def _markdown_text(text: str) -> str:
+    """One line of plain text that Markdown shows as written."""
+    text = " ".join(text.split())
+    if len(text) > _MAX_DETAIL:
+        text = text[: _MAX_DETAIL - 1] + "…"
+    return re.sub(r"([\\`*_{}\[\]<>()#+!|~])", r"\\\1", text)
+
+
+def title(request: RollbackRequest) -> str:
+    return f"Rollback {request.model} {_version(request.from_version)} → {_version(request.to_version)}"
+
+
+def description(request: RollbackRequest) -> str:
+    """Markdown for the Argo UI: what is being rolled back, why, and where it was seen."""
+    to_version = "newest stable version (auto)" if request.to_version == AUTO else _version(request.to_version)
+    lines = [
+        f"**Model** `{request.model}`: {_version(request.from_version)} → {to_version}",
+        f"**Reason** {request.reason}",
+        f"**Incident** `{request.incident}`",
+    ]
+    if request.pod:
+        lines.append(f"**Detected by pod** `{request.pod}`")
+    if request.detail:
+        lines.append(f"**Detail** {_markdown_text(request.detail)}")
+    return "\n\n".join(lines)
+
+
+def _timeout_session(timeout_s: float) -> requests.Session:
+    """A ``requests.Session`` whose every request has a timeout: Hera's service passes none."""
+    import requests
+
+    class TimeoutSession(requests.Session):
+        def request(self, method: str, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
+            if kwargs.get("timeout") is None:
+                kwargs["timeout"] = timeout_s
+            return super().request(method, url, *args, **kwargs)
+
+    return TimeoutSession()
+
+
+def _status_code(exc: HeraException) -> int | None:
+    # Hera's subclasses carry status_code as a class attribute; its base class (used for every
+    # other code, e.g. 503) only annotates it, so the code is read back from the message.
+    code = getattr(type(exc), "status_code", None)
+    if isinstance(code, int):
+        return code
+    match = _HERA_STATUS.match(str(exc))
+    return int(match.group(1)) if match else None
+
+
+def _server_message(exc: HeraException) -> str:
+    match = _HERA_MESSAGE.search(str(exc))
+    return match.group(1) if match else str(exc)
+
+
+def _time(value: Any) -> str | None:
+    """A Hera ``Time`` (a datetime wrapper) back to Argo's RFC 3339 text."""
+    if value is None:
+        return None
+    moment = getattr(value, "root", value)
+    return str(moment.isoformat().replace("+00:00", "Z"))
+
+
+def _outputs(workflow: Workflow) -> dict[str, str]:
+    """Output parameters of the workflow's nodes, in the order they ran, then its global outputs."""
+    status = workflow.status
+    if status is None:
+        return {}
+    merged: dict[str, str] = {}
+    nodes = sorted(
+        (status.nodes or {}).values(),
+        key=lambda node: (_time(node.started_at) or "", _time(node.finished_at) or "\uffff", node.id),
+    )
+    for node in nodes:  # a later step's value for the same name wins, as it would downstream
+        for parameter in (node.outputs.parameters if node.outputs else None) or []:
+            if parameter.value is not None:
+                merged[parameter.name] = parameter.value
+    for parameter in (status.outputs.parameters if status.outputs else None) or []:
+        if parameter.value is not None:  # the workflow's declared outputs are authoritative
+            merged[parameter.name] = parameter.value
+    return merged
+
+
+def _message(workflow: Workflow) -> str:
+    """The workflow's message, plus the messages of the failed steps (Argo's own says only which child)."""
+    status = workflow.status
+    if status is None:
+        return ""
+    message = status.message or ""
+    if status.phase in {"Failed", "Error"}:
+        for node in (status.nodes or {}).values():
+            if node.type == "Pod" and node.phase in {"Failed", "Error"} and node.message:
+                step = node.display_name or node.name
+                if node.message not in message:
+                    message = f"{message}; {step}: {node.message}" if message else f"{step}: {node.message}"
+    return message
+
+
+class ArgoEngine:
+    """Submit, inspect and wait for ``healer-rollback`` workflows on an Argo Server."""
+
+    def __init__(
+        self,
+        host: str,
+        namespace: str,
+        *,
+        token: str | None = None,
+        verify_ssl: bool = True,
+        request_timeout_s: float = 5.0,
+        poll_interval_s: float = 1.0,
+        template_name: str = TEMPLATE_NAME,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not host.startswith(("http://", "https://")):
+            raise ValueError(f"Argo host must start with http:// or https://, got {host!r}")
+        if not namespace:
+            raise ValueError("Argo namespace must not be empty")
+        if not template_name:
+            raise ValueError("template_name must not be empty")
+        if request_timeout_s <= 0 or poll_interval_s <= 0:
+            raise ValueError("request_timeout_s and poll_interval_s must be positive")
+        from hera.workflows import WorkflowsService
+
+        # Hera joins paths with urljoin: without a trailing slash, a path prefix (an ingress at
+        # https://host/argo) would be dropped.
+        self.host = host if host.endswith("/") else host + "/"
+        self.namespace = namespace
+        self.template_name = template_name
+        self.request_timeout_s = request_timeout_s
+        self.poll_interval_s = poll_interval_s
+        self._clock = clock
+        self._sleep = sleep
+        self._service = WorkflowsService(
+            host=self.host,
+            verify_ssl=verify_ssl,
+            token=token,
+            namespace=namespace,
+            session=_timeout_session(request_timeout_s),
+        )
+
+    def close(self) -> None:
+        self._service.session.close()  # (WorkflowsService.close is the same, but untyped)
+
+    def __enter__(self) -> ArgoEngine:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def workflow(self, request: RollbackRequest) -> Workflow:
+        """The Workflow ``submit`` creates for ``request`` (public so it can be shown or linted)."""
+        from hera.workflows.models import (
+            Arguments,
+            ObjectMeta,
+            Parameter,
+            Workflow,
+            WorkflowSpec,
+            WorkflowTemplateRef,
+        )
+
+        labels = {
+            "model": request.model,
+            "from-version": request.from_version,
+            "to-version": request.to_version,
+            "reason": request.reason,
+            "incident": request.incident,
+        }
+        return Workflow(
+            api_version="argoproj.io/v1alpha1",
+            kind="Workflow",
+            metadata=ObjectMeta(
+                name=workflow_name(request),
+                namespace=self.namespace,
+                labels={LABEL_PREFIX + key: label_value(value) for key, value in labels.items()},
+                annotations={TITLE_ANNOTATION: title(request), DESCRIPTION_ANNOTATION: description(request)},
+            ),
+            spec=WorkflowSpec(
+                workflow_template_ref=WorkflowTemplateRef(name=self.template_name),
+                arguments=Arguments(
+                    parameters=[Parameter(name=key, value=value) for key, value in request.parameters().items()]
+                ),
+            ),
+        )
+
+    def submit(self, request: RollbackRequest) -> Submission:
+        """Create the incident's workflow, or join it if it exists (Argo answers 409).
+
+        One attempt, no retry: ``EngineUnavailable`` after a timeout does not prove that nothing was
+        created, but submitting again is safe (the same name collides and joins).
+        """
+        from hera.workflows.models import WorkflowCreateRequest
+
+        workflow = self.workflow(request)
+        name = workflow.metadata.name
+        assert name is not None
+        create = WorkflowCreateRequest(namespace=self.namespace, workflow=workflow)
+        try:
+            created = self._call(f"create workflow {name}", lambda: self._service.create_workflow(create))
+        except _Conflict:
+            return Submission(name, created=False)
+        return Submission(created.metadata.name or name, created=True)
+
+    def status(self, name: str) -> RunStatus:
+        """The workflow's phase, message, times and output parameters (one GET)."""
+        workflow = self._call(f"get workflow {name}", lambda: self._service.get_workflow(name))
+        status = workflow.status
+        return RunStatus(
+            name=name,
+            # "" is Argo's "not yet seen by the controller": still waiting, as Pending is.
+            phase=(status.phase if status else None) or "Pending",
+            message=_message(workflow),
+            started_at=_time(status.started_at) if status else None,
+            finished_at=_time(status.finished_at) if status else None,
+            outputs=MappingProxyType(_outputs(workflow)),
+        )
+
+    def wait(self, name: str, timeout_s: float) -> RunStatus:
+        """Poll until the workflow is done or ``timeout_s`` has passed; then return the last status.
+
+        Unlike Hera's ``Workflow.wait`` this keeps waiting while Pending (queued on a mutex).
+        ``EngineUnavailable`` while polling is tolerated until the deadline; it is raised only if no
+        status was read at all. ``EngineRejected`` (e.g. the workflow was deleted) is raised at once.
+        A request under way at the deadline may overrun it by up to ``request_timeout_s``.
+        """
+        deadline = self._clock() + max(0.0, timeout_s)
+        last: RunStatus | None = None
+        error: EngineUnavailable | None = None
+        while True:
+            try:
+                last = self.status(name)
+                if last.done:
+                    return last
+            except EngineUnavailable as exc:
+                error = exc
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                break
+            self._sleep(min(self.poll_interval_s, remaining))
+        if last is None:
+            assert error is not None
+            raise EngineUnavailable(f"no status for workflow {name} within {timeout_s:g} s: {error}") from error
+        return last
+
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        """One call to Argo, its failures mapped to the engine's two kinds (and 409 to ``_Conflict``)."""
+        import requests
+        from hera.exceptions import HeraException
+
+        try:
+            return call()
+        except HeraException as exc:
+            code = _status_code(exc)
+            message = _server_message(exc)
+            if code == 409:
+                raise _Conflict(message) from exc
+            if code is not None and 400 <= code < 500 and code not in _RETRYABLE_4XX:
+                raise EngineRejected(f"Argo refused to {what} (HTTP {code}): {message}") from exc
+            raise EngineUnavailable(f"Argo could not {what} (HTTP {code}): {message}") from exc
+        except requests.RequestException as exc:  # refused, reset, timed out, TLS, a body that is not JSON
+            raise EngineUnavailable(f"Argo at {self.host} unreachable to {what}: {exc}") from exc
+        except (KeyError, TypeError, ValueError) as exc:
+            # Hera parsing an answer that is not Argo's (an error body without "message", a 200 that
+            # is not a Workflow): something other than Argo answered, e.g. a proxy.
+            raise EngineUnavailable(f"unexpected answer from {self.host} to {what}: {exc!r}") from exc
+
+
+class _Conflict(Exception):
+    """Argo answered 409 AlreadyExists."""

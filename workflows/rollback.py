@@ -1,0 +1,275 @@
+"""The ``healer-rollback`` WorkflowTemplate, defined with Hera, and the functions its pods run.
+
+Shape (one pod on the success path; Argo costs seconds per pod)::
+
+    rollback (steps)
+      └─ heal        script, Hera runner: unload → fetch-stable → load → verify → record,
+                     each phase reported in the node's outputs; retried only on exit code 75
+    onExit: on-exit (steps)
+      └─ escalate    only when {{workflow.status}} != Succeeded: alert, keep the pod, quarantine
+
+The same template object is what ``healer render`` writes for Argo and what the LocalEngine
+executes in-process (it reads the steps, the ``-e module:function`` of each runner script,
+the deadline, the mutex, the retry strategy and the exit handler from it).
+"""
+
+# No `from __future__ import annotations` here: Hera reads the step functions' annotations as types.
+import contextlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from healer.engines import TEMPLATE_NAME, RollbackRequest
+
+EXIT_TRANSIENT = 75  # EX_TEMPFAIL: the only exit code the retry strategy retries
+EXIT_PERMANENT = 1
+PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod")
+LABELS = {
+    "healer.io/model": "model",
+    "healer.io/from-version": "from-version",
+    "healer.io/to-version": "to-version",
+    "healer.io/reason": "reason",
+    "healer.io/incident": "incident",
+}
+
+
+@dataclass(frozen=True)
+class TemplateOptions:
+    """What differs between clusters; the defaults are what deploy/argo/ is rendered with."""
+
+    image: str = "ghcr.io/healer-dev/healer:0.1.0"
+    namespace: str = "healer"
+    service_account: str = "healer-rollback"
+    deadline_s: int = 90
+    config_map: str = "healer-config"  # holds healer.yaml, mounted at /etc/healer
+    retry_limit: int = 2
+
+
+# ---- what the pods run (through `python -m hera.workflows.runner -e workflows.rollback:<fn>`) ----------
+
+
+def heal_step(
+    model: str, from_version: str, to_version: str, reason: str, incident: str, detail: str = "", pod: str = ""
+) -> dict[str, Any]:
+    """unload → fetch-stable → load → verify → record, reporting every phase."""
+    from workflows import context, steps
+
+    ctx = context.current()
+    request = RollbackRequest(
+        model=model,
+        from_version=from_version,
+        to_version=to_version,
+        reason=reason,
+        incident=incident,
+        detail=detail,
+        pod=pod,
+    )
+    out = context.output_dir()
+    try:
+        report = steps.heal(ctx, request)
+    except steps.HealFailed as failure:
+        _write_outputs(out, {"phases": [p.__dict__ for p in failure.phases], "to-version": "", "golden": {}})
+        failed_phase = failure.phases[-1].name if failure.phases else "heal"
+        _termination_message(f"{failed_phase}: {failure}")
+        print(json.dumps({"failed": str(failure), "transient": failure.transient}), file=sys.stderr)
+        raise SystemExit(EXIT_TRANSIENT if failure.transient else EXIT_PERMANENT) from failure
+    _write_outputs(
+        out,
+        {
+            "phases": report["phases"],
+            "to-version": report["to_version"],
+            "files": report["files"],
+            "golden": report["golden"],
+        },
+    )
+    return {k: report[k] for k in ("model", "from_version", "to_version", "incident")}
+
+
+def escalate_step(
+    model: str,
+    from_version: str,
+    reason: str,
+    incident: str,
+    workflow_status: str,
+    failures: str = "",
+    detail: str = "",
+    pod: str = "",
+) -> dict[str, Any]:
+    """The exit handler's work when the rollback did not succeed (failed, errored or ran out of time)."""
+    from workflows import context, steps
+
+    ctx = context.current()
+    request = RollbackRequest(
+        model=model, from_version=from_version, reason=reason, incident=incident, detail=detail, pod=pod
+    )
+    parsed = _parse_failures(failures)
+    failure = f"workflow {workflow_status}"
+    if parsed:
+        failure += ": " + "; ".join(f"{f.get('displayName', '?')}: {f.get('message', '')}" for f in parsed)
+    timeline = [
+        {
+            "started_at": f.get("finishedAt", "?"),
+            "name": f.get("displayName", "?"),
+            "outcome": f.get("phase", ""),
+            "error": f.get("message", ""),
+        }
+        for f in parsed
+    ]
+    outcome = steps.escalate(ctx, request, failure=failure, phases=timeline)
+    _write_outputs(context.output_dir(), {"alert": outcome["alert"]})
+    return {k: v for k, v in outcome.items() if k != "alert"}
+
+
+def _parse_failures(failures: str) -> list[dict[str, Any]]:
+    # Argo's {{workflow.failures}} is a JSON list of {displayName, message, templateName, phase, ...}.
+    try:
+        parsed = json.loads(failures) if failures else []
+    except ValueError:
+        return [{"displayName": "workflow", "message": failures}]
+    return [p for p in parsed if isinstance(p, dict)] if isinstance(parsed, list) else []
+
+
+TERMINATION_LOG = "termination-log"
+
+
+def _termination_message(text: str) -> None:
+    """Why the step failed, in one line. In a pod Kubernetes shows /dev/termination-log as the container's
+    message and Argo as the node's; the LocalEngine reads the copy in the output directory."""
+    from workflows import context
+
+    _write_outputs(context.output_dir(), {TERMINATION_LOG: text[:4000]})
+    path = Path("/dev/termination-log")
+    if path.exists():
+        # Not writable outside a pod: the message is on stderr as well.
+        with contextlib.suppress(OSError):
+            path.write_text(text[:4000])
+
+
+def _write_outputs(directory: Path, values: dict[str, Any]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, value in values.items():
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        (directory / name).write_text(text)
+
+
+# ---- the Hera definition -------------------------------------------------------------------------------
+
+
+def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any:
+    """The WorkflowTemplate as Hera objects."""
+    from hera.workflows import (
+        Env,
+        Parameter,
+        RetryStrategy,
+        Script,
+        Step,
+        Steps,
+        WorkflowTemplate,
+    )
+    from hera.workflows import models as m
+    from hera.workflows.script import RunnerScriptConstructor
+
+    from workflows.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR
+
+    def runner_script(name: str, source: Any, outputs: list[str]) -> Script:
+        return Script(
+            name=name,
+            source=source,
+            constructor=RunnerScriptConstructor(),
+            image=options.image,
+            image_pull_policy="IfNotPresent",
+            volume_mounts=[m.VolumeMount(name="healer-config", mount_path=str(Path(DEFAULT_CONFIG).parent))],
+            env=[
+                Env(name="HEALER_CONFIG", value=DEFAULT_CONFIG),
+                Env(name="HEALER_OUTPUT_DIR", value=DEFAULT_OUTPUT_DIR),
+                Env(name="PYTHONUNBUFFERED", value="1"),
+            ],
+            outputs=[
+                Parameter(name=out, value_from=m.ValueFrom(path=f"{DEFAULT_OUTPUT_DIR}/{out}", default=""))
+                for out in outputs
+            ],
+            resources=m.ResourceRequirements(
+                requests={"cpu": m.Quantity("100m"), "memory": m.Quantity("128Mi")},
+                limits={"memory": m.Quantity("512Mi")},
+            ),
+        )
+
+    param = "{{{{workflow.parameters.{}}}}}".format
+    with WorkflowTemplate(
+        name=TEMPLATE_NAME,
+        namespace=options.namespace,
+        entrypoint="rollback",
+        on_exit="on-exit",
+        service_account_name=options.service_account,
+        active_deadline_seconds=options.deadline_s,
+        arguments=[Parameter(name=p, value="auto" if p == "to-version" else "") for p in PARAMETERS],
+        synchronization=m.Synchronization(mutexes=[m.Mutex(name="healer-rollback-{{workflow.parameters.model}}")]),
+        workflow_metadata=m.WorkflowMetadata(
+            labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "rollback"},
+            labels_from={
+                label: m.LabelValueFrom(expression=f"workflow.parameters['{p}']") for label, p in LABELS.items()
+            },
+        ),
+        labels={"app.kubernetes.io/name": "healer"},
+        annotations={
+            "workflows.argoproj.io/description": (
+                "Restore the last stable version of a Triton model: unload, fetch-stable, load, verify, record; "
+                "escalate on failure or deadline."
+            ),
+        },
+        pod_gc=m.PodGC(strategy="OnPodSuccess"),
+        volumes=[m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map))],
+        ttl_strategy=m.TTLStrategy(seconds_after_completion=7 * 24 * 3600),
+    ) as template:
+        heal = runner_script("heal", heal_step, ["phases", "to-version", "files", "golden"])
+        heal.retry_strategy = RetryStrategy(
+            limit=str(options.retry_limit),
+            retry_policy="Always",
+            # Only the step's "transient" exit code: Triton or the store did not answer.
+            expression=f"asInt(lastRetry.exitCode) == {EXIT_TRANSIENT}",
+            backoff=m.Backoff(duration="2s", factor=m.IntOrString("2"), max_duration="20s"),
+        )
+        escalate = runner_script("escalate", escalate_step, ["alert"])
+        with Steps(name="rollback"):
+            Step(
+                name="heal",
+                template=heal,
+                arguments={
+                    "model": param("model"),
+                    "from_version": param("from-version"),
+                    "to_version": param("to-version"),
+                    "reason": param("reason"),
+                    "incident": param("incident"),
+                    "detail": param("detail"),
+                    "pod": param("pod"),
+                },
+            )
+        with Steps(name="on-exit"):
+            Step(
+                name="escalate",
+                template=escalate,
+                when="{{workflow.status}} != Succeeded",
+                arguments={
+                    "model": param("model"),
+                    "from_version": param("from-version"),
+                    "reason": param("reason"),
+                    "incident": param("incident"),
+                    "workflow_status": "{{workflow.status}}",
+                    "failures": "{{workflow.failures}}",
+                    "detail": param("detail"),
+                    "pod": param("pod"),
+                },
+            )
+    return template
+
+
+def render_all(options: TemplateOptions = TemplateOptions()) -> dict[str, str]:
+    """File name -> YAML for every WorkflowTemplate healer ships."""
+    import yaml
+
+    manifest = build_rollback_template(options).to_dict()
+    text = yaml.safe_dump(manifest, sort_keys=False, width=120)
+    header = "# Generated by `healer render`; do not edit. Source: workflows/rollback.py\n"
+    return {f"{TEMPLATE_NAME}.yaml": header + text}
