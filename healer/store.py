@@ -88,6 +88,9 @@ class FilesystemBlobs:
     def keys(self, prefix: str) -> list[str]:
         base = self.root / prefix
         try:
+            # A missing root is an unmounted NFS share or a wrong path, not an empty store.
+            if not self.root.is_dir():
+                raise StoreUnavailable(f"{self.location}: store root is not a directory (not mounted?)")
             if not base.is_dir():
                 return []
             return sorted(str(PurePosixPath(p.relative_to(self.root))) for p in base.rglob("*") if p.is_file())
@@ -268,12 +271,15 @@ class ModelStore:
         found = {key.split("/")[1] for key in self.blobs.keys(model) if key.count("/") >= 2}
         return sorted((v for v in found if VERSION_PATTERN.match(v)), key=int)
 
+    def _version_keys(self, model: str, version: str) -> list[str]:
+        return [k for k in self.blobs.keys(f"{model}/{version}") if not DERIVED_DIRS.intersection(k.split("/"))]
+
     def version_files(self, model: str, version: str) -> dict[str, str]:
         """sha256 of every file of a version, keyed by the path relative to the version directory."""
         _check_name(model, version)
         prefix = f"{model}/{version}/"
         hashes = {}
-        for key in self.blobs.keys(f"{model}/{version}"):
+        for key in self._version_keys(model, version):
             digest = hashlib.sha256()
             for chunk in self.blobs.open_stream(key):
                 digest.update(chunk)
@@ -295,7 +301,7 @@ class ModelStore:
         try:
             hashes: dict[str, str] = {}
             prefix = f"{model}/{version}/"
-            for key in self.blobs.keys(f"{model}/{version}"):
+            for key in self._version_keys(model, version):
                 relative = key[len(prefix) :]
                 destination = staging / relative
                 if not destination.resolve().is_relative_to(staging.resolve()):
@@ -387,9 +393,14 @@ def check_hashes(expected: Mapping[str, str], actual: Mapping[str, str], *, wher
         raise StoreIntegrityError(f"{where}: files differ from the stable ledger: " + "; ".join(problems))
 
 
+# Bytecode Python writes beside a Python-backend model.py when Triton imports it: derived, not model content.
+DERIVED_DIRS = frozenset({"__pycache__"})
+
+
 def _hash_tree(root: Path) -> dict[str, str]:
     hashes = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    files = (p for p in root.rglob("*") if p.is_file() and not DERIVED_DIRS.intersection(p.relative_to(root).parts))
+    for path in sorted(files):
         digest = hashlib.sha256()
         with path.open("rb") as handle:
             while chunk := handle.read(CHUNK):

@@ -1,0 +1,564 @@
+"""LocalEngine: executes the healer-rollback WorkflowTemplate in-process.
+
+It reads the template that Hera builds (the very object ``healer render`` writes for Argo): the
+entrypoint's steps in order, each step's ``when``, each runner script's ``-e module:function``,
+the retry strategy, ``activeDeadlineSeconds``, the mutex and the exit handler. It records every
+run in Argo's Workflow shape (metadata, spec, status with phase and nodes) as JSON under a state
+directory, so ``healer runs`` can list them the way ``argo list`` / ``argo get`` do.
+
+Deliberately small: it supports what healer's templates use (steps templates, script templates
+through Hera's runner, ``{{workflow.parameters.X}}``, ``{{workflow.status}}`` and
+``{{workflow.failures}}``, ``when`` with ``==``/``!=``, retries on an exit-code expression) and
+refuses any other construct loudly instead of half-running it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import importlib
+import json
+import os
+import re
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from healer.engines import (
+    TEMPLATE_NAME,
+    EngineRejected,
+    RollbackRequest,
+    RunStatus,
+    Submission,
+    workflow_name,
+)
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_MUTEX_WAIT_S = 300.0
+_PARAM = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
+_RETRY_EXPRESSION = re.compile(r"^\s*asInt\(lastRetry\.exitCode\)\s*==\s*(\d+)\s*$")
+_WHEN = re.compile(r"^\s*(.*?)\s*(==|!=)\s*(.*?)\s*$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
+
+
+class UnsupportedTemplate(EngineRejected):
+    """The template uses something the LocalEngine cannot execute faithfully."""
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _duration_s(text: str | None) -> float:
+    if not text:
+        return 0.0
+    match = _DURATION.match(str(text))
+    if not match:
+        raise UnsupportedTemplate(f"duration {text!r} not understood")
+    value, unit = float(match.group(1)), match.group(2)
+    return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+
+
+@dataclass(frozen=True)
+class _ScriptSpec:
+    name: str
+    function: Callable[..., Any]
+    inputs: tuple[tuple[str, str | None], ...]  # (name, default)
+    outputs: tuple[tuple[str, str], ...]  # (name, file name in the output directory)
+    retry_limit: int
+    retry_exit_code: int | None
+    backoff_s: float
+    backoff_factor: float
+    backoff_max_s: float
+
+
+class LocalEngine:
+    """A RollbackEngine that runs the WorkflowTemplate in this process (one thread per run)."""
+
+    def __init__(
+        self,
+        template: Any,
+        context_factory: Callable[[], Any],
+        state_dir: Path,
+        *,
+        mutex_wait_s: float = DEFAULT_MUTEX_WAIT_S,
+        poll_interval_s: float = 0.02,
+    ) -> None:
+        self._model = template.build()  # the Argo model Hera renders: what Argo itself would run
+        self._context_factory = context_factory
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._mutex_wait_s = mutex_wait_s
+        self._poll_interval_s = poll_interval_s
+        self._threads: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+        spec = self._model.spec
+        self.entrypoint: str = spec.entrypoint
+        self.on_exit: str | None = spec.on_exit
+        self.deadline_s: float | None = float(spec.active_deadline_seconds) if spec.active_deadline_seconds else None
+        self.defaults = {p.name: (p.value or "") for p in (spec.arguments.parameters or [])}
+        mutexes = spec.synchronization.mutexes if spec.synchronization else None
+        self.mutex_template: str | None = mutexes[0].name if mutexes else None
+        self._templates = {t.name: t for t in spec.templates}
+        self._scripts = {t.name: self._script_spec(t) for t in spec.templates if t.script is not None}
+        for t in spec.templates:
+            if t.script is None and t.steps is None:
+                raise UnsupportedTemplate(f"template {t.name!r}: only steps and script templates are supported")
+
+    # ---- RollbackEngine --------------------------------------------------------------------------
+    def submit(self, request: RollbackRequest) -> Submission:
+        name = workflow_name(request)
+        parameters = {**self.defaults, **request.parameters()}
+        record = self._new_record(name, request, parameters)
+        path = self._record_path(name)
+        try:
+            # Exclusive create: one run per incident name, across threads and processes.
+            with path.open("x") as handle:
+                json.dump(record, handle, indent=2)
+        except FileExistsError:
+            return Submission(name=name, created=False)
+        thread = threading.Thread(target=self._execute, args=(name, parameters), name=f"rollback-{name}", daemon=True)
+        with self._lock:
+            self._threads[name] = thread
+        thread.start()
+        return Submission(name=name, created=True)
+
+    def status(self, name: str) -> RunStatus:
+        record = self.get(name)
+        status = record.get("status", {})
+        outputs: dict[str, str] = {}
+        for node in status.get("nodes", {}).values():
+            for parameter in node.get("outputs", {}).get("parameters", []):
+                if parameter.get("value"):
+                    outputs[parameter["name"]] = parameter["value"]
+        return RunStatus(
+            name=name,
+            phase=status.get("phase") or "Pending",
+            message=status.get("message", ""),
+            started_at=status.get("startedAt"),
+            finished_at=status.get("finishedAt"),
+            outputs=outputs,
+        )
+
+    def wait(self, name: str, timeout_s: float) -> RunStatus:
+        deadline = time.monotonic() + timeout_s
+        thread = self._threads.get(name)
+        if thread is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        # Another process may own the run: poll its record until done or our deadline.
+        status = self.status(name)
+        while not status.done and time.monotonic() < deadline:
+            time.sleep(self._poll_interval_s)
+            status = self.status(name)
+        return status
+
+    def run(self, request: RollbackRequest, timeout_s: float) -> RunStatus:
+        submission = self.submit(request)
+        return self.wait(submission.name, timeout_s)
+
+    # ---- records (argo list / argo get) ----------------------------------------------------------
+    def get(self, name: str) -> dict[str, Any]:
+        path = self._record_path(name)
+        for _attempt in range(50):
+            try:
+                record: dict[str, Any] = json.loads(path.read_text())
+                return record
+            except FileNotFoundError:
+                raise KeyError(name) from None
+            except ValueError:
+                time.sleep(0.01)  # an exclusive create is visible before its first write completes
+        raise EngineRejected(f"{path}: not a run record")
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        runs = []
+        for path in sorted(self.state_dir.glob(f"{TEMPLATE_NAME}-*.json")):
+            with contextlib.suppress(ValueError, OSError):
+                runs.append(json.loads(path.read_text()))
+        return sorted(runs, key=lambda r: r["metadata"].get("creationTimestamp", ""), reverse=True)
+
+    # ---- execution -------------------------------------------------------------------------------
+    def _execute(self, name: str, parameters: dict[str, str]) -> None:
+        try:
+            self._execute_unchecked(name, parameters)
+        except Exception as exc:  # an engine bug must still end the run visibly, never leave it Running
+            log.exception("local_engine_crashed", workflow=name)
+            message = f"engine error: {type(exc).__name__}: {exc}"
+            self._update(name, lambda r: r["status"].update(phase="Error", message=message, finishedAt=_now()))
+
+    def _execute_unchecked(self, name: str, parameters: dict[str, str]) -> None:
+        mutex = (
+            _PARAM.sub(lambda m: parameters.get(m.group(1), ""), self.mutex_template) if self.mutex_template else None
+        )
+        with self._mutex(name, mutex):
+            started = time.monotonic()
+            deadline = started + self.deadline_s if self.deadline_s else None
+            self._update(name, lambda r: r["status"].update(phase="Running", startedAt=_now()))
+            context = self._context_factory()
+            context.workflow_name = name
+            phase, message = self._run_steps(name, self.entrypoint, parameters, context, deadline, root=True)
+            self._update(name, lambda r: r["status"].update(phase=phase, message=message))
+            if self.on_exit:
+                failures = self._failures(name)
+                exit_params = {**parameters, "__status": phase, "__failures": json.dumps(failures)}
+                # The exit handler runs even after the deadline (as in Argo), with a fresh context.
+                exit_context = self._context_factory()
+                exit_context.workflow_name = name
+                self._run_steps(name, self.on_exit, exit_params, exit_context, None, root=False)
+            self._update(name, lambda r: r["status"].update(finishedAt=_now()))
+            log.info(
+                "local_rollback_finished", workflow=name, phase=phase, duration_s=round(time.monotonic() - started, 3)
+            )
+
+    def _run_steps(
+        self,
+        name: str,
+        template_name: str,
+        parameters: dict[str, str],
+        context: Any,
+        deadline: float | None,
+        *,
+        root: bool,
+    ) -> tuple[str, str]:
+        template = self._templates[template_name]
+        if template.steps is None:
+            raise UnsupportedTemplate(f"entry template {template_name!r} must be a steps template")
+        node_id = name if root else f"{name}.onExit"
+        self._add_node(
+            name,
+            node_id,
+            {
+                "name": node_id,
+                "displayName": node_id if root else f"{name}.onExit",
+                "type": "Steps",
+                "templateName": template_name,
+                "phase": "Running",
+                "startedAt": _now(),
+                "children": [],
+            },
+        )
+        phase, message = "Succeeded", ""
+        for group_index, group in enumerate(template.steps):
+            for step in group.root if hasattr(group, "root") else group.__root__:
+                if step.when and not _evaluate_when(_substitute(step.when, parameters)):
+                    self._add_node(
+                        name,
+                        f"{node_id}[{group_index}].{step.name}",
+                        {
+                            "name": f"{node_id}[{group_index}].{step.name}",
+                            "displayName": step.name,
+                            "type": "Skipped",
+                            "templateName": step.template,
+                            "phase": "Skipped",
+                            "message": f"when '{_substitute(step.when, parameters)}' evaluated false",
+                            "startedAt": _now(),
+                            "finishedAt": _now(),
+                        },
+                    )
+                    continue
+                arguments = {p.name: _substitute(p.value or "", parameters) for p in (step.arguments.parameters or [])}
+                step_phase, step_message = self._run_script(
+                    name,
+                    f"{node_id}[{group_index}].{step.name}",
+                    step.name,
+                    step.template,
+                    arguments,
+                    context,
+                    deadline,
+                )
+                if step_phase != "Succeeded":
+                    phase, message = step_phase, step_message
+                    break
+            if phase != "Succeeded":
+                break
+        self._update_node(name, node_id, phase=phase, message=message, finishedAt=_now())
+        return phase, message
+
+    def _run_script(
+        self,
+        name: str,
+        node_id: str,
+        display: str,
+        template_name: str,
+        arguments: dict[str, str],
+        context: Any,
+        deadline: float | None,
+    ) -> tuple[str, str]:
+        spec = self._scripts.get(template_name)
+        if spec is None:
+            raise UnsupportedTemplate(f"step {display!r}: template {template_name!r} is not a script template")
+        kwargs = {}
+        for input_name, default in spec.inputs:
+            if input_name in arguments:
+                kwargs[input_name] = arguments[input_name]
+            elif default is not None:
+                kwargs[input_name] = default
+            else:
+                raise UnsupportedTemplate(f"step {display!r}: input {input_name!r} has no argument")
+        self._add_node(
+            name,
+            node_id,
+            {
+                "name": node_id,
+                "displayName": display,
+                "type": "Retry",
+                "templateName": template_name,
+                "phase": "Running",
+                "startedAt": _now(),
+                "inputs": {"parameters": [{"name": k, "value": v} for k, v in kwargs.items()]},
+                "children": [],
+            },
+        )
+        attempt, backoff = 0, spec.backoff_s
+        while True:
+            pod_id = f"{node_id}({attempt})"
+            self._add_node(
+                name,
+                pod_id,
+                {
+                    "name": pod_id,
+                    "displayName": f"{display}({attempt})",
+                    "type": "Pod",
+                    "templateName": template_name,
+                    "phase": "Running",
+                    "startedAt": _now(),
+                },
+                parent=node_id,
+            )
+            phase, message, exit_code, outputs = self._attempt(spec, kwargs, context, deadline)
+            self._update_node(name, pod_id, phase=phase, message=message, finishedAt=_now(), outputs=outputs)
+            retryable = (
+                phase == "Failed"
+                and attempt < spec.retry_limit
+                and spec.retry_exit_code is not None
+                and exit_code == spec.retry_exit_code
+            )
+            remaining = (deadline - time.monotonic()) if deadline is not None else None
+            if not retryable or (remaining is not None and remaining <= backoff):
+                self._update_node(name, node_id, phase=phase, message=message, finishedAt=_now(), outputs=outputs)
+                return phase, message
+            time.sleep(backoff)
+            backoff = min(backoff * spec.backoff_factor, spec.backoff_max_s)
+            attempt += 1
+
+    def _attempt(
+        self, spec: _ScriptSpec, kwargs: dict[str, str], context: Any, deadline: float | None
+    ) -> tuple[str, str, int, dict[str, Any]]:
+        from workflows import context as step_context
+
+        output_dir = Path(tempfile.mkdtemp(prefix=f"healer-{spec.name}-"))
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                with step_context.using(context, output_dir):
+                    box["result"] = spec.function(**kwargs)
+                box["exit_code"] = 0
+            except SystemExit as exc:
+                box["exit_code"] = exc.code if isinstance(exc.code, int) else 1
+                box["error"] = str(exc.__cause__ or exc)
+            except Exception as exc:  # a crashing step is a failed pod, as in Argo
+                box["exit_code"] = 1
+                box["error"] = f"{type(exc).__name__}: {exc}"
+
+        worker = threading.Thread(target=target, name=f"step-{spec.name}", daemon=True)
+        worker.start()
+        worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
+            # Past activeDeadlineSeconds: Argo kills the pod. We ask the step to stop at its next check.
+            context.cancelled.set()
+            worker.join(10.0)
+            outputs = self._collect(spec, output_dir, None, None)
+            return "Failed", "Step exceeded its deadline", 1, outputs
+        exit_code = int(box.get("exit_code", 1))
+        termination = output_dir / "termination-log"
+        message = termination.read_text() if termination.exists() else box.get("error", "")
+        if exit_code:
+            message = message or f"Error (exit code {exit_code})"
+        outputs = self._collect(spec, output_dir, box.get("result"), exit_code)
+        return ("Succeeded" if exit_code == 0 else "Failed"), message, exit_code, outputs
+
+    @staticmethod
+    def _collect(spec: _ScriptSpec, output_dir: Path, result: Any, exit_code: int | None) -> dict[str, Any]:
+        parameters = []
+        for name, file_name in spec.outputs:
+            path = output_dir / file_name
+            parameters.append({"name": name, "value": path.read_text() if path.exists() else ""})
+        outputs: dict[str, Any] = {"parameters": parameters}
+        if result is not None:
+            outputs["result"] = json.dumps(result, sort_keys=True)
+        if exit_code is not None:
+            outputs["exitCode"] = str(exit_code)
+        return outputs
+
+    # ---- template reading ------------------------------------------------------------------------
+    @staticmethod
+    def _script_spec(template: Any) -> _ScriptSpec:
+        args = list(template.script.args or [])
+        if "-e" not in args or args[:2] != ["-m", "hera.workflows.runner"]:
+            raise UnsupportedTemplate(f"script {template.name!r} is not a Hera runner script: {args}")
+        module_name, _, function_name = args[args.index("-e") + 1].partition(":")
+        function = getattr(importlib.import_module(module_name), function_name)
+        inputs = tuple((p.name, p.default) for p in (template.inputs.parameters or [])) if template.inputs else ()
+        outputs = tuple(
+            (p.name, Path(p.value_from.path).name)
+            for p in ((template.outputs.parameters or []) if template.outputs else [])
+            if p.value_from is not None and p.value_from.path
+        )
+        limit, exit_code = 0, None
+        backoff_s, factor, backoff_max = 0.0, 1.0, 0.0
+        retry = template.retry_strategy
+        if retry is not None:
+            limit = int(str(retry.limit.root if hasattr(retry.limit, "root") else retry.limit))
+            match = _RETRY_EXPRESSION.match(retry.expression or "")
+            if retry.expression and not match:
+                raise UnsupportedTemplate(f"retry expression {retry.expression!r} not understood")
+            exit_code = int(match.group(1)) if match else None
+            if retry.backoff is not None:
+                backoff_s = _duration_s(retry.backoff.duration)
+                raw_factor = retry.backoff.factor
+                factor = float(str(raw_factor.root if hasattr(raw_factor, "root") else raw_factor or 1))
+                backoff_max = _duration_s(retry.backoff.max_duration) or backoff_s
+        return _ScriptSpec(
+            name=template.name,
+            function=function,
+            inputs=inputs,
+            outputs=outputs,
+            retry_limit=limit,
+            retry_exit_code=exit_code,
+            backoff_s=backoff_s,
+            backoff_factor=factor,
+            backoff_max_s=backoff_max,
+        )
+
+    # ---- state -----------------------------------------------------------------------------------
+    def _record_path(self, name: str) -> Path:
+        return self.state_dir / f"{name}.json"
+
+    def _new_record(self, name: str, request: RollbackRequest, parameters: dict[str, str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {
+                "name": name,
+                "uid": str(uuid.uuid4()),
+                "creationTimestamp": _now(),
+                "labels": {
+                    "healer.io/model": request.model,
+                    "healer.io/from-version": request.from_version,
+                    "healer.io/to-version": request.to_version,
+                    "healer.io/reason": request.reason,
+                    "healer.io/incident": request.incident,
+                    "workflows.argoproj.io/workflow-template": TEMPLATE_NAME,
+                },
+                "annotations": {
+                    "workflows.argoproj.io/title": f"Rollback {request.model} v{request.from_version} → stable",
+                    "workflows.argoproj.io/description": request.detail,
+                },
+            },
+            "spec": {
+                "workflowTemplateRef": {"name": TEMPLATE_NAME},
+                "arguments": {"parameters": [{"name": k, "value": v} for k, v in parameters.items()]},
+            },
+            "status": {"phase": "Pending", "nodes": {}},
+        }
+
+    @contextlib.contextmanager
+    def _mutex(self, name: str, mutex: str | None) -> Iterator[None]:
+        if mutex is None:
+            yield
+            return
+        lock_dir = self.state_dir / "locks"
+        lock_dir.mkdir(exist_ok=True)
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", mutex)
+        with (lock_dir / f"{safe}.lock").open("w") as handle:
+            deadline = time.monotonic() + self._mutex_wait_s
+            waiting_noted = False
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if not waiting_noted:
+                        self._update(name, lambda r: r["status"].update(message=f"Waiting for {mutex} lock"))
+                        waiting_noted = True
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"mutex {mutex} not acquired within {self._mutex_wait_s:g} s") from None
+                    time.sleep(self._poll_interval_s)
+            try:
+                if waiting_noted:
+                    self._update(name, lambda r: r["status"].update(message=""))
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _failures(self, name: str) -> list[dict[str, Any]]:
+        nodes = self.get(name)["status"]["nodes"].values()
+        return [
+            {
+                "displayName": n["displayName"],
+                "message": n.get("message", ""),
+                "templateName": n["templateName"],
+                "phase": n["phase"],
+                "podName": n["name"],
+                "finishedAt": n.get("finishedAt", ""),
+            }
+            for n in nodes
+            if n.get("type") == "Pod" and n.get("phase") in {"Failed", "Error"}
+        ]
+
+    def _add_node(self, name: str, node_id: str, node: dict[str, Any], parent: str | None = None) -> None:
+        def change(record: dict[str, Any]) -> None:
+            nodes = record["status"]["nodes"]
+            node["id"] = node_id
+            nodes[node_id] = node
+            parent_id = parent or _parent_of(node_id, nodes)
+            if parent_id and parent_id in nodes:
+                nodes[parent_id].setdefault("children", []).append(node_id)
+
+        self._update(name, change)
+
+    def _update_node(self, name: str, node_id: str, **fields: Any) -> None:
+        self._update(name, lambda r: r["status"]["nodes"][node_id].update(fields))
+
+    def _update(self, name: str, change: Callable[[dict[str, Any]], Any]) -> None:
+        with self._lock:
+            record = self.get(name)
+            change(record)
+            path = self._record_path(name)
+            fd, temp = tempfile.mkstemp(dir=self.state_dir, prefix=".tmp-")
+            with os.fdopen(fd, "w") as handle:
+                json.dump(record, handle, indent=2)
+            os.replace(temp, path)
+
+
+def _parent_of(node_id: str, nodes: dict[str, Any]) -> str | None:
+    # "<wf>[0].heal" hangs under "<wf>"; "<wf>.onExit[0].escalate" under "<wf>.onExit".
+    if "[" in node_id:
+        return node_id[: node_id.rindex("[")]
+    return None
+
+
+def _substitute(text: str, parameters: dict[str, str]) -> str:
+    text = text.replace("{{workflow.status}}", parameters.get("__status", "Running"))
+    text = text.replace("{{workflow.failures}}", parameters.get("__failures", "[]"))
+    text = _PARAM.sub(lambda m: parameters.get(m.group(1), ""), text)
+    if "{{" in text:
+        raise UnsupportedTemplate(f"unresolved expression in {text!r}")
+    return text
+
+
+def _evaluate_when(expression: str) -> bool:
+    match = _WHEN.match(expression)
+    if not match:
+        raise UnsupportedTemplate(f"when expression {expression!r} not understood")
+    left, operator, right = match.groups()
+    return (left == right) if operator == "==" else (left != right)

@@ -1,0 +1,50 @@
+"""Promote a model version to *stable*: only after it answers its golden request on a running Triton."""
+
+from __future__ import annotations
+
+from healer.ledger import StableRecord
+from healer.settings import Settings
+from healer.store import ModelStore, hash_directory, utc_now
+from healer.triton import TritonAPI, TritonError
+from probes.result import Status
+from probes.tiers import check_business
+
+
+class PromotionRefused(Exception):
+    """The version may not be promoted; the message says why."""
+
+
+def promote(
+    settings: Settings, triton: TritonAPI, store: ModelStore, model: str, version: str, *, by: str
+) -> StableRecord:
+    try:
+        golden = settings.model(model).golden
+    except KeyError:
+        raise PromotionRefused(f"{model} has no golden request in {settings.source}") from None
+    ledger = store.ledger(model)
+    if ledger.is_quarantined(version):
+        incidents = ", ".join(q.incident for q in ledger.quarantined if q.version == version)
+        raise PromotionRefused(f"{model} v{version} is quarantined (incident {incidents}); it is not promoted")
+    files = store.version_files(model, version)
+    if not files:
+        raise PromotionRefused(f"{model} v{version} is not in the store {store.location}")
+    live = settings.live_repository_path
+    if live is not None and (live / model / version).is_dir():
+        served_files = hash_directory(live / model / version)
+        if served_files != files:
+            raise PromotionRefused(
+                f"{model} v{version}: the files Triton reads in {live} differ from the store's; "
+                "promote only what the store holds"
+            )
+    try:
+        if not triton.model_version_ready(model, version):
+            raise PromotionRefused(f"{model} v{version} is not ready on Triton {triton.url}; load it first")
+        result = check_business(triton, model, version, golden)
+        if result.status is not Status.PASS:
+            raise PromotionRefused(f"{model} v{version} did not pass its golden request: {result.reason}")
+        config = triton.model_config(model)
+    except TritonError as exc:
+        raise PromotionRefused(f"Triton {triton.url}: {exc}") from exc
+    record = StableRecord(version=version, files=files, promoted_at=utc_now(), promoted_by=by, config=config)
+    store.update_ledger(model, lambda current: current.with_stable(record))
+    return record

@@ -1,0 +1,159 @@
+"""Helpers to build a rollback scenario on the real Triton: a store, a live repository, a ledger."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from healer.engines import RollbackRequest
+from healer.engines.local import LocalEngine
+from healer.promote import promote
+from healer.settings import AlertSettings, ModelSettings, RollbackSettings, Settings, StoreSettings
+from healer.store import ModelStore
+from healer.triton import TritonHttp
+from tests.conftest import EXAMPLES
+from workflows.context import context_from_settings
+from workflows.rollback import build_rollback_template
+
+_names = itertools.count(1)
+
+VersionSource = tuple[str, str]  # ("good", "1") or ("broken", "nan")
+
+
+def version_source(base: str, source: VersionSource) -> Path:
+    kind, which = source
+    return EXAMPLES / ("model_repository" if kind == "good" else "broken") / base / which
+
+
+def write_model(root: Path, base: str, name: str, versions: dict[int, VersionSource]) -> None:
+    target = root / name
+    target.mkdir(parents=True, exist_ok=True)
+    config = (EXAMPLES / "model_repository" / base / "config.pbtxt").read_text()
+    (target / "config.pbtxt").write_text(config.replace(f'name: "{base}"', f'name: "{name}"'))
+    for version, source in versions.items():
+        shutil.copytree(version_source(base, source), target / str(version), dirs_exist_ok=True)
+
+
+def serve_versions(triton: TritonHttp, model: str, versions: list[int]) -> None:
+    """Make Triton serve exactly these versions (a config override, as an operator would)."""
+    config = triton.model_config(model)
+    config["version_policy"] = {"specific": {"versions": versions}}
+    triton.load_model(model, config=json.dumps(config), timeout_s=60)
+
+
+class AlertReceiver:
+    """A stand-in Alertmanager: records what POST /api/v2/alerts receives."""
+
+    def __init__(self) -> None:
+        self.alerts: list[dict[str, Any]] = []
+        received = self.alerts
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path == "/api/v2/alerts":
+                    received.extend(json.loads(body))
+                    self.send_response(200)
+                else:
+                    self.send_response(404)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> AlertReceiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class RollbackStack:
+    settings: Settings
+    triton: TritonHttp
+    store: ModelStore
+    live: Path
+    model: str
+    engine: LocalEngine
+    alerts: AlertReceiver
+    requests: list[RollbackRequest] = field(default_factory=list)
+
+    def request(self, from_version: str, incident: str | None = None) -> RollbackRequest:
+        return RollbackRequest(
+            model=self.model,
+            from_version=from_version,
+            incident=incident or f"inc-{self.model}-{from_version}".replace("_", "-"),
+            reason="wrong-answer",
+            detail="golden request failed",
+            pod="triton-0",
+        )
+
+
+def make_settings(
+    base: Settings, *, url: str, model: ModelSettings, store: StoreSettings, live: Path, state_dir: Path, alert_url: str,
+    deadline_s: float = 90.0,
+) -> Settings:
+    return replace(
+        base,
+        triton=replace(base.triton, url=url, timeout_s=5.0),
+        models=(model,),
+        store=store,
+        live_repository=live,
+        rollback=RollbackSettings(
+            deadline_s=deadline_s,
+            unload_timeout_s=20,
+            load_timeout_s=60,
+            state_dir=state_dir,
+            alert=AlertSettings(webhook_url=alert_url, timeout_s=2.0),
+        ),
+    )
+
+
+@contextmanager
+def rollback_stack(
+    *, base: Settings, triton_url: str, live: Path, store: ModelStore, store_settings: StoreSettings,
+    store_root_for_files: Path | None, tmp: Path, model_base: str, versions: dict[int, VersionSource],
+    stable: list[int], deadline_s: float = 90.0,
+) -> Iterator[RollbackStack]:
+    """A new model on the running Triton, its versions in the store and the live repository,
+    ``stable`` promoted through the real promote path, then the newest version served."""
+    name = f"rb_{model_base}_{next(_names)}"
+    write_model(live, model_base, name, versions)
+    if store_root_for_files is not None:
+        write_model(store_root_for_files, model_base, name, versions)
+    triton = TritonHttp(triton_url, timeout_s=5.0)
+    golden = base.model(model_base).golden
+    model = ModelSettings(name=name, golden=golden)
+    with AlertReceiver() as alerts:
+        settings = make_settings(
+            base, url=triton_url, model=model, store=store_settings, live=live, state_dir=tmp / "runs",
+            alert_url=alerts.url, deadline_s=deadline_s,
+        )
+        try:
+            triton.load_model(name, timeout_s=60)
+            if stable:
+                serve_versions(triton, name, stable)
+                for version in stable:
+                    promote(settings, triton, store, name, str(version), by="test")
+                triton.load_model(name, timeout_s=60)  # back to config.pbtxt: the newest version
+            engine = LocalEngine(
+                build_rollback_template(), lambda: context_from_settings(settings), settings.rollback.state_dir
+            )
+            yield RollbackStack(settings, triton, store, live, name, engine, alerts)
+        finally:
+            triton.close()
