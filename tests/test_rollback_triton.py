@@ -51,3 +51,89 @@ def test_broken_newest_version_is_rolled_back_to_the_last_stable(fs_stack_factor
         phases = json.loads(status.outputs["phases"])
         assert [p["name"] for p in phases] == ["unload", "fetch-stable", "load", "verify", "record"]
         assert stack.alerts.alerts == []
+
+
+def test_stable_version_also_broken_escalates_within_budget_and_deletes_nothing(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "nan")},
+                          stable=[1, 2]) as stack:
+        stack: RollbackStack
+        # v2 was promoted while good; then someone overwrote its weights in place in both places.
+        for root in (stack.live, stack.store.blobs.root):  # type: ignore[attr-defined]
+            broken = (Path(root) / stack.model / "2" / "params.json")
+            broken.write_text(broken.read_text().replace("0.50002", "-9.0"))
+        # Ledger hashes no longer match the store: refused before loading anything.
+        status = stack.engine.run(stack.request("3"), timeout_s=120)
+        assert status.phase == "Failed"
+        assert "fetch-stable" in status.message and "files differ from the stable ledger" in status.message
+        assert "params.json" in status.message
+        record = stack.engine.get(status.name)
+        started, finished = record["status"]["startedAt"], record["status"]["finishedAt"]
+        assert started and finished
+        [alert] = stack.alerts.alerts
+        assert alert["labels"]["alertname"] == "HealerRollbackEscalated"
+        assert alert["labels"]["model"] == stack.model and alert["labels"]["pod"] == "triton-0"
+        assert "files differ from the stable ledger" in alert["annotations"]["description"]
+        assert alert["annotations"]["runbook_url"].endswith("rollback-escalated.md")
+        # Nothing deleted: every version directory is still in the store and the live repository.
+        for root in (stack.live, stack.store.blobs.root):  # type: ignore[attr-defined]
+            assert sorted(p.name for p in (Path(root) / stack.model).iterdir() if p.name.isdigit()) == ["1", "2", "3"]
+        assert stack.store.ledger(stack.model).is_quarantined("3")
+        exit_node = [n for n in record["status"]["nodes"].values() if n["displayName"] == "escalate"]
+        assert exit_node and exit_node[0]["phase"] == "Succeeded"
+
+
+def test_stable_version_that_answers_wrongly_fails_verify_and_escalates(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights"), 3: ("broken", "nan")},
+                          stable=[1]) as stack:
+        stack: RollbackStack
+        # A bad ledger entry: v2 recorded stable by hand (as a careless operator could), with true hashes.
+        from healer.ledger import StableRecord
+
+        v1 = stack.store.ledger(stack.model).stable_record("1")
+        assert v1 is not None
+        fake = StableRecord("2", stack.store.version_files(stack.model, "2"), "t", "hand", v1.config)
+        stack.store.update_ledger(stack.model, lambda ledger: ledger.with_stable(fake))
+        status = stack.engine.run(stack.request("3"), timeout_s=120)
+        assert status.phase == "Failed"
+        assert status.message.startswith("verify: ")
+        assert "expected 7.1 got 12.1" in status.message
+        [alert] = stack.alerts.alerts
+        assert "verify" in alert["annotations"]["description"]
+
+
+def test_running_the_same_rollback_twice_is_harmless(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
+    with fs_stack_factory("tiny_classifier", {1: ("good", "1"), 2: ("broken", "raises")}, stable=[1]) as stack:
+        stack: RollbackStack
+        first = stack.engine.run(stack.request("2", incident="inc-a"), timeout_s=120)
+        assert first.phase == "Succeeded" and first.outputs["to-version"] == "1"
+        # Same incident: joins the finished run, starts nothing.
+        again = stack.engine.submit(stack.request("2", incident="inc-a"))
+        assert again.created is False and again.name == first.name
+        # A new incident for the same broken version: every step is a no-op or idempotent.
+        second = stack.engine.run(stack.request("2", incident="inc-b"), timeout_s=120)
+        assert second.phase == "Succeeded", second
+        assert stack.triton.served_versions(stack.model) == ["1"]
+        phases = {p["name"]: p for p in json.loads(second.outputs["phases"])}
+        assert phases["unload"]["outputs"]["already"] is False
+        ledger = stack.store.ledger(stack.model)
+        assert [q.incident for q in ledger.quarantined] == ["inc-a", "inc-b"]
+        assert len(stack.engine.list_runs()) == 2
+
+
+def test_filesystem_store_that_is_not_mounted_escalates(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1],
+                          deadline_s=15) as stack:
+        stack: RollbackStack
+        root = stack.store.blobs.root  # type: ignore[attr-defined]
+        root.rename(root.with_name("store-unmounted"))
+        try:
+            status = stack.engine.run(stack.request("2"), timeout_s=60)
+        finally:
+            root.with_name("store-unmounted").rename(root)
+        assert status.phase == "Failed"
+        assert "not mounted" in status.message
+        [alert] = stack.alerts.alerts
+        assert "not mounted" in alert["annotations"]["description"]
+        record = stack.engine.get(status.name)
+        pods = [n for n in record["status"]["nodes"].values() if n["type"] == "Pod" and n["templateName"] == "heal"]
+        assert len(pods) == 3  # transient: the first try and two retries, then escalation

@@ -202,17 +202,13 @@ class LocalEngine:
             started = time.monotonic()
             deadline = started + self.deadline_s if self.deadline_s else None
             self._update(name, lambda r: r["status"].update(phase="Running", startedAt=_now()))
-            context = self._context_factory()
-            context.workflow_name = name
-            phase, message = self._run_steps(name, self.entrypoint, parameters, context, deadline, root=True)
+            phase, message = self._run_steps(name, self.entrypoint, parameters, deadline, root=True)
             self._update(name, lambda r: r["status"].update(phase=phase, message=message))
             if self.on_exit:
                 failures = self._failures(name)
                 exit_params = {**parameters, "__status": phase, "__failures": json.dumps(failures)}
-                # The exit handler runs even after the deadline (as in Argo), with a fresh context.
-                exit_context = self._context_factory()
-                exit_context.workflow_name = name
-                self._run_steps(name, self.on_exit, exit_params, exit_context, None, root=False)
+                # The exit handler runs even after the deadline, as in Argo.
+                self._run_steps(name, self.on_exit, exit_params, None, root=False)
             self._update(name, lambda r: r["status"].update(finishedAt=_now()))
             log.info(
                 "local_rollback_finished", workflow=name, phase=phase, duration_s=round(time.monotonic() - started, 3)
@@ -223,7 +219,6 @@ class LocalEngine:
         name: str,
         template_name: str,
         parameters: dict[str, str],
-        context: Any,
         deadline: float | None,
         *,
         root: bool,
@@ -271,7 +266,6 @@ class LocalEngine:
                     step.name,
                     step.template,
                     arguments,
-                    context,
                     deadline,
                 )
                 if step_phase != "Succeeded":
@@ -289,7 +283,6 @@ class LocalEngine:
         display: str,
         template_name: str,
         arguments: dict[str, str],
-        context: Any,
         deadline: float | None,
     ) -> tuple[str, str]:
         spec = self._scripts.get(template_name)
@@ -333,7 +326,7 @@ class LocalEngine:
                 },
                 parent=node_id,
             )
-            phase, message, exit_code, outputs = self._attempt(spec, kwargs, context, deadline)
+            phase, message, exit_code, outputs = self._attempt(name, spec, kwargs, deadline)
             self._update_node(name, pod_id, phase=phase, message=message, finishedAt=_now(), outputs=outputs)
             retryable = (
                 phase == "Failed"
@@ -350,15 +343,22 @@ class LocalEngine:
             attempt += 1
 
     def _attempt(
-        self, spec: _ScriptSpec, kwargs: dict[str, str], context: Any, deadline: float | None
+        self, name: str, spec: _ScriptSpec, kwargs: dict[str, str], deadline: float | None
     ) -> tuple[str, str, int, dict[str, Any]]:
         from workflows import context as step_context
 
         output_dir = Path(tempfile.mkdtemp(prefix=f"healer-{spec.name}-"))
         box: dict[str, Any] = {}
+        cancelled = threading.Event()
 
         def target() -> None:
+            # A fresh context per attempt, built in the thread that uses it (as a fresh pod would be):
+            # tritonclient's gevent connections cannot move between threads.
+            context = None
             try:
+                context = self._context_factory()
+                context.workflow_name = name
+                context.cancelled = cancelled
                 with step_context.using(context, output_dir):
                     box["result"] = spec.function(**kwargs)
                 box["exit_code"] = 0
@@ -368,13 +368,16 @@ class LocalEngine:
             except Exception as exc:  # a crashing step is a failed pod, as in Argo
                 box["exit_code"] = 1
                 box["error"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                if context is not None:
+                    context.triton.close()
 
         worker = threading.Thread(target=target, name=f"step-{spec.name}", daemon=True)
         worker.start()
         worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         if worker.is_alive():
             # Past activeDeadlineSeconds: Argo kills the pod. We ask the step to stop at its next check.
-            context.cancelled.set()
+            cancelled.set()
             worker.join(10.0)
             outputs = self._collect(spec, output_dir, None, None)
             return "Failed", "Step exceeded its deadline", 1, outputs
