@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import getpass
 import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from healer.settings import ConfigError, Settings, load_settings
 
 EXIT_USAGE = 64  # bad configuration or arguments (sysexits EX_USAGE); 0/1/2 are the probe verdicts
+EXIT_REFUSED = 3  # promote refused, rollback did not succeed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -20,13 +24,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     from healer.logs import configure_logging
 
     configure_logging(level=args.log_level)
+    if args.command == "render":
+        return _cmd_render(args)
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
         print(f"healer: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    handler = {"probe": _cmd_probe, "demo": _cmd_demo}[args.command]
-    return handler(settings, args)
+    handlers = {
+        "probe": _cmd_probe,
+        "demo": _cmd_demo,
+        "promote": _cmd_promote,
+        "store": _cmd_store,
+        "runs": _cmd_runs,
+        "rollback": _cmd_rollback,
+    }
+    return handlers[args.command](settings, args)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,14 +52,47 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    probe = commands.add_parser("probe", help="run the three tiers once for every configured model")
-    probe.add_argument("--config", required=True, help="healer YAML file")
+    def with_config(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text)
+        sub.add_argument("--config", required=True, help="healer YAML file")
+        return sub
+
+    probe = with_config("probe", "run the three tiers once for every configured model")
     probe.add_argument("--json", action="store_true", help="print a JSON list of results instead of a table")
     probe.add_argument("--url", help="Triton host:port (overrides triton.url)")
 
-    demo = commands.add_parser("demo", help="start a real Triton on the embedded default and probe every model")
-    demo.add_argument("--config", required=True, help="healer YAML file with an 'embedded' section")
+    demo = with_config("demo", "start a real Triton on the embedded default and probe every model")
     demo.add_argument("--json", action="store_true", help="print a JSON list of results instead of a table")
+
+    render = commands.add_parser("render", help="write the Argo WorkflowTemplates as YAML")
+    render.add_argument("--out", help="directory to write into (default: print to stdout)")
+    render.add_argument("--image", help="the healer image the steps run in")
+    render.add_argument("--namespace", help="namespace of the WorkflowTemplate")
+    render.add_argument("--deadline", type=int, help="activeDeadlineSeconds of a rollback (default 90)")
+
+    promote = with_config("promote", "record a version as stable (only if it passes its golden request now)")
+    promote.add_argument("model")
+    promote.add_argument("version")
+    promote.add_argument("--by", default=None, help="who promotes (default: the current user)")
+
+    store = with_config("store", "inspect the model store and its stable ledger")
+    store_commands = store.add_subparsers(dest="store_command", required=True)
+    store_ls = store_commands.add_parser("ls", help="models, versions, stable and quarantined")
+    store_ls.add_argument("model", nargs="?")
+    store_ls.add_argument("--json", action="store_true")
+
+    runs = with_config("runs", "list rollback runs of the local engine (like `argo list`)")
+    runs_commands = runs.add_subparsers(dest="runs_command")
+    runs_show = runs_commands.add_parser("show", help="one run, node by node (like `argo get`)")
+    runs_show.add_argument("name")
+    runs_show.add_argument("--json", action="store_true")
+
+    rollback = with_config("rollback", "roll a model back to its last stable version now")
+    rollback.add_argument("model")
+    rollback.add_argument("from_version", metavar="FROM_VERSION", help="the failing version")
+    rollback.add_argument("--incident", help="incident id (default: manual-<model>-<version>-<time>)")
+    rollback.add_argument("--detail", default="manual rollback from the command line")
+    rollback.add_argument("--wait", type=float, default=None, help="seconds to wait (default: deadline + 30)")
     return parser
 
 
@@ -81,6 +127,7 @@ def _cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     names = [m.name for m in settings.models]
     started = time.monotonic()
+    triton = None
     try:
         triton = EmbeddedTriton(
             settings.embedded.model_repository,
@@ -88,20 +135,163 @@ def _cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
             load_models=names,
             startup_timeout_s=settings.embedded.startup_timeout_s,
         )
-        with triton:
-            say = (lambda text: print(text, file=sys.stderr)) if args.json else print
-            say(
-                f"Triton {triton.url} (pid {triton.pid}) live with {', '.join(names)} "
-                f"in {time.monotonic() - started:.1f} s; repository {triton.model_repository}"
-            )
-            say("")
-            return _probe_and_print(settings, triton.url, as_json=args.json)
+        triton.start()
+        say = (lambda text: print(text, file=sys.stderr)) if args.json else print
+        say(
+            f"Triton {triton.url} (pid {triton.pid}) live with {', '.join(names)} "
+            f"in {time.monotonic() - started:.1f} s; repository {triton.model_repository}"
+        )
+        say("")
+        return _probe_and_print(settings, triton.url, as_json=args.json)
     except EmbeddedTritonError as exc:
         print(f"healer: embedded Triton failed: {exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:
-        if "triton" in locals():
+        if triton is not None:
             triton.cleanup()
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from workflows.rollback import TemplateOptions, render_all
+
+    defaults = TemplateOptions()
+    options = TemplateOptions(
+        image=args.image or defaults.image,
+        namespace=args.namespace or defaults.namespace,
+        deadline_s=args.deadline or defaults.deadline_s,
+    )
+    rendered = render_all(options)
+    if not args.out:
+        print("\n---\n".join(rendered.values()), end="")
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in rendered.items():
+        (out / name).write_text(text)
+        print(f"wrote {out / name}")
+    return 0
+
+
+def _store(settings: Settings) -> Any:
+    from healer.store import store_from_settings
+
+    if settings.store is None:
+        raise ConfigError(settings.source, "store", "is required for this command")
+    return store_from_settings(settings.store)
+
+
+def _cmd_promote(settings: Settings, args: argparse.Namespace) -> int:
+    from healer.promote import PromotionRefused, promote
+    from healer.store import StoreError
+    from healer.triton import TritonHttp
+
+    try:
+        store = _store(settings)
+    except ConfigError as exc:
+        print(f"healer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    triton = TritonHttp(settings.triton.url, timeout_s=settings.triton.timeout_s)
+    try:
+        record = promote(settings, triton, store, args.model, args.version, by=args.by or getpass.getuser())
+    except (PromotionRefused, StoreError, ValueError) as exc:
+        print(f"healer: promote refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    finally:
+        triton.close()
+    print(f"{args.model} v{record.version} promoted stable by {record.promoted_by} at {record.promoted_at}")
+    for name, digest in sorted(record.files.items()):
+        print(f"  {digest}  {name}")
+    return 0
+
+
+def _cmd_store(settings: Settings, args: argparse.Namespace) -> int:
+    from healer.store import StoreError
+
+    try:
+        store = _store(settings)
+        models = [args.model] if args.model else store.models()
+        listing = []
+        for model in models:
+            ledger = store.ledger(model)
+            listing.append(
+                {
+                    "model": model,
+                    "versions": store.versions(model),
+                    "stable": [r.version for r in ledger.stable],
+                    "quarantined": [q.to_dict() for q in ledger.quarantined],
+                    "ledger_generation": ledger.generation,
+                }
+            )
+    except ConfigError as exc:
+        print(f"healer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (StoreError, ValueError) as exc:
+        print(f"healer: store {settings.store}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.json:
+        print(json.dumps(listing, indent=2))
+        return 0
+    print(f"store {store.location}")
+    print(f"{'MODEL':<24}{'VERSION':<9}STATE")
+    for entry in listing:
+        quarantined = {q["version"]: q for q in entry["quarantined"]}
+        for version in entry["versions"]:
+            if version in quarantined:
+                q = quarantined[version]
+                state = f"quarantined ({q['incident']}: {q['reason']})"
+            elif version in entry["stable"]:
+                state = "stable"
+            else:
+                state = "-"
+            print(f"{entry['model']:<24}{version:<9}{state}".rstrip())
+    return 0
+
+
+def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
+    from healer.engines.local import LocalEngine
+    from healer.runs import format_run, format_runs
+    from workflows.context import context_from_settings
+    from workflows.rollback import build_rollback_template
+
+    engine = LocalEngine(
+        build_rollback_template(), lambda: context_from_settings(settings), settings.rollback.state_dir
+    )
+    if getattr(args, "runs_command", None) == "show":
+        try:
+            record = engine.get(args.name)
+        except KeyError:
+            print(f"healer: no run {args.name!r} in {settings.rollback.state_dir}", file=sys.stderr)
+            return EXIT_USAGE
+        print(json.dumps(record, indent=2) if args.json else format_run(record))
+        return 0
+    print(format_runs(engine.list_runs()))
+    return 0
+
+
+def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
+    from healer.engines import EngineError, RollbackRequest
+    from healer.engines.factory import engine_from_settings
+
+    incident = args.incident or f"manual-{args.model}-{args.from_version}-{int(time.time())}".replace("_", "-")
+    try:
+        request = RollbackRequest(
+            model=args.model,
+            from_version=args.from_version,
+            incident=incident,
+            reason="manual",
+            detail=args.detail,
+        )
+        engine = engine_from_settings(settings)
+        submission = engine.submit(request)
+        print(f"{'submitted' if submission.created else 'joined'} {submission.name} ({settings.rollback.engine})")
+        status = engine.wait(submission.name, args.wait or settings.rollback.deadline_s + 30)
+    except (EngineError, ValueError, OSError) as exc:
+        print(f"healer: rollback not submitted: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(f"{status.name}: {status.phase} {status.message}".rstrip())
+    if status.outputs.get("to-version"):
+        print(f"restored {args.model} v{status.outputs['to-version']}")
+    return 0 if status.succeeded else EXIT_REFUSED
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ class AlertReceiver:
         received = self.alerts
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if self.path == "/api/v2/alerts":
                     received.extend(json.loads(body))
@@ -105,7 +105,14 @@ class RollbackStack:
 
 
 def make_settings(
-    base: Settings, *, url: str, model: ModelSettings, store: StoreSettings, live: Path, state_dir: Path, alert_url: str,
+    base: Settings,
+    *,
+    url: str,
+    model: ModelSettings,
+    store: StoreSettings,
+    live: Path,
+    state_dir: Path,
+    alert_url: str,
     deadline_s: float = 90.0,
 ) -> Settings:
     return replace(
@@ -126,9 +133,18 @@ def make_settings(
 
 @contextmanager
 def rollback_stack(
-    *, base: Settings, triton_url: str, live: Path, store: ModelStore, store_settings: StoreSettings,
-    store_root_for_files: Path | None, tmp: Path, model_base: str, versions: dict[int, VersionSource],
-    stable: list[int], deadline_s: float = 90.0,
+    *,
+    base: Settings,
+    triton_url: str,
+    live: Path,
+    store: ModelStore,
+    store_settings: StoreSettings,
+    store_root_for_files: Path | None,
+    tmp: Path,
+    model_base: str,
+    versions: dict[int, VersionSource],
+    stable: list[int],
+    deadline_s: float = 90.0,
 ) -> Iterator[RollbackStack]:
     """A new model on the running Triton, its versions in the store and the live repository,
     ``stable`` promoted through the real promote path, then the newest version served."""
@@ -141,8 +157,14 @@ def rollback_stack(
     model = ModelSettings(name=name, golden=golden)
     with AlertReceiver() as alerts:
         settings = make_settings(
-            base, url=triton_url, model=model, store=store_settings, live=live, state_dir=tmp / "runs",
-            alert_url=alerts.url, deadline_s=deadline_s,
+            base,
+            url=triton_url,
+            model=model,
+            store=store_settings,
+            live=live,
+            state_dir=tmp / "runs",
+            alert_url=alerts.url,
+            deadline_s=deadline_s,
         )
         try:
             triton.load_model(name, timeout_s=60)

@@ -17,26 +17,33 @@ from tests.rollback_stack import RollbackStack, rollback_stack
 
 
 @pytest.fixture
-def fs_stack_factory(
-    example_settings: Settings, triton_server: EmbeddedTriton, tmp_path: Path
-) -> Iterator[object]:
+def fs_stack_factory(example_settings: Settings, triton_server: EmbeddedTriton, tmp_path: Path) -> Iterator[object]:
     store_root = tmp_path / "store"
     store_root.mkdir()
     store = ModelStore(FilesystemBlobs(store_root))
 
     def make(model_base: str, versions: dict[int, tuple[str, str]], stable: list[int], **kw: object) -> object:
         return rollback_stack(
-            base=example_settings, triton_url=triton_server.url, live=triton_server.model_repository,
-            store=store, store_settings=StoreSettings(filesystem=store_root), store_root_for_files=store_root,
-            tmp=tmp_path, model_base=model_base, versions=versions, stable=stable, **kw,
+            base=example_settings,
+            triton_url=triton_server.url,
+            live=triton_server.model_repository,
+            store=store,
+            store_settings=StoreSettings(filesystem=store_root),
+            store_root_for_files=store_root,
+            tmp=tmp_path,
+            model_base=model_base,
+            versions=versions,
+            stable=stable,
+            **kw,
         )
 
     yield make
 
 
 def test_broken_newest_version_is_rolled_back_to_the_last_stable(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
-    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "wrong_weights")},
-                          stable=[1, 2]) as stack:
+    with fs_stack_factory(
+        "linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "wrong_weights")}, stable=[1, 2]
+    ) as stack:
         stack: RollbackStack
         golden = stack.settings.models[0].golden
         assert check_business(stack.triton, stack.model, "3", golden).status is Status.FAIL
@@ -54,12 +61,13 @@ def test_broken_newest_version_is_rolled_back_to_the_last_stable(fs_stack_factor
 
 
 def test_stable_version_also_broken_escalates_within_budget_and_deletes_nothing(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
-    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "nan")},
-                          stable=[1, 2]) as stack:
+    with fs_stack_factory(
+        "linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "nan")}, stable=[1, 2]
+    ) as stack:
         stack: RollbackStack
         # v2 was promoted while good; then someone overwrote its weights in place in both places.
         for root in (stack.live, stack.store.blobs.root):  # type: ignore[attr-defined]
-            broken = (Path(root) / stack.model / "2" / "params.json")
+            broken = Path(root) / stack.model / "2" / "params.json"
             broken.write_text(broken.read_text().replace("0.50002", "-9.0"))
         # Ledger hashes no longer match the store: refused before loading anything.
         status = stack.engine.run(stack.request("3"), timeout_s=120)
@@ -83,8 +91,9 @@ def test_stable_version_also_broken_escalates_within_budget_and_deletes_nothing(
 
 
 def test_stable_version_that_answers_wrongly_fails_verify_and_escalates(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
-    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights"), 3: ("broken", "nan")},
-                          stable=[1]) as stack:
+    with fs_stack_factory(
+        "linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights"), 3: ("broken", "nan")}, stable=[1]
+    ) as stack:
         stack: RollbackStack
         # A bad ledger entry: v2 recorded stable by hand (as a careless operator could), with true hashes.
         from healer.ledger import StableRecord
@@ -121,8 +130,9 @@ def test_running_the_same_rollback_twice_is_harmless(fs_stack_factory) -> None: 
 
 
 def test_filesystem_store_that_is_not_mounted_escalates(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1],
-                          deadline_s=15) as stack:
+    with fs_stack_factory(
+        "linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1], deadline_s=15
+    ) as stack:
         stack: RollbackStack
         root = stack.store.blobs.root  # type: ignore[attr-defined]
         root.rename(root.with_name("store-unmounted"))

@@ -1,0 +1,157 @@
+"""The rendered WorkflowTemplate: schema-valid for Argo v4.1.2, committed as rendered, and what the engines run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from healer.cli import main
+from healer.engines import RollbackRequest
+from healer.engines.local import LocalEngine
+from workflows.rollback import LABELS, PARAMETERS, TemplateOptions, build_rollback_template, render_all
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+COMMITTED = ROOT / "deploy" / "argo"
+
+
+@pytest.fixture(scope="module")
+def workflow_template_schema() -> dict[str, Any]:
+    schema = json.loads((SHARED / "argo" / "schema.json").read_text())
+    # Validate against the one definition we mean, not the top-level oneOf of every kind.
+    return {
+        "$ref": "#/definitions/io.argoproj.workflow.v1alpha1.WorkflowTemplate",
+        "definitions": schema["definitions"],
+    }
+
+
+def rendered() -> dict[str, Any]:
+    [text] = render_all().values()
+    document: dict[str, Any] = yaml.safe_load(text)
+    return document
+
+
+def test_rendered_template_is_valid_against_argo_schema(workflow_template_schema: dict[str, Any]) -> None:
+    jsonschema.validate(rendered(), workflow_template_schema)
+
+
+def test_schema_check_catches_a_broken_template(workflow_template_schema: dict[str, Any]) -> None:
+    """The validation above can fail: an int where Argo wants a string is rejected."""
+    broken = rendered()
+    broken["spec"]["templates"][0]["retryStrategy"]["limit"] = 2
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, workflow_template_schema)
+
+
+def test_committed_yaml_equals_a_fresh_render(tmp_path: Path) -> None:
+    assert main(["render", "--out", str(tmp_path)]) == 0
+    fresh = sorted(p.name for p in tmp_path.iterdir())
+    assert fresh == sorted(p.name for p in COMMITTED.iterdir())
+    for name in fresh:
+        assert (COMMITTED / name).read_text() == (tmp_path / name).read_text(), (
+            f"deploy/argo/{name} is stale: run `healer render --out deploy/argo`"
+        )
+
+
+def test_fields_the_design_relies_on_are_present() -> None:
+    """The schema does not reject unknown or missing optional fields, so check the ones we rely on."""
+    spec = rendered()["spec"]
+    assert spec["activeDeadlineSeconds"] == 90
+    assert spec["onExit"] == "on-exit"
+    assert spec["synchronization"] == {"mutexes": [{"name": "healer-rollback-{{workflow.parameters.model}}"}]}
+    assert [p["name"] for p in spec["arguments"]["parameters"]] == list(PARAMETERS)
+    assert set(spec["workflowMetadata"]["labelsFrom"]) == set(LABELS)
+    templates = {t["name"]: t for t in spec["templates"]}
+    heal = templates["heal"]
+    assert heal["retryStrategy"]["expression"] == "asInt(lastRetry.exitCode) == 75"
+    assert heal["retryStrategy"]["limit"] == "2"
+    assert heal["script"]["args"] == ["-m", "hera.workflows.runner", "-e", "workflows.rollback:heal_step"]
+    assert {p["name"] for p in heal["outputs"]["parameters"]} == {"phases", "to-version", "files", "golden"}
+    [[escalate_step]] = templates["on-exit"]["steps"]
+    assert escalate_step["when"] == "{{workflow.status}} != Succeeded"
+    # One pod on the success path: the entrypoint has exactly one step.
+    assert templates["rollback"]["steps"] == [[templates["rollback"]["steps"][0][0]]]
+
+
+def test_template_options_change_the_render() -> None:
+    [text] = render_all(TemplateOptions(image="registry.local/healer:dev", deadline_s=45)).values()
+    document = yaml.safe_load(text)
+    assert document["spec"]["activeDeadlineSeconds"] == 45
+    assert {t["script"]["image"] for t in document["spec"]["templates"] if "script" in t} == {
+        "registry.local/healer:dev"
+    }
+
+
+def argo_step_sequence(document: dict[str, Any], *, succeeded: bool) -> list[str]:
+    """The steps Argo runs for this template, read from the YAML Argo is given (its semantics, by hand):
+    the entrypoint's step groups in order, then the exit handler's steps whose `when` holds."""
+    spec = document["spec"]
+    templates = {t["name"]: t for t in spec["templates"]}
+    sequence = [step["template"] for group in templates[spec["entrypoint"]]["steps"] for step in group]
+    status = "Succeeded" if succeeded else "Failed"
+    for group in templates[spec["onExit"]]["steps"]:
+        for step in group:
+            left, _, right = step.get("when", "x == x").replace("{{workflow.status}}", status).partition(" != ")
+            if step.get("when") is None or left.strip() != right.strip():
+                sequence.append(step["template"])
+    return sequence
+
+
+def local_step_sequence(record: dict[str, Any]) -> list[str]:
+    # Nodes are recorded in the order they start (the record keeps insertion order); retries are "(n)" > 0.
+    pods = [n for n in record["status"]["nodes"].values() if n["type"] == "Pod"]
+    return [n["templateName"] for n in pods if n["name"].endswith("(0)")]
+
+
+@pytest.mark.parametrize("succeeded", [True, False])
+def test_local_engine_runs_the_same_step_sequence_as_argo(tmp_path: Path, succeeded: bool) -> None:
+    """Same template object, two readers: the YAML Argo receives and the LocalEngine. The step
+    functions are replaced by recorders (the engine must call what the template names, in order)."""
+    from dataclasses import dataclass, field
+    from threading import Event
+
+    import workflows.rollback as rollback
+
+    calls: list[str] = []
+
+    @dataclass
+    class FakeContext:
+        cancelled: Event = field(default_factory=Event)
+        workflow_name: str = ""
+        triton: Any = None
+
+        def __post_init__(self) -> None:
+            class _Closable:
+                def close(self) -> None:
+                    pass
+
+            self.triton = _Closable()
+
+    def fake_heal(**kwargs: str) -> dict[str, str]:
+        calls.append("heal")
+        if not succeeded:
+            raise SystemExit(1)
+        return {"to_version": "1"}
+
+    def fake_escalate(**kwargs: str) -> dict[str, str]:
+        calls.append("escalate")
+        assert kwargs["workflow_status"] == "Failed"
+        return {}
+
+    template = build_rollback_template()
+    original = (rollback.heal_step, rollback.escalate_step)
+    try:
+        rollback.heal_step, rollback.escalate_step = fake_heal, fake_escalate  # type: ignore[assignment]
+        engine = LocalEngine(template, FakeContext, tmp_path)
+    finally:
+        rollback.heal_step, rollback.escalate_step = original
+    status = engine.run(RollbackRequest(model="m", from_version="2", incident="inc-1"), timeout_s=30)
+    assert status.phase == ("Succeeded" if succeeded else "Failed")
+    expected = argo_step_sequence(yaml.safe_load(next(iter(render_all().values()))), succeeded=succeeded)
+    assert calls == expected
+    assert local_step_sequence(engine.get(status.name)) == expected
