@@ -28,6 +28,7 @@ test: lint typecheck
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/probe_latency.py --config examples/healer.yaml
+	$(BIN)/python benchmarks/rollback_time.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -115,7 +115,7 @@ def test_local_engine_runs_the_same_step_sequence_as_argo(tmp_path: Path, succee
     from dataclasses import dataclass, field
     from threading import Event
 
-    import workflows.rollback as rollback
+    from workflows import rollback
 
     calls: list[str] = []
 
