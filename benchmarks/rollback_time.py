@@ -21,14 +21,12 @@ from pathlib import Path
 
 from healer.embedded import EmbeddedTriton
 from healer.engines import RollbackRequest
-from healer.engines.local import LocalEngine
+from healer.engines.factory import local_engine
 from healer.logs import configure_logging
 from healer.promote import promote
 from healer.settings import RollbackSettings, StoreSettings, load_settings
 from healer.store import FilesystemBlobs, ModelStore
 from healer.triton import TritonHttp
-from workflows.context import context_from_settings
-from workflows.rollback import build_rollback_template
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "linear_scorer"
@@ -88,9 +86,7 @@ def main() -> int:
             )
             for version in ("1", "2"):
                 promote(settings, triton, store, MODEL, version, by="benchmark")
-            engine = LocalEngine(
-                build_rollback_template(), lambda: context_from_settings(settings), settings.rollback.state_dir
-            )
+            engine = local_engine(settings)
             totals, phase_times = [], []
             for run in range(args.runs):
                 triton.unload_model(MODEL)

@@ -248,14 +248,10 @@ def _cmd_store(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
-    from healer.engines.local import LocalEngine
+    from healer.engines.factory import local_engine
     from healer.runs import format_run, format_runs
-    from workflows.context import context_from_settings
-    from workflows.rollback import build_rollback_template
 
-    engine = LocalEngine(
-        build_rollback_template(), lambda: context_from_settings(settings), settings.rollback.state_dir
-    )
+    engine = local_engine(settings)
     if getattr(args, "runs_command", None) == "show":
         try:
             record = engine.get(args.name)

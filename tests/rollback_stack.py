@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from healer.engines import RollbackRequest
+from healer.engines.factory import local_engine
 from healer.engines.local import LocalEngine
 from healer.promote import promote
 from healer.settings import AlertSettings, ModelSettings, RollbackSettings, Settings, StoreSettings
 from healer.store import ModelStore
 from healer.triton import TritonHttp
 from tests.conftest import EXAMPLES
-from workflows.context import context_from_settings
-from workflows.rollback import build_rollback_template
 
 _names = itertools.count(1)
 
@@ -173,9 +172,7 @@ def rollback_stack(
                 for version in stable:
                     promote(settings, triton, store, name, str(version), by="test")
                 triton.load_model(name, timeout_s=60)  # back to config.pbtxt: the newest version
-            engine = LocalEngine(
-                build_rollback_template(), lambda: context_from_settings(settings), settings.rollback.state_dir
-            )
+            engine = local_engine(settings)
             yield RollbackStack(settings, triton, store, live, name, engine, alerts)
         finally:
             triton.close()

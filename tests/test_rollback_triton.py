@@ -147,3 +147,34 @@ def test_filesystem_store_that_is_not_mounted_escalates(fs_stack_factory, tmp_pa
         record = stack.engine.get(status.name)
         pods = [n for n in record["status"]["nodes"].values() if n["type"] == "Pod" and n["templateName"] == "heal"]
         assert len(pods) == 3  # transient: the first try and two retries, then escalation
+
+
+def test_deadline_stops_the_rollback_and_escalates(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
+    # Triton's Python backend takes ~1.1 s to unload: a 1 s budget cannot be met.
+    with fs_stack_factory(
+        "linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1], deadline_s=1
+    ) as stack:
+        stack: RollbackStack
+        import time
+
+        started = time.monotonic()
+        status = stack.engine.run(stack.request("2"), timeout_s=60)
+        elapsed = time.monotonic() - started
+        assert status.phase == "Failed"
+        assert status.message == "Step exceeded its deadline"
+        assert elapsed < 1 + 5  # the deadline, plus the escalation and the stopped step's last poll
+        [alert] = stack.alerts.alerts
+        assert "Step exceeded its deadline" in alert["annotations"]["description"]
+        # The step noticed the deadline and stopped: it never went on to load the stable version.
+        record = stack.engine.get(status.name)
+        phases = json.loads(
+            next(
+                p["value"]
+                for n in record["status"]["nodes"].values()
+                if n["type"] == "Pod" and n["templateName"] == "heal"
+                for p in n["outputs"]["parameters"]
+                if p["name"] == "phases"
+            )
+            or "[]"
+        )
+        assert "load" not in [p["name"] for p in phases]

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from healer.engines import RollbackEngine
 from healer.settings import Settings
 
+if TYPE_CHECKING:
+    from healer.engines.local import LocalEngine
 
-def local_engine(settings: Settings) -> RollbackEngine:
+
+def local_engine(settings: Settings) -> LocalEngine:
+    """The LocalEngine over the same template Argo runs, with this config's deadline."""
     from healer.engines.local import LocalEngine
     from workflows.context import context_from_settings
-    from workflows.rollback import build_rollback_template
+    from workflows.rollback import TemplateOptions, build_rollback_template
 
-    return LocalEngine(build_rollback_template(), lambda: context_from_settings(settings), settings.rollback.state_dir)
+    options = TemplateOptions(deadline_s=max(1, round(settings.rollback.deadline_s)))
+    return LocalEngine(
+        build_rollback_template(options), lambda: context_from_settings(settings), settings.rollback.state_dir
+    )
 
 
 def argo_engine(settings: Settings) -> RollbackEngine:

@@ -1,0 +1,69 @@
+"""`healer promote`, `store ls`, `rollback`, `runs` and `runs show` against the real Triton and a filesystem store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from healer.cli import EXIT_REFUSED, main
+from healer.embedded import EmbeddedTriton
+from healer.triton import TritonHttp
+from tests.conftest import EXAMPLES
+from tests.rollback_stack import serve_versions, write_model
+
+
+def test_promote_rollback_and_inspect_from_the_command_line(
+    tmp_path: Path, triton_server: EmbeddedTriton, triton: TritonHttp, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = "cli_scorer"
+    versions = {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "wrong_weights")}
+    store_root = tmp_path / "store"
+    write_model(store_root, "linear_scorer", name, versions)
+    write_model(triton_server.model_repository, "linear_scorer", name, versions)
+    document = yaml.safe_load((EXAMPLES / "healer.yaml").read_text())
+    document.pop("embedded")
+    document["models"] = [{**document["models"][0], "name": name}]
+    document["triton"]["url"] = triton_server.url
+    document["store"] = {"filesystem": {"root": str(store_root)}}
+    document["live_repository"] = str(triton_server.model_repository)
+    document["rollback"] = {"state_dir": str(tmp_path / "runs")}
+    config = tmp_path / "healer.yaml"
+    config.write_text(yaml.safe_dump(document))
+
+    triton.load_model(name, timeout_s=60)  # serves v3, the broken one
+    assert main(["promote", "--config", str(config), name, "3", "--by", "alice"]) == EXIT_REFUSED
+    assert "did not pass its golden request" in capsys.readouterr().err
+    serve_versions(triton, name, [1, 2])
+    for version in ("1", "2"):
+        assert main(["promote", "--config", str(config), name, version, "--by", "alice"]) == 0
+    assert "promoted stable by alice" in capsys.readouterr().out
+    triton.load_model(name, timeout_s=60)
+
+    assert main(["rollback", "--config", str(config), name, "3", "--incident", "inc-cli"]) == 0
+    out = capsys.readouterr().out
+    assert "Succeeded" in out and f"restored {name} v2" in out
+
+    assert main(["store", "--config", str(config), "ls"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert [line.split()[:3] for line in listing[2:]] == [
+        [name, "1", "stable"],
+        [name, "2", "stable"],
+        [name, "3", "quarantined"],
+    ]
+
+    assert main(["runs", "--config", str(config)]) == 0
+    runs = capsys.readouterr().out.splitlines()
+    assert len(runs) == 2 and "Succeeded" in runs[1] and "inc-cli" in runs[1]
+    run_name = runs[1].split()[0]
+    assert main(["runs", "--config", str(config), "show", run_name]) == 0
+    shown = capsys.readouterr().out
+    for phase in ("unload", "fetch-stable", "load", "verify", "record"):
+        assert f"└ {phase}" in shown
+    assert "when '" in shown  # the skipped exit handler says why it did not run
+
+
+def test_render_prints_yaml_without_a_config(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["kind"] == "WorkflowTemplate"
