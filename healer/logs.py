@@ -19,6 +19,7 @@ def configure_logging(*, stream: TextIO | None = None, level: str = "info") -> N
             structlog.processors.JSONRenderer(sort_keys=False),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        # Look the stream up per logger: sys.stderr may be replaced (tests, daemons) after configuration.
+        logger_factory=(lambda *_: structlog.PrintLogger(stream or sys.stderr)),
         cache_logger_on_first_use=False,
     )
