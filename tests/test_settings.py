@@ -753,3 +753,50 @@ def test_yaml_round_trip_of_example_is_equivalent(tmp_path: Path) -> None:
     copied = _load(tmp_path, json.loads(json.dumps(rewritten)))
     assert [m.golden.input_hash for m in copied.models] == [m.golden.input_hash for m in original.models]
     assert copied.embedded is not None and copied.embedded.model_repository == EXAMPLES / "model_repository"
+
+
+def test_cluster_example_loads_with_s3_store_and_argo_engine() -> None:
+    settings = load_settings(EXAMPLES / "healer-cluster.yaml")
+    assert settings.store is not None and settings.store.s3 is not None
+    assert settings.store.s3.bucket == "ml-models" and settings.store.s3.prefix == "triton"
+    assert settings.live_repository_path == Path("/models")
+    assert settings.rollback.engine == "argo"
+    assert settings.rollback.argo.token_file == Path("/var/run/secrets/healer/argo-token")
+    assert settings.rollback.alert.webhook_url == "http://alertmanager.monitoring:9093"
+
+
+def test_example_store_is_the_repository_triton_reads() -> None:
+    settings = load_settings(EXAMPLE_CONFIG)
+    assert settings.store is not None
+    assert settings.store.filesystem == EXAMPLES / "model_repository"
+    assert settings.live_repository_path == EXAMPLES / "model_repository"
+    assert settings.rollback.state_dir == EXAMPLES / "../.healer/runs"
+
+
+@pytest.mark.parametrize(
+    ("section", "problem"),
+    [
+        ({"store": {}}, "<file>: store: needs exactly one of 'filesystem' or 's3'"),
+        (
+            {"store": {"s3": {"bucket": "b"}}},
+            "<file>: live_repository: is required with an S3 store (the directory Triton reads)",
+        ),
+        ({"rollback": {"engine": "k8s"}}, "<file>: rollback.engine: must be 'local' or 'argo', got 'k8s'"),
+        (
+            {"rollback": {"argo": {"host": "argo:2746"}}},
+            "<file>: rollback.argo.host: must start with http:// or https://, got 'argo:2746'",
+        ),
+        ({"rollback": {"deadline_s": 0}}, "<file>: rollback.deadline_s: must be >= 1, got 0"),
+        (
+            {"rollback": {"alert": {"webhook_url": "am:9093"}}},
+            "<file>: rollback.alert.webhook_url: must start with http:// or https://, got 'am:9093'",
+        ),
+    ],
+)
+def test_store_and_rollback_errors(tmp_path: Path, section: dict[str, Any], problem: str) -> None:
+    document = {**_config(), **section}
+    path = tmp_path / "healer.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ConfigError) as excinfo:
+        load_settings(path)
+    assert str(excinfo.value) == problem.replace("<file>", str(path))
