@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from healer.settings import Settings, load_settings
-from workflows.steps import StepContext
+from workflows.steps import PodMarker, StepContext
 
 DEFAULT_CONFIG = "/etc/healer/healer.yaml"  # mounted from a ConfigMap in the healer image's pods
 DEFAULT_OUTPUT_DIR = "/tmp/healer-outputs"  # noqa: S108 - Argo reads output parameters from files in the pod
@@ -54,4 +54,20 @@ def context_from_settings(settings: Settings) -> StepContext:
         triton=TritonHttp(settings.triton.url, timeout_s=settings.triton.timeout_s),
         store=store_from_settings(settings.store),
         live_repository=live,
+        mark_pod=_pod_marker(),
     )
+
+
+def _pod_marker() -> PodMarker | None:
+    """Annotate the detecting pod for diagnosis when running inside a cluster; None elsewhere."""
+    from healer import kube
+
+    if not kube.in_cluster():
+        return None
+    client = kube.KubeClient.in_cluster()
+    namespace = kube.default_namespace()
+
+    def mark(pod: str, annotations: Mapping[str, str]) -> None:
+        client.annotate_pod(kube.PodRef.parse(pod, default_namespace=namespace), annotations)
+
+    return mark

@@ -1,0 +1,111 @@
+"""The Kubernetes edge against a local API-server stand-in (no kube-apiserver can run here).
+
+The stand-in records requests; Event bodies are validated against Kubernetes' own schema
+(kubernetes-validate, v1.37) so the shape we send is what a real API server accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from healer.embedded import free_port
+from healer.kube import KubeClient, KubeError, PodRef
+
+
+class FakeApiServer:
+    def __init__(self, status: int = 200) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.status = status
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length)) if length else None
+                outer.requests.append(
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                        "body": body,
+                    }
+                )
+                payload = json.dumps(body or {"kind": "Status"}).encode()
+                self.send_response(outer.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_PATCH = do_POST = _handle
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    server = FakeApiServer()
+    yield server
+    server.close()
+
+
+def test_annotate_pod_sends_a_merge_patch_of_annotations_only(api: FakeApiServer) -> None:
+    client = KubeClient.for_host(api.url, token="t0k")  # noqa: S106 - a test token
+    client.annotate_pod(PodRef("ml", "triton-0"), {"healer.io/diagnosis": "keep", "healer.io/incident": "inc-1"})
+    [request] = api.requests
+    assert request["method"] == "PATCH"
+    assert request["path"] == "/api/v1/namespaces/ml/pods/triton-0"
+    assert request["headers"]["content-type"] == "application/merge-patch+json"
+    assert request["headers"]["authorization"] == "Bearer t0k"
+    assert request["body"] == {
+        "metadata": {"annotations": {"healer.io/diagnosis": "keep", "healer.io/incident": "inc-1"}}
+    }
+
+
+def test_pod_event_is_a_valid_kubernetes_event(api: FakeApiServer) -> None:
+    KubeClient.for_host(api.url).pod_event(
+        PodRef("ml", "triton-0"), reason="RollbackStarted", message="linear_scorer v3 → stable", event_type="Warning"
+    )
+    [request] = api.requests
+    assert request["method"] == "POST" and request["path"] == "/api/v1/namespaces/ml/events"
+    event = request["body"]
+    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "triton-0", "namespace": "ml"}
+    assert event["reason"] == "RollbackStarted" and event["type"] == "Warning"
+    kubernetes_validate.validate({**event, "apiVersion": "v1", "kind": "Event"}, "1.37.0", strict=True)
+
+
+def test_api_errors_and_outages_are_kube_errors() -> None:
+    refusing = FakeApiServer(status=403)
+    try:
+        with pytest.raises(KubeError, match="HTTP 403"):
+            KubeClient.for_host(refusing.url).annotate_pod(PodRef("ml", "p"), {"a": "b"})
+    finally:
+        refusing.close()
+    with pytest.raises(KubeError, match="not reachable"):
+        KubeClient.for_host(f"http://127.0.0.1:{free_port()}", timeout_s=1).pod_event(
+            PodRef("ml", "p"), reason="X", message="y"
+        )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("ml/triton-0", PodRef("ml", "triton-0")), ("triton-0", PodRef("default-ns", "triton-0"))],
+)
+def test_pod_reference_parsing(text: str, expected: PodRef) -> None:
+    assert PodRef.parse(text, default_namespace="default-ns") == expected
