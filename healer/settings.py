@@ -110,6 +110,8 @@ class ModelSettings:
     golden: GoldenRequest
     # None: probe every version Triton currently serves (follows rollbacks).
     version: str | None = None
+    # A required model failing, healing or escalated makes the pod not ready (drains it).
+    required: bool = True
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,27 @@ class RollbackSettings:
     alert: AlertSettings = field(default_factory=AlertSettings)
 
 
+@dataclass(frozen=True)
+class TierThresholds:
+    failure_threshold: int
+    success_threshold: int
+
+
+@dataclass(frozen=True)
+class SidecarSettings:
+    """The probe sidecar. Production default period: 5 s (a detection in ~15 s with threshold 3)."""
+
+    listen: str = "0.0.0.0:8088"  # the pod's probes and Prometheus reach it from outside
+    period_s: float = 5.0
+    readiness: TierThresholds = TierThresholds(failure_threshold=2, success_threshold=1)
+    business: TierThresholds = TierThresholds(failure_threshold=3, success_threshold=2)
+    max_rollbacks: int = 3  # circuit breaker: rollbacks per model per window
+    window_s: float = 3600.0
+    # If the Argo engine cannot take the rollback within this, run it in the pod (LocalEngine).
+    argo_submit_timeout_s: float = 5.0
+    fallback_to_local: bool = True
+
+
 @dataclass(frozen=True, eq=False)
 class Settings:
     source: str
@@ -169,6 +192,7 @@ class Settings:
     # The directory Triton reads (its --model-repository). None: the filesystem store itself.
     live_repository: Path | None = None
     rollback: RollbackSettings = field(default_factory=RollbackSettings)
+    sidecar: SidecarSettings = field(default_factory=SidecarSettings)
 
     @property
     def live_repository_path(self) -> Path | None:
@@ -216,7 +240,10 @@ def load_settings(path: str | Path) -> Settings:
 def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
     reader = _Reader(source, base_dir)
     root = reader.mapping(
-        document, "", required={"models"}, optional={"triton", "embedded", "store", "live_repository", "rollback"}
+        document,
+        "",
+        required={"models"},
+        optional={"triton", "embedded", "store", "live_repository", "rollback", "sidecar"},
     )
     triton = _parse_triton(reader, root.get("triton") if root.get("triton") is not None else {})
     embedded = _parse_embedded(reader, root["embedded"]) if root.get("embedded") is not None else None
@@ -244,6 +271,61 @@ def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
         store=store,
         live_repository=live,
         rollback=rollback,
+        sidecar=_parse_sidecar(reader, root["sidecar"] if root.get("sidecar") is not None else {}),
+    )
+
+
+def _parse_sidecar(reader: _Reader, raw: Any) -> SidecarSettings:
+    key = "sidecar"
+    data = reader.mapping(
+        raw,
+        key,
+        optional={
+            "listen",
+            "period_s",
+            "readiness",
+            "business",
+            "max_rollbacks",
+            "window_s",
+            "argo_submit_timeout_s",
+            "fallback_to_local",
+        },
+    )
+    d = SidecarSettings()
+    listen = reader.string(data.get("listen", d.listen), f"{key}.listen")
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(reader.source, f"{key}.listen", f"must be host:port, got {listen!r}")
+
+    def thresholds(name: str, default: TierThresholds) -> TierThresholds:
+        if data.get(name) is None:
+            return default
+        t = reader.mapping(data[name], f"{key}.{name}", optional={"failure_threshold", "success_threshold"})
+        return TierThresholds(
+            failure_threshold=reader.integer(
+                t.get("failure_threshold", default.failure_threshold), f"{key}.{name}.failure_threshold", minimum=1
+            ),
+            success_threshold=reader.integer(
+                t.get("success_threshold", default.success_threshold), f"{key}.{name}.success_threshold", minimum=1
+            ),
+        )
+
+    fallback = data.get("fallback_to_local", d.fallback_to_local)
+    if not isinstance(fallback, bool):
+        raise ConfigError(
+            reader.source, f"{key}.fallback_to_local", f"must be true or false, got {_describe(fallback)}"
+        )
+    return SidecarSettings(
+        listen=listen,
+        period_s=reader.number(data.get("period_s", d.period_s), f"{key}.period_s", minimum=0.05),
+        readiness=thresholds("readiness", d.readiness),
+        business=thresholds("business", d.business),
+        max_rollbacks=reader.integer(data.get("max_rollbacks", d.max_rollbacks), f"{key}.max_rollbacks", minimum=1),
+        window_s=reader.number(data.get("window_s", d.window_s), f"{key}.window_s", minimum=1),
+        argo_submit_timeout_s=reader.number(
+            data.get("argo_submit_timeout_s", d.argo_submit_timeout_s), f"{key}.argo_submit_timeout_s", minimum=0.1
+        ),
+        fallback_to_local=fallback,
     )
 
 
@@ -387,7 +469,7 @@ def _parse_embedded(reader: _Reader, raw: Any) -> EmbeddedSettings:
 
 
 def _parse_model(reader: _Reader, raw: Any, key: str) -> ModelSettings:
-    data = reader.mapping(raw, key, required={"name", "golden"}, optional={"version"})
+    data = reader.mapping(raw, key, required={"name", "golden"}, optional={"version", "required"})
     name = reader.string(data["name"], f"{key}.name")
     if not MODEL_NAME_PATTERN.match(name) or ".." in name:
         raise ConfigError(
@@ -409,7 +491,10 @@ def _parse_model(reader: _Reader, raw: Any, key: str) -> ModelSettings:
                 f"must be a positive integer (Triton version directories are numbers), got {raw_version!r}",
             )
     golden = _parse_golden(reader, data["golden"], f"{key}.golden")
-    return ModelSettings(name=name, version=version, golden=golden)
+    required = data.get("required", True)
+    if not isinstance(required, bool):
+        raise ConfigError(reader.source, f"{key}.required", f"must be true or false, got {_describe(required)}")
+    return ModelSettings(name=name, version=version, golden=golden, required=required)
 
 
 def _parse_golden(reader: _Reader, raw: Any, key: str) -> GoldenRequest:

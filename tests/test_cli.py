@@ -83,7 +83,7 @@ def test_bad_config_exits_64_naming_file_and_key(tmp_path: Path, capsys: pytest.
     code = main(["probe", "--config", str(config)])
     assert code == EXIT_USAGE
     assert capsys.readouterr().err.strip() == (
-        f"healer: {config}: models[0].extra_key: unknown key (allowed here: golden, name, version)"
+        f"healer: {config}: models[0].extra_key: unknown key (allowed here: golden, name, required, version)"
     )
 
 

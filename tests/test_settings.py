@@ -317,7 +317,7 @@ def _missing_golden() -> dict[str, Any]:
     [
         pytest.param(
             _config(tritn={"url": "x:1"}),
-            "<file>: tritn: unknown key (allowed here: embedded, live_repository, models, rollback, store, triton)",
+            "<file>: tritn: unknown key (allowed here: embedded, live_repository, models, rollback, sidecar, store, triton)",
             id="unknown-top-level-key",
         ),
         pytest.param(
@@ -338,7 +338,7 @@ def _missing_golden() -> dict[str, Any]:
         ),
         pytest.param(
             _config({**_model(), "versions": 2}),
-            "<file>: models[0].versions: unknown key (allowed here: golden, name, version)",
+            "<file>: models[0].versions: unknown key (allowed here: golden, name, required, version)",
             id="unknown-model-key",
         ),
         pytest.param(
