@@ -317,7 +317,8 @@ def _missing_golden() -> dict[str, Any]:
     [
         pytest.param(
             _config(tritn={"url": "x:1"}),
-            "<file>: tritn: unknown key (allowed here: embedded, live_repository, models, rollback, sidecar, store, triton)",
+            "<file>: tritn: unknown key (allowed here: "
+            "embedded, live_repository, models, rollback, sidecar, store, triton)",
             id="unknown-top-level-key",
         ),
         pytest.param(
