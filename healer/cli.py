@@ -23,7 +23,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from healer.logs import configure_logging
 
-    configure_logging(level=args.log_level)
+    # The sidecar's JSON logs go to stdout (the container log); the other commands print results there.
+    configure_logging(level=args.log_level, stream=sys.stdout if args.command == "sidecar" else None)
     if args.command == "render":
         return _cmd_render(args)
     try:
@@ -38,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "store": _cmd_store,
         "runs": _cmd_runs,
         "rollback": _cmd_rollback,
+        "sidecar": _cmd_sidecar,
     }
     return handlers[args.command](settings, args)
 
@@ -86,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     runs_show = runs_commands.add_parser("show", help="one run, node by node (like `argo get`)")
     runs_show.add_argument("name")
     runs_show.add_argument("--json", action="store_true")
+
+    sidecar = with_config("sidecar", "probe every model each period, drain, roll back (runs next to Triton)")
+    sidecar.add_argument("--listen", help="host:port for /livez /readyz /metrics /status (overrides sidecar.listen)")
 
     rollback = with_config("rollback", "roll a model back to its last stable version now")
     rollback.add_argument("model")
@@ -288,6 +293,62 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     if status.outputs.get("to-version"):
         print(f"restored {args.model} v{status.outputs['to-version']}")
     return 0 if status.succeeded else EXIT_REFUSED
+
+
+def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from healer import kube
+    from healer.engines.factory import engine_from_settings, local_engine
+    from healer.sidecar import Sidecar, SidecarServer, pod_identity
+    from healer.triton import TritonHttp
+
+    if settings.store is None and (settings.rollback.engine == "local" or settings.sidecar.fallback_to_local):
+        print(
+            f"healer: {settings.source}: store: is required to roll back in the pod (engine local or "
+            "sidecar.fallback_to_local)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    primary = engine_from_settings if settings.rollback.engine == "argo" else local_engine
+    fallback = local_engine if settings.rollback.engine == "argo" and settings.sidecar.fallback_to_local else None
+    kube_client = None
+    if kube.in_cluster():
+        try:
+            kube_client = kube.KubeClient.in_cluster()
+        except Exception as exc:  # no service account token: run without Events rather than not at all
+            print(f"healer: Kubernetes API unavailable, running without Events: {exc}", file=sys.stderr)
+    triton = TritonHttp(settings.triton.url, timeout_s=settings.triton.timeout_s)
+    sidecar = Sidecar(
+        settings,
+        triton,
+        engine_factory=lambda: primary(settings),
+        fallback_factory=(lambda: fallback(settings)) if fallback else None,
+        pod=pod_identity(),
+        kube=kube_client,
+    )
+    server = SidecarServer(sidecar, args.listen or settings.sidecar.listen)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    server.start()
+    from healer.logs import get_logger
+
+    get_logger("healer.sidecar").info(
+        "sidecar_started",
+        listen=server.address,
+        triton=settings.triton.url,
+        engine=settings.rollback.engine,
+        models=[m.name for m in settings.models],
+        period_s=settings.sidecar.period_s,
+    )
+    try:
+        sidecar.run(stop)
+    finally:
+        server.stop()
+        triton.close()
+    return 0
 
 
 if __name__ == "__main__":

@@ -23,3 +23,8 @@ def configure_logging(*, stream: TextIO | None = None, level: str = "info") -> N
         logger_factory=(lambda *_: structlog.PrintLogger(stream or sys.stderr)),
         cache_logger_on_first_use=False,
     )
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    logger: structlog.stdlib.BoundLogger = structlog.get_logger(name)
+    return logger

@@ -21,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from healer.alerts import build_alert, post_alerts
 from healer.engines import AUTO, RollbackRequest
 from healer.ledger import QuarantineRecord, StableRecord, choose_restore_version
 from healer.settings import Settings
@@ -52,14 +53,6 @@ AlertSender = Callable[[str, list[dict[str, Any]], float], None]
 PodMarker = Callable[[str, Mapping[str, str]], None]
 
 
-def post_json(url: str, payload: list[dict[str, Any]], timeout_s: float) -> None:
-    request = urllib.request.Request(  # noqa: S310 - the URL is the operator's configured Alertmanager
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
-        response.read()
-
-
 @dataclass
 class StepContext:
     settings: Settings
@@ -69,7 +62,7 @@ class StepContext:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     cancelled: threading.Event = field(default_factory=threading.Event)
-    send_alert: AlertSender = post_json
+    send_alert: AlertSender = post_alerts
     mark_pod: PodMarker | None = None
     workflow_name: str = ""
 
@@ -312,12 +305,18 @@ def escalate(
     timeline = [
         f"{p.get('started_at', '?')} {p.get('name')}: {p.get('outcome')} {p.get('error', '')}".strip() for p in tried
     ]
-    alert = build_alert(ctx, request, failure=failure, timeline=timeline)
+    alert = build_alert(
+        request,
+        failure=failure,
+        timeline=timeline,
+        runbook_url=ctx.settings.rollback.alert.runbook_url,
+        workflow=ctx.workflow_name,
+    )
     outcome: dict[str, Any] = {"alert": alert, "alert_sent": False, "pod_marked": False, "quarantined": False}
     webhook = ctx.settings.rollback.alert.webhook_url
     if webhook:
         try:
-            ctx.send_alert(webhook.rstrip("/") + "/api/v2/alerts", [alert], ctx.settings.rollback.alert.timeout_s)
+            ctx.send_alert(webhook, [alert], ctx.settings.rollback.alert.timeout_s)
             outcome["alert_sent"] = True
         except (OSError, urllib.error.URLError, ValueError) as exc:
             outcome["alert_error"] = f"{type(exc).__name__}: {exc}"
@@ -343,36 +342,6 @@ def escalate(
         alert_sent=outcome["alert_sent"],
     )
     return outcome
-
-
-def build_alert(ctx: StepContext, request: RollbackRequest, *, failure: str, timeline: list[str]) -> dict[str, Any]:
-    """An Alertmanager v2 postable alert (pure)."""
-    description = "\n".join(
-        [
-            f"Rollback of {request.model} from v{request.from_version} did not complete: {failure}",
-            f"Detected: {request.reason} {request.detail}".rstrip(),
-            "Tried:",
-            *(f"  {line}" for line in timeline or ["  nothing (failed before the first step)"]),
-            "The pod is kept for diagnosis and stays drained (readiness false).",
-        ]
-    )
-    return {
-        "labels": {
-            "alertname": "HealerRollbackEscalated",
-            "severity": "critical",
-            "model": request.model,
-            "version": request.from_version,
-            "incident": request.incident,
-            "pod": request.pod or "unknown",
-        },
-        "annotations": {
-            "summary": f"healer could not restore {request.model} (v{request.from_version} is broken)",
-            "description": description,
-            "runbook_url": ctx.settings.rollback.alert.runbook_url,
-            "workflow": ctx.workflow_name,
-        },
-        "startsAt": utc_now(),
-    }
 
 
 def _stable_record(ctx: StepContext, model: str, version: str) -> StableRecord:

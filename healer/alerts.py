@@ -1,0 +1,55 @@
+"""Alertmanager-compatible alerts: built purely, sent with a timeout."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from healer.engines import RollbackRequest
+from healer.store import utc_now
+
+ALERT_NAME = "HealerRollbackEscalated"
+
+
+def build_alert(
+    request: RollbackRequest, *, failure: str, timeline: Sequence[str], runbook_url: str, workflow: str = ""
+) -> dict[str, Any]:
+    """An Alertmanager v2 postable alert (pure): who, what, what was tried, and where to look."""
+    description = "\n".join(
+        [
+            f"Rollback of {request.model} from v{request.from_version} did not complete: {failure}",
+            f"Detected: {request.reason} {request.detail}".rstrip(),
+            "Tried:",
+            *(f"  {line}" for line in timeline or ["nothing (failed before the first step)"]),
+            "The pod is kept for diagnosis and stays drained (readiness false).",
+        ]
+    )
+    return {
+        "labels": {
+            "alertname": ALERT_NAME,
+            "severity": "critical",
+            "model": request.model,
+            "version": request.from_version,
+            "incident": request.incident,
+            "pod": request.pod or "unknown",
+        },
+        "annotations": {
+            "summary": f"healer could not restore {request.model} (v{request.from_version} is broken)",
+            "description": description,
+            "runbook_url": runbook_url,
+            "workflow": workflow,
+        },
+        "startsAt": utc_now(),
+    }
+
+
+def post_alerts(base_url: str, alerts: list[dict[str, Any]], timeout_s: float) -> None:
+    """POST to Alertmanager's /api/v2/alerts."""
+    url = base_url.rstrip("/") + "/api/v2/alerts"
+    request = urllib.request.Request(  # noqa: S310 - the operator's configured Alertmanager
+        url, data=json.dumps(alerts).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
+        response.read()

