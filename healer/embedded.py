@@ -220,6 +220,8 @@ class EmbeddedTriton:
             # A model that fails to load is healer's business, not a reason for the server to exit.
             "--exit-on-error=false",
             "--strict-readiness=true",
+            # On SIGTERM Triton waits this long for in-flight requests and unloads, then exits.
+            "--exit-timeout-secs=5",
             *(f"--load-model={name}" for name in self.load_models),
         ]
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -201,7 +201,7 @@ class Sidecar:
         with structlog.contextvars.bound_contextvars(trace_id=trace_id):
             now = self.clock()
             results = probe_all(self.settings, self.triton)
-            self._record_results(results)
+            self._record_results(results, trace_id)
             for model in self.settings.models:
                 mine = [r for r in results if r.model == model.name]
                 self._apply(model, self._with_readiness_threshold(model.name, verdict_for(mine, now)))
@@ -420,7 +420,7 @@ class Sidecar:
         return self.wall() - (self.clock() - monotonic_at)
 
     # ---- observability -------------------------------------------------------------------------------
-    def _record_results(self, results: Sequence[ProbeResult]) -> None:
+    def _record_results(self, results: Sequence[ProbeResult], trace_id: str) -> None:
         by_model: dict[str, list[ProbeResult]] = {}
         for result in results:
             model = result.model or "-"
@@ -432,6 +432,7 @@ class Sidecar:
             if result.status is not Status.PASS:
                 log.info(
                     "probe",
+                    trace_id=trace_id,
                     model=result.model,
                     version=result.version,
                     tier=result.tier.value,

@@ -79,6 +79,7 @@ class ModelState:
     first_bad_at: float | None = None
     incident: Incident | None = None
     healing_since: float | None = None
+    rollback_succeeded_at: float | None = None  # the engine reported success; good answers must follow in time
     rollbacks: tuple[float, ...] = ()  # start times of rollbacks inside the breaker window
     breaker_open: bool = False
     last_reason: str = ""
@@ -164,7 +165,7 @@ def transition(state: ModelState, event: Event, policy: Policy) -> tuple[ModelSt
             return dataclasses.replace(state, incident=dataclasses.replace(state.incident, workflow=event.workflow)), []
         return state, []
     if isinstance(event, RollbackFinished):
-        return _on_rollback_finished(state, event)
+        return _on_rollback_finished(state, event, policy)
     return _on_tick(state, event, policy)
 
 
@@ -186,10 +187,12 @@ def _on_good(state: ModelState, event: Probed, policy: Policy) -> tuple[ModelSta
         # The bad answer did not repeat: a blip, not an incident.
         return ModelState(model=state.model, rollbacks=state.rollbacks, breaker_open=state.breaker_open), []
     if state.phase in {Phase.HEALING, Phase.ESCALATED}:
-        if good < policy.success_threshold:
+        # While healing, trust needs both: the workflow reported success (it verifies and records
+        # last) and the golden request passed success_threshold times in a row.
+        workflow_running = state.phase is Phase.HEALING and state.rollback_succeeded_at is None
+        if good < policy.success_threshold or workflow_running:
             return dataclasses.replace(state, good_streak=good, bad_streak=0), []
-        restored: list[Action] = [Restored(state.incident, event.at)] if state.incident is not None else []
-        return ModelState(model=state.model, rollbacks=state.rollbacks, breaker_open=state.breaker_open), restored
+        return _trusted_again(state, event.at)
     return dataclasses.replace(state, good_streak=good, bad_streak=0, first_bad_at=None, last_reason=""), []
 
 
@@ -235,24 +238,43 @@ def _on_wrong(state: ModelState, event: Probed, policy: Policy) -> tuple[ModelSt
     return healing, [SubmitRollback(incident)]
 
 
-def _on_rollback_finished(state: ModelState, event: RollbackFinished) -> tuple[ModelState, list[Action]]:
+def _on_rollback_finished(
+    state: ModelState, event: RollbackFinished, policy: Policy
+) -> tuple[ModelState, list[Action]]:
     if state.phase is not Phase.HEALING:
         return state, []
     if event.succeeded:
-        # Restored by the workflow; trust it once the golden request passes success_threshold times.
-        return dataclasses.replace(state, good_streak=0, bad_streak=0), []
+        # Restored by the workflow. Good answers already seen while it finished count; otherwise wait
+        # for success_threshold of them, with the timeout now running from this outcome (an outcome
+        # near the deadline must not be escalated as "no outcome").
+        if state.good_streak >= policy.success_threshold:
+            return _trusted_again(state, event.at)
+        return dataclasses.replace(state, bad_streak=0, rollback_succeeded_at=event.at), []
     # The workflow's exit handler has alerted already; stay drained for diagnosis.
     return dataclasses.replace(state, phase=Phase.ESCALATED, last_reason=event.message or "rollback failed"), []
 
 
+def _trusted_again(state: ModelState, at: float) -> tuple[ModelState, list[Action]]:
+    restored: list[Action] = [Restored(state.incident, at)] if state.incident is not None else []
+    # The breaker is re-evaluated at the next detection; the rollback history is what it counts.
+    return ModelState(model=state.model, rollbacks=state.rollbacks), restored
+
+
 def _on_tick(state: ModelState, event: Tick, policy: Policy) -> tuple[ModelState, list[Action]]:
+    since = state.rollback_succeeded_at if state.rollback_succeeded_at is not None else state.healing_since
     if (
         state.phase is Phase.HEALING
-        and state.healing_since is not None
+        and since is not None
         and state.incident is not None
-        and event.at - state.healing_since > policy.rollback_timeout_s
+        and event.at - since > policy.rollback_timeout_s
     ):
-        why = f"no outcome from the rollback after {policy.rollback_timeout_s:g} s"
+        if state.rollback_succeeded_at is None:
+            why = f"no outcome from the rollback after {policy.rollback_timeout_s:g} s"
+        else:
+            why = (
+                f"the rollback succeeded but {state.model} did not pass its golden request "
+                f"{policy.success_threshold} times in a row within {policy.rollback_timeout_s:g} s"
+            )
         return dataclasses.replace(state, phase=Phase.ESCALATED, last_reason=why), [Escalate(state.incident, why)]
     return state, []
 

@@ -22,6 +22,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -108,6 +109,9 @@ class FilesystemBlobs:
     def create(self, key: str, data: bytes) -> bool:
         target = self.root / key
         try:
+            # Never create a missing root: writes would land beside an unmounted share, on local disk.
+            if not self.root.is_dir():
+                raise StoreUnavailable(f"{self.location}: store root is not a directory (not mounted?)")
             target.parent.mkdir(parents=True, exist_ok=True)
             fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
             try:
@@ -174,7 +178,9 @@ class S3Blobs:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def keys(self, prefix: str) -> list[str]:
-        full = self._key(prefix.rstrip("/") + "/")
+        stem = prefix.strip("/")
+        # The whole store (models()) is "<prefix>/" or, at the bucket's root, everything: never "<prefix>//".
+        full = self._key(f"{stem}/" if stem else "")
         found: list[str] = []
         token: str | None = None
         with self._errors(f"cannot list {prefix!r}"):
@@ -234,6 +240,8 @@ class S3Blobs:
     def _translate(self, exc: Any, what: str) -> Exception:
         code = exc.response.get("Error", {}).get("Code", "")
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if code == "NoSuchBucket":  # a configuration error, not a missing key
+            return StoreError(f"{self.location}: {what}: bucket {self.bucket!r} does not exist")
         if code in {"NoSuchKey", "404"} or status == 404:
             return FileNotFoundError(f"{self.location}: {what}: not found")
         if status >= 500:
@@ -365,7 +373,8 @@ class ModelStore:
     # ---- audit ----------------------------------------------------------------------------
     def append_audit(self, model: str, record: Mapping[str, Any]) -> str:
         _check_name(model)
-        incident = str(record.get("incident", "none"))
+        # The incident becomes part of a key: no "/" (or anything odd) may steer it out of the audit folder.
+        incident = re.sub(r"[^A-Za-z0-9_.-]", "_", str(record.get("incident", "none")))
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         data = (json.dumps({"model": model, "at": utc_now(), **record}, sort_keys=True) + "\n").encode()
         for n in range(100):

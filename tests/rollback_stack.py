@@ -6,7 +6,7 @@ import itertools
 import json
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,6 +46,20 @@ def serve_versions(triton: TritonHttp, model: str, versions: list[int]) -> None:
     config = triton.model_config(model)
     config["version_policy"] = {"specific": {"versions": versions}}
     triton.load_model(model, config=json.dumps(config), timeout_s=60)
+
+
+def serve_latest(triton: TritonHttp, model: str, timeout_s: float = 30) -> None:
+    """Back to config.pbtxt (newest version). Triton keeps a pinned override across a plain load of
+    unchanged files, so unload first, as an operator redeploying would."""
+    import time
+
+    triton.unload_model(model)
+    deadline = time.monotonic() + timeout_s
+    while any(r.state in {"READY", "UNLOADING"} for r in triton.repository_index() if r.name == model):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{model} not unloaded within {timeout_s} s")
+        time.sleep(0.05)
+    triton.load_model(model, timeout_s=60)
 
 
 class AlertReceiver:
@@ -144,11 +158,14 @@ def rollback_stack(
     versions: dict[int, VersionSource],
     stable: list[int],
     deadline_s: float = 90.0,
+    populate_store: Callable[[str, dict[int, VersionSource]], None] | None = None,
 ) -> Iterator[RollbackStack]:
     """A new model on the running Triton, its versions in the store and the live repository,
     ``stable`` promoted through the real promote path, then the newest version served."""
     name = f"rb_{model_base}_{next(_names)}"
     write_model(live, model_base, name, versions)
+    if populate_store is not None:  # e.g. upload the versions to S3 once the model's name is chosen
+        populate_store(name, versions)
     if store_root_for_files is not None:
         write_model(store_root_for_files, model_base, name, versions)
     triton = TritonHttp(triton_url, timeout_s=5.0)

@@ -437,6 +437,48 @@ def test_rollback_timeout_escalates_with_an_escalate_action() -> None:
     assert (later, actions) == (state, [])
 
 
+def test_success_near_the_deadline_is_not_escalated_as_no_outcome() -> None:
+    """The timeout runs from a successful outcome: verifying the restored model gets its own rollback_timeout_s."""
+    succeeded_at = T_DETECT + POLICY.rollback_timeout_s - 10
+    state, actions = run(healing(), [RollbackFinished(at=succeeded_at, succeeded=True)])
+    state, actions = run(state, [Tick(at=T_DETECT + POLICY.rollback_timeout_s + 1), good(succeeded_at + 20)])
+    assert (state.phase, actions) == (Phase.HEALING, [])
+    state, actions = run(state, [Tick(at=succeeded_at + 30), good(succeeded_at + 40)])
+    assert (state.phase, kinds(actions)) == (Phase.HEALTHY, [Restored])
+
+
+def test_success_without_good_answers_in_time_escalates() -> None:
+    """A rollback reported as succeeded whose model still answers wrongly must not stay drained silently."""
+    before = healing()
+    state, actions = run(before, [RollbackFinished(at=40, succeeded=True), wrong(50), good(60), wrong(70)])
+    assert (state.phase, actions) == (Phase.HEALING, [])
+    state, actions = run(state, [Tick(at=40 + POLICY.rollback_timeout_s)])
+    assert (state.phase, actions) == (Phase.HEALING, [])
+    state, actions = run(state, [Tick(at=40 + POLICY.rollback_timeout_s + 1)])
+    assert state.phase is Phase.ESCALATED
+    assert before.incident is not None
+    assert actions == [Escalate(before.incident, state.last_reason)]
+    assert "succeeded" in state.last_reason
+    assert "no outcome" not in state.last_reason
+
+
+def test_good_answers_while_the_rollback_runs_wait_for_its_outcome() -> None:
+    """The workflow verifies and records last: the pod serves again only once it reported success."""
+    state, actions = run(healing(), [good(40), good(50)])
+    assert (state.phase, state.good_streak, actions) == (Phase.HEALING, 2, [])
+    restored, actions = run(state, [RollbackFinished(at=60, succeeded=True)])
+    assert (restored.phase, kinds(actions)) == (Phase.HEALTHY, [Restored])
+    assert actions[0].at == 60  # type: ignore[union-attr]
+    failed, actions = run(state, [RollbackFinished(at=60, succeeded=False)])
+    assert (failed.phase, actions) == (Phase.ESCALATED, [])
+
+
+def test_restored_model_keeps_no_stale_breaker_flag() -> None:
+    state, _ = run(healing(), [RollbackFinished(at=60, succeeded=True), good(70), good(80)])
+    assert state.phase is Phase.HEALTHY and state.breaker_open is False
+    assert state.rollbacks == healing().rollbacks
+
+
 def test_escalated_is_restored_after_success_threshold_good_answers() -> None:
     before = escalated()
     incident = before.incident

@@ -1,0 +1,309 @@
+"""The sidecar on the embedded stack: real Triton, filesystem store, LocalEngine (and the Argo stand-in)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from healer.embedded import EmbeddedTriton, free_port
+from healer.engines.argo import ArgoEngine
+from healer.engines.factory import local_engine
+from healer.settings import Settings, SidecarSettings, StoreSettings, TierThresholds
+from healer.sidecar import Sidecar, SidecarServer
+from healer.state import Phase
+from healer.store import FilesystemBlobs, ModelStore
+from healer.triton import TritonHttp
+from tests.argo_server import ArgoServer
+from tests.rollback_stack import RollbackStack, rollback_stack, serve_latest, version_source
+
+PERIOD_S = 1.0
+THRESHOLD = 3
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback test URL
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def push_broken_version(stack: RollbackStack, version: int, variant: str) -> None:
+    """What a bad deploy does: a new version directory in the store and the live repository, then a load."""
+    import shutil
+
+    base = "linear_scorer" if "linear" in stack.model else "tiny_classifier"
+    for root in (stack.live, stack.store.blobs.root):  # type: ignore[attr-defined]
+        shutil.copytree(version_source(base, ("broken", variant)), Path(root) / stack.model / str(version))
+    stack.triton.load_model(stack.model, timeout_s=60)
+
+
+def sidecar_settings(stack: RollbackStack, **changes: Any) -> Settings:
+    fields: dict[str, Any] = {
+        "listen": f"127.0.0.1:{free_port()}",
+        "period_s": PERIOD_S,
+        "business": TierThresholds(failure_threshold=THRESHOLD, success_threshold=2),
+        "readiness": TierThresholds(failure_threshold=2, success_threshold=1),
+        **changes,
+    }
+    sidecar = SidecarSettings(**fields)
+    return dataclasses.replace(stack.settings, sidecar=sidecar)
+
+
+@pytest.fixture
+def stack_factory(example_settings: Settings, triton_server: EmbeddedTriton, tmp_path: Path) -> Callable[..., Any]:
+    store_root = tmp_path / "store"
+    store_root.mkdir()
+
+    def make(**kw: Any) -> Any:
+        return rollback_stack(
+            base=example_settings,
+            triton_url=triton_server.url,
+            live=triton_server.model_repository,
+            store=ModelStore(FilesystemBlobs(store_root)),
+            store_settings=StoreSettings(filesystem=store_root),
+            store_root_for_files=store_root,
+            tmp=tmp_path,
+            model_base="linear_scorer",
+            versions={1: ("good", "1"), 2: ("good", "2")},
+            stable=[1, 2],
+            **kw,
+        )
+
+    return make
+
+
+class Running:
+    """A sidecar probing in a thread with its HTTP endpoints up."""
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        self.sidecar = sidecar
+        self.server = SidecarServer(sidecar, sidecar.settings.sidecar.listen)
+        self.base = f"http://{self.server.address}"
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=sidecar.run, args=(self.stop,), daemon=True)
+
+    def __enter__(self) -> Running:
+        self.server.start()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        self.server.stop()
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status = json.loads(http_get(self.base + "/status")[1])
+            if predicate(status):
+                return status
+            time.sleep(0.02)
+        raise AssertionError(f"not reached within {timeout_s} s: {status}")
+
+
+def test_broken_push_is_detected_drained_rolled_back_and_served_again(stack_factory: Any) -> None:
+    with stack_factory() as stack:
+        settings = sidecar_settings(stack)
+        sidecar = Sidecar(
+            settings,
+            TritonHttp(stack.settings.triton.url, timeout_s=5),
+            engine_factory=lambda: local_engine(settings),
+            pod="ml/triton-0",
+        )
+        with structlog.testing.capture_logs() as logs, Running(sidecar) as running:
+            model = stack.model
+            running.wait_for(lambda s: s["cycles"] >= 2, 10)
+            assert http_get(running.base + "/readyz")[0] == 200
+            assert http_get(running.base + "/livez")[0] == 200
+
+            push_broken_version(stack, 3, "wrong_weights")
+            pushed = time.monotonic()
+            status = running.wait_for(lambda s: s["models"][model]["state"] == "healing", 15)
+            detected = time.monotonic() - pushed
+            # Detected within period x threshold + one period (plus scheduling slack on a busy CI box).
+            assert detected <= PERIOD_S * THRESHOLD + PERIOD_S + 0.5, detected
+            assert http_get(running.base + "/readyz") == (503, f"{model}: healing\n")
+            assert status["models"][model]["incident"]["version"] == "3"
+
+            running.wait_for(lambda s: s["models"][model]["state"] == "healthy", 30)
+            assert http_get(running.base + "/readyz")[0] == 200
+            assert stack.triton.served_versions(model) == ["2"]
+            metrics = http_get(running.base + "/metrics")[1]
+        assert f'healer_rollbacks_total{{model="{model}",outcome="submitted"}} 1' in metrics
+        assert f'healer_rollbacks_total{{model="{model}",outcome="succeeded"}} 1' in metrics
+        assert f'healer_time_to_restore_seconds_count{{model="{model}"}} 1' in metrics
+        assert f'healer_model_state{{model="{model}",state="healthy"}} 1' in metrics
+        incident_lines = [e for e in logs if e["event"] == "incident" and e.get("model") == model]
+        assert len(incident_lines) == 1
+        line = incident_lines[0]
+        assert (
+            line["outcome"] == "restored" and line["version"] == "3" and line["workflow"].startswith("healer-rollback-")
+        )
+        assert line["time_to_restore_s"] > 0
+        failed = [
+            e
+            for e in logs
+            if e["event"] == "probe" and e.get("model") == model and e["status"] == "fail" and e["tier"] == "business"
+        ]
+        assert len(failed) >= THRESHOLD and all(p["version"] == "3" for p in failed)
+        assert all(len(p["input_hash"]) == 64 and len(p["trace_id"]) == 16 for p in failed)
+
+
+def test_a_one_off_bad_answer_triggers_no_rollback(stack_factory: Any) -> None:
+    with stack_factory() as stack:
+        settings = sidecar_settings(stack)
+        submitted: list[str] = []
+
+        def engine() -> Any:
+            submitted.append("engine built")
+            return local_engine(settings)
+
+        sidecar = Sidecar(settings, TritonHttp(stack.settings.triton.url, timeout_s=5), engine_factory=engine)
+        sidecar.cycle()
+        push_broken_version(stack, 3, "nan")
+        sidecar.cycle()  # one bad answer
+        assert sidecar.states[stack.model].phase is Phase.SUSPECT
+        assert sidecar.ready()[0] is True  # a suspect model still serves
+        from tests.rollback_stack import serve_versions
+
+        serve_versions(stack.triton, stack.model, [2])  # the blip is over
+        sidecar.cycle()
+        assert sidecar.states[stack.model].phase is Phase.HEALTHY
+        assert submitted == []
+
+
+def test_flapping_model_opens_the_circuit_breaker_and_escalates(stack_factory: Any) -> None:
+    with stack_factory() as stack:
+        settings = sidecar_settings(stack, max_rollbacks=2, window_s=3600)
+        sent: list[dict[str, Any]] = []
+        engine = local_engine(settings)
+        sidecar = Sidecar(
+            settings,
+            TritonHttp(stack.settings.triton.url, timeout_s=5),
+            engine_factory=lambda: engine,
+            send_alert=lambda url, alerts, timeout: sent.extend(alerts),
+        )
+        push_broken_version(stack, 3, "wrong_weights")
+        for round_ in range(3):
+            if round_:
+                serve_latest(stack.triton, stack.model)  # the broken v3 is deployed again
+            for _ in range(THRESHOLD):
+                sidecar.cycle()
+            state = sidecar.states[stack.model]
+            if round_ < 2:
+                assert state.phase is Phase.HEALING, state
+                workflow = state.incident.workflow if state.incident else ""
+                assert engine.wait(workflow, 60).succeeded
+                for _ in range(3):
+                    sidecar.cycle()
+                assert sidecar.states[stack.model].phase is Phase.HEALTHY
+            else:
+                assert state.phase is Phase.ESCALATED and state.breaker_open
+        assert len(engine.list_runs()) == 2  # the third detection did not roll back
+        [alert] = sent
+        assert "circuit breaker open" in alert["annotations"]["description"]
+        assert sidecar.metrics.value("healer_circuit_breaker_open", {"model": stack.model}) == 1.0
+        assert sidecar.ready() == (False, [f"{stack.model}: escalated"])
+
+
+def test_killed_triton_fails_livez_and_submits_nothing(example_settings: Settings, tmp_path: Path) -> None:
+    from tests.conftest import EXAMPLES
+
+    server = EmbeddedTriton(EXAMPLES / "model_repository", load_models=["linear_scorer"], workdir=tmp_path / "t")
+    built: list[str] = []
+    try:
+        server.start()
+        settings = dataclasses.replace(
+            example_settings,
+            models=(example_settings.model("linear_scorer"),),
+            triton=dataclasses.replace(example_settings.triton, url=server.url, timeout_s=1.0),
+            sidecar=SidecarSettings(listen=f"127.0.0.1:{free_port()}", period_s=0.2),
+        )
+        sidecar = Sidecar(
+            settings,
+            TritonHttp(server.url, timeout_s=1.0),
+            engine_factory=lambda: built.append("engine") or local_engine(settings),
+        )  # type: ignore[func-returns-value]
+        with Running(sidecar) as running:
+            running.wait_for(lambda s: s["cycles"] >= 1 and s["triton_live"], 10)
+            assert http_get(running.base + "/livez")[0] == 200
+            server.kill()
+            running.wait_for(lambda s: not s["triton_live"] and s["cycles"] >= 5, 15)
+            code, body = http_get(running.base + "/livez")
+            assert code == 503 and "triton not live" in body
+            assert http_get(running.base + "/readyz") == (503, "Triton not live\n")
+            status = json.loads(http_get(running.base + "/status")[1])
+            assert status["models"]["linear_scorer"]["state"] == "healthy"  # errors are not wrong answers
+        assert built == []
+    finally:
+        server.stop()
+
+
+def test_fifty_sidecars_seeing_one_broken_model_cause_one_workflow(stack_factory: Any) -> None:
+    """50 replicas detect the same incident at once; Argo (the swagger-enforcing stand-in) gets one create,
+    the other 49 collide on the deterministic name (409) and join."""
+    with stack_factory() as stack, ArgoServer() as argo:
+        settings = sidecar_settings(stack, business=TierThresholds(failure_threshold=1, success_threshold=1))
+        push_broken_version(stack, 3, "raises")
+        sidecars = [
+            Sidecar(
+                settings,
+                TritonHttp(stack.settings.triton.url, timeout_s=10),
+                engine_factory=lambda: ArgoEngine(argo.url, "healer", request_timeout_s=10),
+                pod=f"ml/triton-{i}",
+            )
+            for i in range(50)
+        ]
+        barrier = threading.Barrier(len(sidecars))
+
+        def detect(sidecar: Sidecar) -> None:
+            barrier.wait()
+            sidecar.cycle()
+
+        threads = [threading.Thread(target=detect, args=(s,)) for s in sidecars]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        creates = [r for r in argo.requests if r.method == "POST"]
+        assert len(creates) == 50  # every replica tried ...
+        assert len(argo.workflows()) == 1  # ... and exactly one workflow exists
+        names = {s.states[stack.model].incident.workflow for s in sidecars if s.states[stack.model].incident}
+        assert len(names) == 1 and all(s.states[stack.model].phase is Phase.HEALING for s in sidecars)
+        joined = sum(
+            s.metrics.value("healer_rollbacks_total", {"model": stack.model, "outcome": "joined"}) for s in sidecars
+        )
+        assert joined == 49
+
+
+def test_argo_unreachable_falls_back_to_the_local_engine(stack_factory: Any) -> None:
+    with stack_factory() as stack:
+        settings = sidecar_settings(stack, business=TierThresholds(failure_threshold=1, success_threshold=1))
+        dead = f"http://127.0.0.1:{free_port()}"
+        local = local_engine(settings)
+        sidecar = Sidecar(
+            settings,
+            TritonHttp(stack.settings.triton.url, timeout_s=5),
+            engine_factory=lambda: ArgoEngine(dead, "healer", request_timeout_s=1),
+            fallback_factory=lambda: local,
+        )
+        push_broken_version(stack, 3, "wrong_weights")
+        started = time.monotonic()
+        sidecar.cycle()
+        assert time.monotonic() - started < 5  # the short bound on reaching Argo
+        state = sidecar.states[stack.model]
+        assert state.phase is Phase.HEALING
+        assert sidecar.metrics.value("healer_rollbacks_total", {"model": stack.model, "outcome": "fallback_local"}) == 1
+        assert local.wait(state.incident.workflow if state.incident else "", 60).succeeded
