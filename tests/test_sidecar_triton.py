@@ -307,3 +307,59 @@ def test_argo_unreachable_falls_back_to_the_local_engine(stack_factory: Any) -> 
         assert state.phase is Phase.HEALING
         assert sidecar.metrics.value("healer_rollbacks_total", {"model": stack.model, "outcome": "fallback_local"}) == 1
         assert local.wait(state.incident.workflow if state.incident else "", 60).succeeded
+
+
+def test_healer_sidecar_command_serves_endpoints_logs_json_and_stops_on_sigterm(
+    triton_server: EmbeddedTriton, tmp_path: Path
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import EXAMPLES
+
+    document = yaml.safe_load((EXAMPLES / "healer.yaml").read_text())
+    document.pop("embedded")
+    document["models"] = [document["models"][0]]  # linear_scorer, served by the session Triton
+    document["triton"]["url"] = triton_server.url
+    document["store"] = {"filesystem": {"root": str(tmp_path / "store")}}
+    document["live_repository"] = str(triton_server.model_repository)
+    document["rollback"] = {
+        "state_dir": str(tmp_path / "runs"),
+        "engine": "argo",
+        "argo": {"host": "http://127.0.0.1:9", "token_file": str(tmp_path / "token")},
+    }
+    port = free_port()
+    document["sidecar"] = {"listen": f"127.0.0.1:{port}", "period_s": 0.2}
+    (tmp_path / "token").write_text("s3cr3t-argo-token\n")
+    config = tmp_path / "healer.yaml"
+    config.write_text(yaml.safe_dump(document))
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "healer"), "--log-level", "info", "sidecar", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        code = 0
+        while time.monotonic() < deadline and code != 200:
+            try:
+                code = http_get(f"http://127.0.0.1:{port}/readyz")[0]
+            except OSError:
+                time.sleep(0.1)
+        assert code == 200
+        assert http_get(f"http://127.0.0.1:{port}/livez")[0] == 200
+        metrics = http_get(f"http://127.0.0.1:{port}/metrics")[1]
+        assert 'healer_probe_results_total{model="linear_scorer",status="pass",tier="business"}' in metrics
+        assert http_get(f"http://127.0.0.1:{port}/nope")[0] == 404
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines() if line.strip()]
+    started = next(e for e in events if e["event"] == "sidecar_started")
+    assert started["models"] == ["linear_scorer"] and started["level"] == "info" and "timestamp" in started
+    assert "s3cr3t" not in out + err  # the Argo token is never logged
