@@ -1,0 +1,48 @@
+"""The Kubernetes manifests in deploy/: valid against Kubernetes' own schemas, and wired as intended."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from healer.settings import parse_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "deploy" / "kubernetes" / "triton-with-healer.yaml"
+K8S_VERSION = "1.37.0"
+
+
+def documents() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+
+
+@pytest.mark.parametrize("document", documents(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
+def test_every_document_is_valid_kubernetes(document: dict[str, Any]) -> None:
+    kubernetes_validate.validate(document, K8S_VERSION, strict=True)
+
+
+def test_validation_rejects_a_broken_manifest() -> None:
+    deployment = next(d for d in documents() if d["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "8000"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+
+
+def test_probes_go_through_the_sidecar_and_the_config_is_a_valid_healer_config() -> None:
+    docs = {d["kind"]: d for d in documents()}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    triton, healer = pod["containers"]
+    assert "hostNetwork" not in pod
+    assert triton["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "healer"}
+    assert triton["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "healer"}
+    assert {p["name"]: p["containerPort"] for p in healer["ports"]} == {"healer": 8088}
+    assert {e["name"] for e in healer["env"]} == {"POD_NAME", "POD_NAMESPACE"}
+    settings = parse_settings(
+        yaml.safe_load(docs["ConfigMap"]["data"]["healer.yaml"]), source="ConfigMap healer-config", base_dir=Path("/")
+    )
+    assert settings.sidecar.listen.endswith(":8088")
+    assert settings.store is not None and settings.store.filesystem == Path("/models")
