@@ -29,6 +29,7 @@ test: lint typecheck
 bench: $(STAMP)
 	$(BIN)/python benchmarks/probe_latency.py --config examples/healer.yaml
 	$(BIN)/python benchmarks/rollback_time.py
+	$(BIN)/python benchmarks/sidecar_footprint.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
