@@ -225,12 +225,15 @@ class S3Blobs:
 
     @contextlib.contextmanager
     def _errors(self, what: str, passthrough: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         try:
             yield
         except passthrough:
             raise
+        except NoCredentialsError as exc:
+            # A configuration problem, not an outage: retrying will not make credentials appear.
+            raise StoreError(f"{self.location}: {what}: no AWS credentials (AWS_* variables or a pod role)") from exc
         except ClientError as exc:
             raise self._translate(exc, what) from exc
         except BotoCoreError as exc:

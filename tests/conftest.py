@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from healer.embedded import EmbeddedTriton
 from healer.settings import ModelSettings, Settings, load_settings
@@ -18,6 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 EXAMPLE_CONFIG = EXAMPLES / "healer.yaml"
 EXAMPLE_MODELS = ("linear_scorer", "tiny_classifier")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog() -> Iterator[None]:
+    """Commands under test configure logging (level, stream); no test sees another's configuration."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture(scope="session")

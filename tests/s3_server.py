@@ -140,17 +140,15 @@ class SeaweedS3:
         assert last_error is not None
         raise last_error
 
-    def stop(self, grace_s: float = 2.0) -> None:
+    def stop(self, grace_s: float = 0.5) -> None:
         process, self._process = self._process, None
         if process is None:
             return
         if process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                pass
         # Graceful stop can take ~15 s (gRPC streams); the group is ours and the data throwaway.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
@@ -207,7 +205,9 @@ class SeaweedS3:
                 )
             try:
                 # Ready means usable: a bucket can be created and an object written and read back.
-                with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists):
+                with contextlib.suppress(
+                    client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists
+                ):
                     client.create_bucket(Bucket=PROBE_BUCKET)
                 client.put_object(Bucket=PROBE_BUCKET, Key="probe", Body=b"ok")
                 if client.get_object(Bucket=PROBE_BUCKET, Key="probe")["Body"].read() == b"ok":
@@ -242,31 +242,31 @@ def s3_client(
     )
 
 
-_shared_lock = threading.Lock()
-_shared: SeaweedS3 | None = None
-_shared_users = 0
+class _Shared:
+    lock = threading.Lock()
+    server: SeaweedS3 | None = None
+    users = 0
 
 
 @contextlib.contextmanager
 def shared_seaweed() -> Iterator[SeaweedS3]:
     """One server for every module of the session that asks for it; stopped when the last user is done."""
-    global _shared, _shared_users
-    with _shared_lock:
-        if _shared is None:
+    with _Shared.lock:
+        if _Shared.server is None:
             server = SeaweedS3()
             try:
                 server.start()
             except BaseException:
                 server.__exit__(None, None, None)
                 raise
-            _shared = server
-        _shared_users += 1
-        server = _shared
+            _Shared.server = server
+        _Shared.users += 1
+        server = _Shared.server
     try:
         yield server
     finally:
-        with _shared_lock:
-            _shared_users -= 1
-            if _shared_users == 0 and _shared is not None:
-                _shared.__exit__(None, None, None)
-                _shared = None
+        with _Shared.lock:
+            _Shared.users -= 1
+            if _Shared.users == 0 and _Shared.server is not None:
+                _Shared.server.__exit__(None, None, None)
+                _Shared.server = None

@@ -185,6 +185,10 @@ def verify(ctx: StepContext, model: str, version: str) -> dict[str, Any]:
         raise PermanentStepError(f"{model} has no golden request in {ctx.settings.source}") from exc
     ctx.check_cancelled("verify")
     result = check_business(ctx.triton, model, version, golden)
+    if result.status is Status.FAIL and _only_slow(result.details):
+        # The first request after a load pays the model's warm-up; a right answer that was slow once
+        # gets one more try. Wrong answers get none.
+        result = check_business(ctx.triton, model, version, golden)
     summary = {"status": result.status.value, "reason": result.reason, **dict(result.details)}
     summary["latency_ms"] = round(result.latency_ms, 3)
     if result.status is Status.ERROR:
@@ -192,6 +196,11 @@ def verify(ctx: StepContext, model: str, version: str) -> dict[str, Any]:
     if result.status is Status.FAIL:
         raise PermanentStepError(f"verify {model} v{version}: golden request failed: {result.reason}")
     return summary
+
+
+def _only_slow(details: Mapping[str, Any]) -> bool:
+    outputs: list[dict[str, Any]] = details.get("outputs") or []
+    return bool(outputs) and all(o.get("ok") for o in outputs)
 
 
 def record(ctx: StepContext, request: RollbackRequest, restored_version: str | None, outcome: str) -> dict[str, Any]:

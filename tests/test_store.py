@@ -1,0 +1,553 @@
+"""The stable ledger (pure) and the model store on a filesystem path and on a real S3 (SeaweedFS)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from healer.ledger import (
+    Ledger,
+    LedgerFormatError,
+    QuarantineRecord,
+    StableRecord,
+    choose_restore_version,
+)
+from healer.store import (
+    CHUNK,
+    FilesystemBlobs,
+    ModelStore,
+    S3Blobs,
+    StoreError,
+    StoreIntegrityError,
+    StoreUnavailable,
+)
+from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedError, SeaweedS3, closed_port, shared_seaweed
+
+# ---- pure ledger ---------------------------------------------------------------------------------
+
+
+def stable(version: str, **files: str) -> StableRecord:
+    return StableRecord(
+        version=version,
+        files=files or {"model.py": f"sha-{version}"},
+        promoted_at=f"2024-01-0{version}T00:00:00Z",
+        promoted_by="test",
+        config={"name": "m", "input": [{"name": "X", "dims": [4]}], "max_batch_size": 8},
+    )
+
+
+def quarantine(version: str, incident: str = "inc-1") -> QuarantineRecord:
+    return QuarantineRecord(version=version, reason="wrong-answer", incident=incident, at="t", by="test")
+
+
+def test_with_stable_replaces_an_earlier_record_of_the_same_version() -> None:
+    ledger = Ledger("m").with_stable(stable("1")).with_stable(stable("2"))
+    again = ledger.with_stable(stable("1", **{"model.py": "new-sha"}))
+    assert [r.version for r in again.stable] == ["2", "1"]
+    record = again.stable_record("1")
+    assert record is not None and dict(record.files) == {"model.py": "new-sha"}
+    original = ledger.stable_record("1")
+    assert original is not None and dict(original.files) == {"model.py": "sha-1"}  # the old ledger is unchanged
+
+
+def test_with_quarantine_is_idempotent_per_version_and_incident() -> None:
+    ledger = Ledger("m").with_quarantine(quarantine("3", "inc-a"))
+    assert ledger.with_quarantine(quarantine("3", "inc-a")) is ledger
+    two = ledger.with_quarantine(quarantine("3", "inc-b")).with_quarantine(quarantine("4", "inc-a"))
+    assert [(q.version, q.incident) for q in two.quarantined] == [("3", "inc-a"), ("3", "inc-b"), ("4", "inc-a")]
+    assert two.is_quarantined("3") and two.is_quarantined("4") and not two.is_quarantined("1")
+
+
+@pytest.fixture
+def promoted() -> Ledger:
+    return Ledger("m").with_stable(stable("1")).with_stable(stable("3")).with_stable(stable("2"))
+
+
+def test_the_newest_stable_version_wins(promoted: Ledger) -> None:
+    choice = choose_restore_version(promoted, failing_version="4", available=["1", "2", "3", "4"])
+    assert choice.record is not None and choice.record.version == "3"  # by number, not by promotion order
+
+
+def test_restore_skips_failing_quarantined_and_missing_versions(promoted: Ledger) -> None:
+    ledger = promoted.with_quarantine(quarantine("2"))
+    choice = choose_restore_version(ledger, failing_version="3", available=["2", "3"])
+    assert choice.record is None
+    assert choice.reason == (
+        "no stable version to restore: v3 is the failing version; v2 is quarantined; v1 is missing from the store"
+    )
+    choice = choose_restore_version(ledger, failing_version="3", available=["1", "2", "3"])
+    assert choice.record is not None and choice.record.version == "1"
+
+
+def test_a_requested_version_is_honoured_or_refused_with_the_reason(promoted: Ledger) -> None:
+    ledger = promoted.with_quarantine(quarantine("2"))
+    choice = choose_restore_version(ledger, failing_version="4", available=["1", "2", "3"], requested="1")
+    assert choice.record is not None and choice.record.version == "1"  # not the newest: the requested one
+    refused = choose_restore_version(ledger, failing_version="4", available=["1", "2", "3"], requested="2")
+    assert refused.record is None and refused.reason == "no stable version to restore: v2 is quarantined"
+    failing = choose_restore_version(ledger, failing_version="3", available=["1", "2", "3"], requested="3")
+    assert failing.record is None and "v3 is the failing version" in failing.reason
+    never = choose_restore_version(ledger, failing_version="4", available=["1", "2", "3", "9"], requested="9")
+    assert never.record is None and never.reason == "requested v9 was never promoted stable"
+
+
+def test_no_stable_version_at_all() -> None:
+    ledger = Ledger("m").with_quarantine(quarantine("1"))
+    choice = choose_restore_version(ledger, failing_version="1", available=["1"])
+    assert choice.record is None and choice.reason == "no version of this model was ever promoted stable"
+
+
+def test_ledger_json_round_trip(promoted: Ledger) -> None:
+    ledger = promoted.with_quarantine(quarantine("2")).with_quarantine(quarantine("2", "inc-2"))
+    ledger = Ledger(ledger.model, 7, ledger.stable, ledger.quarantined)
+    raw = ledger.to_json()
+    back = Ledger.from_json(raw, where="here")
+    assert back == ledger
+    assert back.to_json() == raw
+    assert json.loads(raw)["stable"][0]["config"]["input"] == [{"name": "X", "dims": [4]}]
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b'{"format": 2, "model": "m", "generation": 1, "stable": [], "quarantined": []}', "format: expected 1, got 2"),
+        (b'{"model": "m"}', "format: expected 1, got None"),
+        (b"not json at all", "not a healer ledger: JSONDecodeError"),
+        (b'{"format": 1, \xc3\x28}', "not a healer ledger: UnicodeDecodeError"),
+        (b"[1, 2]", "not a healer ledger: AttributeError"),
+        (b'{"format": 1, "model": "m", "generation": 1, "stable": []}', "not a healer ledger: KeyError: 'quarantined'"),
+        (
+            b'{"format": 1, "model": "m", "generation": "x", "stable": [], "quarantined": []}',
+            "not a healer ledger: ValueError",
+        ),
+        (b'{"format": 1, "model": "m", "generation": 1, "stable": 5, "quarantined": []}', "TypeError"),
+        (b'{"format": 1, "model": "m", "generation": 1, "stable": [{"version": "1"}], "quarantined": []}', "KeyError"),
+    ],
+)
+def test_unreadable_ledgers_name_the_place_and_the_problem(raw: bytes, problem: str) -> None:
+    with pytest.raises(LedgerFormatError) as caught:
+        Ledger.from_json(raw, where="s3://b/p/.healer/m/ledger/00000003.json")
+    message = str(caught.value)
+    assert message.startswith("s3://b/p/.healer/m/ledger/00000003.json: ")
+    assert problem in message
+
+
+# ---- the store on both backends ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def seaweed() -> Iterator[SeaweedS3]:
+    with shared_seaweed() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_bucket(seaweed: SeaweedS3) -> str:
+    return seaweed.make_bucket()
+
+
+@dataclass
+class Backend:
+    """A store and a way to put model files into it behind its back (as a CI pipeline would)."""
+
+    kind: str
+    store: ModelStore
+    put: Callable[[str, bytes], None]  # key relative to the store root; overwrites
+
+
+@pytest.fixture(params=["filesystem", "s3"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "filesystem":
+        root = tmp_path / "store"
+        root.mkdir()
+
+        def put_file(key: str, data: bytes) -> None:
+            path = root / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+
+        return Backend("filesystem", ModelStore(FilesystemBlobs(root)), put_file)
+    seaweed: SeaweedS3 = request.getfixturevalue("seaweed")
+    bucket: str = request.getfixturevalue("s3_bucket")
+    prefix = f"run-{uuid.uuid4().hex[:12]}/models"  # a fresh, nested prefix per test
+    client = seaweed.client()
+
+    def put_object(key: str, data: bytes) -> None:
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{key}", Body=data)
+
+    return Backend("s3", ModelStore(S3Blobs(bucket, prefix, client=seaweed.client())), put_object)
+
+
+CONFIG = b'name: "m"\nbackend: "python"\n'
+
+
+def put_version(backend: Backend, model: str, version: str, files: dict[str, bytes]) -> dict[str, str]:
+    for name, data in files.items():
+        backend.put(f"{model}/{version}/{name}", data)
+    return {name: sha256(data) for name, data in files.items()}
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_models_and_versions_are_listed_and_meta_and_non_numeric_entries_ignored(backend: Backend) -> None:
+    store = backend.store
+    backend.put("alpha/config.pbtxt", CONFIG)
+    for version in ("1", "2", "10"):
+        put_version(backend, "alpha", version, {"model.py": version.encode()})
+    put_version(backend, "beta", "1", {"model.py": b"b"})
+    backend.put("alpha/notes/readme.txt", b"not a version")
+    backend.put("alpha/0/model.py", b"not a Triton version")
+    backend.put("alpha/01/model.py", b"not a Triton version")
+    backend.put("stray.txt", b"a file at the root is not a model")
+    store.update_ledger("alpha", lambda ledger: ledger.with_quarantine(quarantine("2")))
+    store.append_audit("alpha", {"incident": "inc-1", "event": "restored"})
+    assert store.models() == ["alpha", "beta"]
+    assert store.versions("alpha") == ["1", "2", "10"]  # numeric order
+    assert store.versions("beta") == ["1"]
+    assert store.versions("gamma") == []
+
+
+def test_version_files_are_sha256_of_the_bytes_without_bytecode(backend: Backend) -> None:
+    big = os.urandom(CHUNK * 2 + 17)  # streamed in several chunks
+    files = {"model.py": b"print('hi')\n", "sub/weights.bin": big, "empty": b""}
+    expected = put_version(backend, "m", "3", files)
+    backend.put("m/3/__pycache__/model.cpython-311.pyc", b"bytecode")
+    backend.put("m/3/sub/__pycache__/x.pyc", b"bytecode")
+    put_version(backend, "m", "30", {"model.py": b"other version, same prefix"})
+    assert backend.store.version_files("m", "3") == expected
+    assert backend.store.version_files("m", "4") == {}
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Path:
+    path = tmp_path / "live"
+    path.mkdir()
+    return path
+
+
+def leftovers(model_dir: Path) -> list[str]:
+    return sorted(p.name for p in model_dir.iterdir() if p.name.startswith((".fetch-", ".tmp-")))
+
+
+def test_fetch_version_copies_the_files_and_the_config(backend: Backend, live: Path) -> None:
+    files = {"model.py": b"def f(): ...\n", "sub/params.json": b'{"w": [1, 2]}', "big.bin": os.urandom(CHUNK + 3)}
+    expected = put_version(backend, "m", "2", files)
+    backend.put("m/2/__pycache__/model.cpython-311.pyc", b"derived")
+    backend.put("m/config.pbtxt", CONFIG)
+    fetched = backend.store.fetch_version("m", "2", live, expected=expected)
+    assert fetched.path == live / "m" / "2"
+    assert dict(fetched.files) == expected
+    for name, data in files.items():
+        assert (live / "m" / "2" / name).read_bytes() == data
+    assert not (live / "m" / "2" / "__pycache__").exists()
+    assert (live / "m" / "config.pbtxt").read_bytes() == CONFIG
+    assert leftovers(live / "m") == []
+
+
+def test_fetch_version_keeps_the_live_config(backend: Backend, live: Path) -> None:
+    expected = put_version(backend, "m", "1", {"model.py": b"x"})
+    backend.put("m/config.pbtxt", CONFIG)
+    (live / "m").mkdir()
+    (live / "m" / "config.pbtxt").write_bytes(b"# the operator's own\n")
+    backend.store.fetch_version("m", "1", live, expected=expected)
+    assert (live / "m" / "config.pbtxt").read_bytes() == b"# the operator's own\n"
+
+
+def test_fetch_version_refuses_files_that_differ_from_the_ledger(backend: Backend, live: Path) -> None:
+    expected = put_version(backend, "m", "2", {"model.py": b"good", "params.json": b"{}"})
+    backend.put("m/config.pbtxt", CONFIG)
+    backend.put("m/2/params.json", b'{"w": -9}')  # overwritten after it was recorded
+    with pytest.raises(StoreIntegrityError) as caught:
+        backend.store.fetch_version("m", "2", live, expected=expected)
+    message = str(caught.value)
+    assert "params.json: sha256" in message and "model.py" not in message
+    assert f"{backend.store.location}/m/2" in message
+    assert not (live / "m" / "2").exists()  # nothing renamed into place
+    assert not (live / "m" / "config.pbtxt").exists()
+    assert leftovers(live / "m") == []
+
+
+def test_fetch_version_refuses_missing_and_extra_files(backend: Backend, live: Path) -> None:
+    expected = put_version(backend, "m", "2", {"model.py": b"good"})
+    backend.put("m/2/extra.bin", b"not recorded")
+    with pytest.raises(StoreIntegrityError) as caught:
+        backend.store.fetch_version("m", "2", live, expected={**expected, "params.json": sha256(b"{}")})
+    assert "params.json: missing" in str(caught.value)
+    assert "extra.bin: not in the ledger" in str(caught.value)
+    assert not (live / "m" / "2").exists()
+    with pytest.raises(StoreIntegrityError, match="has no files"):
+        backend.store.fetch_version("m", "5", live, expected=expected)
+
+
+def test_fetch_version_leaves_an_identical_live_copy_alone(backend: Backend, live: Path) -> None:
+    files = {"model.py": b"same", "sub/w.bin": b"\x00\x01"}
+    expected = put_version(backend, "m", "1", files)
+    target = live / "m" / "1"
+    for name, data in files.items():
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        (target / name).write_bytes(data)
+    (target / "__pycache__").mkdir()
+    (target / "__pycache__" / "model.pyc").write_bytes(b"written by Triton's Python backend")
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in target.rglob("*")}
+    fetched = backend.store.fetch_version("m", "1", live, expected=expected)
+    assert fetched.path == target
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in target.rglob("*")} == before
+    assert not (live / ".healer").exists()
+    assert leftovers(live / "m") == []
+
+
+def test_fetch_version_moves_a_different_live_copy_aside(backend: Backend, live: Path) -> None:
+    expected = put_version(backend, "m", "1", {"model.py": b"from the store"})
+    target = live / "m" / "1"
+    target.mkdir(parents=True)
+    (target / "model.py").write_bytes(b"edited in place")
+    (target / "notes.txt").write_bytes(b"someone's file")
+    backend.store.fetch_version("m", "1", live, expected=expected)
+    assert sorted(p.name for p in target.iterdir()) == ["model.py"]
+    assert (target / "model.py").read_bytes() == b"from the store"
+    [aside] = (live / ".healer" / "displaced" / "m").iterdir()
+    assert aside.name.startswith("1-")
+    assert (aside / "model.py").read_bytes() == b"edited in place"  # moved, not deleted
+    assert (aside / "notes.txt").read_bytes() == b"someone's file"
+
+
+def test_update_ledger_writes_numbered_snapshots_and_keeps_the_history(backend: Backend) -> None:
+    store = backend.store
+    assert store.ledger("m") == Ledger("m")
+    first = store.update_ledger("m", lambda ledger: ledger.with_stable(stable("1")))
+    second = store.update_ledger("m", lambda ledger: ledger.with_stable(stable("2")))
+    third = store.update_ledger("m", lambda ledger: ledger.with_quarantine(quarantine("2")))
+    assert [first.generation, second.generation, third.generation] == [1, 2, 3]
+    assert store.update_ledger("m", lambda ledger: ledger.with_quarantine(quarantine("2"))) == third  # no-op
+    assert store.ledger("m") == third
+    keys = store.blobs.keys(".healer/m/ledger")
+    assert keys == [f".healer/m/ledger/0000000{n}.json" for n in (1, 2, 3)]
+    history = [Ledger.from_json(store.blobs.read(key), where=key) for key in keys]
+    assert history == [first, second, third]
+    assert [len(h.stable) for h in history] == [1, 2, 2]
+
+
+def test_a_snapshot_that_is_not_a_ledger_is_reported_with_its_key(backend: Backend) -> None:
+    store = backend.store
+    store.update_ledger("m", lambda ledger: ledger.with_stable(stable("1")))
+    backend.put(".healer/m/ledger/00000002.json", b"{garbage")
+    with pytest.raises(LedgerFormatError, match=r"/\.healer/m/ledger/00000002\.json: not a healer ledger"):
+        store.ledger("m")
+    backend.put(".healer/m/ledger/00000003.json", Ledger("other", 3).to_json())
+    with pytest.raises(LedgerFormatError, match=r"00000003\.json: model: expected 'm', got 'other'"):
+        store.ledger("m")
+
+
+def test_audit_records_are_appended_and_read_back(backend: Backend) -> None:
+    store = backend.store
+    keys = [store.append_audit("m", {"incident": "inc-1", "event": "restored", "n": n}) for n in range(3)]
+    keys.append(store.append_audit("m", {"event": "no incident"}))
+    assert len(set(keys)) == 4
+    assert all(key.startswith(".healer/m/audit/") for key in keys)
+    assert "-inc-1-" in keys[0] and "-none-" in keys[3]
+    records = store.audit("m")
+    assert sorted((str(r.get("incident")), r["event"], r.get("n", -1)) for r in records) == [
+        ("None", "no incident", -1),
+        ("inc-1", "restored", 0),
+        ("inc-1", "restored", 1),
+        ("inc-1", "restored", 2),
+    ]
+    assert all(r["model"] == "m" and r["at"].endswith("Z") for r in records)
+    assert store.audit("other") == []
+
+
+def test_an_audit_incident_cannot_steer_the_key_out_of_the_audit_folder(backend: Backend) -> None:
+    key = backend.store.append_audit("m", {"incident": "../../../../escaped", "event": "x"})
+    assert key.startswith(".healer/m/audit/") and "/" not in key.removeprefix(".healer/m/audit/")
+    [record] = backend.store.audit("m")
+    assert record["incident"] == "../../../../escaped"  # the record keeps what it was given
+
+
+def test_concurrent_ledger_updates_lose_nothing(backend: Backend) -> None:
+    store = backend.store
+    store.update_ledger("m", lambda ledger: ledger.with_stable(stable("1")))
+    writers = 16
+    barrier = threading.Barrier(writers)
+    errors: list[BaseException] = []
+
+    def write(n: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            store.update_ledger("m", lambda ledger: ledger.with_quarantine(quarantine("3", f"inc-{n}")))
+        except BaseException as exc:  # reported below: a thread's exception is otherwise lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    final = store.ledger("m")
+    assert sorted(q.incident for q in final.quarantined) == sorted(f"inc-{n}" for n in range(writers))
+    assert final.generation == writers + 1
+    assert [r.version for r in final.stable] == ["1"]
+    assert len(store.blobs.keys(".healer/m/ledger")) == writers + 1
+
+
+def test_create_is_exclusive(backend: Backend) -> None:
+    blobs = backend.store.blobs
+    assert blobs.create("x/key.json", b"one") is True
+    assert blobs.create("x/key.json", b"two") is False
+    assert blobs.read("x/key.json") == b"one"
+
+
+def test_concurrent_creates_of_one_key_have_exactly_one_winner(backend: Backend) -> None:
+    blobs = backend.store.blobs
+    writers = 16
+    barrier = threading.Barrier(writers)
+    results: dict[int, bool] = {}
+
+    def create(n: int) -> None:
+        barrier.wait(timeout=10)
+        results[n] = blobs.create("race/key.json", f"writer {n}".encode())
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    winners = [n for n, won in results.items() if won]
+    assert len(results) == writers and len(winners) == 1
+    assert blobs.read("race/key.json") == f"writer {winners[0]}".encode()
+
+
+# ---- names, failures and backend specifics -------------------------------------------------------
+
+
+BAD_NAMES: list[tuple[str, Callable[[ModelStore, Path], Any]]] = [
+    ("versions ../x", lambda s, live: s.versions("../x")),
+    ("versions a/b", lambda s, live: s.versions("a/b")),
+    ("ledger a..b", lambda s, live: s.ledger("a..b")),
+    ("update_ledger ../x", lambda s, live: s.update_ledger("../x", lambda ledger: ledger)),
+    ("append_audit a/b", lambda s, live: s.append_audit("a/b", {})),
+    ("audit .healer", lambda s, live: s.audit(".healer")),
+    ("version_files ..", lambda s, live: s.version_files("m", "..")),
+    ("version_files 1/../2", lambda s, live: s.version_files("m", "1/../2")),
+    ("fetch_version ..", lambda s, live: s.fetch_version("m", "..", live, expected={})),
+    ("fetch_version ../x", lambda s, live: s.fetch_version("../x", "1", live, expected={})),
+    ("fetch_version 0", lambda s, live: s.fetch_version("m", "0", live, expected={})),
+]
+
+
+@pytest.mark.parametrize("call", [c for _, c in BAD_NAMES], ids=[n for n, _ in BAD_NAMES])
+def test_names_that_could_escape_the_root_are_refused(
+    call: Callable[[ModelStore, Path], Any], tmp_path: Path, live: Path
+) -> None:
+    (tmp_path / "store").mkdir()
+    store = ModelStore(FilesystemBlobs(tmp_path / "store"))
+    with pytest.raises(ValueError, match=r"invalid (model name|version)"):
+        call(store, live)
+    assert list(live.iterdir()) == []
+    assert list((tmp_path / "store").iterdir()) == []
+
+
+def test_a_missing_filesystem_root_is_unavailable_and_never_created(tmp_path: Path) -> None:
+    root = tmp_path / "nfs" / "models"
+    store = ModelStore(FilesystemBlobs(root))
+    for call in (
+        store.models,
+        lambda: store.versions("m"),
+        lambda: store.ledger("m"),
+        lambda: store.update_ledger("m", lambda ledger: ledger.with_quarantine(quarantine("1"))),
+        lambda: store.append_audit("m", {"incident": "inc-1"}),
+        lambda: store.version_files("m", "1"),
+        lambda: store.fetch_version("m", "1", tmp_path, expected={}),
+    ):
+        with pytest.raises(StoreUnavailable) as caught:
+            call()
+        assert str(root) in str(caught.value) and "not mounted" in str(caught.value)
+    assert not (tmp_path / "nfs").exists()
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a pod has: credentials in the environment (S3Blobs builds its own client from settings)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.mark.usefixtures("aws_env")
+def test_an_unreachable_s3_is_unavailable_within_seconds(tmp_path: Path) -> None:
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    blobs = S3Blobs("models", "prod", endpoint_url=endpoint, connect_timeout_s=1.0, read_timeout_s=1.0, max_attempts=1)
+    store = ModelStore(blobs)
+    for call in (
+        lambda: store.versions("m"),
+        lambda: store.ledger("m"),
+        lambda: store.update_ledger("m", lambda ledger: ledger.with_quarantine(quarantine("1"))),
+        lambda: store.append_audit("m", {"incident": "inc-1"}),
+        lambda: store.version_files("m", "1"),
+        lambda: store.fetch_version("m", "1", tmp_path, expected={}),
+        lambda: blobs.read("m/config.pbtxt"),
+    ):
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable) as caught:
+            call()
+        assert time.monotonic() - started < 5.0
+        assert str(caught.value).startswith("s3://models/prod: ")
+        assert endpoint in str(caught.value)
+
+
+@pytest.mark.usefixtures("aws_env")
+def test_s3_store_built_from_its_settings_and_rooted_at_the_bucket(seaweed: SeaweedS3) -> None:
+    bucket = seaweed.make_bucket()
+    store = ModelStore(S3Blobs(bucket, endpoint_url=seaweed.endpoint_url, connect_timeout_s=2, read_timeout_s=5))
+    assert store.location == f"s3://{bucket}"
+    client = seaweed.client()
+    client.put_object(Bucket=bucket, Key="m/1/model.py", Body=b"x")
+    client.put_object(Bucket=bucket, Key="n/2/model.py", Body=b"y")
+    store.update_ledger("m", lambda ledger: ledger.with_stable(stable("1")))
+    assert store.models() == ["m", "n"]
+    assert store.versions("m") == ["1"]
+    assert store.ledger("m").generation == 1
+    assert client.get_object(Bucket=bucket, Key=".healer/m/ledger/00000001.json")["Body"].read()
+
+
+@pytest.mark.usefixtures("aws_env")
+def test_a_missing_bucket_is_a_store_error_that_names_it(seaweed: SeaweedS3) -> None:
+    store = ModelStore(S3Blobs("no-such-bucket-here", "p", endpoint_url=seaweed.endpoint_url, max_attempts=1))
+    with pytest.raises(StoreError, match="no-such-bucket-here") as caught:
+        store.versions("m")
+    assert not isinstance(caught.value, StoreUnavailable)
+    with pytest.raises(StoreError, match="no-such-bucket-here"):
+        store.update_ledger("m", lambda ledger: ledger.with_quarantine(quarantine("1")))
+
+
+def test_reading_a_missing_key_is_file_not_found(backend: Backend) -> None:
+    with pytest.raises(FileNotFoundError):
+        backend.store.blobs.read("m/config.pbtxt")
+
+
+def test_a_seaweed_that_is_not_usable_in_time_raises_with_its_log_and_leaves_nothing_running(tmp_path: Path) -> None:
+    workdir = tmp_path / "weed"
+    server = SeaweedS3(workdir, startup_timeout_s=0.01)
+    with pytest.raises(SeaweedError, match="not usable after") as caught:
+        server.start()
+    assert str(server.log_path) in str(caught.value)
+    assert server.pid is None
+    running = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if str(workdir).encode() in cmdline.read_bytes():
+                running.append(cmdline.parent.name)
+    assert running == []
