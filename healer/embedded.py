@@ -8,11 +8,8 @@ with its parent (PR_SET_PDEATHSIG), so a crashed test run leaves no orphan serve
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +21,8 @@ from pathlib import Path
 from types import TracebackType
 
 import structlog
+
+from healer.processes import free_port, kill_group, log_tail, spawn_group, stop_group
 
 log = structlog.get_logger(__name__)
 
@@ -61,20 +60,6 @@ def _pytriton_dir() -> Path:
     except ImportError:
         return Path("/nonexistent/pytriton")
     return Path(pytriton.__file__).parent
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 class EmbeddedTriton:
@@ -141,29 +126,16 @@ class EmbeddedTriton:
         raise last_error
 
     def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop the whole group: tritonserver and its Python backend stubs."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            # The whole group: tritonserver and its Python backend stubs.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=5)
-            log.info("triton_stopped", pid=process.pid, returncode=process.returncode)
         if process is not None:
-            # Stubs can outlive a SIGKILLed server; reap the rest of the group too.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+            returncode = stop_group(process, grace_s=timeout_s)
+            log.info("triton_stopped", pid=process.pid, returncode=returncode)
 
     def kill(self) -> None:
         """SIGKILL the server (for drills and tests of a crashed Triton). Call stop() afterwards to reap it."""
         if self._process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._process.pid, signal.SIGKILL)
-            self._process.wait(timeout=10)
+            kill_group(self._process)
 
     def cleanup(self) -> None:
         self.stop()
@@ -171,10 +143,7 @@ class EmbeddedTriton:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return log_tail(self.log_path, lines)
 
     def _prepare_backends(self) -> Path:
         """A writable copy of the backends with the Python stub for this interpreter's version."""
@@ -224,17 +193,7 @@ class EmbeddedTriton:
             "--exit-timeout-secs=5",
             *(f"--load-model={name}" for name in self.load_models),
         ]
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as log_file:
-            self._process = subprocess.Popen(
-                command,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self._environment(),
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
-            )
+        self._process = spawn_group(command, log_path=self.log_path, env=self._environment())
         log.info(
             "triton_starting",
             pid=self._process.pid,

