@@ -13,7 +13,7 @@ import yaml
 from healer.cli import main
 from healer.engines import RollbackRequest
 from healer.engines.local import LocalEngine
-from workflows.rollback import LABELS, PARAMETERS, TemplateOptions, build_rollback_template, render_all
+from workflows.rollback import LABELS_FROM_PARAMETERS, PARAMETERS, TemplateOptions, build_rollback_template, render_all
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -65,7 +65,8 @@ def test_fields_the_design_relies_on_are_present() -> None:
     assert spec["onExit"] == "on-exit"
     assert spec["synchronization"] == {"mutexes": [{"name": "healer-rollback-{{workflow.parameters.model}}"}]}
     assert [p["name"] for p in spec["arguments"]["parameters"]] == list(PARAMETERS)
-    assert set(spec["workflowMetadata"]["labelsFrom"]) == set(LABELS)
+    assert set(spec["workflowMetadata"]["labelsFrom"]) == set(LABELS_FROM_PARAMETERS)
+    assert "healer.io/model" not in spec["workflowMetadata"]["labelsFrom"]  # set label-safe by the ArgoEngine
     templates = {t["name"]: t for t in spec["templates"]}
     heal = templates["heal"]
     assert heal["retryStrategy"]["expression"] == "asInt(lastRetry.exitCode) == 75"

@@ -26,8 +26,10 @@ from healer.engines import TEMPLATE_NAME, RollbackRequest
 EXIT_TRANSIENT = 75  # EX_TEMPFAIL: the only exit code the retry strategy retries
 EXIT_PERMANENT = 1
 PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod")
-LABELS = {
-    "healer.io/model": "model",
+# Labels set from parameters whose values are always label-safe (versions, reason codes, incident ids).
+# Model names may be longer than a label allows or start with "_": the ArgoEngine sets a label-safe
+# healer.io/model itself when it submits, so the template must not overwrite it with the raw name.
+LABELS_FROM_PARAMETERS = {
     "healer.io/from-version": "from-version",
     "healer.io/to-version": "to-version",
     "healer.io/reason": "reason",
@@ -209,7 +211,8 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
         workflow_metadata=m.WorkflowMetadata(
             labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "rollback"},
             labels_from={
-                label: m.LabelValueFrom(expression=f"workflow.parameters['{p}']") for label, p in LABELS.items()
+                label: m.LabelValueFrom(expression=f"workflow.parameters['{p}']")
+                for label, p in LABELS_FROM_PARAMETERS.items()
             },
         ),
         labels={"app.kubernetes.io/name": "healer"},
