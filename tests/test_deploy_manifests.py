@@ -12,15 +12,22 @@ import yaml
 from healer.settings import parse_settings
 
 ROOT = Path(__file__).resolve().parents[1]
+MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
 MANIFEST = ROOT / "deploy" / "kubernetes" / "triton-with-healer.yaml"
 K8S_VERSION = "1.37.0"
 
 
-def documents() -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+def documents(path: Path = MANIFEST) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-@pytest.mark.parametrize("document", documents(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
+def all_documents() -> list[dict[str, Any]]:
+    return [d for path in MANIFESTS for d in documents(path)]
+
+
+@pytest.mark.parametrize(
+    "document", all_documents(), ids=lambda d: f"{d['kind']}/{d['metadata']['namespace']}/{d['metadata']['name']}"
+)
 def test_every_document_is_valid_kubernetes(document: dict[str, Any]) -> None:
     kubernetes_validate.validate(document, K8S_VERSION, strict=True)
 
@@ -46,3 +53,11 @@ def test_probes_go_through_the_sidecar_and_the_config_is_a_valid_healer_config()
     )
     assert settings.sidecar.listen.endswith(":8088")
     assert settings.store is not None and settings.store.filesystem == Path("/models")
+
+
+def test_rollback_service_account_matches_the_rendered_template() -> None:
+    rendered = yaml.safe_load((ROOT / "deploy" / "argo" / "healer-rollback.yaml").read_text())
+    accounts = {
+        (d["metadata"]["namespace"], d["metadata"]["name"]) for d in all_documents() if d["kind"] == "ServiceAccount"
+    }
+    assert (rendered["metadata"]["namespace"], rendered["spec"]["serviceAccountName"]) in accounts
