@@ -300,7 +300,7 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
     import threading
 
     from healer import kube
-    from healer.engines.factory import engine_from_settings, local_engine
+    from healer.engines.factory import argo_engine, local_engine
     from healer.sidecar import Sidecar, SidecarServer, pod_identity
     from healer.triton import TritonHttp
 
@@ -311,7 +311,13 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    primary = engine_from_settings if settings.rollback.engine == "argo" else local_engine
+    submit_bound = min(settings.rollback.argo.request_timeout_s, settings.sidecar.argo_submit_timeout_s)
+
+    def primary(settings: Settings) -> Any:
+        if settings.rollback.engine == "argo":
+            return argo_engine(settings, request_timeout_s=submit_bound)
+        return local_engine(settings)
+
     fallback = local_engine if settings.rollback.engine == "argo" and settings.sidecar.fallback_to_local else None
     kube_client = None
     if kube.in_cluster():

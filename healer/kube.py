@@ -65,8 +65,11 @@ class KubeClient:
     def in_cluster(cls, *, timeout_s: float = 5.0) -> KubeClient:
         from kubernetes import client, config
 
-        config.load_incluster_config()
-        return cls(client.ApiClient(), timeout_s=timeout_s)
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        # One attempt per call: a retry storm against a down API server would stall the probe loop.
+        configuration.retries = 0
+        return cls(client.ApiClient(configuration), timeout_s=timeout_s)
 
     @classmethod
     def for_host(cls, host: str, *, token: str | None = None, timeout_s: float = 5.0) -> KubeClient:

@@ -27,7 +27,14 @@ from typing import Any
 
 import structlog
 
-from healer.engines import EngineError, EngineUnavailable, RollbackEngine, RollbackRequest, Submission
+from healer.engines import (
+    EngineError,
+    EngineRejected,
+    EngineUnavailable,
+    RollbackEngine,
+    RollbackRequest,
+    Submission,
+)
 from healer.metrics import Registry, sidecar_registry
 from healer.settings import ModelSettings, Settings
 from healer.state import (
@@ -55,6 +62,7 @@ from probes.runner import probe_all
 log = structlog.get_logger("healer.sidecar")
 
 MAX_INCIDENT_RUNS = 20  # earlier finished runs of the same broken content before we give up
+ALERT_RESEND_S = 120.0  # well inside Alertmanager's default resolve_timeout of 5 minutes
 
 
 # ---- pure helpers ----------------------------------------------------------------------------------------
@@ -181,6 +189,9 @@ class Sidecar:
         self.triton_live = False
         self.cycles = 0
         self._watching: dict[str, tuple[RollbackEngine, str]] = {}
+        self._pending: dict[str, Incident] = {}  # decided to roll back, no engine has taken it yet
+        self._firing: dict[str, dict[str, Any]] = {}  # model -> the alert we keep firing while escalated
+        self._alert_sent_at: dict[str, float] = {}
 
     # ---- the loop ------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, *, max_cycles: int | None = None) -> None:
@@ -200,13 +211,23 @@ class Sidecar:
         trace_id = uuid.uuid4().hex[:16]
         with structlog.contextvars.bound_contextvars(trace_id=trace_id):
             now = self.clock()
-            results = probe_all(self.settings, self.triton)
-            self._record_results(results, trace_id)
+            try:
+                results = probe_all(self.settings, self.triton)
+                self._record_results(results, trace_id)
+            except Exception:  # a bug in one cycle must not stop the sidecar: log it, probe again next period
+                log.exception("probe_cycle_failed")
+                return
             for model in self.settings.models:
-                mine = [r for r in results if r.model == model.name]
-                self._apply(model, self._with_readiness_threshold(model.name, verdict_for(mine, now)))
-                self._poll_rollback(model.name)
-                self._apply(model, Tick(self.clock()))
+                try:
+                    mine = [r for r in results if r.model == model.name]
+                    self._apply(model, self._with_readiness_threshold(model.name, verdict_for(mine, now)))
+                    self._poll_rollback(model)
+                    if model.name in self._pending and model.name not in self._watching:
+                        self._try_submit(model)  # the engine did not take it last time: bounded by the Tick timeout
+                    self._apply(model, Tick(self.clock()))
+                    self._keep_alert_firing(model.name)
+                except Exception:  # one model's trouble must not stop the others from being watched
+                    log.exception("model_cycle_failed", model=model.name)
             with self._lock:
                 self.cycles += 1
 
@@ -259,32 +280,71 @@ class Sidecar:
     def _submit(self, model: ModelSettings, incident: Incident) -> None:
         detect_s = incident.detected_at - incident.first_bad_at
         self.metrics.observe("healer_time_to_detect_seconds", {"model": model.name}, detect_s)
+        log.warning(
+            "incident_detected",
+            model=model.name,
+            version=incident.version,
+            incident=incident.key,
+            reason=incident.reason,
+            detail=incident.detail,
+            detect_s=round(detect_s, 3),
+        )
+        self._event("ModelFailing", f"{model.name} v{incident.version}: {incident.detail}", "Warning")
+        self._pending[model.name] = incident
+        self._try_submit(model)
+
+    def _try_submit(self, model: ModelSettings) -> None:
+        """Hand the incident to the primary engine; to the fallback only when the primary certainly
+        did not take it (a create whose answer was lost may have started a workflow: never run two)."""
+        incident = self._pending[model.name]
         request = self._request(model, incident)
         bound = log.bind(model=model.name, version=incident.version, incident=incident.key)
-        bound.warning("incident_detected", reason=incident.reason, detail=incident.detail, detect_s=round(detect_s, 3))
-        self._event("ModelFailing", f"{model.name} v{incident.version}: {incident.detail}", "Warning")
         began_wall = self.wall() - (self.clock() - incident.first_bad_at)
-        for label, factory in (("primary", self._engine_factory), ("fallback", self._fallback_factory)):
-            if factory is None:
-                continue
+        engine = self._engine("primary", self._engine_factory)
+        try:
+            submission, how = submit_incident(engine, request, began_wall=began_wall)
+        except EngineUnavailable as exc:
+            bound.error("rollback_engine_unavailable", engine="primary", error=str(exc))
+            if self._fallback_factory is None or not self._certainly_not_started(engine, request, exc):
+                self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
+                return  # try again next cycle
+            engine = self._engine("fallback", self._fallback_factory)
             try:
-                engine = self._engine(label, factory)
                 submission, how = submit_incident(engine, request, began_wall=began_wall)
-            except EngineUnavailable as exc:
-                bound.error("rollback_engine_unavailable", engine=label, error=str(exc))
-                continue
-            except (EngineError, ValueError, OSError) as exc:
-                bound.error("rollback_not_submitted", engine=label, error=str(exc))
-                break
-            outcome = how if label == "primary" else "fallback_local"
-            self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": outcome})
-            bound.warning("rollback_" + how, workflow=submission.name, engine=label)
-            self._event("RollbackStarted", f"{model.name} v{incident.version} → stable: {submission.name}", "Warning")
-            self._watching[model.name] = (engine, submission.name)
-            self._apply(model, RollbackSubmitted(self.clock(), submission.name))
+            except (EngineError, ValueError, OSError) as fallback_exc:
+                bound.error("rollback_not_submitted", engine="fallback", error=str(fallback_exc))
+                self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
+                return
+            how = "fallback_local"
+        except (EngineError, ValueError, OSError) as exc:
+            bound.error("rollback_not_submitted", engine="primary", error=str(exc))
+            self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
             return
-        # Nothing took the rollback: the Tick timeout escalates if no outcome arrives.
-        self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
+        # Watch first: whatever fails after this line, the run's outcome is not lost.
+        self._watching[model.name] = (engine, submission.name)
+        del self._pending[model.name]
+        self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": how})
+        bound.warning(
+            "rollback_" + ("submitted" if how == "fallback_local" else how),
+            workflow=submission.name,
+            engine="fallback" if how == "fallback_local" else "primary",
+        )
+        self._apply(model, RollbackSubmitted(self.clock(), submission.name))
+        self._event("RollbackStarted", f"{model.name} v{incident.version} → stable: {submission.name}", "Warning")
+
+    @staticmethod
+    def _certainly_not_started(engine: RollbackEngine, request: RollbackRequest, error: EngineUnavailable) -> bool:
+        if not error.maybe_delivered:
+            return True
+        from healer.engines import EngineRejected, workflow_name
+
+        try:
+            engine.status(workflow_name(request))
+        except (EngineRejected, KeyError):
+            return True  # asked again: the engine has no such workflow
+        except Exception:
+            return False  # still no answer: unknown, so not safe to start another
+        return False  # it exists: the next cycle's submit will join it
 
     def _request(self, model: ModelSettings, incident: Incident) -> RollbackRequest:
         return RollbackRequest(
@@ -302,39 +362,51 @@ class Sidecar:
             self._engines[label] = factory()
         return self._engines[label]
 
-    def _poll_rollback(self, model_name: str) -> None:
-        watching = self._watching.get(model_name)
+    def _poll_rollback(self, model: ModelSettings) -> None:
+        watching = self._watching.get(model.name)
         if watching is None:
             return
         engine, name = watching
         try:
             status = engine.status(name)
-        except (EngineError, KeyError) as exc:
-            log.warning("rollback_status_unavailable", model=model_name, workflow=name, error=str(exc))
+        except (EngineRejected, KeyError) as exc:
+            # The run vanished (deleted by hand, a lost state directory): nobody will alert for it.
+            self._watching.pop(model.name, None)
+            state = self.states[model.name]
+            self._apply(model, RollbackFinished(self.clock(), False, f"workflow {name} disappeared: {exc}"))
+            if state.incident is not None:
+                self._escalate(model, state.incident, f"workflow {name} disappeared before it finished")
+            return
+        except Exception as exc:  # unreachable engine: ask again next cycle (the Tick timeout bounds this)
+            log.warning("rollback_status_unavailable", model=model.name, workflow=name, error=str(exc))
             return
         if not status.done:
             return
-        del self._watching[model_name]
         outcome = "succeeded" if status.succeeded else "failed"
-        self.metrics.inc("healer_rollbacks_total", {"model": model_name, "outcome": outcome})
+        self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": outcome})
         log.warning(
             "rollback_finished",
-            model=model_name,
+            model=model.name,
             workflow=name,
             phase=status.phase,
             message=status.message,
             to_version=status.outputs.get("to-version"),
         )
+        incident = self.states[model.name].incident
+        self._apply(model, RollbackFinished(self.clock(), status.succeeded, status.message))
+        self._watching.pop(model.name, None)
+        if not status.succeeded and incident is not None:
+            # The workflow's exit handler alerts too (same labels: Alertmanager merges them); an engine
+            # that crashed, or a run stopped from outside, has no exit handler to do it.
+            self._escalate(model, incident, f"rollback {name} {status.phase}: {status.message}".strip())
         self._event(
             "RollbackSucceeded" if status.succeeded else "RollbackFailed",
             f"{name}: {status.phase} {status.message}".strip(),
             "Normal" if status.succeeded else "Warning",
         )
-        model = self.settings.model(model_name)
-        self._apply(model, RollbackFinished(self.clock(), status.succeeded, status.message))
 
     def _escalate(self, model: ModelSettings, incident: Incident, why: str) -> None:
-        from healer.alerts import build_alert, post_alerts
+        from healer.alerts import build_alert
 
         self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "escalated"})
         request = self._request(model, incident)
@@ -345,14 +417,8 @@ class Sidecar:
             runbook_url=self.settings.rollback.alert.runbook_url,
             workflow=incident.workflow,
         )
-        sent = False
-        webhook = self.settings.rollback.alert.webhook_url
-        if webhook:
-            try:
-                (self._send_alert or post_alerts)(webhook, [alert], self.settings.rollback.alert.timeout_s)
-                sent = True
-            except (OSError, urllib.error.URLError, ValueError) as exc:
-                log.error("alert_not_sent", model=model.name, incident=incident.key, error=str(exc))
+        self._firing[model.name] = alert
+        sent = self._send(model.name, alert)
         log.error(
             "incident",
             model=model.name,
@@ -373,8 +439,38 @@ class Sidecar:
                     PodRef.parse(self.pod, default_namespace="default"),
                     {"healer.io/diagnosis": "keep", "healer.io/incident": incident.key},
                 )
-            except KubeError as exc:
+            except (KubeError, ValueError) as exc:
                 log.warning("pod_not_annotated", error=str(exc))
+
+    def _send(self, model: str, alert: dict[str, Any]) -> bool:
+        """Send (or re-send) one alert; remembered per model so it can be kept firing and resolved."""
+        from healer.alerts import post_alerts
+
+        self._alert_sent_at[model] = self.clock()
+        webhook = self.settings.rollback.alert.webhook_url
+        if not webhook:
+            return False
+        try:
+            (self._send_alert or post_alerts)(webhook, [alert], self.settings.rollback.alert.timeout_s)
+            return True
+        except Exception as exc:  # any failure to alert is logged; the escalation goes on
+            log.error("alert_not_sent", model=model, incident=alert["labels"].get("incident"), error=str(exc))
+            return False
+
+    def _keep_alert_firing(self, model: str) -> None:
+        """Alertmanager resolves an alert it has not heard of for resolve_timeout (5 min by default):
+        re-send while the model stays escalated; resolve it (endsAt) once the model is trusted again."""
+        alert = self._firing.get(model)
+        if alert is None:
+            return
+        if self.states[model].phase is Phase.ESCALATED:
+            if self.clock() - self._alert_sent_at.get(model, 0.0) >= ALERT_RESEND_S:
+                self._send(model, alert)
+        elif self.states[model].phase is Phase.HEALTHY:
+            from healer.store import utc_now
+
+            del self._firing[model]
+            self._send(model, {**alert, "endsAt": utc_now()})
 
     def _restored(self, model: ModelSettings, incident: Incident, at: float) -> None:
         restore_s = at - incident.detected_at
@@ -408,7 +504,7 @@ class Sidecar:
                 message=message,
                 event_type=event_type,
             )
-        except KubeError as exc:
+        except (KubeError, ValueError) as exc:
             # The Kubernetes API failing must never stop healing.
             log.warning("kubernetes_event_not_recorded", reason=reason, error=str(exc))
 

@@ -64,7 +64,13 @@ def _pod_marker() -> PodMarker | None:
 
     if not kube.in_cluster():
         return None
-    client = kube.KubeClient.in_cluster()
+    try:
+        client = kube.KubeClient.in_cluster()
+    except Exception as exc:  # no service-account token mounted: escalate without the annotation
+        import structlog
+
+        structlog.get_logger(__name__).warning("kubernetes_unavailable", error=str(exc))
+        return None
     namespace = kube.default_namespace()
 
     def mark(pod: str, annotations: Mapping[str, str]) -> None:

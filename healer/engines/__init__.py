@@ -28,7 +28,15 @@ class EngineError(Exception):
 
 
 class EngineUnavailable(EngineError):
-    """The engine could not be reached or did not answer in time (temporary: retry or fall back)."""
+    """The engine could not be reached or did not answer in time (temporary: retry or fall back).
+
+    ``maybe_delivered``: the request may have reached the engine (a read timeout, a 504) and so may
+    have taken effect. Only when it is False is it safe to hand the same rollback to another engine.
+    """
+
+    def __init__(self, message: str, *, maybe_delivered: bool = True) -> None:
+        super().__init__(message)
+        self.maybe_delivered = maybe_delivered
 
 
 class EngineRejected(EngineError):

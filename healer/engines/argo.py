@@ -324,8 +324,17 @@ class ArgoEngine:
                 raise _Conflict(message) from exc
             if code is not None and 400 <= code < 500 and code not in _RETRYABLE_4XX:
                 raise EngineRejected(f"Argo refused to {what} (HTTP {code}): {message}") from exc
-            raise EngineUnavailable(f"Argo could not {what} (HTTP {code}): {message}") from exc
-        except requests.RequestException as exc:  # refused, reset, timed out, TLS, a body that is not JSON
+            # A 504 may hide a create that went through; other refusals (502, 503, 429) did not apply it.
+            raise EngineUnavailable(
+                f"Argo could not {what} (HTTP {code}): {message}", maybe_delivered=code in (None, 500, 504)
+            ) from exc
+        except requests.ConnectionError as exc:
+            # Refused or no connection made (ConnectTimeout is one): the request never reached Argo.
+            delivered = not isinstance(exc, requests.ConnectTimeout) and "Connection refused" not in str(exc)
+            raise EngineUnavailable(
+                f"Argo at {self.host} unreachable to {what}: {exc}", maybe_delivered=delivered
+            ) from exc
+        except requests.RequestException as exc:  # read timed out, reset, TLS, a body that is not JSON
             raise EngineUnavailable(f"Argo at {self.host} unreachable to {what}: {exc}") from exc
         except (KeyError, TypeError, ValueError) as exc:
             # Hera parsing an answer that is not Argo's (an error body without "message", a 200 that

@@ -23,7 +23,8 @@ def local_engine(settings: Settings) -> LocalEngine:
     )
 
 
-def argo_engine(settings: Settings) -> RollbackEngine:
+def argo_engine(settings: Settings, *, request_timeout_s: float | None = None) -> RollbackEngine:
+    """``request_timeout_s``: a shorter bound per call (the sidecar's, before it falls back)."""
     from healer.engines.argo import ArgoEngine
 
     argo = settings.rollback.argo
@@ -33,7 +34,7 @@ def argo_engine(settings: Settings) -> RollbackEngine:
         argo.namespace,
         token=token,
         verify_ssl=argo.verify_ssl,
-        request_timeout_s=argo.request_timeout_s,
+        request_timeout_s=request_timeout_s or argo.request_timeout_s,
     )
 
 

@@ -21,6 +21,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -44,6 +45,7 @@ from healer.engines import (
 log = structlog.get_logger(__name__)
 
 DEFAULT_MUTEX_WAIT_S = 300.0
+STOP_GRACE_S = 90.0  # after the deadline, how long a step may take to notice and stop
 _PARAM = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
 _RETRY_EXPRESSION = re.compile(r"^\s*asInt\(lastRetry\.exitCode\)\s*==\s*(\d+)\s*$")
 _WHEN = re.compile(r"^\s*(.*?)\s*(==|!=)\s*(.*?)\s*$")
@@ -119,13 +121,17 @@ class LocalEngine:
         name = workflow_name(request)
         parameters = {**self.defaults, **request.parameters()}
         record = self._new_record(name, request, parameters)
-        path = self._record_path(name)
+        # Exclusive create of a complete file (link() fails if the name exists): one run per incident
+        # name across threads and processes, and never a half-written record that blocks the name.
+        fd, temp = tempfile.mkstemp(dir=self.state_dir, prefix=".tmp-")
         try:
-            # Exclusive create: one run per incident name, across threads and processes.
-            with path.open("x") as handle:
+            with os.fdopen(fd, "w") as handle:
                 json.dump(record, handle, indent=2)
+            os.link(temp, self._record_path(name))
         except FileExistsError:
             return Submission(name=name, created=False)
+        finally:
+            os.unlink(temp)
         thread = threading.Thread(target=self._execute, args=(name, parameters), name=f"rollback-{name}", daemon=True)
         with self._lock:
             self._threads[name] = thread
@@ -187,14 +193,21 @@ class LocalEngine:
 
     # ---- execution -------------------------------------------------------------------------------
     def _execute(self, name: str, parameters: dict[str, str]) -> None:
+        progress = {"exit_handler_started": False}
         try:
-            self._execute_unchecked(name, parameters)
+            self._execute_unchecked(name, parameters, progress)
         except Exception as exc:  # an engine bug must still end the run visibly, never leave it Running
             log.exception("local_engine_crashed", workflow=name)
             message = f"engine error: {type(exc).__name__}: {exc}"
+            if self.on_exit and not progress["exit_handler_started"]:
+                # Somebody must still hear about it: run the exit handler, as Argo would for an Error.
+                failures = [{"displayName": "engine", "message": message, "phase": "Error"}]
+                exit_params = {**parameters, "__status": "Error", "__failures": json.dumps(failures)}
+                with contextlib.suppress(Exception):
+                    self._run_steps(name, self.on_exit, exit_params, None, root=False)
             self._update(name, lambda r: r["status"].update(phase="Error", message=message, finishedAt=_now()))
 
-    def _execute_unchecked(self, name: str, parameters: dict[str, str]) -> None:
+    def _execute_unchecked(self, name: str, parameters: dict[str, str], progress: dict[str, bool]) -> None:
         mutex = (
             _PARAM.sub(lambda m: parameters.get(m.group(1), ""), self.mutex_template) if self.mutex_template else None
         )
@@ -203,13 +216,14 @@ class LocalEngine:
             deadline = started + self.deadline_s if self.deadline_s else None
             self._update(name, lambda r: r["status"].update(phase="Running", startedAt=_now()))
             phase, message = self._run_steps(name, self.entrypoint, parameters, deadline, root=True)
-            self._update(name, lambda r: r["status"].update(phase=phase, message=message))
             if self.on_exit:
                 failures = self._failures(name)
                 exit_params = {**parameters, "__status": phase, "__failures": json.dumps(failures)}
-                # The exit handler runs even after the deadline, as in Argo.
+                # The exit handler runs even after the deadline, as in Argo; the run stays Running
+                # until it is done, so whoever waits for the outcome also waits for the alert.
+                progress["exit_handler_started"] = True
                 self._run_steps(name, self.on_exit, exit_params, None, root=False)
-            self._update(name, lambda r: r["status"].update(finishedAt=_now()))
+            self._update(name, lambda r: r["status"].update(phase=phase, message=message, finishedAt=_now()))
             log.info(
                 "local_rollback_finished", workflow=name, phase=phase, duration_s=round(time.monotonic() - started, 3)
             )
@@ -371,6 +385,7 @@ class LocalEngine:
             finally:
                 if context is not None:
                     context.triton.close()
+                _destroy_gevent_hub()
 
         worker = threading.Thread(target=target, name=f"step-{spec.name}", daemon=True)
         worker.start()
@@ -378,8 +393,13 @@ class LocalEngine:
         if worker.is_alive():
             # Past activeDeadlineSeconds: Argo kills the pod. We ask the step to stop at its next check.
             cancelled.set()
-            worker.join(10.0)
+            # Hold on (and so keep the mutex) until the step stops at its next check: every call it
+            # makes has its own timeout, the longest being a model load.
+            worker.join(STOP_GRACE_S)
+            if worker.is_alive():
+                log.error("step_still_running_after_deadline", step=spec.name, grace_s=STOP_GRACE_S)
             outputs = self._collect(spec, output_dir, None, None)
+            shutil.rmtree(output_dir, ignore_errors=True)
             return "Failed", "Step exceeded its deadline", 1, outputs
         exit_code = int(box.get("exit_code", 1))
         termination = output_dir / "termination-log"
@@ -387,6 +407,7 @@ class LocalEngine:
         if exit_code:
             message = message or f"Error (exit code {exit_code})"
         outputs = self._collect(spec, output_dir, box.get("result"), exit_code)
+        shutil.rmtree(output_dir, ignore_errors=True)
         return ("Succeeded" if exit_code == 0 else "Failed"), message, exit_code, outputs
 
     @staticmethod
@@ -541,6 +562,16 @@ class LocalEngine:
             with os.fdopen(fd, "w") as handle:
                 json.dump(record, handle, indent=2)
             os.replace(temp, path)
+
+
+def _destroy_gevent_hub() -> None:
+    """tritonclient gives each thread a gevent hub (and its file descriptors); free it with the thread."""
+    import sys
+
+    gevent = sys.modules.get("gevent")
+    if gevent is not None:
+        with contextlib.suppress(Exception):
+            gevent.get_hub().destroy(destroy_loop=True)
 
 
 def _parent_of(node_id: str, nodes: dict[str, Any]) -> str | None:
