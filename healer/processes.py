@@ -23,12 +23,15 @@ def free_port() -> int:
 
 
 def _die_with_parent(death_signal: int) -> Callable[[], None]:
-    def set_death_signal() -> None:  # pragma: no cover - runs in the child between fork and exec
-        import ctypes
+    # libc is loaded here, in the parent: between fork and exec a threaded parent's child must not
+    # import modules or take locks (the dynamic loader's included).
+    import ctypes
 
-        pr_set_pdeathsig = 1
-        with contextlib.suppress(Exception):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, death_signal)
+    prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    pr_set_pdeathsig = 1
+
+    def set_death_signal() -> None:  # pragma: no cover - runs in the child between fork and exec
+        prctl(pr_set_pdeathsig, death_signal)
 
     return set_death_signal
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from healer.ledger import StableRecord
+from healer.ledger import Ledger, StableRecord
 from healer.settings import Settings
 from healer.store import ModelStore, hash_directory, utc_now
 from healer.triton import TritonAPI, TritonError
@@ -29,7 +29,11 @@ def promote(
     if not files:
         raise PromotionRefused(f"{model} v{version} is not in the store {store.location}")
     live = settings.live_repository_path
-    if live is not None and (live / model / version).is_dir():
+    if live is not None:
+        if not (live / model / version).is_dir():
+            raise PromotionRefused(
+                f"{model} v{version} is not in the live repository {live}: promote from where Triton's files are"
+            )
         served_files = hash_directory(live / model / version)
         if served_files != files:
             raise PromotionRefused(
@@ -46,5 +50,12 @@ def promote(
     except TritonError as exc:
         raise PromotionRefused(f"Triton {triton.url}: {exc}") from exc
     record = StableRecord(version=version, files=files, promoted_at=utc_now(), promoted_by=by, config=config)
-    store.update_ledger(model, lambda current: current.with_stable(record))
+
+    def promote_unless_quarantined(current: Ledger) -> Ledger:
+        # Checked again inside the update: a quarantine written meanwhile wins.
+        if current.is_quarantined(version):
+            raise PromotionRefused(f"{model} v{version} was quarantined while it was being promoted")
+        return current.with_stable(record)
+
+    store.update_ledger(model, promote_unless_quarantined)
     return record

@@ -69,7 +69,6 @@ class EmbeddedSettings:
 
     model_repository: Path
     startup_timeout_s: float = 60.0
-    load_timeout_s: float = 60.0
     tritonserver: Path | None = None
 
 
@@ -156,7 +155,9 @@ class RollbackSettings:
     load_timeout_s: float = 60.0
     poll_interval_s: float = 0.05
     engine: str = "local"  # local | argo
-    state_dir: Path = Path(".healer/runs")  # LocalEngine's run records
+    # LocalEngine's run records. A relative path resolves against the config file's folder, which
+    # in a pod is a read-only ConfigMap: the default is absolute and writable.
+    state_dir: Path = Path("/tmp/healer/runs")  # noqa: S108 - a per-pod scratch directory
     argo: ArgoSettings = field(default_factory=ArgoSettings)
     alert: AlertSettings = field(default_factory=AlertSettings)
 
@@ -456,14 +457,13 @@ def _parse_embedded(reader: _Reader, raw: Any) -> EmbeddedSettings:
         raw,
         "embedded",
         required={"model_repository"},
-        optional={"startup_timeout_s", "load_timeout_s", "tritonserver"},
+        optional={"startup_timeout_s", "tritonserver"},
     )
     repository = reader.path(data["model_repository"], "embedded.model_repository")
     tritonserver = data.get("tritonserver")
     return EmbeddedSettings(
         model_repository=repository,
         startup_timeout_s=reader.number(data.get("startup_timeout_s", 60.0), "embedded.startup_timeout_s", minimum=1),
-        load_timeout_s=reader.number(data.get("load_timeout_s", 60.0), "embedded.load_timeout_s", minimum=1),
         tritonserver=reader.path(tritonserver, "embedded.tritonserver") if tritonserver is not None else None,
     )
 
@@ -508,8 +508,10 @@ def _parse_golden(reader: _Reader, raw: Any, key: str) -> GoldenRequest:
     for i, item in enumerate(reader.sequence(data["outputs"], f"{key}.outputs", min_length=1)):
         out_key = f"{key}.outputs[{i}]"
         tensor, extra = _parse_tensor(reader, item, out_key, extra={"atol", "rtol"})
-        atol = reader.number(extra.get("atol", 1e-6), f"{out_key}.atol", minimum=0)
-        rtol = reader.number(extra.get("rtol", 1e-5), f"{out_key}.rtol", minimum=0)
+        # Integers and booleans (class ids, token ids, flags) compare exactly unless a tolerance is given.
+        exact = np.dtype(DATATYPES[tensor.datatype]).kind in "biuO"
+        atol = reader.number(extra.get("atol", 0.0 if exact else 1e-6), f"{out_key}.atol", minimum=0)
+        rtol = reader.number(extra.get("rtol", 0.0 if exact else 1e-5), f"{out_key}.rtol", minimum=0)
         outputs.append(ExpectedOutput(tensor=tensor, atol=atol, rtol=rtol))
     _reject_duplicate_names(reader, [o.tensor.name for o in outputs], f"{key}.outputs")
     latency_slo_ms = reader.number(data["latency_slo_ms"], f"{key}.latency_slo_ms", minimum=0.001)
@@ -611,7 +613,13 @@ def _numeric_array(values: Any, target: np.dtype[Any]) -> npt.NDArray[Any]:
             raise ValueError(f"values must lie in [{info.min}, {info.max}]")
     elif has_bool:
         raise ValueError("floating-point values must not be true/false")
-    return raw.astype(target)
+    with np.errstate(over="ignore"):
+        converted = raw.astype(target)
+    if target.kind == "f" and raw.dtype.kind in "iuf" and raw.size:
+        overflow = np.isfinite(raw.astype(np.float64)) & ~np.isfinite(converted.astype(np.float64))
+        if overflow.any():
+            raise ValueError(f"{raw.reshape(-1)[np.argmax(overflow.reshape(-1))]!r} overflows {target.name}")
+    return converted
 
 
 def _leaves(values: Any) -> list[Any]:

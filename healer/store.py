@@ -190,7 +190,8 @@ class S3Blobs:
                 if token:
                     kwargs["ContinuationToken"] = token
                 page = self._s3.list_objects_v2(**kwargs)
-                found += [obj["Key"] for obj in page.get("Contents", [])]
+                # "folder/" marker objects (the S3 console's "Create folder") are not files.
+                found += [obj["Key"] for obj in page.get("Contents", []) if not obj["Key"].endswith("/")]
                 if not page.get("IsTruncated"):
                     break
                 token = page.get("NextContinuationToken")
@@ -337,6 +338,9 @@ class ModelStore:
                 aside = model_dir.parent / META_DIR / "displaced" / model / f"{version}-{uuid.uuid4().hex[:8]}"
                 aside.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(target, aside)
+            # mkdtemp makes 0700: Triton may run as another user, or read through root_squash NFS.
+            for directory in [staging, *(p for p in staging.rglob("*") if p.is_dir())]:
+                directory.chmod(0o755)
             os.replace(staging, target)
             return FetchedVersion(model, version, target, hashes)
         finally:
@@ -348,7 +352,12 @@ class ModelStore:
 
     def ledger(self, model: str) -> Ledger:
         _check_name(model)
-        snapshots = [k for k in self.blobs.keys(self._ledger_prefix(model)) if k.endswith(".json")]
+        # Only <digits>.json names are snapshots; anything else in the folder is not ours to read.
+        snapshots = [
+            k
+            for k in self.blobs.keys(self._ledger_prefix(model))
+            if k.endswith(".json") and PurePosixPath(k).stem.isdigit()
+        ]
         if not snapshots:
             return Ledger(model=model)
         newest = max(snapshots, key=lambda k: int(PurePosixPath(k).stem))
@@ -356,6 +365,11 @@ class ModelStore:
         ledger = Ledger.from_json(self.blobs.read(newest), where=where)
         if ledger.model != model:
             raise LedgerFormatError(f"{where}: model: expected {model!r}, got {ledger.model!r}")
+        if ledger.generation != int(PurePosixPath(newest).stem):
+            # The next write goes to generation + 1: a mismatch would hide it below this snapshot.
+            raise LedgerFormatError(
+                f"{where}: generation: expected {int(PurePosixPath(newest).stem)}, got {ledger.generation}"
+            )
         return ledger
 
     def update_ledger(self, model: str, change: Callable[[Ledger], Ledger]) -> Ledger:

@@ -15,9 +15,12 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import numpy as np
 import numpy.typing as npt
@@ -110,7 +113,20 @@ class TritonHttp:
         return bool(self._call(self._client.is_server_live))
 
     def model_version_ready(self, model: str, version: str) -> bool:
-        return bool(self._call(self._client.is_model_ready, model, version))
+        """True on 200, False when Triton says not ready (400/404); a proxy's 502/503/504 or no answer
+        is TritonUnavailable, never "not ready" (tritonclient folds every non-200 into False)."""
+        url = f"http://{self.url}/v2/models/{quote(model, safe='')}/versions/{quote(version, safe='')}/ready"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
+                return bool(response.status == 200)
+        except urllib.error.HTTPError as exc:
+            if exc.code in UNAVAILABLE_STATUSES:
+                raise TritonUnavailable(f"HTTP {exc.code} on readiness of {model} v{version}") from exc
+            if exc.code in (400, 404):
+                return False
+            raise TritonRejected(exc.code, _error_message(exc.read().decode(errors="replace"))) from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise TritonUnavailable(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from exc
 
     def served_versions(self, model: str) -> list[str]:
         """Versions Triton serves for a model right now ([] when none is available)."""

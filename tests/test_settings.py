@@ -273,7 +273,7 @@ def test_embedded_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
     assert settings.embedded is not None
     assert settings.embedded.model_repository == tmp_path / "repo"
     assert settings.embedded.tritonserver == Path("/opt/tritonserver/bin/tritonserver")
-    assert (settings.embedded.startup_timeout_s, settings.embedded.load_timeout_s) == (60.0, 60.0)
+    assert settings.embedded.startup_timeout_s == 60.0
 
 
 # --- exact error messages --------------------------------------------------------------------------------

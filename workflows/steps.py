@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,7 +111,7 @@ def choose_stable(ctx: StepContext, model: str, failing_version: str, requested:
         available = ctx.store.versions(model)
     except StoreUnavailable as exc:
         raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
-    except (StoreError, ValueError) as exc:
+    except (StoreError, ValueError, OSError) as exc:
         raise PermanentStepError(f"store {ctx.store.location}: {exc}") from exc
     choice = choose_restore_version(
         ledger, failing_version=failing_version, available=available, requested=None if requested == AUTO else requested
@@ -229,7 +227,7 @@ def record(ctx: StepContext, request: RollbackRequest, restored_version: str | N
         )
     except StoreUnavailable as exc:
         raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
-    except StoreError as exc:
+    except (StoreError, ValueError, OSError) as exc:
         raise PermanentStepError(f"record in {ctx.store.location}: {exc}") from exc
     return {"quarantined": request.from_version, "ledger_generation": ledger.generation, "audit": audit_key}
 
@@ -327,7 +325,7 @@ def escalate(
         try:
             ctx.send_alert(webhook, [alert], ctx.settings.rollback.alert.timeout_s)
             outcome["alert_sent"] = True
-        except (OSError, urllib.error.URLError, ValueError) as exc:
+        except Exception as exc:  # a bad reply from Alertmanager must not stop the other channels
             outcome["alert_error"] = f"{type(exc).__name__}: {exc}"
     else:
         outcome["alert_error"] = "no rollback.alert.webhook_url configured"
@@ -358,6 +356,8 @@ def _stable_record(ctx: StepContext, model: str, version: str) -> StableRecord:
         record_ = ctx.store.ledger(model).stable_record(version)
     except StoreUnavailable as exc:
         raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
+    except (StoreError, ValueError, OSError) as exc:  # an unreadable ledger snapshot, a vanished object
+        raise PermanentStepError(f"store {ctx.store.location}: {exc}") from exc
     if record_ is None:
         raise PermanentStepError(f"{model} v{version} is not in the stable ledger")
     return record_
