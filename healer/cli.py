@@ -301,7 +301,7 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
 
     from healer import kube
     from healer.engines.factory import argo_engine, local_engine
-    from healer.sidecar import Sidecar, SidecarServer, pod_identity
+    from healer.sidecar import Sidecar, SidecarServer, pod_identity, pod_triton_url
     from healer.triton import TritonHttp
 
     if settings.store is None and (settings.rollback.engine == "local" or settings.sidecar.fallback_to_local):
@@ -332,8 +332,15 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
         engine_factory=lambda: primary(settings),
         fallback_factory=(lambda: fallback(settings)) if fallback else None,
         pod=pod_identity(),
+        triton_url=pod_triton_url(settings.triton.url),
         kube=kube_client,
     )
+    if settings.rollback.engine == "argo" and settings.rollback.replicas is None:
+        print(
+            f"healer: warning: {settings.source}: rollback.replicas is not set: an Argo rollback heals only the "
+            "pod that submitted it, and replicas that join it stay drained until it escalates",
+            file=sys.stderr,
+        )
     server = SidecarServer(sidecar, args.listen or settings.sidecar.listen)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

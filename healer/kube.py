@@ -83,6 +83,22 @@ class KubeClient:
         configuration.retries = 0
         return cls(client.ApiClient(configuration), timeout_s=timeout_s)
 
+    def running_pod_ips(self, namespace: str, selector: str) -> list[tuple[str, str]]:
+        """(name, IP) of the Running pods matching a label selector, sorted by name."""
+        pods = self._call(
+            "list pods",
+            self._core.list_namespaced_pod,
+            namespace,
+            label_selector=selector,
+            _request_timeout=self.timeout_s,
+        )
+        found = [
+            (pod.metadata.name, pod.status.pod_ip)
+            for pod in pods.items
+            if pod.status is not None and pod.status.phase == "Running" and pod.status.pod_ip
+        ]
+        return sorted(found)
+
     def annotate_pod(self, pod: PodRef, annotations: Mapping[str, str]) -> None:
         """Merge annotations into the pod's metadata (a JSON merge patch: nothing else changes)."""
         body = {"metadata": {"annotations": dict(annotations)}}

@@ -142,10 +142,19 @@ class AlertSettings:
 @dataclass(frozen=True)
 class ArgoSettings:
     host: str = "https://argo-server.argo:2746"
-    namespace: str = "healer"
+    namespace: str = "ml"  # where the healer-rollback WorkflowTemplate is installed: the Triton namespace
     token_file: Path | None = None  # e.g. a projected service-account token
     verify_ssl: bool = True
     request_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class ReplicaSettings:
+    """Every Triton a rollback must heal: the Running pods matching a label selector (Kubernetes API)."""
+
+    namespace: str
+    selector: str  # e.g. app.kubernetes.io/name=triton
+    port: int = 8000  # Triton's HTTP port in those pods
 
 
 @dataclass(frozen=True)
@@ -160,6 +169,8 @@ class RollbackSettings:
     state_dir: Path = Path("/tmp/healer/runs")  # noqa: S108 - a per-pod scratch directory
     argo: ArgoSettings = field(default_factory=ArgoSettings)
     alert: AlertSettings = field(default_factory=AlertSettings)
+    # None: heal the Triton the request names (the submitting pod's), or triton.url.
+    replicas: ReplicaSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -381,9 +392,21 @@ def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
             "state_dir",
             "argo",
             "alert",
+            "replicas",
         },
     )
     d = RollbackSettings()
+    replicas = None
+    if data.get("replicas") is not None:
+        r = reader.mapping(data["replicas"], f"{key}.replicas", required={"namespace", "selector"}, optional={"port"})
+        port = reader.integer(r.get("port", 8000), f"{key}.replicas.port", minimum=1)
+        if port > 65535:
+            raise ConfigError(reader.source, f"{key}.replicas.port", f"must be <= 65535, got {port}")
+        replicas = ReplicaSettings(
+            namespace=reader.string(r["namespace"], f"{key}.replicas.namespace"),
+            selector=reader.string(r["selector"], f"{key}.replicas.selector"),
+            port=port,
+        )
     engine = reader.string(data.get("engine", d.engine), f"{key}.engine")
     if engine not in {"local", "argo"}:
         raise ConfigError(reader.source, f"{key}.engine", f"must be 'local' or 'argo', got {engine!r}")
@@ -439,6 +462,7 @@ def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
         state_dir=reader.path(data.get("state_dir") or str(d.state_dir), f"{key}.state_dir"),
         argo=argo,
         alert=alert,
+        replicas=replicas,
     )
 
 

@@ -156,6 +156,7 @@ class Sidecar:
         engine_factory: Callable[[], RollbackEngine],
         fallback_factory: Callable[[], RollbackEngine] | None = None,
         pod: str = "",
+        triton_url: str = "",
         kube: Any = None,
         send_alert: Callable[[str, list[dict[str, Any]], float], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -165,6 +166,7 @@ class Sidecar:
         self.settings = settings
         self.triton = triton
         self.pod = pod
+        self.triton_url = triton_url  # how a rollback pod reaches this pod's Triton ("": triton.url)
         self.kube = kube
         self.clock = clock
         self.wall = wall
@@ -354,6 +356,7 @@ class Sidecar:
             reason=incident.reason,
             detail=incident.detail[:500],
             pod=self.pod,
+            triton_url=self.triton_url,
         )
 
     def _engine(self, label: str, factory: Callable[[], RollbackEngine]) -> RollbackEngine:
@@ -641,6 +644,17 @@ class SidecarServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def pod_triton_url(triton_url: str, environ: Mapping[str, str] | None = None) -> str:
+    """This pod's Triton as another pod reaches it: POD_IP (downward API) and the configured port;
+    "" outside a cluster (the rollback then uses its own triton.url)."""
+    env = os.environ if environ is None else environ
+    pod_ip = env.get("POD_IP", "")
+    if not pod_ip:
+        return ""
+    port = triton_url.rpartition(":")[2]
+    return f"[{pod_ip}]:{port}" if ":" in pod_ip else f"{pod_ip}:{port}"
 
 
 def pod_identity(environ: Mapping[str, str] | None = None) -> str:

@@ -475,7 +475,7 @@ def _missing_parameter(body: dict[str, Any]) -> None:
         (_bad_label_value, "not a valid label value"),
         (_no_spec, "'spec' is a required property"),
         (_nameless_template_ref, "workflowTemplateRef.name is required"),
-        (_missing_parameter, "spec.arguments.pod.value is required"),
+        (_missing_parameter, "spec.arguments.triton-url.value is required"),
     ],
 )
 def test_stand_in_rejects_malformed_workflows(

@@ -47,7 +47,12 @@ def test_probes_go_through_the_sidecar_and_the_config_is_a_valid_healer_config()
     assert triton["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "healer"}
     assert triton["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "healer"}
     assert {p["name"]: p["containerPort"] for p in healer["ports"]} == {"healer": 8088}
-    assert {e["name"] for e in healer["env"]} == {"POD_NAME", "POD_NAMESPACE"}
+    assert {e["name"] for e in healer["env"]} == {"POD_NAME", "POD_NAMESPACE", "POD_IP"}
+    claim = next(v for v in pod["volumes"] if v["name"] == "models")["persistentVolumeClaim"]["claimName"]
+    rendered = yaml.safe_load((ROOT / "deploy" / "argo" / "healer-rollback.yaml").read_text())
+    # The rollback's pods mount the same repository Triton reads, in the same namespace.
+    assert rendered["metadata"]["namespace"] == docs["Deployment"]["metadata"]["namespace"]
+    assert {"name": "models", "persistentVolumeClaim": {"claimName": claim}} in rendered["spec"]["volumes"]
     settings = parse_settings(
         yaml.safe_load(docs["ConfigMap"]["data"]["healer.yaml"]), source="ConfigMap healer-config", base_dir=Path("/")
     )

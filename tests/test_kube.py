@@ -20,9 +20,10 @@ from healer.kube import KubeClient, KubeError, PodRef
 
 
 class FakeApiServer:
-    def __init__(self, status: int = 200) -> None:
+    def __init__(self, status: int = 200, get_body: dict[str, Any] | None = None) -> None:
         self.requests: list[dict[str, Any]] = []
         self.status = status
+        self.get_body = get_body
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,14 +38,15 @@ class FakeApiServer:
                         "body": body,
                     }
                 )
-                payload = json.dumps(body or {"kind": "Status"}).encode()
+                answer = outer.get_body if self.command == "GET" and outer.get_body is not None else body
+                payload = json.dumps(answer or {"kind": "Status"}).encode()
                 self.send_response(outer.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_PATCH = do_POST = _handle
+            do_PATCH = do_POST = do_GET = _handle
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -109,3 +111,29 @@ def test_api_errors_and_outages_are_kube_errors() -> None:
 )
 def test_pod_reference_parsing(text: str, expected: PodRef) -> None:
     assert PodRef.parse(text, default_namespace="default-ns") == expected
+
+
+def test_running_pod_ips_lists_by_selector_and_keeps_running_pods_with_an_ip() -> None:
+    def pod(name: str, phase: str, ip: str | None) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "ml"}, "status": {"phase": phase, "podIP": ip}}
+
+    pods = {
+        "apiVersion": "v1",
+        "kind": "PodList",
+        "metadata": {},
+        "items": [
+            pod("triton-b", "Running", "10.0.0.2"),
+            pod("triton-a", "Running", "10.0.0.1"),
+            pod("triton-c", "Pending", None),
+            pod("triton-d", "Succeeded", "10.0.0.4"),
+        ],
+    }
+    server = FakeApiServer(get_body=pods)
+    try:
+        found = KubeClient.for_host(server.url).running_pod_ips("ml", "app.kubernetes.io/name=triton")
+    finally:
+        server.close()
+    assert found == [("triton-a", "10.0.0.1"), ("triton-b", "10.0.0.2")]
+    [request] = server.requests
+    assert request["method"] == "GET"
+    assert request["path"] == "/api/v1/namespaces/ml/pods?labelSelector=app.kubernetes.io%2Fname%3Dtriton"

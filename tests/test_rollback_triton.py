@@ -178,3 +178,42 @@ def test_deadline_stops_the_rollback_and_escalates(fs_stack_factory) -> None:  #
             or "[]"
         )
         assert "load" not in [p["name"] for p in phases]
+
+
+def test_one_rollback_heals_every_replica(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two real Tritons read one live repository (a shared volume); one workflow restores both."""
+    import dataclasses
+    import shutil
+
+    from healer.embedded import EmbeddedTriton
+    from healer.engines.local import LocalEngine
+    from healer.triton import TritonHttp
+    from tests.rollback_stack import version_source
+    from workflows.context import context_from_settings
+    from workflows.rollback import build_rollback_template
+
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, stable=[1, 2]) as stack:
+        stack: RollbackStack
+        for root in (stack.live, stack.store.blobs.root):  # type: ignore[attr-defined]
+            shutil.copytree(
+                version_source("linear_scorer", ("broken", "wrong_weights")), Path(root) / stack.model / "3"
+            )
+        stack.triton.load_model(stack.model, timeout_s=60)
+        with EmbeddedTriton(stack.live, load_models=[stack.model], workdir=tmp_path / "replica") as second:
+            replica = TritonHttp(second.url, timeout_s=5)
+            try:
+                assert stack.triton.served_versions(stack.model) == replica.served_versions(stack.model) == ["3"]
+                urls = [stack.settings.triton.url, second.url]
+                engine = LocalEngine(
+                    build_rollback_template(),
+                    lambda: dataclasses.replace(context_from_settings(stack.settings), list_replicas=lambda: urls),
+                    tmp_path / "runs-replicas",
+                )
+                status = engine.run(stack.request("3"), timeout_s=120)
+                assert status.phase == "Succeeded", status
+                assert stack.triton.served_versions(stack.model) == replica.served_versions(stack.model) == ["2"]
+                phases = {p["name"]: p for p in json.loads(status.outputs["phases"])}
+                assert set(phases["verify"]["outputs"]["replicas"]) == set(urls)
+                assert all(v["status"] == "pass" for v in phases["verify"]["outputs"]["replicas"].values())
+            finally:
+                replica.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from healer.settings import Settings, load_settings
@@ -55,7 +55,23 @@ def context_from_settings(settings: Settings) -> StepContext:
         store=store_from_settings(settings.store),
         live_repository=live,
         mark_pod=_pod_marker(),
+        list_replicas=_replica_lister(settings),
     )
+
+
+def _replica_lister(settings: Settings) -> Callable[[], list[str]] | None:
+    """host:port of every Running Triton pod the rollback must heal (rollback.replicas), listed when needed."""
+    replicas = settings.rollback.replicas
+    if replicas is None:
+        return None
+
+    def list_replicas() -> list[str]:
+        from healer import kube
+
+        client = kube.KubeClient.in_cluster()
+        return [f"{ip}:{replicas.port}" for _name, ip in client.running_pod_ips(replicas.namespace, replicas.selector)]
+
+    return list_replicas
 
 
 def _pod_marker() -> PodMarker | None:

@@ -25,7 +25,7 @@ from healer.engines import TEMPLATE_NAME, RollbackRequest
 
 EXIT_TRANSIENT = 75  # EX_TEMPFAIL: the only exit code the retry strategy retries
 EXIT_PERMANENT = 1
-PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod")
+PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod", "triton-url")
 # Labels set from parameters whose values are always label-safe (versions, reason codes, incident ids).
 # Model names may be longer than a label allows or start with "_": the ArgoEngine sets a label-safe
 # healer.io/model itself when it submits, so the template must not overwrite it with the raw name.
@@ -42,18 +42,29 @@ class TemplateOptions:
     """What differs between clusters; the defaults are what deploy/argo/ is rendered with."""
 
     image: str = "ghcr.io/healer-dev/healer:0.1.0"
-    namespace: str = "healer"
+    # The Triton namespace: the rollback's pods mount the same model repository claim and ConfigMap.
+    namespace: str = "ml"
     service_account: str = "healer-rollback"
     deadline_s: int = 90
     config_map: str = "healer-config"  # holds healer.yaml, mounted at /etc/healer
     retry_limit: int = 2
+    # The live repository, shared with the Triton pods (ReadWriteMany: NFS and the like); None: no mount.
+    models_claim: str | None = "triton-models"
+    models_mount_path: str = "/models"
 
 
 # ---- what the pods run (through `python -m hera.workflows.runner -e workflows.rollback:<fn>`) ----------
 
 
 def heal_step(
-    model: str, from_version: str, to_version: str, reason: str, incident: str, detail: str = "", pod: str = ""
+    model: str,
+    from_version: str,
+    to_version: str,
+    reason: str,
+    incident: str,
+    detail: str = "",
+    pod: str = "",
+    triton_url: str = "",
 ) -> dict[str, Any]:
     """unload → fetch-stable → load → verify → record, reporting every phase."""
     from workflows import context, steps
@@ -67,6 +78,7 @@ def heal_step(
         incident=incident,
         detail=detail,
         pod=pod,
+        triton_url=triton_url,
     )
     out = context.output_dir()
     try:
@@ -182,7 +194,10 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
             constructor=RunnerScriptConstructor(),
             image=options.image,
             image_pull_policy="IfNotPresent",
-            volume_mounts=[m.VolumeMount(name="healer-config", mount_path=str(Path(DEFAULT_CONFIG).parent))],
+            volume_mounts=[
+                m.VolumeMount(name="healer-config", mount_path=str(Path(DEFAULT_CONFIG).parent)),
+                *([m.VolumeMount(name="models", mount_path=options.models_mount_path)] if options.models_claim else []),
+            ],
             env=[
                 Env(name="HEALER_CONFIG", value=DEFAULT_CONFIG),
                 Env(name="HEALER_OUTPUT_DIR", value=DEFAULT_OUTPUT_DIR),
@@ -223,7 +238,19 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
             ),
         },
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
-        volumes=[m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map))],
+        volumes=[
+            m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map)),
+            *(
+                [
+                    m.Volume(
+                        name="models",
+                        persistent_volume_claim=m.PersistentVolumeClaimVolumeSource(claim_name=options.models_claim),
+                    )
+                ]
+                if options.models_claim
+                else []
+            ),
+        ],
         ttl_strategy=m.TTLStrategy(seconds_after_completion=7 * 24 * 3600),
     ) as template:
         heal = runner_script("heal", heal_step, ["phases", "to-version", "files", "golden"])
@@ -247,6 +274,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
                     "incident": param("incident"),
                     "detail": param("detail"),
                     "pod": param("pod"),
+                    "triton_url": param("triton-url"),
                 },
             )
         with Steps(name="on-exit"):

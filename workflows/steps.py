@@ -9,6 +9,7 @@ mismatch, the restored version answers wrongly). The same functions run inside a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -63,6 +64,8 @@ class StepContext:
     send_alert: AlertSender = post_alerts
     mark_pod: PodMarker | None = None
     workflow_name: str = ""
+    # Every Triton to heal (host:port), e.g. from the Kubernetes API; None: just ``triton``.
+    list_replicas: Callable[[], list[str]] | None = None
 
     def check_cancelled(self, during: str) -> None:
         if self.cancelled.is_set():
@@ -284,12 +287,27 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
             report.finished_at = utc_now()
             report.duration_s = round(ctx.clock() - started, 3)
 
-    run("unload", lambda: unload(ctx, request.model))
-    restored = run("fetch-stable", lambda: fetch_stable(ctx, request.model, request.from_version, request.to_version))
-    version = str(restored["version"])
-    run("load", lambda: load(ctx, request.model, version))
-    golden = run("verify", lambda: verify(ctx, request.model, version))
-    run("record", lambda: record(ctx, request, version, "restored"))
+    replicas = replica_contexts(ctx, request.triton_url)
+    try:
+
+        def each(step: Callable[[StepContext], dict[str, Any]]) -> dict[str, Any]:
+            # One replica: its outputs as they are. Several: per replica, in order; the first failure stops.
+            if len(replicas) == 1:
+                return step(replicas[0])
+            return {"replicas": {r.triton.url: step(r) for r in replicas}}
+
+        run("unload", lambda: each(lambda r: unload(r, request.model)))
+        restored = run(
+            "fetch-stable", lambda: fetch_stable(ctx, request.model, request.from_version, request.to_version)
+        )
+        version = str(restored["version"])
+        run("load", lambda: each(lambda r: load(r, request.model, version)))
+        golden = run("verify", lambda: each(lambda r: verify(r, request.model, version)))
+        run("record", lambda: record(ctx, request, version, "restored"))
+    finally:
+        for replica in replicas:
+            if replica.triton is not ctx.triton:
+                replica.triton.close()
     return {
         "model": request.model,
         "from_version": request.from_version,
@@ -299,6 +317,29 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
         "golden": golden,
         "phases": [p.__dict__ for p in phases],
     }
+
+
+def replica_contexts(ctx: StepContext, triton_url: str = "") -> list[StepContext]:
+    """The Tritons this rollback heals: every replica the context can list (all of them share the
+    model store and the live repository), else the one the request names, else the context's own."""
+    from healer.triton import TritonHttp
+
+    if ctx.list_replicas is not None:
+        try:
+            urls = ctx.list_replicas()
+        except Exception as exc:  # the Kubernetes API did not answer: a retry may help
+            raise TransientStepError(f"could not list the Triton replicas: {exc}") from exc
+        if not urls:
+            raise PermanentStepError("no Running Triton replica matches rollback.replicas")
+    elif triton_url:
+        urls = [triton_url]
+    else:
+        return [ctx]
+    timeout_s = ctx.settings.triton.timeout_s
+    return [
+        ctx if url == ctx.triton.url else dataclasses.replace(ctx, triton=TritonHttp(url, timeout_s=timeout_s))
+        for url in urls
+    ]
 
 
 def escalate(

@@ -54,6 +54,7 @@ class RollbackRequest:
     to_version: str = AUTO  # "auto": fetch-stable picks the newest stable, non-quarantined version
     detail: str = ""  # human text: the probe's reason, shown in the Argo UI description
     pod: str = ""  # the pod that detected it (kept for diagnosis on escalation)
+    triton_url: str = ""  # host:port of that pod's Triton ("": the rollback's configured triton.url)
 
     def __post_init__(self) -> None:
         if self.reason not in REASONS:
@@ -71,6 +72,7 @@ class RollbackRequest:
             "incident": self.incident,
             "detail": self.detail,
             "pod": self.pod,
+            "triton-url": self.triton_url,
         }
 
 
