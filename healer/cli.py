@@ -273,7 +273,9 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     from healer.engines import EngineError, RollbackRequest
     from healer.engines.factory import engine_from_settings
 
-    incident = args.incident or f"manual-{args.model}-{args.from_version}-{int(time.time())}".replace("_", "-")
+    stamp = int(time.time())
+    model_slug = "".join(c if c.isalnum() else "-" for c in args.model.lower())[:30].strip("-") or "model"
+    incident = args.incident or f"manual-{model_slug}-{args.from_version}-{stamp}"[:63].rstrip("-.")
     try:
         request = RollbackRequest(
             model=args.model,
@@ -359,6 +361,8 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
     try:
         sidecar.run(stop)
     finally:
+        # Kubernetes waits terminationGracePeriodSeconds after SIGTERM: let a local rollback finish.
+        sidecar.drain(settings.rollback.deadline_s)
         server.stop()
         triton.close()
     return 0

@@ -146,8 +146,11 @@ class EmbeddedTriton:
         return log_tail(self.log_path, lines)
 
     def _prepare_backends(self) -> Path:
-        """A writable copy of the backends with the Python stub for this interpreter's version."""
+        """The wheel's backends lack the Python stub: a writable copy with the stub for this interpreter's
+        version. A full Triton install (``$TRITONSERVER``) has its stub, and gigabytes of backends: used as is."""
         source = self.binary.parent.parent / "backends"
+        if (source / "python" / "triton_python_backend_stub").exists() or not (source / "python").is_dir():
+            return source
         target = self.workdir / "backends"
         if not target.exists():
             shutil.copytree(source, target)

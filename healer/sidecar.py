@@ -359,6 +359,15 @@ class Sidecar:
             triton_url=self.triton_url,
         )
 
+    def drain(self, timeout_s: float) -> None:
+        """Before exiting: let in-pod (LocalEngine) rollbacks finish, bounded by ``timeout_s``."""
+        for engine in self._engines.values():
+            drain = getattr(engine, "drain", None)
+            if drain is not None:
+                still = drain(timeout_s)
+                if still:
+                    log.error("rollbacks_cut_off_at_exit", workflows=still)
+
     def _engine(self, label: str, factory: Callable[[], RollbackEngine]) -> RollbackEngine:
         # Built on first use: the engines' clients (hera, requests) cost memory a healthy pod never needs.
         if label not in self._engines:
@@ -606,6 +615,8 @@ class SidecarServer:
         owner = sidecar
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = 10  # an idle or slow client must not hold a thread forever
+
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/livez":

@@ -801,3 +801,34 @@ def test_store_and_rollback_errors(tmp_path: Path, section: dict[str, Any], prob
     with pytest.raises(ConfigError) as excinfo:
         load_settings(path)
     assert str(excinfo.value) == problem.replace("<file>", str(path))
+
+
+def test_a_key_given_twice_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "healer.yaml"
+    path.write_text("triton:\n  url: a:1\n  url: b:2\nmodels: []\n")
+    with pytest.raises(ConfigError, match=r"healer.yaml: not valid YAML: .*duplicate key 'url' \(first on line 2\)"):
+        load_settings(path)
+
+
+def test_integer_outputs_compare_exactly_unless_a_tolerance_is_given(tmp_path: Path) -> None:
+    document = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    document["models"][1]["golden"]["inputs"][0]["file"] = str(EXAMPLES / "golden" / "tiny_classifier_input.npy")
+    document.pop("embedded")
+    document.pop("store")
+    label = document["models"][1]["golden"]["outputs"][1]
+    label.pop("atol")
+    label.pop("rtol")
+    probs = document["models"][1]["golden"]["outputs"][0]
+    probs.pop("atol")
+    path = tmp_path / "healer.yaml"
+    path.write_text(yaml.safe_dump(document))
+    outputs = load_settings(path).models[1].golden.outputs
+    assert (outputs[1].atol, outputs[1].rtol) == (0.0, 0.0)  # INT64 LABEL
+    assert (outputs[0].atol, outputs[0].rtol) == (1e-6, 0.0)  # FP32 PROBS keeps the float default
+
+
+@pytest.mark.parametrize(("datatype", "value"), [("FP16", 70000.0), ("FP32", 1e39)])
+def test_values_that_overflow_the_datatype_are_rejected(tmp_path: Path, datatype: str, value: float) -> None:
+    document = _with_input(datatype=datatype, shape=[1], data=[value])
+    with pytest.raises(ConfigError, match=f"overflows {'float16' if datatype == 'FP16' else 'float32'}"):
+        _load(tmp_path, document)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,39 @@ def test_local_engine_runs_the_same_step_sequence_as_argo(tmp_path: Path, succee
     expected = argo_step_sequence(yaml.safe_load(next(iter(render_all().values()))), succeeded=succeeded)
     assert calls == expected
     assert local_step_sequence(engine.get(status.name)) == expected
+
+
+def test_runs_left_running_by_a_dead_engine_process_are_marked_error(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    pid = int(dead.stdout)
+    engine = LocalEngine(build_rollback_template(), lambda: None, tmp_path)
+    assert engine.list_runs() == []
+    name = "healer-rollback-m-0000000000"  # a run another process started
+    record = {
+        "metadata": {
+            "name": name,
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "annotations": {"healer.io/engine": f"{socket.gethostname()}/{pid}"},
+        },
+        "status": {"phase": "Running", "nodes": {}},
+    }
+    (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    alive = {
+        **record,
+        "metadata": {
+            **record["metadata"],
+            "name": "healer-rollback-m-1111111111",
+            "annotations": {"healer.io/engine": f"{socket.gethostname()}/{os.getpid()}"},
+        },
+    }
+    (tmp_path / "healer-rollback-m-1111111111.json").write_text(json.dumps(alive))
+    reopened = LocalEngine(build_rollback_template(), lambda: None, tmp_path)
+    status = reopened.status(name)
+    assert status.phase == "Error" and f"engine process {pid} ended" in status.message
+    assert reopened.status("healer-rollback-m-1111111111").phase == "Running"  # its engine is alive

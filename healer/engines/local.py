@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -115,6 +116,7 @@ class LocalEngine:
         for t in spec.templates:
             if t.script is None and t.steps is None:
                 raise UnsupportedTemplate(f"template {t.name!r}: only steps and script templates are supported")
+        self._mark_orphaned_runs()
 
     # ---- RollbackEngine --------------------------------------------------------------------------
     def submit(self, request: RollbackRequest) -> Submission:
@@ -463,6 +465,33 @@ class LocalEngine:
             backoff_max_s=backoff_max,
         )
 
+    def drain(self, timeout_s: float) -> list[str]:
+        """Wait (bounded) for this engine's runs to finish, e.g. before the process exits: a rollback
+        cut off between unload and load leaves the model unloaded. Returns the runs still going."""
+        deadline = time.monotonic() + timeout_s
+        for thread in list(self._threads.values()):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [name for name, thread in self._threads.items() if thread.is_alive()]
+
+    def _mark_orphaned_runs(self) -> None:
+        """Runs left Pending/Running by a process of this host that no longer exists will never finish."""
+        here = socket.gethostname()
+        for path in self.state_dir.glob(f"{TEMPLATE_NAME}-*.json"):
+            with contextlib.suppress(ValueError, OSError, KeyError):
+                record = json.loads(path.read_text())
+                if record["status"].get("phase") not in {"Pending", "Running"}:
+                    continue
+                host, _, pid = record["metadata"].get("annotations", {}).get("healer.io/engine", "").partition("/")
+                if host != here or not pid.isdigit() or _alive(int(pid)):
+                    continue
+                message = f"engine process {pid} ended before the run finished"
+
+                def mark(run: dict[str, Any], why: str = message) -> None:
+                    run["status"].update(phase="Error", message=why, finishedAt=_now())
+
+                self._update(record["metadata"]["name"], mark)
+                log.warning("orphaned_run_marked", workflow=record["metadata"]["name"], pid=pid)
+
     # ---- state -----------------------------------------------------------------------------------
     def _record_path(self, name: str) -> Path:
         return self.state_dir / f"{name}.json"
@@ -486,6 +515,8 @@ class LocalEngine:
                 "annotations": {
                     "workflows.argoproj.io/title": f"Rollback {request.model} v{request.from_version} → stable",
                     "workflows.argoproj.io/description": request.detail,
+                    # Who runs it: a run whose engine process died is marked Error, not left Running.
+                    "healer.io/engine": f"{socket.gethostname()}/{os.getpid()}",
                 },
             },
             "spec": {
@@ -562,6 +593,16 @@ class LocalEngine:
             with os.fdopen(fd, "w") as handle:
                 json.dump(record, handle, indent=2)
             os.replace(temp, path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _destroy_gevent_hub() -> None:
