@@ -174,8 +174,8 @@ class EmbeddedTriton:
         # The Python backend stub finds its interpreter (and so numpy) by searching PATH for python3:
         # put this interpreter's directory first so models run with the same environment as healer.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        # Keep the model repository as deployed: no __pycache__ written beside model.py.
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        # (The stub's interpreter ignores PYTHON* variables, so it writes __pycache__ beside model.py:
+        # the store and the sha256 checks treat __pycache__ as derived, not model content.)
         return env
 
     def _launch(self, backends: Path) -> None:
