@@ -557,3 +557,26 @@ def test_stand_in_stops_promptly_with_a_request_in_flight() -> None:
     assert not client.is_alive()
     assert isinstance(outcome[0], requests.ConnectionError)  # dropped, not answered late
     server.check()
+
+
+def test_token_is_read_per_request_so_a_rotated_token_is_used(tmp_path: Any) -> None:
+    from healer.engines.factory import argo_engine
+    from healer.settings import ArgoSettings, RollbackSettings, Settings, TritonSettings
+
+    token_file = tmp_path / "token"
+    token_file.write_text("first-token\n")
+    with ArgoServer(templates=TEMPLATES) as server:
+        settings = Settings(
+            source="test",
+            triton=TritonSettings(),
+            models=(),
+            rollback=RollbackSettings(
+                engine="argo", argo=ArgoSettings(host=server.url, namespace=NAMESPACE, token_file=token_file)
+            ),
+        )
+        engine = argo_engine(settings)
+        engine.submit(RollbackRequest(model="m", from_version="2", incident="inc-rot-1"))
+        token_file.write_text("rotated-token\n")
+        engine.submit(RollbackRequest(model="m", from_version="2", incident="inc-rot-2"))
+        sent = [r.headers.get("Authorization") for r in server.requests if r.method == "POST"]
+    assert sent == ["Bearer first-token", "Bearer rotated-token"]

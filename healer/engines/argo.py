@@ -93,14 +93,17 @@ def description(request: RollbackRequest) -> str:
     return "\n\n".join(lines)
 
 
-def _timeout_session(timeout_s: float) -> requests.Session:
-    """A ``requests.Session`` whose every request has a timeout: Hera's service passes none."""
+def _timeout_session(timeout_s: float, token_provider: Callable[[], str] | None = None) -> requests.Session:
+    """The one transport seam under Hera's service: every request gets a timeout (Hera passes none)
+    and, with ``token_provider``, a fresh bearer token (projected service-account tokens rotate)."""
     import requests
 
     class TimeoutSession(requests.Session):
         def request(self, method: str, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
             if kwargs.get("timeout") is None:
                 kwargs["timeout"] = timeout_s
+            if token_provider is not None:
+                kwargs["headers"] = {**(kwargs.get("headers") or {}), "Authorization": f"Bearer {token_provider()}"}
             return super().request(method, url, *args, **kwargs)
 
     return TimeoutSession()
@@ -173,6 +176,7 @@ class ArgoEngine:
         namespace: str,
         *,
         token: str | None = None,
+        token_provider: Callable[[], str] | None = None,
         verify_ssl: bool = True,
         request_timeout_s: float = 5.0,
         poll_interval_s: float = 1.0,
@@ -204,7 +208,7 @@ class ArgoEngine:
             verify_ssl=verify_ssl,
             token=token,
             namespace=namespace,
-            session=_timeout_session(request_timeout_s),
+            session=_timeout_session(request_timeout_s, token_provider),
         )
 
     def close(self) -> None:

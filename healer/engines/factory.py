@@ -28,11 +28,12 @@ def argo_engine(settings: Settings, *, request_timeout_s: float | None = None) -
     from healer.engines.argo import ArgoEngine
 
     argo = settings.rollback.argo
-    token = argo.token_file.read_text().strip() if argo.token_file is not None else None
+    token_file = argo.token_file
     return ArgoEngine(
         argo.host,
         argo.namespace,
-        token=token,
+        # Read per request: a projected service-account token is rotated under the running sidecar.
+        token_provider=(lambda: token_file.read_text().strip()) if token_file is not None else None,
         verify_ssl=argo.verify_ssl,
         request_timeout_s=request_timeout_s or argo.request_timeout_s,
     )
