@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 
 import structlog
 
-from healer.processes import free_port, kill_group, log_tail, spawn_group, stop_group
+from healer.processes import ManagedServer, free_port
 
 log = structlog.get_logger(__name__)
 
@@ -62,8 +59,11 @@ def _pytriton_dir() -> Path:
     return Path(pytriton.__file__).parent
 
 
-class EmbeddedTriton:
+class EmbeddedTriton(ManagedServer):
     """A real tritonserver on free loopback ports, as a context manager."""
+
+    log_name = "tritonserver.log"
+    start_error = EmbeddedTritonError
 
     def __init__(
         self,
@@ -74,16 +74,14 @@ class EmbeddedTriton:
         startup_timeout_s: float = 60.0,
         workdir: Path | None = None,
     ) -> None:
+        super().__init__(workdir, prefix="healer-triton-")
         self.model_repository = Path(model_repository).resolve()
         self.binary = find_tritonserver(tritonserver)
         self.load_models = tuple(load_models)
         self.startup_timeout_s = startup_timeout_s
-        self._own_workdir = workdir is None
-        self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="healer-triton-"))
-        self.log_path = self.workdir / "tritonserver.log"
         self.http_port = 0
         self.metrics_port = 0
-        self._process: subprocess.Popen[bytes] | None = None
+        self._backends: Path | None = None
 
     @property
     def url(self) -> str:
@@ -94,56 +92,22 @@ class EmbeddedTriton:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    def __enter__(self) -> EmbeddedTriton:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
     def start(self) -> None:
         if not self.model_repository.is_dir():
             raise EmbeddedTritonError(f"model repository {str(self.model_repository)!r} is not a directory")
-        backends = self._prepare_backends()
-        last_error: EmbeddedTritonError | None = None
-        for _attempt in range(PORT_RETRIES):
-            self.http_port, self.metrics_port = free_port(), free_port()
-            try:
-                self._launch(backends)
-                return
-            except EmbeddedTritonError as exc:
-                last_error = exc
-                self.stop()
-                if "address already in use" not in self.log_tail().lower():
-                    raise
-        assert last_error is not None
-        raise last_error
+        self._backends = self._prepare_backends()
+        super().start()
 
-    def stop(self, timeout_s: float = 15.0) -> None:
+    def stop(self) -> int | None:
         """Stop the whole group: tritonserver and its Python backend stubs."""
-        process, self._process = self._process, None
-        if process is not None:
-            returncode = stop_group(process, grace_s=timeout_s)
-            log.info("triton_stopped", pid=process.pid, returncode=returncode)
+        pid = self.pid
+        returncode = super().stop()
+        if pid is not None:
+            log.info("triton_stopped", pid=pid, returncode=returncode)
+        return returncode
 
-    def kill(self) -> None:
-        """SIGKILL the server (for drills and tests of a crashed Triton). Call stop() afterwards to reap it."""
-        if self._process is not None:
-            kill_group(self._process)
-
-    def cleanup(self) -> None:
-        self.stop()
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def log_tail(self, lines: int = 40) -> str:
-        return log_tail(self.log_path, lines)
+    def _allocate_ports(self) -> None:
+        self.http_port, self.metrics_port = free_port(), free_port()
 
     def _prepare_backends(self) -> Path:
         """The wheel's backends lack the Python stub: a writable copy with the stub for this interpreter's
@@ -178,7 +142,9 @@ class EmbeddedTriton:
         # the store and the sha256 checks treat __pycache__ as derived, not model content.)
         return env
 
-    def _launch(self, backends: Path) -> None:
+    def _launch(self) -> None:
+        assert self._backends is not None
+        backends = self._backends
         command = [
             str(self.binary),
             f"--model-repository={self.model_repository}",
@@ -196,10 +162,10 @@ class EmbeddedTriton:
             "--exit-timeout-secs=5",
             *(f"--load-model={name}" for name in self.load_models),
         ]
-        self._process = spawn_group(command, log_path=self.log_path, env=self._environment())
+        process = self._spawn(command, env=self._environment())
         log.info(
             "triton_starting",
-            pid=self._process.pid,
+            pid=process.pid,
             http_port=self.http_port,
             model_repository=str(self.model_repository),
         )

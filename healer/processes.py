@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
 
 
 def free_port() -> int:
@@ -88,3 +92,79 @@ def log_tail(path: Path, lines: int = 40) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+class ManagedServer:
+    """A server child process on free loopback ports, with a log file, as a context manager.
+
+    Subclasses pick the ports (``_allocate_ports``) and start and wait for the server (``_launch``,
+    raising ``start_error``). A start that loses a port race ("address already in use") is retried
+    on new ports a bounded number of times.
+    """
+
+    log_name = "server.log"
+    start_error: type[Exception] = RuntimeError
+    port_retries = 3
+    stop_grace_s = 15.0
+
+    def __init__(self, workdir: Path | None, *, prefix: str) -> None:
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix=prefix))
+        self.log_path = self.workdir / self.log_name
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        last_error: Exception | None = None
+        for _attempt in range(self.port_retries):
+            self._allocate_ports()
+            try:
+                self._launch()
+                return
+            except self.start_error as exc:
+                last_error = exc
+                self.stop()
+                if "address already in use" not in self.log_tail().lower():
+                    raise
+        assert last_error is not None
+        raise last_error
+
+    def stop(self) -> int | None:
+        """Stop the whole process group (the server and whatever it started); its return code."""
+        process, self._process = self._process, None
+        return stop_group(process, grace_s=self.stop_grace_s) if process is not None else None
+
+    def kill(self) -> None:
+        """SIGKILL the server (for drills and tests of a crash). Call stop() afterwards to reap it."""
+        if self._process is not None:
+            kill_group(self._process)
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return log_tail(self.log_path, lines)
+
+    def _spawn(self, command: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        self._process = spawn_group(command, log_path=self.log_path, **kwargs)
+        return self._process
+
+    def _allocate_ports(self) -> None:
+        raise NotImplementedError
+
+    def _launch(self) -> None:
+        raise NotImplementedError

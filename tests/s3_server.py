@@ -15,9 +15,7 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -26,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from healer.processes import free_port, log_tail, spawn_group, stop_group
+from healer.processes import ManagedServer, free_port
 
 ACCESS_KEY = "healer-test"
 SECRET_KEY = "healer-test-secret"  # noqa: S105 - SeaweedFS without an IAM config accepts any credentials
@@ -64,36 +62,28 @@ def closed_port() -> int:
     return free_port()
 
 
-class SeaweedS3:
+class SeaweedS3(ManagedServer):
     """``weed server -s3`` on free loopback ports in a (temporary) directory, as a context manager."""
 
+    log_name = "weed.log"
+    start_error = SeaweedError
+    port_retries = PORT_RETRIES
+    stop_grace_s = 0.5  # graceful stop can take ~15 s (gRPC streams); the group is ours, the data throwaway
+
     def __init__(self, workdir: Path | None = None, *, startup_timeout_s: float = 60.0) -> None:
+        super().__init__(workdir, prefix="healer-seaweed-")
         self.binary = find_weed()
         self.startup_timeout_s = startup_timeout_s
-        self._own_workdir = workdir is None
-        self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="healer-seaweed-"))
-        self.log_path = self.workdir / "weed.log"
         self.ports: dict[str, int] = {}
-        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['s3.port']}"
 
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    def __enter__(self) -> SeaweedS3:
-        self.start()
-        return self
-
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.stop()
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        self.cleanup()
 
     # ---- clients ---------------------------------------------------------------------------------
     def client(self, *, connect_timeout_s: float = 2.0, read_timeout_s: float = 10.0, max_attempts: int = 2) -> Any:
@@ -111,29 +101,8 @@ class SeaweedS3:
         return bucket
 
     # ---- life cycle ------------------------------------------------------------------------------
-    def start(self) -> None:
-        last_error: SeaweedError | None = None
-        for _attempt in range(PORT_RETRIES):
-            self.ports = {name: free_port() for name in PORT_NAMES}
-            try:
-                self._launch()
-                return
-            except SeaweedError as exc:
-                last_error = exc
-                self.stop()
-                if "address already in use" not in self.log_tail().lower():
-                    raise
-        assert last_error is not None
-        raise last_error
-
-    def stop(self, grace_s: float = 0.5) -> None:
-        # Graceful stop can take ~15 s (gRPC streams); the group is ours and the data throwaway.
-        process, self._process = self._process, None
-        if process is not None:
-            stop_group(process, grace_s=grace_s)
-
-    def log_tail(self, lines: int = 30) -> str:
-        return log_tail(self.log_path, lines)
+    def _allocate_ports(self) -> None:
+        self.ports = {name: free_port() for name in PORT_NAMES}
 
     def _launch(self) -> None:
         data = self.workdir / "data"
@@ -154,7 +123,7 @@ class SeaweedS3:
             *(f"-{name}={port}" for name, port in self.ports.items()),
         ]
         # SIGKILL on our death, not SIGTERM: weed's graceful stop waits ~15 s on gRPC streams; the data is throwaway.
-        self._process = spawn_group(command, log_path=self.log_path, cwd=self.workdir, death_signal=signal.SIGKILL)
+        self._spawn(command, cwd=self.workdir, death_signal=signal.SIGKILL)
         self._wait_ready()
 
     def _wait_ready(self) -> None:
