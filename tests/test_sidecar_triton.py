@@ -293,11 +293,16 @@ def test_argo_unreachable_falls_back_to_the_local_engine(stack_factory: Any) -> 
         settings = sidecar_settings(stack, business=TierThresholds(failure_threshold=1, success_threshold=1))
         dead = f"http://127.0.0.1:{free_port()}"
         local = local_engine(settings)
+        from healer.kube import KubeClient
+
         sidecar = Sidecar(
             settings,
             TritonHttp(stack.settings.triton.url, timeout_s=5),
             engine_factory=lambda: ArgoEngine(dead, "healer", request_timeout_s=1),
             fallback_factory=lambda: local,
+            pod="ml/triton-0",
+            # The Kubernetes API is down too: its Events fail, and healing goes on.
+            kube=KubeClient.for_host(f"http://127.0.0.1:{free_port()}", timeout_s=1),
         )
         push_broken_version(stack, 3, "wrong_weights")
         started = time.monotonic()
