@@ -225,7 +225,10 @@ class Sidecar:
                     self._apply(model, self._with_readiness_threshold(model.name, verdict_for(mine, now)))
                     self._poll_rollback(model)
                     if model.name in self._pending and model.name not in self._watching:
-                        self._try_submit(model)  # the engine did not take it last time: bounded by the Tick timeout
+                        if self.states[model.name].phase is Phase.HEALING:
+                            self._try_submit(model)  # not taken last time: retried until the healing timeout
+                        else:
+                            del self._pending[model.name]  # escalated (or good again): nothing to submit
                     self._apply(model, Tick(self.clock()))
                     self._keep_alert_firing(model.name)
                 except Exception:  # one model's trouble must not stop the others from being watched
