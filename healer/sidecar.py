@@ -221,14 +221,14 @@ class Sidecar:
                 return
             for model in self.settings.models:
                 try:
-                    mine = [r for r in results if r.model == model.name]
-                    self._apply(model, self._with_readiness_threshold(model.name, verdict_for(mine, now)))
                     self._poll_rollback(model)
                     if model.name in self._pending and model.name not in self._watching:
                         if self.states[model.name].phase is Phase.HEALING:
-                            self._try_submit(model)  # not taken last time: retried until the healing timeout
+                            self._try_submit(model)  # not taken last cycle: retried until the healing timeout
                         else:
                             del self._pending[model.name]  # escalated (or good again): nothing to submit
+                    mine = [r for r in results if r.model == model.name]
+                    self._apply(model, self._with_readiness_threshold(model.name, verdict_for(mine, now)))
                     self._apply(model, Tick(self.clock()))
                     self._keep_alert_firing(model.name)
                 except Exception:  # one model's trouble must not stop the others from being watched
