@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
-import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -172,23 +170,17 @@ class EmbeddedTriton(ManagedServer):
         self._wait_live()
 
     def _wait_live(self) -> None:
-        assert self._process is not None
-        deadline = time.monotonic() + self.startup_timeout_s
         live_url = f"http://{self.url}/v2/health/live"
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise EmbeddedTritonError(
-                    f"tritonserver exited with {self._process.returncode} during start-up; "
-                    f"log {self.log_path}:\n{self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(live_url, timeout=1.0) as response:
-                    if response.status == 200:
-                        log.info("triton_live", pid=self._process.pid, url=self.url)
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(LIVE_POLL_INTERVAL_S)
-        raise EmbeddedTritonError(
-            f"tritonserver not live after {self.startup_timeout_s:g} s; log {self.log_path}:\n{self.log_tail()}"
+
+        def live() -> bool:
+            with urllib.request.urlopen(live_url, timeout=1.0) as response:
+                return bool(response.status == 200)
+
+        self._wait_ready(
+            live,
+            program="tritonserver",
+            not_ready="tritonserver not live",
+            timeout_s=self.startup_timeout_s,
+            interval_s=LIVE_POLL_INTERVAL_S,
         )
+        log.info("triton_live", pid=self.pid, url=self.url)

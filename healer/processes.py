@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -158,6 +159,29 @@ class ManagedServer:
 
     def log_tail(self, lines: int = 40) -> str:
         return log_tail(self.log_path, lines)
+
+    def _wait_ready(
+        self, ready: Callable[[], bool], *, program: str, not_ready: str, timeout_s: float, interval_s: float
+    ) -> None:
+        """Poll ``ready`` until it holds; fail with the log if the process exits or ``timeout_s`` passes."""
+        assert self._process is not None
+        deadline = time.monotonic() + timeout_s
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise self.start_error(
+                    f"{program} exited with {self._process.returncode} during start-up; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                if ready():
+                    return
+            except Exception as exc:  # refused, reset, 5xx while the server comes up
+                last = f"{type(exc).__name__}: {exc}"
+            time.sleep(interval_s)
+        raise self.start_error(
+            f"{not_ready} after {timeout_s:g} s (last: {last}); log {self.log_path}:\n{self.log_tail()}"
+        )
 
     def _spawn(self, command: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         self._process = spawn_group(command, log_path=self.log_path, **kwargs)

@@ -17,7 +17,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,35 +123,24 @@ class SeaweedS3(ManagedServer):
         ]
         # SIGKILL on our death, not SIGTERM: weed's graceful stop waits ~15 s on gRPC streams; the data is throwaway.
         self._spawn(command, cwd=self.workdir, death_signal=signal.SIGKILL)
-        self._wait_ready()
+        self._wait_until_usable()
 
-    def _wait_ready(self) -> None:
-        assert self._process is not None
-        started = time.monotonic()
-        deadline = started + self.startup_timeout_s
+    def _wait_until_usable(self) -> None:
         client = self.client(connect_timeout_s=1.0, read_timeout_s=5.0, max_attempts=1)
-        last = "no answer yet"
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise SeaweedError(
-                    f"weed exited with {self._process.returncode} during start-up; log {self.log_path}:\n"
-                    f"{self.log_tail()}"
-                )
-            try:
-                # Ready means usable: a bucket can be created and an object written and read back.
-                with contextlib.suppress(
-                    client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists
-                ):
-                    client.create_bucket(Bucket=PROBE_BUCKET)
-                client.put_object(Bucket=PROBE_BUCKET, Key="probe", Body=b"ok")
-                if client.get_object(Bucket=PROBE_BUCKET, Key="probe")["Body"].read() == b"ok":
-                    return
-            except Exception as exc:  # connection refused, 5xx while the filer and volumes come up, ...
-                last = f"{type(exc).__name__}: {exc}"
-            time.sleep(0.25)
-        raise SeaweedError(
-            f"SeaweedFS S3 on {self.endpoint_url} not usable after {self.startup_timeout_s:g} s "
-            f"(last: {last}); log {self.log_path}:\n{self.log_tail()}"
+
+        def usable() -> bool:
+            # Ready means usable: a bucket can be created and an object written and read back.
+            with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists):
+                client.create_bucket(Bucket=PROBE_BUCKET)
+            client.put_object(Bucket=PROBE_BUCKET, Key="probe", Body=b"ok")
+            return bool(client.get_object(Bucket=PROBE_BUCKET, Key="probe")["Body"].read() == b"ok")
+
+        self._wait_ready(
+            usable,
+            program="weed",
+            not_ready=f"SeaweedFS S3 on {self.endpoint_url} not usable",
+            timeout_s=self.startup_timeout_s,
+            interval_s=0.25,
         )
 
 
