@@ -38,8 +38,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import jsonschema
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-SWAGGER_PATH = SHARED / "argo" / "swagger.json"
+# Vendored from Argo v4.1.2 (origin and licence in tests/vendor/argo/README.md).
+SWAGGER_PATH = Path(__file__).resolve().parent / "vendor" / "argo" / "swagger.json"
 
 # gRPC codes as grpc-gateway puts them in error bodies, with the HTTP status it maps them to.
 INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, UNAUTHENTICATED = (

@@ -17,13 +17,13 @@ from healer.engines.local import LocalEngine
 from workflows.rollback import LABELS_FROM_PARAMETERS, PARAMETERS, TemplateOptions, build_rollback_template, render_all
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+VENDORED_ARGO = ROOT / "tests" / "vendor" / "argo"  # Argo v4.1.2, see its README
 COMMITTED = ROOT / "deploy" / "argo"
 
 
 @pytest.fixture(scope="module")
 def workflow_template_schema() -> dict[str, Any]:
-    schema = json.loads((SHARED / "argo" / "schema.json").read_text())
+    schema = json.loads((VENDORED_ARGO / "schema.json").read_text())
     # Validate against the one definition we mean, not the top-level oneOf of every kind.
     return {
         "$ref": "#/definitions/io.argoproj.workflow.v1alpha1.WorkflowTemplate",
