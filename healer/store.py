@@ -7,6 +7,10 @@ Layout (the same keys on a filesystem/NFS path and under an S3 prefix)::
     <root>/.healer/<model>/ledger/<generation>.json      ledger snapshots, 00000001.json, ...
     <root>/.healer/<model>/audit/<time>-<incident>-<n>.json
 
+Every file healer writes (here or in a live repository) is mode 0644 and every directory it
+creates 0755, whatever the umask: Triton may run as another user, or read through a
+root-squashed NFS mount.
+
 Ledger writes never lose an update: a writer reads snapshot N, applies its change and
 *creates* snapshot N+1 exclusively (filesystem: hard link of a complete temp file, which fails
 if the name exists; S3: ``PutObject`` with ``If-None-Match: *``). The loser of a race re-reads
@@ -37,6 +41,8 @@ from healer.settings import MODEL_NAME_PATTERN, VERSION_PATTERN, StoreSettings
 META_DIR = ".healer"
 MAX_LEDGER_ATTEMPTS = 16
 CHUNK = 1 << 20
+FILE_MODE = 0o644  # world-readable: Triton (or an NFS server squashing root) reads what healer writes
+DIR_MODE = 0o755
 
 
 class StoreError(Exception):
@@ -112,10 +118,12 @@ class FilesystemBlobs:
             # Never create a missing root: writes would land beside an unmounted share, on local disk.
             if not self.root.is_dir():
                 raise StoreUnavailable(f"{self.location}: store root is not a directory (not mounted?)")
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(target.parent)
             fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
             try:
                 with os.fdopen(fd, "wb") as handle:
+                    # mkstemp makes 0600 and the hard link keeps the mode: widen it before linking.
+                    os.fchmod(handle.fileno(), FILE_MODE)
                     handle.write(data)
                     handle.flush()
                     os.fsync(handle.fileno())
@@ -308,7 +316,7 @@ class ModelStore:
         _check_name(model, version)
         model_dir = live_repository / model
         target = model_dir / version
-        model_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(model_dir)
         staging = Path(tempfile.mkdtemp(prefix=f".fetch-{version}-", dir=model_dir))
         try:
             hashes: dict[str, str] = {}
@@ -321,6 +329,7 @@ class ModelStore:
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 digest = hashlib.sha256()
                 with destination.open("wb") as handle:
+                    os.fchmod(handle.fileno(), FILE_MODE)
                     for chunk in self.blobs.open_stream(key):
                         digest.update(chunk)
                         handle.write(chunk)
@@ -336,11 +345,11 @@ class ModelStore:
                 if _hash_tree(target) == hashes:
                     return FetchedVersion(model, version, target, hashes)
                 aside = model_dir.parent / META_DIR / "displaced" / model / f"{version}-{uuid.uuid4().hex[:8]}"
-                aside.parent.mkdir(parents=True, exist_ok=True)
+                make_dirs(aside.parent)
                 os.replace(target, aside)
             # mkdtemp makes 0700: Triton may run as another user, or read through root_squash NFS.
             for directory in [staging, *(p for p in staging.rglob("*") if p.is_dir())]:
-                directory.chmod(0o755)
+                directory.chmod(DIR_MODE)
             os.replace(staging, target)
             return FetchedVersion(model, version, target, hashes)
         finally:
@@ -442,9 +451,34 @@ def hash_directory(root: Path) -> dict[str, str]:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(temp, path)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), FILE_MODE)  # mkstemp makes 0600; the rename keeps the mode
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+
+
+def make_dirs(path: Path) -> None:
+    """``mkdir -p`` that gives every directory it creates mode 0755 whatever the umask; existing
+    directories are left as they are (their modes are the operator's)."""
+    missing: list[Path] = []
+    current = path
+    while not current.is_dir():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue  # a concurrent writer made it (and sets its mode), or a file is in the way: the next step says so
+        directory.chmod(DIR_MODE)
 
 
 def store_from_settings(settings: StoreSettings) -> ModelStore:

@@ -6,6 +6,9 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
+import stat
+import tempfile
 import threading
 import time
 import uuid
@@ -25,6 +28,8 @@ from healer.ledger import (
 )
 from healer.store import (
     CHUNK,
+    DIR_MODE,
+    FILE_MODE,
     FilesystemBlobs,
     ModelStore,
     S3Blobs,
@@ -551,3 +556,114 @@ def test_a_seaweed_that_is_not_usable_in_time_raises_with_its_log_and_leaves_not
             if str(workdir).encode() in cmdline.read_bytes():
                 running.append(cmdline.parent.name)
     assert running == []
+
+
+# ---- file modes ----------------------------------------------------------------------------------
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every user may enter (pytest's own temporary directories are 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="healer-modes-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[None]:
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def unreadable_as(uid: int, root: Path) -> tuple[int, list[str]]:
+    """List every directory and read every file under ``root`` as ``uid`` (in a forked child that
+    drops root): how many files were read, and what could not be listed or read."""
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.close(reader)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            problems: list[str] = []
+            read = 0
+            for directory, _dirs, files in os.walk(root, onerror=lambda exc: problems.append(f"list {exc}")):
+                for name in files:
+                    try:
+                        with open(os.path.join(directory, name), "rb") as handle:
+                            handle.read()
+                        read += 1
+                    except OSError as exc:
+                        problems.append(f"read {exc}")
+            os.write(writer, json.dumps([read, problems]).encode())
+        except BaseException as exc:
+            os.write(writer, json.dumps([0, [f"child: {exc!r}"]]).encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        raw = pipe.read()
+    os.waitpid(pid, 0)
+    read, problems = json.loads(raw)
+    return read, problems
+
+
+def wrong_modes(*roots: Path) -> dict[str, str]:
+    """Every directory under (and including) ``roots`` that is not 0755, every file that is not 0644."""
+    wrong = {}
+    for root in roots:
+        for path in [root, *root.rglob("*")]:
+            mode = stat.S_IMODE(path.lstat().st_mode)
+            if mode != (DIR_MODE if path.is_dir() else FILE_MODE):
+                wrong[str(path)] = oct(mode)
+    return wrong
+
+
+def test_everything_healer_writes_is_world_readable_whatever_the_umask(shared_dir: Path) -> None:
+    store_root, live = shared_dir / "store", shared_dir / "live"
+    for path in (store_root, live):
+        path.mkdir(mode=0o755)
+    store = ModelStore(FilesystemBlobs(store_root))
+    (store_root / "m" / "1" / "sub").mkdir(parents=True)  # what CI put there, with its own umask
+    (store_root / "m" / "1" / "model.py").write_bytes(b"v1")
+    (store_root / "m" / "1" / "sub" / "w.bin").write_bytes(b"\x00")
+    (store_root / "m" / "config.pbtxt").write_bytes(CONFIG)
+    expected = store.version_files("m", "1")
+    (live / "n" / "1").mkdir(parents=True)
+    (live / "n" / "1" / "model.py").write_bytes(b"edited in place")
+    (store_root / "n" / "1").mkdir(parents=True)
+    (store_root / "n" / "1" / "model.py").write_bytes(b"n1")
+    with umask(0o077):
+        store.update_ledger("m", lambda ledger: ledger.with_quarantine(quarantine("2")))
+        store.append_audit("m", {"incident": "inc-1", "event": "restored"})
+        store.fetch_version("m", "1", live, expected=expected)
+        store.fetch_version("n", "1", live, expected=store.version_files("n", "1"))  # moves a copy aside
+    assert (store_root / ".healer" / "m" / "ledger" / "00000001.json").is_file()
+    assert (live / "m" / "config.pbtxt").is_file() and (live / ".healer" / "displaced" / "n").is_dir()
+    assert wrong_modes(store_root / ".healer", live / "m", live / "n", live / ".healer") == {}
+    assert stat.S_IMODE((live / "m" / "1" / "model.py").stat().st_mode) == 0o644
+    assert stat.S_IMODE((live / "m" / "1" / "sub").stat().st_mode) == 0o755
+    if os.geteuid() != 0:
+        pytest.skip("reading as another user needs root")
+    read, problems = unreadable_as(NOBODY, shared_dir)
+    assert problems == []
+    files = sum(1 for p in shared_dir.rglob("*") if p.is_file())
+    assert read == files and read >= 8
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading as another user needs root")
+def test_the_other_user_check_sees_an_unreadable_file(shared_dir: Path) -> None:
+    secret = shared_dir / "secret"
+    secret.write_bytes(b"x")
+    secret.chmod(0o600)
+    read, problems = unreadable_as(NOBODY, shared_dir)
+    assert read == 0 and len(problems) == 1 and "Permission denied" in problems[0] and str(secret) in problems[0]
