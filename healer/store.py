@@ -16,6 +16,10 @@ Ledger writes never lose an update: a writer reads snapshot N, applies its chang
 if the name exists; S3: ``PutObject`` with ``If-None-Match: *``). The loser of a race re-reads
 and re-applies its change; the number of attempts is bounded. Old snapshots stay: they are the
 ledger's history. (Triton lists ``.healer`` in its repository index; it never loads it.)
+
+An S3 backend that silently ignores ``If-None-Match`` would let two writers both "create" the
+same snapshot and lose an update, so ``store_from_settings`` probes every S3 store once per
+process (``S3Blobs.verify_conditional_writes``) and refuses one that ignores the header.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -59,6 +64,10 @@ class StoreConflict(StoreError):
 
 class StoreIntegrityError(StoreError):
     """Files do not match what the ledger recorded (permanent: never load them)."""
+
+
+class ConditionalWritesIgnored(StoreError):
+    """The S3 backend overwrote an object despite ``If-None-Match: *`` (permanent: a configuration problem)."""
 
 
 class Blobs(Protocol):
@@ -181,6 +190,8 @@ class S3Blobs:
                 ),
             )
         self._s3 = client
+        # Set by store_from_settings: no exclusive create before this backend has passed the probe.
+        self.require_conditional_writes = False
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -212,6 +223,11 @@ class S3Blobs:
             return body
 
     def create(self, key: str, data: bytes) -> bool:
+        if self.require_conditional_writes:
+            self.ensure_conditional_writes()
+        return self._put_if_absent(key, data)
+
+    def _put_if_absent(self, key: str, data: bytes) -> bool:
         from botocore.exceptions import ClientError
 
         try:
@@ -231,6 +247,53 @@ class S3Blobs:
         with self._errors(f"cannot read {key!r}"):
             body = self._s3.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
             yield from body.iter_chunks(CHUNK)
+
+    # ---- conditional writes -------------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        return str(getattr(getattr(self._s3, "meta", None), "endpoint_url", None) or "the default AWS endpoint")
+
+    def verify_conditional_writes(self) -> None:
+        """Create a fresh probe key twice: the first create must succeed and the second must be
+        refused. Raises ConditionalWritesIgnored if the backend overwrote it (it ignores
+        ``If-None-Match: *``), StoreUnavailable/StoreError if the probe could not be written. The
+        probe object is deleted afterwards when possible (it is not a model version); a failed
+        clean-up is never an error."""
+        probe = f"{META_DIR}/probe/{uuid.uuid4().hex}.json"
+        data = (json.dumps({"probe": "If-None-Match: *", "at": utc_now()}) + "\n").encode()
+        try:
+            first = self._put_if_absent(probe, data)
+            second = self._put_if_absent(probe, data) if first else False
+        finally:
+            with contextlib.suppress(Exception):
+                self._s3.delete_object(Bucket=self.bucket, Key=self._key(probe))
+        if not first:
+            raise StoreError(f"{self.location}: conditional-write probe {probe!r} existed before it was created")
+        if second:
+            raise ConditionalWritesIgnored(
+                f"{self.location}: the S3 backend ignores If-None-Match: * ({self.endpoint} overwrote the probe "
+                f"{probe!r}); healer cannot keep ledger writes from losing updates; use a backend that supports "
+                "conditional writes (AWS S3 since 2024-08, MinIO, SeaweedFS newer than 4.16)"
+            )
+
+    def ensure_conditional_writes(self) -> None:
+        """verify_conditional_writes once per process per endpoint and location; both outcomes of a
+        completed probe are remembered, an unreachable store is probed again next time."""
+        key = (self.endpoint, self.location)
+        with _CONDITIONAL_WRITES_LOCK:
+            known = _CONDITIONAL_WRITES.get(key, "")
+        if known is None:
+            return
+        if known:
+            raise ConditionalWritesIgnored(known)
+        try:
+            self.verify_conditional_writes()
+        except ConditionalWritesIgnored as exc:
+            with _CONDITIONAL_WRITES_LOCK:
+                _CONDITIONAL_WRITES[key] = str(exc)
+            raise
+        with _CONDITIONAL_WRITES_LOCK:
+            _CONDITIONAL_WRITES[key] = None
 
     @contextlib.contextmanager
     def _errors(self, what: str, passthrough: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
@@ -481,18 +544,60 @@ def make_dirs(path: Path) -> None:
         directory.chmod(DIR_MODE)
 
 
+# (endpoint, location) -> None: the backend honours If-None-Match; a message: it ignores it.
+_CONDITIONAL_WRITES: dict[tuple[str, str], str | None] = {}
+_PROBED_AT_START: set[tuple[str, str]] = set()
+_CONDITIONAL_WRITES_LOCK = threading.Lock()
+
+
+def forget_conditional_write_checks() -> None:
+    """Forget every probe result of this process (tests start from a clean slate)."""
+    with _CONDITIONAL_WRITES_LOCK:
+        _CONDITIONAL_WRITES.clear()
+        _PROBED_AT_START.clear()
+
+
+def check_conditional_writes_at_start(blobs: S3Blobs) -> None:
+    """The start-up check of an S3 store: refuse (ConditionalWritesIgnored) a backend that ignores
+    ``If-None-Match``. Probed once per process per endpoint and location. If the probe cannot
+    complete (store unreachable, no permission on ``.healer/probe/``) start anyway, as before:
+    the blobs then probe again before their first exclusive create, which fails or refuses there."""
+    blobs.require_conditional_writes = True
+    key = (blobs.endpoint, blobs.location)
+    with _CONDITIONAL_WRITES_LOCK:
+        first = key not in _PROBED_AT_START
+        _PROBED_AT_START.add(key)
+        known = _CONDITIONAL_WRITES.get(key, "")
+    if known:
+        raise ConditionalWritesIgnored(known)
+    if not first:
+        return
+    try:
+        blobs.ensure_conditional_writes()
+    except ConditionalWritesIgnored:
+        raise
+    except (StoreError, FileNotFoundError) as exc:
+        from healer.logs import get_logger
+
+        get_logger("healer.store").warning(
+            "conditional_write_probe_deferred", store=blobs.location, endpoint=blobs.endpoint, error=str(exc)
+        )
+
+
 def store_from_settings(settings: StoreSettings) -> ModelStore:
+    """The configured store. An S3 store is probed for conditional writes (see
+    check_conditional_writes_at_start): one that ignores If-None-Match raises ConditionalWritesIgnored."""
     if settings.filesystem is not None:
         return ModelStore(FilesystemBlobs(settings.filesystem))
     assert settings.s3 is not None
     s3 = settings.s3
-    return ModelStore(
-        S3Blobs(
-            s3.bucket,
-            s3.prefix,
-            endpoint_url=s3.endpoint_url,
-            region=s3.region,
-            connect_timeout_s=s3.connect_timeout_s,
-            read_timeout_s=s3.read_timeout_s,
-        )
+    blobs = S3Blobs(
+        s3.bucket,
+        s3.prefix,
+        endpoint_url=s3.endpoint_url,
+        region=s3.region,
+        connect_timeout_s=s3.connect_timeout_s,
+        read_timeout_s=s3.read_timeout_s,
     )
+    check_conditional_writes_at_start(blobs)
+    return ModelStore(blobs)

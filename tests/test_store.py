@@ -26,16 +26,21 @@ from healer.ledger import (
     StableRecord,
     choose_restore_version,
 )
+from healer.settings import S3Settings, StoreSettings
 from healer.store import (
     CHUNK,
     DIR_MODE,
     FILE_MODE,
+    ConditionalWritesIgnored,
     FilesystemBlobs,
     ModelStore,
     S3Blobs,
     StoreError,
     StoreIntegrityError,
     StoreUnavailable,
+    check_conditional_writes_at_start,
+    forget_conditional_write_checks,
+    store_from_settings,
 )
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedError, SeaweedS3, closed_port, shared_seaweed
 
@@ -667,3 +672,168 @@ def test_the_other_user_check_sees_an_unreadable_file(shared_dir: Path) -> None:
     secret.chmod(0o600)
     read, problems = unreadable_as(NOBODY, shared_dir)
     assert read == 0 and len(problems) == 1 and "Permission denied" in problems[0] and str(secret) in problems[0]
+
+
+# ---- conditional writes --------------------------------------------------------------------------
+
+
+class IgnoresIfNoneMatch:
+    """A boto3 client that drops IfNoneMatch from PutObject: a backend that ignores the header.
+
+    The one stand-in in these tests: no real S3 server that ignores If-None-Match runs here."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.puts = 0
+
+    def put_object(self, **kwargs: Any) -> Any:
+        kwargs.pop("IfNoneMatch", None)
+        self.puts += 1
+        return self._client.put_object(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+@pytest.fixture
+def fresh_probes() -> Iterator[None]:
+    forget_conditional_write_checks()
+    yield
+    forget_conditional_write_checks()
+
+
+def s3_blobs(seaweed: SeaweedS3, bucket: str, client: Any = None) -> S3Blobs:
+    return S3Blobs(bucket, f"run-{uuid.uuid4().hex[:12]}/models", client=client or seaweed.client())
+
+
+def test_the_installed_botocore_can_send_if_none_match(seaweed: SeaweedS3) -> None:
+    members = seaweed.client().meta.service_model.operation_model("PutObject").input_shape.members
+    assert members["IfNoneMatch"].serialization == {"location": "header", "name": "If-None-Match"}
+
+
+@pytest.mark.usefixtures("fresh_probes")
+def test_seaweedfs_passes_the_conditional_write_probe_and_the_probe_is_cleaned_up(
+    seaweed: SeaweedS3, s3_bucket: str
+) -> None:
+    blobs = s3_blobs(seaweed, s3_bucket)
+    blobs.verify_conditional_writes()
+    blobs.ensure_conditional_writes()
+    assert blobs.keys(".healer/probe") == []
+    assert blobs.keys("") == []
+
+
+@pytest.mark.usefixtures("fresh_probes")
+def test_a_backend_that_ignores_if_none_match_is_refused_with_the_reason(seaweed: SeaweedS3, s3_bucket: str) -> None:
+    client = IgnoresIfNoneMatch(seaweed.client())
+    blobs = s3_blobs(seaweed, s3_bucket, client)
+    with pytest.raises(ConditionalWritesIgnored) as caught:
+        blobs.verify_conditional_writes()
+    message = str(caught.value)
+    assert message.startswith(f"{blobs.location}: the S3 backend ignores If-None-Match: * ({seaweed.endpoint_url} ")
+    assert "healer cannot keep ledger writes from losing updates" in message
+    assert "use a backend that supports conditional writes (AWS S3 since 2024-08, MinIO, SeaweedFS" in message
+    assert isinstance(caught.value, StoreError) and not isinstance(caught.value, StoreUnavailable)
+    assert blobs.keys(".healer/probe") == []  # cleaned up
+    with pytest.raises(ConditionalWritesIgnored):
+        blobs.ensure_conditional_writes()
+    puts = client.puts
+    with pytest.raises(ConditionalWritesIgnored):
+        blobs.ensure_conditional_writes()  # remembered for the process: not probed again
+    assert client.puts == puts
+
+
+def race_two_quarantines(store: ModelStore) -> list[BaseException]:
+    """Two writers that both read the same snapshot before either writes (as two pods can)."""
+    both_read = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def quarantine_from(incident: str) -> None:
+        first = True
+
+        def change(ledger: Ledger) -> Ledger:
+            nonlocal first
+            if first:
+                first = False
+                both_read.wait(timeout=10)
+            return ledger.with_quarantine(quarantine("3", incident))
+
+        try:
+            store.update_ledger("m", change)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=quarantine_from, args=(f"inc-{n}",)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return errors
+
+
+@pytest.mark.usefixtures("fresh_probes")
+def test_concurrent_quarantines_on_a_backend_that_ignores_if_none_match_are_stopped_at_start_up(
+    seaweed: SeaweedS3, s3_bucket: str
+) -> None:
+    # Without the check the race loses an update: both writers "create" generation 1.
+    unchecked = ModelStore(s3_blobs(seaweed, s3_bucket, IgnoresIfNoneMatch(seaweed.client())))
+    assert race_two_quarantines(unchecked) == []
+    lost = unchecked.ledger("m")
+    assert lost.generation == 1 and len(lost.quarantined) == 1  # one of the two quarantines is gone
+
+    # On a backend that honours the header, the same race keeps both.
+    honest = ModelStore(s3_blobs(seaweed, s3_bucket))
+    assert race_two_quarantines(honest) == []
+    assert sorted(q.incident for q in honest.ledger("m").quarantined) == ["inc-1", "inc-2"]
+
+    # With the start-up check, the ignoring backend is refused before anything is written ...
+    blobs = s3_blobs(seaweed, s3_bucket, IgnoresIfNoneMatch(seaweed.client()))
+    with pytest.raises(ConditionalWritesIgnored, match="ignores If-None-Match"):
+        check_conditional_writes_at_start(blobs)
+    # ... and a process that went on anyway cannot write a snapshot either.
+    errors = race_two_quarantines(ModelStore(blobs))
+    assert len(errors) == 2 and all(isinstance(e, ConditionalWritesIgnored) for e in errors)
+    assert blobs.keys("") == []
+
+
+def s3_settings(endpoint_url: str, bucket: str, prefix: str) -> StoreSettings:
+    return StoreSettings(
+        s3=S3Settings(bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, connect_timeout_s=1, read_timeout_s=5)
+    )
+
+
+@pytest.mark.usefixtures("aws_env", "fresh_probes")
+def test_store_from_settings_probes_each_s3_location_once_per_process(
+    seaweed: SeaweedS3, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probed: list[str] = []
+    original = S3Blobs.verify_conditional_writes
+
+    def counting(self: S3Blobs) -> None:
+        probed.append(self.location)
+        original(self)
+
+    monkeypatch.setattr(S3Blobs, "verify_conditional_writes", counting)
+    first = store_from_settings(s3_settings(seaweed.endpoint_url, s3_bucket, "a"))
+    store_from_settings(s3_settings(seaweed.endpoint_url, s3_bucket, "a"))
+    store_from_settings(s3_settings(seaweed.endpoint_url, s3_bucket, "b"))
+    assert probed == [f"s3://{s3_bucket}/a", f"s3://{s3_bucket}/b"]
+    first.update_ledger("m", lambda ledger: ledger.with_quarantine(quarantine("1")))  # verified: no new probe
+    assert len(probed) == 2
+    assert first.ledger("m").generation == 1
+    assert store_from_settings(StoreSettings(filesystem=Path("/nonexistent"))).location == "/nonexistent"
+    assert len(probed) == 2  # a filesystem store needs no probe: link() is exclusive
+
+
+@pytest.mark.usefixtures("aws_env", "fresh_probes")
+def test_an_unreachable_s3_still_starts_and_fails_at_first_use(tmp_path: Path) -> None:
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    started = time.monotonic()
+    store = store_from_settings(s3_settings(endpoint, "models", "prod"))  # as before: no outage at start-up
+    with pytest.raises(StoreUnavailable, match=r"^s3://models/prod: cannot list '\.healer/m/ledger'"):
+        store.update_ledger("m", lambda ledger: ledger.with_quarantine(quarantine("1")))
+    # An exclusive create probes first (the start-up probe could not complete): still unavailable, named.
+    with pytest.raises(StoreUnavailable, match=r"^s3://models/prod: cannot write '\.healer/probe/[0-9a-f]+\.json'"):
+        store.blobs.create(".healer/m/ledger/00000001.json", b"{}")
+    with pytest.raises(StoreUnavailable, match=r"^s3://models/prod: cannot list"):
+        store.versions("m")
+    assert time.monotonic() - started < 30
