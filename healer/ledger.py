@@ -3,12 +3,16 @@
 A ledger says which versions were promoted *stable* (with the sha256 of every file and the
 model config Triton served them with) and which are *quarantined* (with the reason and the
 incident). It is stored as numbered snapshots; see healer/store.py for how they are written.
-Nothing here does I/O.
+
+A model's *lease* (one rollback per model, whichever engine runs it) is stored the same way;
+the decision whether a holder may take it is ``decide_lease``. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -166,3 +170,84 @@ def _thaw(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_thaw(v) for v in value]
     return value
+
+
+# ---- the lease of one model -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaseSnapshot:
+    """One generation of a model's lease: who holds it until when (unix wall-clock seconds).
+
+    Clock skew: ``expires_at`` is written by the holder from its own wall clock and compared by
+    others against theirs, so the pods' clocks must agree within a few seconds (NTP). The TTL a
+    holder asks for should be its rollback deadline plus a margin that covers that skew.
+    """
+
+    holder: str
+    expires_at: float
+    released: bool
+    at: str  # ISO time the snapshot was written, for people
+
+    def to_json(self) -> bytes:
+        document = {"holder": self.holder, "expires_at": self.expires_at, "released": self.released, "at": self.at}
+        return (json.dumps(document, indent=2) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, *, where: str) -> LeaseSnapshot:
+        try:
+            document = json.loads(raw)
+            holder, expires_at, released, at = (
+                document["holder"],
+                document["expires_at"],
+                document["released"],
+                document["at"],
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LedgerFormatError(f"{where}: not a healer lease: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(holder, str) or not holder:
+            raise LedgerFormatError(f"{where}: holder: expected a non-empty string, got {holder!r}")
+        if isinstance(expires_at, bool) or not isinstance(expires_at, int | float) or not math.isfinite(expires_at):
+            raise LedgerFormatError(f"{where}: expires_at: expected unix seconds, got {expires_at!r}")
+        if not isinstance(released, bool):
+            raise LedgerFormatError(f"{where}: released: expected true or false, got {released!r}")
+        return cls(holder=holder, expires_at=float(expires_at), released=released, at=str(at))
+
+
+@dataclass(frozen=True)
+class LeaseDecision:
+    """Whether ``holder`` may write the next generation of the lease, and why."""
+
+    may_take: bool
+    renews: bool  # the holder already holds it: the next generation extends it (re-entrant)
+    reason: str
+
+
+def decide_lease(newest: LeaseSnapshot | None, holder: str, now: float) -> LeaseDecision:
+    """May ``holder`` take the lease whose newest snapshot is ``newest``, at wall-clock ``now``?
+
+    Free when never taken, released, or expired (``now >= expires_at``); the holder's own
+    unexpired lease is renewed; anyone else's unexpired, unreleased lease is held.
+    """
+    if newest is None:
+        return LeaseDecision(True, False, "free: never taken")
+    if newest.released:
+        return LeaseDecision(True, False, f"free: released by {newest.holder}")
+    if now >= newest.expires_at:
+        return LeaseDecision(True, False, f"free: {newest.holder}'s lease expired at {wall_time(newest.expires_at)}")
+    if newest.holder == holder:
+        return LeaseDecision(True, True, f"renewed: already held by {holder} until {wall_time(newest.expires_at)}")
+    return LeaseDecision(
+        False,
+        False,
+        f"held by {newest.holder} until {wall_time(newest.expires_at)} ({newest.expires_at - now:.1f} s from now)",
+    )
+
+
+def wall_time(seconds: float) -> str:
+    """Unix seconds as an ISO UTC time, e.g. 2024-05-01T10:00:00.000Z."""
+    try:
+        stamp = dt.datetime.fromtimestamp(seconds, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"unix time {seconds}"  # out of datetime's range: still say what it is
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -6,6 +6,7 @@ Layout (the same keys on a filesystem/NFS path and under an S3 prefix)::
     <root>/<model>/<version>/...                         model files, never deleted by healer
     <root>/.healer/<model>/ledger/<generation>.json      ledger snapshots, 00000001.json, ...
     <root>/.healer/<model>/audit/<time>-<incident>-<n>.json
+    <root>/.healer/<model>/lease/<generation>.json       lease snapshots (see ModelStore.acquire_lease)
 
 Every file healer writes (here or in a live repository) is mode 0644 and every directory it
 creates 0755, whatever the umask: Triton may run as another user, or read through a
@@ -29,18 +30,20 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from healer.ledger import Ledger, LedgerFormatError
+from healer.ledger import LeaseSnapshot, Ledger, LedgerFormatError, decide_lease, wall_time
 from healer.settings import MODEL_NAME_PATTERN, VERSION_PATTERN, StoreSettings
 
 META_DIR = ".healer"
@@ -64,6 +67,16 @@ class StoreConflict(StoreError):
 
 class StoreIntegrityError(StoreError):
     """Files do not match what the ledger recorded (permanent: never load them)."""
+
+
+class LeaseHeld(StoreError):
+    """Another holder's lease on the model is unexpired and unreleased (temporary: it ends by
+    ``expires_at`` at the latest)."""
+
+    def __init__(self, message: str, *, holder: str, expires_at: float) -> None:
+        super().__init__(message)
+        self.holder = holder
+        self.expires_at = expires_at
 
 
 class ConditionalWritesIgnored(StoreError):
@@ -329,6 +342,16 @@ def utc_now() -> str:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A model's lease as acquired: release it with this value (the generation names the snapshot)."""
+
+    model: str
+    holder: str
+    generation: int
+    expires_at: float  # unix wall-clock seconds
+
+
+@dataclass(frozen=True)
 class FetchedVersion:
     model: str
     version: str
@@ -458,6 +481,82 @@ class ModelStore:
         raise StoreConflict(
             f"{self.location}: ledger of {model!r} changed under us {MAX_LEDGER_ATTEMPTS} times in a row"
         )
+
+    # ---- lease ----------------------------------------------------------------------------
+    # One rollback per model whichever engine runs it: the Argo workflow and the sidecar's in-pod
+    # fallback both have the store. Snapshots are append-only and created exclusively, like the
+    # ledger's; the decision is healer.ledger.decide_lease. Expiry compares wall clocks of
+    # different pods: they must agree within a few seconds, and a holder's TTL should be its
+    # rollback deadline plus a margin. A holder that outlives its TTL has lost the lease.
+    def _lease_prefix(self, model: str) -> str:
+        return f"{META_DIR}/{model}/lease"
+
+    def _newest_lease(self, model: str) -> tuple[int, LeaseSnapshot | None]:
+        snapshots = [
+            k
+            for k in self.blobs.keys(self._lease_prefix(model))
+            if k.endswith(".json") and PurePosixPath(k).stem.isdigit()
+        ]
+        if not snapshots:
+            return 0, None
+        newest = max(snapshots, key=lambda k: int(PurePosixPath(k).stem))
+        snapshot = LeaseSnapshot.from_json(self.blobs.read(newest), where=f"{self.location}/{newest}")
+        return int(PurePosixPath(newest).stem), snapshot
+
+    def acquire_lease(self, model: str, holder: str, ttl_s: float, *, now: Callable[[], float] = time.time) -> Lease:
+        """Take (or, for the same holder, extend) the model's lease for ``ttl_s`` seconds.
+
+        Raises LeaseHeld while another holder's lease is unexpired and unreleased, StoreConflict
+        if writers kept winning the next generation. Re-entrant per ``holder``: give every
+        rollback its own holder name (its workflow or run), or two of them share the lease.
+        """
+        _check_name(model)
+        if not isinstance(holder, str) or not holder.strip():
+            raise ValueError(f"invalid lease holder {holder!r} (a non-empty name)")
+        if not math.isfinite(ttl_s) or ttl_s <= 0:
+            raise ValueError(f"invalid lease ttl_s {ttl_s!r} (positive seconds)")
+        for _attempt in range(MAX_LEDGER_ATTEMPTS):
+            generation, newest = self._newest_lease(model)
+            taken_at = now()
+            decision = decide_lease(newest, holder, taken_at)
+            if not decision.may_take:
+                assert newest is not None
+                raise LeaseHeld(
+                    f"{self.location}: lease of {model!r} (generation {generation}) {decision.reason}",
+                    holder=newest.holder,
+                    expires_at=newest.expires_at,
+                )
+            snapshot = LeaseSnapshot(holder=holder, expires_at=taken_at + ttl_s, released=False, at=wall_time(taken_at))
+            if self.blobs.create(f"{self._lease_prefix(model)}/{generation + 1:08d}.json", snapshot.to_json()):
+                return Lease(model, holder, generation + 1, snapshot.expires_at)
+        raise StoreConflict(
+            f"{self.location}: lease of {model!r} changed under us {MAX_LEDGER_ATTEMPTS} times in a row"
+        )
+
+    def release_lease(self, lease: Lease, *, now: Callable[[], float] = time.time) -> None:
+        """Write a released snapshot if the newest generation is still ``lease``'s; otherwise (taken
+        over after expiry, extended by a later acquire, already released) do nothing. Never raises
+        a store failure: it is logged, and the TTL frees the lease anyway."""
+        _check_name(lease.model)
+        from healer.logs import get_logger
+
+        log = get_logger("healer.store").bind(store=self.location, model=lease.model, holder=lease.holder)
+        try:
+            generation, newest = self._newest_lease(lease.model)
+            if generation != lease.generation or newest is None or newest.holder != lease.holder or newest.released:
+                log.info("lease_release_skipped", generation=lease.generation, newest_generation=generation)
+                return
+            released_at = now()
+            snapshot = LeaseSnapshot(
+                holder=lease.holder, expires_at=released_at, released=True, at=wall_time(released_at)
+            )
+            if not self.blobs.create(
+                f"{self._lease_prefix(lease.model)}/{generation + 1:08d}.json", snapshot.to_json()
+            ):
+                # Someone wrote the next generation first: the lease is theirs now, nothing to release.
+                log.info("lease_release_skipped", generation=lease.generation, newest_generation=generation + 1)
+        except (StoreError, LedgerFormatError, OSError) as exc:
+            log.warning("lease_release_failed", generation=lease.generation, error=str(exc))
 
     # ---- audit ----------------------------------------------------------------------------
     def append_audit(self, model: str, record: Mapping[str, Any]) -> str:

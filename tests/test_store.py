@@ -25,6 +25,7 @@ from healer.ledger import (
     QuarantineRecord,
     StableRecord,
     choose_restore_version,
+    wall_time,
 )
 from healer.settings import S3Settings, StoreSettings
 from healer.store import (
@@ -33,6 +34,8 @@ from healer.store import (
     FILE_MODE,
     ConditionalWritesIgnored,
     FilesystemBlobs,
+    Lease,
+    LeaseHeld,
     ModelStore,
     S3Blobs,
     StoreError,
@@ -455,6 +458,8 @@ BAD_NAMES: list[tuple[str, Callable[[ModelStore, Path], Any]]] = [
     ("fetch_version ..", lambda s, live: s.fetch_version("m", "..", live, expected={})),
     ("fetch_version ../x", lambda s, live: s.fetch_version("../x", "1", live, expected={})),
     ("fetch_version 0", lambda s, live: s.fetch_version("m", "0", live, expected={})),
+    ("acquire_lease ../x", lambda s, live: s.acquire_lease("../x", "holder", 10)),
+    ("release_lease a/b", lambda s, live: s.release_lease(Lease("a/b", "holder", 1, 0.0))),
 ]
 
 
@@ -650,9 +655,11 @@ def test_everything_healer_writes_is_world_readable_whatever_the_umask(shared_di
     with umask(0o077):
         store.update_ledger("m", lambda ledger: ledger.with_quarantine(quarantine("2")))
         store.append_audit("m", {"incident": "inc-1", "event": "restored"})
+        store.release_lease(store.acquire_lease("m", "holder", 60))
         store.fetch_version("m", "1", live, expected=expected)
         store.fetch_version("n", "1", live, expected=store.version_files("n", "1"))  # moves a copy aside
     assert (store_root / ".healer" / "m" / "ledger" / "00000001.json").is_file()
+    assert (store_root / ".healer" / "m" / "lease" / "00000002.json").is_file()
     assert (live / "m" / "config.pbtxt").is_file() and (live / ".healer" / "displaced" / "n").is_dir()
     assert wrong_modes(store_root / ".healer", live / "m", live / "n", live / ".healer") == {}
     assert stat.S_IMODE((live / "m" / "1" / "model.py").stat().st_mode) == 0o644
@@ -662,7 +669,7 @@ def test_everything_healer_writes_is_world_readable_whatever_the_umask(shared_di
     read, problems = unreadable_as(NOBODY, shared_dir)
     assert problems == []
     files = sum(1 for p in shared_dir.rglob("*") if p.is_file())
-    assert read == files and read >= 8
+    assert read == files and read >= 10
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="reading as another user needs root")
@@ -837,3 +844,148 @@ def test_an_unreachable_s3_still_starts_and_fails_at_first_use(tmp_path: Path) -
     with pytest.raises(StoreUnavailable, match=r"^s3://models/prod: cannot list"):
         store.versions("m")
     assert time.monotonic() - started < 30
+
+
+# ---- the model's lease ---------------------------------------------------------------------------
+
+
+class FakeWallClock:
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lease_snapshots(store: ModelStore, model: str = "m") -> list[dict[str, Any]]:
+    return [json.loads(store.blobs.read(key)) for key in store.blobs.keys(f".healer/{model}/lease")]
+
+
+def test_two_holders_race_for_the_lease_and_exactly_one_wins(backend: Backend) -> None:
+    store = backend.store
+    holders = 8
+    barrier = threading.Barrier(holders)
+    won: list[Lease] = []
+    refused: list[LeaseHeld] = []
+    errors: list[BaseException] = []
+
+    def take(n: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            won.append(store.acquire_lease("m", f"holder-{n}", 60))
+        except LeaseHeld as exc:
+            refused.append(exc)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=take, args=(n,)) for n in range(holders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    [winner] = won
+    assert winner.generation == 1 and winner.model == "m"
+    assert len(refused) == holders - 1
+    assert {exc.holder for exc in refused} == {winner.holder}
+    assert {exc.expires_at for exc in refused} == {winner.expires_at}
+    assert all("held by " + winner.holder in str(exc) for exc in refused)
+    assert [s["holder"] for s in lease_snapshots(store)] == [winner.holder]
+
+
+def test_an_expired_lease_lets_a_second_holder_in(backend: Backend) -> None:
+    store, clock = backend.store, FakeWallClock()
+    first = store.acquire_lease("m", "argo-wf-1", 10, now=clock)
+    assert first == Lease("m", "argo-wf-1", 1, clock.now + 10)
+    clock.now += 9.5
+    with pytest.raises(LeaseHeld) as caught:
+        store.acquire_lease("m", "pod-fallback", 10, now=clock)
+    assert (caught.value.holder, caught.value.expires_at) == ("argo-wf-1", first.expires_at)
+    message = str(caught.value)
+    assert message.startswith(f"{store.location}: lease of 'm' (generation 1) held by argo-wf-1 until ")
+    assert "(0.5 s from now)" in message
+    clock.now += 0.5
+    second = store.acquire_lease("m", "pod-fallback", 10, now=clock)
+    assert (second.holder, second.generation, second.expires_at) == ("pod-fallback", 2, clock.now + 10)
+    assert lease_snapshots(store) == [
+        {
+            "holder": "argo-wf-1",
+            "expires_at": first.expires_at,
+            "released": False,
+            "at": wall_time(first.expires_at - 10),
+        },
+        {"holder": "pod-fallback", "expires_at": second.expires_at, "released": False, "at": wall_time(clock.now)},
+    ]
+
+
+def test_a_released_lease_lets_a_second_holder_in(backend: Backend) -> None:
+    store, clock = backend.store, FakeWallClock()
+    first = store.acquire_lease("m", "a", 300, now=clock)
+    store.release_lease(first, now=clock)
+    second = store.acquire_lease("m", "b", 300, now=clock)
+    assert second.generation == 3
+    assert [(s["holder"], s["released"]) for s in lease_snapshots(store)] == [("a", False), ("a", True), ("b", False)]
+    store.release_lease(first, now=clock)  # released twice: nothing more is written
+    assert len(lease_snapshots(store)) == 3
+    with pytest.raises(LeaseHeld):
+        store.acquire_lease("m", "a", 300, now=clock)
+
+
+def test_a_stale_release_after_someone_else_took_over_does_nothing(backend: Backend) -> None:
+    store, clock = backend.store, FakeWallClock()
+    stale = store.acquire_lease("m", "a", 10, now=clock)
+    clock.now += 11  # a's rollback outlived its lease
+    current = store.acquire_lease("m", "b", 10, now=clock)
+    store.release_lease(stale, now=clock)
+    assert [(s["holder"], s["released"]) for s in lease_snapshots(store)] == [("a", False), ("b", False)]
+    with pytest.raises(LeaseHeld) as caught:
+        store.acquire_lease("m", "c", 10, now=clock)
+    assert caught.value.holder == "b"
+    store.release_lease(current, now=clock)
+    assert store.acquire_lease("m", "c", 10, now=clock).generation == 4
+
+
+def test_the_same_holder_extends_its_lease(backend: Backend) -> None:
+    store, clock = backend.store, FakeWallClock()
+    first = store.acquire_lease("m", "a", 10, now=clock)
+    clock.now += 5
+    again = store.acquire_lease("m", "a", 10, now=clock)
+    assert (again.generation, again.expires_at) == (2, first.expires_at + 5)
+    clock.now += 7  # past the first expiry, within the extension
+    with pytest.raises(LeaseHeld):
+        store.acquire_lease("m", "b", 10, now=clock)
+    store.release_lease(first, now=clock)  # superseded by the extension: nothing
+    with pytest.raises(LeaseHeld):
+        store.acquire_lease("m", "b", 10, now=clock)
+    store.release_lease(again, now=clock)
+    assert store.acquire_lease("m", "b", 10, now=clock).generation == 4
+    assert store.acquire_lease("other", "b", 10, now=clock).generation == 1  # one lease per model
+
+
+def test_an_unreadable_lease_snapshot_is_reported_with_its_key(backend: Backend) -> None:
+    backend.store.acquire_lease("m", "a", 10)
+    backend.put(".healer/m/lease/00000002.json", b'{"holder": "b"}')
+    with pytest.raises(LedgerFormatError, match=r"/\.healer/m/lease/00000002\.json: not a healer lease: KeyError"):
+        backend.store.acquire_lease("m", "a", 10)
+    backend.store.release_lease(Lease("m", "a", 1, 0.0))  # logged, never raised
+
+
+@pytest.mark.parametrize(("holder", "ttl_s"), [("", 10), ("  ", 10), ("a", 0), ("a", -1), ("a", float("inf"))])
+def test_a_lease_needs_a_holder_and_a_positive_ttl(tmp_path: Path, holder: str, ttl_s: float) -> None:
+    store = ModelStore(FilesystemBlobs(tmp_path))
+    with pytest.raises(ValueError, match="invalid lease"):
+        store.acquire_lease("m", holder, ttl_s)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.usefixtures("aws_env")
+def test_releasing_a_lease_never_raises_a_store_outage(tmp_path: Path) -> None:
+    lease = Lease("m", "a", 1, time.time() + 60)
+    ModelStore(FilesystemBlobs(tmp_path / "not-mounted")).release_lease(lease)
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    blobs = S3Blobs("models", "prod", endpoint_url=endpoint, connect_timeout_s=1.0, read_timeout_s=1.0, max_attempts=1)
+    started = time.monotonic()
+    ModelStore(blobs).release_lease(lease)
+    assert time.monotonic() - started < 5.0
+    with pytest.raises(StoreUnavailable):
+        ModelStore(blobs).acquire_lease("m", "a", 10)

@@ -1,0 +1,80 @@
+"""Pure decisions of healer/ledger.py that are not about restoring: the model's lease."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from healer.ledger import LeaseSnapshot, LedgerFormatError, decide_lease, wall_time
+
+T0 = 1_700_000_000.0  # a fake wall clock: every decision takes ``now`` as a value
+
+
+def held(holder: str, expires_at: float, *, released: bool = False) -> LeaseSnapshot:
+    return LeaseSnapshot(holder=holder, expires_at=expires_at, released=released, at="t")
+
+
+@pytest.mark.parametrize(
+    ("newest", "holder", "now", "may_take", "renews", "reason"),
+    [
+        (None, "a", T0, True, False, "free: never taken"),
+        (held("a", T0 + 10), "b", T0, False, False, "held by a until 2023-11-14T22:13:30.000Z (10.0 s from now)"),
+        (held("a", T0 + 10), "b", T0 + 9.999, False, False, "held by a until"),
+        (held("a", T0 + 10), "b", T0 + 10, True, False, "free: a's lease expired at 2023-11-14T22:13:30.000Z"),
+        (held("a", T0 + 10), "b", T0 + 3600, True, False, "free: a's lease expired at"),
+        (held("a", T0 + 10, released=True), "b", T0, True, False, "free: released by a"),
+        (held("a", T0 + 10), "a", T0, True, True, "renewed: already held by a until 2023-11-14T22:13:30.000Z"),
+        (held("a", T0 + 10), "a", T0 + 11, True, False, "free: a's lease expired at"),
+        (held("a", T0 + 10, released=True), "a", T0, True, False, "free: released by a"),
+        # A clock behind the holder's by a few seconds sees the lease a little longer: never shorter.
+        (held("a", T0 + 10), "b", T0 + 8, False, False, "(2.0 s from now)"),
+    ],
+)
+def test_who_may_take_the_lease(
+    newest: LeaseSnapshot | None, holder: str, now: float, may_take: bool, renews: bool, reason: str
+) -> None:
+    decision = decide_lease(newest, holder, now)
+    assert (decision.may_take, decision.renews) == (may_take, renews)
+    assert decision.reason.startswith(reason) or reason in decision.reason
+
+
+def test_lease_snapshot_json_round_trip_has_exactly_the_documented_keys() -> None:
+    snapshot = LeaseSnapshot(holder="healer-rollback-x7k2p", expires_at=T0 + 120.5, released=False, at=wall_time(T0))
+    raw = snapshot.to_json()
+    assert json.loads(raw) == {
+        "holder": "healer-rollback-x7k2p",
+        "expires_at": T0 + 120.5,
+        "released": False,
+        "at": "2023-11-14T22:13:20.000Z",
+    }
+    assert LeaseSnapshot.from_json(raw, where="here") == snapshot
+    assert LeaseSnapshot.from_json(b'{"holder": "a", "expires_at": 5, "released": true, "at": "t"}', where="x") == (
+        LeaseSnapshot("a", 5.0, True, "t")
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b"{", "not a healer lease: JSONDecodeError"),
+        (b"[]", "not a healer lease: TypeError"),
+        (b'{"holder": "a", "expires_at": 1, "released": false}', "not a healer lease: KeyError: 'at'"),
+        (b'{"holder": "", "expires_at": 1, "released": false, "at": "t"}', "holder: expected a non-empty string"),
+        (b'{"holder": 7, "expires_at": 1, "released": false, "at": "t"}', "holder: expected a non-empty string"),
+        (b'{"holder": "a", "expires_at": "soon", "released": false, "at": "t"}', "expires_at: expected unix seconds"),
+        (b'{"holder": "a", "expires_at": true, "released": false, "at": "t"}', "expires_at: expected unix seconds"),
+        (b'{"holder": "a", "expires_at": NaN, "released": false, "at": "t"}', "expires_at: expected unix seconds"),
+        (b'{"holder": "a", "expires_at": 1, "released": "no", "at": "t"}', "released: expected true or false"),
+    ],
+)
+def test_unreadable_lease_snapshots_name_the_place_and_the_problem(raw: bytes, problem: str) -> None:
+    with pytest.raises(LedgerFormatError) as caught:
+        LeaseSnapshot.from_json(raw, where="s3://b/p/.healer/m/lease/00000002.json")
+    assert str(caught.value).startswith("s3://b/p/.healer/m/lease/00000002.json: ")
+    assert problem in str(caught.value)
+
+
+def test_a_lease_expiring_out_of_datetime_range_is_still_described() -> None:
+    decision = decide_lease(held("a", 1e300), "b", T0)
+    assert not decision.may_take and "unix time 1e+300" in decision.reason
