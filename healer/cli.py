@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import getpass
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -77,11 +79,20 @@ def _parser() -> argparse.ArgumentParser:
     promote.add_argument("version")
     promote.add_argument("--by", default=None, help="who promotes (default: the current user)")
 
-    store = with_config("store", "inspect the model store and its stable ledger")
+    store = with_config("store", "inspect the model store and its stable ledger; lift a quarantine")
     store_commands = store.add_subparsers(dest="store_command", required=True)
     store_ls = store_commands.add_parser("ls", help="models, versions, stable and quarantined")
     store_ls.add_argument("model", nargs="?")
     store_ls.add_argument("--json", action="store_true")
+    store_unquarantine = store_commands.add_parser(
+        "unquarantine",
+        help="lift a version's quarantine: ledger, audit record, and its files back into the live repository",
+    )
+    store_unquarantine.add_argument("model")
+    store_unquarantine.add_argument("version")
+    store_unquarantine.add_argument(
+        "--reason", required=True, help="why the version is safe again (kept in the ledger and the audit trail)"
+    )
 
     runs = with_config("runs", "list rollback runs of the local engine (like `argo list`)")
     runs_commands = runs.add_subparsers(dest="runs_command")
@@ -210,6 +221,12 @@ def _cmd_promote(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_store(settings: Settings, args: argparse.Namespace) -> int:
+    if args.store_command == "unquarantine":
+        return _cmd_store_unquarantine(settings, args)
+    return _cmd_store_ls(settings, args)
+
+
+def _cmd_store_ls(settings: Settings, args: argparse.Namespace) -> int:
     from healer.store import StoreError
 
     try:
@@ -240,15 +257,115 @@ def _cmd_store(settings: Settings, args: argparse.Namespace) -> int:
     print(f"{'MODEL':<24}{'VERSION':<9}STATE")
     for entry in listing:
         quarantined = {q["version"]: q for q in entry["quarantined"]}
-        for version in entry["versions"]:
+        # A quarantined version moved out of a store that is also the live repository is listed too.
+        for version in sorted(set(entry["versions"]) | set(quarantined), key=_version_order):
             if version in quarantined:
                 q = quarantined[version]
                 state = f"quarantined ({q['incident']}: {q['reason']})"
+                if version not in entry["versions"]:
+                    state += " [files moved aside]"
             elif version in entry["stable"]:
                 state = "stable"
             else:
                 state = "-"
             print(f"{entry['model']:<24}{version:<9}{state}".rstrip())
+    return 0
+
+
+def _version_order(version: str) -> tuple[int, str]:
+    # Numeric order; a ledger record with a non-numeric version (never a Triton one) sorts last.
+    return (int(version), "") if version.isdigit() else (1 << 63, version)
+
+
+class _NotQuarantined(Exception):
+    """Raised inside the ledger update: the version has no quarantine to lift."""
+
+
+def _cmd_store_unquarantine(settings: Settings, args: argparse.Namespace) -> int:
+    """Lift a quarantine: the ledger first (the truth), then the audit record, then the files."""
+    from healer.ledger import Ledger
+    from healer.store import StoreError, check_name, quarantined_copies, utc_now
+
+    model, version, reason = args.model, args.version, args.reason.strip()
+    try:
+        check_name(model, version)
+    except ValueError as exc:
+        print(f"healer: store unquarantine: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not reason:
+        print("healer: store unquarantine: --reason must say why the version is safe again", file=sys.stderr)
+        return EXIT_USAGE
+    who = os.environ.get("USER") or "cli"
+    live = settings.live_repository_path
+
+    def lift(current: Ledger) -> Ledger:
+        if not current.is_quarantined(version):
+            raise _NotQuarantined
+        return current.with_lifted(version, reason, utc_now(), who)
+
+    try:
+        store = _store(settings)
+        ledger = store.update_ledger(model, lift)
+    except ConfigError as exc:
+        print(f"healer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except _NotQuarantined:
+        left: list[Path] = []
+        if live is not None:
+            with contextlib.suppress(OSError):
+                left = quarantined_copies(live, model, version)
+        hint = f"; a quarantined copy is still at {left[-1]}" if left else ""
+        print(
+            f"healer: {model} v{version} is not quarantined in {store.location}: nothing lifted{hint}", file=sys.stderr
+        )
+        return 1
+    except (StoreError, ValueError) as exc:
+        print(f"healer: store {settings.store}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    record = ledger.lifted[-1]
+    print(f"{model} v{version}: quarantine lifted by {who} (incidents {', '.join(record.incidents)}): {reason}")
+    print(f"  ledger {store.location} generation {ledger.generation}")
+    code = 0
+    try:
+        audit_key = store.append_audit(
+            model,
+            {
+                "incident": "+".join(record.incidents),
+                "event": "unquarantined",
+                "version": version,
+                "who": who,
+                "reason": reason,
+                "incidents": list(record.incidents),
+                "ledger_generation": ledger.generation,
+            },
+        )
+        print(f"  audit record {audit_key}")
+    except (StoreError, ValueError) as exc:
+        print(f"healer: the ledger is lifted but no audit record was written: {exc}", file=sys.stderr)
+        code = EXIT_REFUSED
+    return _move_back(live, model, version) or code
+
+
+def _move_back(live: Path | None, model: str, version: str) -> int:
+    """The files part of unquarantine: the newest quarantined copy back where Triton reads it."""
+    from healer.store import quarantined_copies, restore_quarantined_version
+
+    if live is None:
+        print("  no live repository configured: no files moved")
+        return 0
+    try:
+        copies = quarantined_copies(live, model, version)
+        restored = restore_quarantined_version(live, model, version)
+    except OSError as exc:
+        print(f"healer: the ledger is lifted but the files were not moved back: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if restored is not None:
+        print(f"  moved {copies[-1]} back to {restored}")
+    elif copies:
+        print(f"  {live / model / version} exists: left it, and the quarantined copy {copies[-1]}, alone")
+    else:
+        print(f"  no quarantined copy in {live}: no files moved")
+    print("  Triton was not asked to load it; promote it again once it serves correctly")
     return 0
 
 

@@ -1,8 +1,9 @@
 """The stable ledger of one model, and the pure decisions made from it.
 
 A ledger says which versions were promoted *stable* (with the sha256 of every file and the
-model config Triton served them with) and which are *quarantined* (with the reason and the
-incident). It is stored as numbered snapshots; see healer/store.py for how they are written.
+model config Triton served them with), which are *quarantined* (with the reason and the
+incident) and which quarantines a person *lifted* (who, why, and which incidents). It is
+stored as numbered snapshots; see healer/store.py for how they are written.
 
 A model's *lease* (one rollback per model, whichever engine runs it) is stored the same way;
 the decision whether a holder may take it is ``decide_lease``. Nothing here does I/O.
@@ -59,11 +60,32 @@ class QuarantineRecord:
 
 
 @dataclass(frozen=True)
+class LiftRecord:
+    """A person lifted a version's quarantine (``healer store unquarantine``)."""
+
+    version: str
+    reason: str
+    at: str
+    by: str
+    incidents: tuple[str, ...]  # the incidents whose quarantine records were removed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "reason": self.reason,
+            "at": self.at,
+            "by": self.by,
+            "incidents": list(self.incidents),
+        }
+
+
+@dataclass(frozen=True)
 class Ledger:
     model: str
     generation: int = 0  # 0: no snapshot written yet
     stable: tuple[StableRecord, ...] = ()
     quarantined: tuple[QuarantineRecord, ...] = ()
+    lifted: tuple[LiftRecord, ...] = ()  # history: quarantines lifted by a person, oldest first
 
     def stable_record(self, version: str) -> StableRecord | None:
         return next((r for r in reversed(self.stable) if r.version == version), None)
@@ -82,6 +104,16 @@ class Ledger:
             return self
         return replace(self, quarantined=(*self.quarantined, record))
 
+    def with_lifted(self, version: str, reason: str, at: str, by: str) -> Ledger:
+        """Lift a version's quarantine: remove all its quarantine records and record who lifted
+        which incidents, and why. A version that is not quarantined: nothing changes (``self``)."""
+        lifting = tuple(q for q in self.quarantined if q.version == version)
+        if not lifting:
+            return self
+        record = LiftRecord(version=version, reason=reason, at=at, by=by, incidents=tuple(q.incident for q in lifting))
+        kept = tuple(q for q in self.quarantined if q.version != version)
+        return replace(self, quarantined=kept, lifted=(*self.lifted, record))
+
     def to_json(self) -> bytes:
         document = {
             "format": LEDGER_FORMAT,
@@ -89,6 +121,7 @@ class Ledger:
             "generation": self.generation,
             "stable": [r.to_dict() for r in self.stable],
             "quarantined": [q.to_dict() for q in self.quarantined],
+            "lifted": [r.to_dict() for r in self.lifted],
         }
         return (json.dumps(document, indent=2, sort_keys=False) + "\n").encode()
 
@@ -120,6 +153,17 @@ class Ledger:
                         by=str(q["by"]),
                     )
                     for q in document["quarantined"]
+                ),
+                # Snapshots written before quarantines could be lifted have no "lifted".
+                lifted=tuple(
+                    LiftRecord(
+                        version=str(r["version"]),
+                        reason=str(r["reason"]),
+                        at=str(r["at"]),
+                        by=str(r["by"]),
+                        incidents=tuple(str(i) for i in _list(r["incidents"], "incidents")),
+                    )
+                    for r in _list(document.get("lifted", []), "lifted")
                 ),
             )
         except LedgerFormatError:
@@ -162,6 +206,12 @@ def choose_restore_version(
     if not candidates:
         return RestoreChoice(None, "no version of this model was ever promoted stable")
     return RestoreChoice(None, "no stable version to restore: " + "; ".join(skipped))
+
+
+def _list(value: Any, name: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{name}: expected a list, got {type(value).__name__}")
+    return value
 
 
 def _thaw(value: Any) -> Any:

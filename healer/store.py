@@ -8,6 +8,13 @@ Layout (the same keys on a filesystem/NFS path and under an S3 prefix)::
     <root>/.healer/<model>/audit/<time>-<incident>-<n>.json
     <root>/.healer/<model>/lease/<generation>.json       lease snapshots (see ModelStore.acquire_lease)
 
+A live repository (the directory Triton reads; the store itself with an NFS-style set-up) may
+also hold, never deleted::
+
+    <live>/.healer/displaced/<model>/<version>-<id>      a different copy fetch_version replaced
+    <live>/.healer/quarantine/<model>/<version>-<incident>[-<id>]   a quarantined version, moved
+                                                         out of Triton's sight (quarantine_live_version)
+
 Every file healer writes (here or in a live repository) is mode 0644 and every directory it
 creates 0755, whatever the umask: Triton may run as another user, or read through a
 root-squashed NFS mount.
@@ -28,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import errno
 import hashlib
 import json
 import math
@@ -97,6 +105,16 @@ class Blobs(Protocol):
         ...
 
     def open_stream(self, key: str) -> Iterator[bytes]: ...
+
+
+def check_name(model: str, version: str | None = None) -> None:
+    """Raise ValueError for a model name or version that is not a plain name (it could escape the root)."""
+    _check_name(model, version)
+
+
+def _safe_part(text: str, limit: int = 100) -> str:
+    # Free text (an incident id) that becomes part of a key or a file name: nothing that can steer it.
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:limit]
 
 
 def _check_name(model: str, version: str | None = None) -> None:
@@ -562,7 +580,7 @@ class ModelStore:
     def append_audit(self, model: str, record: Mapping[str, Any]) -> str:
         _check_name(model)
         # The incident becomes part of a key: no "/" (or anything odd) may steer it out of the audit folder.
-        incident = re.sub(r"[^A-Za-z0-9_.-]", "_", str(record.get("incident", "none")))
+        incident = _safe_part(str(record.get("incident", "none")), limit=200)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         data = (json.dumps({"model": model, "at": utc_now(), **record}, sort_keys=True) + "\n").encode()
         for n in range(100):
@@ -681,6 +699,88 @@ def check_conditional_writes_at_start(blobs: S3Blobs) -> None:
         get_logger("healer.store").warning(
             "conditional_write_probe_deferred", store=blobs.location, endpoint=blobs.endpoint, error=str(exc)
         )
+
+
+# ---- quarantine in a live repository ---------------------------------------------------------------
+QUARANTINE_ATTEMPTS = 8
+
+
+def _quarantine_dir(live_repository: Path, model: str) -> Path:
+    return live_repository / META_DIR / "quarantine" / model
+
+
+def _require_live(live_repository: Path) -> None:
+    # Never create a missing live repository: files would land beside an unmounted volume.
+    if not live_repository.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "live repository is not a directory (not mounted?)", str(live_repository))
+
+
+def quarantine_live_version(live_repository: Path, model: str, version: str, *, incident: str) -> Path | None:
+    """Move ``<live>/<model>/<version>`` to ``<live>/.healer/quarantine/<model>/<version>-<incident>``
+    (a short unique suffix if that exists), out of Triton's sight: its default version policy
+    would otherwise load the newest version, the broken one, after a restart. Never deletes.
+
+    Returns the new path, or None if there is no such version directory (already moved:
+    idempotent). Raises ValueError for bad names, OSError (naming the paths) if the move fails.
+    """
+    _check_name(model, version)
+    _require_live(live_repository)
+    source = live_repository / model / version
+    if not os.path.lexists(source):
+        return None
+    folder = _quarantine_dir(live_repository, model)
+    make_dirs(folder)
+    stem = f"{version}-{_safe_part(incident)}"
+    for attempt in range(QUARANTINE_ATTEMPTS):
+        destination = folder / (stem if attempt == 0 else f"{stem}-{uuid.uuid4().hex[:8]}")
+        if os.path.lexists(destination):
+            continue
+        try:
+            # rename(2) within one filesystem: atomic, and it never replaces a non-empty directory.
+            os.rename(source, destination)
+        except FileNotFoundError:
+            if not os.path.lexists(source):
+                return None  # a concurrent quarantine moved it first
+            raise
+        except OSError as exc:
+            if exc.errno in {errno.EEXIST, errno.ENOTEMPTY}:
+                continue  # the name was taken meanwhile
+            raise
+        # The move's time, for restore_quarantined_version's "newest copy" (the files are untouched).
+        os.utime(destination, follow_symlinks=False)
+        return destination
+    raise FileExistsError(errno.EEXIST, f"no free quarantine name after {QUARANTINE_ATTEMPTS} tries", str(folder))
+
+
+def quarantined_copies(live_repository: Path, model: str, version: str) -> list[Path]:
+    """The quarantined copies of a version in a live repository, oldest first."""
+    _check_name(model, version)
+    folder = _quarantine_dir(live_repository, model)
+    if not folder.is_dir():
+        return []
+    copies = [p for p in folder.iterdir() if p.name == version or p.name.startswith(f"{version}-")]
+    return sorted(copies, key=lambda p: (p.lstat().st_mtime_ns, p.name))
+
+
+def restore_quarantined_version(live_repository: Path, model: str, version: str) -> Path | None:
+    """Move the newest quarantined copy of a version back to ``<live>/<model>/<version>``.
+
+    Returns the restored path; None when there is no quarantined copy, or when the slot is
+    occupied (then both are left alone). Never deletes."""
+    _check_name(model, version)
+    _require_live(live_repository)
+    copies = quarantined_copies(live_repository, model, version)
+    target = live_repository / model / version
+    if not copies or os.path.lexists(target):
+        return None
+    make_dirs(target.parent)
+    try:
+        os.rename(copies[-1], target)
+    except OSError as exc:
+        if exc.errno in {errno.EEXIST, errno.ENOTEMPTY}:
+            return None  # the slot was filled meanwhile
+        raise
+    return target
 
 
 def store_from_settings(settings: StoreSettings) -> ModelStore:

@@ -1,4 +1,4 @@
-"""Pure decisions of healer/ledger.py that are not about restoring: the model's lease."""
+"""Pure parts of healer/ledger.py not covered in tests/test_store.py: the model's lease, lifting a quarantine."""
 
 from __future__ import annotations
 
@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from healer.ledger import LeaseSnapshot, LedgerFormatError, decide_lease, wall_time
+from healer.ledger import (
+    LeaseSnapshot,
+    Ledger,
+    LedgerFormatError,
+    LiftRecord,
+    QuarantineRecord,
+    decide_lease,
+    wall_time,
+)
 
 T0 = 1_700_000_000.0  # a fake wall clock: every decision takes ``now`` as a value
 
@@ -78,3 +86,64 @@ def test_unreadable_lease_snapshots_name_the_place_and_the_problem(raw: bytes, p
 def test_a_lease_expiring_out_of_datetime_range_is_still_described() -> None:
     decision = decide_lease(held("a", 1e300), "b", T0)
     assert not decision.may_take and "unix time 1e+300" in decision.reason
+
+
+# ---- lifting a quarantine ------------------------------------------------------------------------
+
+
+def quarantined(version: str, incident: str) -> QuarantineRecord:
+    return QuarantineRecord(version=version, reason="wrong-answer", incident=incident, at="t", by="healer")
+
+
+def test_lifting_removes_every_quarantine_record_of_the_version_and_says_which() -> None:
+    ledger = (
+        Ledger("m", 4)
+        .with_quarantine(quarantined("3", "inc-a"))
+        .with_quarantine(quarantined("2", "inc-a"))
+        .with_quarantine(quarantined("3", "inc-b"))
+    )
+    lifted = ledger.with_lifted("3", "fixed the tokenizer; checked by hand", "2024-05-01T10:00:00Z", "alice")
+    assert not lifted.is_quarantined("3") and lifted.is_quarantined("2")
+    assert [(q.version, q.incident) for q in lifted.quarantined] == [("2", "inc-a")]
+    assert lifted.lifted == (
+        LiftRecord("3", "fixed the tokenizer; checked by hand", "2024-05-01T10:00:00Z", "alice", ("inc-a", "inc-b")),
+    )
+    assert ledger.is_quarantined("3") and ledger.lifted == ()  # the old ledger is unchanged
+    # Quarantined again later, lifted again: the history keeps both lifts.
+    again = lifted.with_quarantine(quarantined("3", "inc-c")).with_lifted("3", "again", "t2", "bob")
+    assert [(r.by, r.incidents) for r in again.lifted] == [("alice", ("inc-a", "inc-b")), ("bob", ("inc-c",))]
+
+
+def test_lifting_a_version_that_is_not_quarantined_changes_nothing() -> None:
+    ledger = Ledger("m", 2).with_quarantine(quarantined("2", "inc-a"))
+    assert ledger.with_lifted("3", "r", "t", "alice") is ledger
+    assert Ledger("m").with_lifted("1", "r", "t", "alice") == Ledger("m")
+
+
+def test_lifted_records_round_trip_and_older_snapshots_without_them_still_load() -> None:
+    ledger = Ledger("m", 3).with_quarantine(quarantined("2", "inc-a")).with_lifted("2", "safe", "t", "alice")
+    raw = ledger.to_json()
+    assert json.loads(raw)["lifted"] == [
+        {"version": "2", "reason": "safe", "at": "t", "by": "alice", "incidents": ["inc-a"]}
+    ]
+    assert Ledger.from_json(raw, where="here") == ledger
+    older = b'{"format": 1, "model": "m", "generation": 1, "stable": [], "quarantined": []}'
+    assert Ledger.from_json(older, where="here") == Ledger("m", 1)
+
+
+@pytest.mark.parametrize(
+    ("lifted", "problem"),
+    [
+        ('{"version": "2"}', "KeyError: 'reason'"),
+        ("5", "TypeError: lifted: expected a list, got int"),
+        ('[{"version": "2", "reason": "r", "at": "t", "by": "b", "incidents": "inc-a"}]', "incidents: expected a list"),
+    ],
+)
+def test_unreadable_lifted_records_name_the_place_and_the_problem(lifted: str, problem: str) -> None:
+    if lifted.startswith("{"):
+        lifted = f"[{lifted}]"
+    raw = f'{{"format": 1, "model": "m", "generation": 1, "stable": [], "quarantined": [], "lifted": {lifted}}}'
+    with pytest.raises(LedgerFormatError) as caught:
+        Ledger.from_json(raw.encode(), where=".healer/m/ledger/00000001.json")
+    assert str(caught.value).startswith(".healer/m/ledger/00000001.json: not a healer ledger: ")
+    assert problem in str(caught.value)

@@ -43,6 +43,10 @@ from healer.store import (
     StoreUnavailable,
     check_conditional_writes_at_start,
     forget_conditional_write_checks,
+    hash_directory,
+    quarantine_live_version,
+    quarantined_copies,
+    restore_quarantined_version,
     store_from_settings,
 )
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedError, SeaweedS3, closed_port, shared_seaweed
@@ -658,9 +662,13 @@ def test_everything_healer_writes_is_world_readable_whatever_the_umask(shared_di
         store.release_lease(store.acquire_lease("m", "holder", 60))
         store.fetch_version("m", "1", live, expected=expected)
         store.fetch_version("n", "1", live, expected=store.version_files("n", "1"))  # moves a copy aside
+        quarantine_live_version(live, "n", "1", incident="inc-1")
+        restore_quarantined_version(live, "n", "1")
+        quarantine_live_version(live, "n", "1", incident="inc-2")
     assert (store_root / ".healer" / "m" / "ledger" / "00000001.json").is_file()
     assert (store_root / ".healer" / "m" / "lease" / "00000002.json").is_file()
     assert (live / "m" / "config.pbtxt").is_file() and (live / ".healer" / "displaced" / "n").is_dir()
+    assert (live / ".healer" / "quarantine" / "n" / "1-inc-2" / "model.py").is_file()
     assert wrong_modes(store_root / ".healer", live / "m", live / "n", live / ".healer") == {}
     assert stat.S_IMODE((live / "m" / "1" / "model.py").stat().st_mode) == 0o644
     assert stat.S_IMODE((live / "m" / "1" / "sub").stat().st_mode) == 0o755
@@ -989,3 +997,112 @@ def test_releasing_a_lease_never_raises_a_store_outage(tmp_path: Path) -> None:
     assert time.monotonic() - started < 5.0
     with pytest.raises(StoreUnavailable):
         ModelStore(blobs).acquire_lease("m", "a", 10)
+
+
+# ---- quarantine in the live repository -----------------------------------------------------------
+
+
+def write_tree(root: Path, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+
+
+def test_quarantine_moves_the_version_out_of_the_store_listing_and_restore_brings_it_back(tmp_path: Path) -> None:
+    # An NFS-style set-up: the filesystem store is the live repository.
+    root = tmp_path / "repository"
+    root.mkdir()
+    store = ModelStore(FilesystemBlobs(root))
+    files = {"model.py": b"broken", "sub/w.bin": os.urandom(64)}
+    write_tree(root / "m" / "1", {"model.py": b"good"})
+    write_tree(root / "m" / "3", files)
+    (root / "m" / "config.pbtxt").write_bytes(CONFIG)
+    before = store.version_files("m", "3")
+
+    moved = quarantine_live_version(root, "m", "3", incident="inc/7 ../x")
+    assert moved == root / ".healer" / "quarantine" / "m" / "3-inc_7_.._x"
+    assert not (root / "m" / "3").exists()
+    assert hash_directory(moved) == before  # moved, not changed
+    assert store.versions("m") == ["1"] and store.models() == ["m"]
+    assert quarantine_live_version(root, "m", "3", incident="inc/7 ../x") is None  # already moved
+    assert quarantined_copies(root, "m", "3") == [moved]
+    assert quarantined_copies(root, "m", "1") == []
+
+    assert restore_quarantined_version(root, "m", "3") == root / "m" / "3"
+    assert store.versions("m") == ["1", "3"] and store.version_files("m", "3") == before
+    assert quarantined_copies(root, "m", "3") == []
+    assert restore_quarantined_version(root, "m", "3") is None  # nothing quarantined
+
+
+def test_a_second_quarantine_of_the_same_name_gets_a_suffix_and_restore_takes_the_newest(live: Path) -> None:
+    write_tree(live / "m" / "2", {"model.py": b"first deploy"})
+    first = quarantine_live_version(live, "m", "2", incident="inc-1")
+    write_tree(live / "m" / "2", {"model.py": b"second deploy"})  # CI pushed v2 again, it broke again
+    second = quarantine_live_version(live, "m", "2", incident="inc-1")
+    assert first is not None and second is not None
+    assert first.name == "2-inc-1" and second.name.startswith("2-inc-1-") and len(second.name) == len("2-inc-1-") + 8
+    write_tree(live / "m" / "20", {"model.py": b"v20"})
+    quarantine_live_version(live, "m", "20", incident="inc-2")  # "20-..." is not a copy of v2
+    assert quarantined_copies(live, "m", "2") == [first, second]
+    assert restore_quarantined_version(live, "m", "2") == live / "m" / "2"
+    assert (live / "m" / "2" / "model.py").read_bytes() == b"second deploy"
+    assert (first / "model.py").read_bytes() == b"first deploy"  # the older copy stays quarantined
+    assert not (live / "m" / "20").exists()
+
+
+def test_restore_leaves_an_occupied_slot_and_the_quarantined_copy_alone(live: Path) -> None:
+    write_tree(live / "m" / "2", {"model.py": b"quarantined"})
+    moved = quarantine_live_version(live, "m", "2", incident="inc-1")
+    assert moved is not None
+    write_tree(live / "m" / "2", {"model.py": b"deployed since"})
+    assert restore_quarantined_version(live, "m", "2") is None
+    assert (live / "m" / "2" / "model.py").read_bytes() == b"deployed since"
+    assert (moved / "model.py").read_bytes() == b"quarantined"
+
+
+def test_quarantine_of_a_model_without_its_directory_or_in_a_missing_repository(tmp_path: Path) -> None:
+    live = tmp_path / "live"
+    with pytest.raises(FileNotFoundError, match="live repository is not a directory") as caught:
+        quarantine_live_version(live, "m", "1", incident="inc-1")
+    assert str(live) in str(caught.value)
+    with pytest.raises(FileNotFoundError, match="not mounted"):
+        restore_quarantined_version(live, "m", "1")
+    assert not live.exists()
+    live.mkdir()
+    assert quarantine_live_version(live, "m", "1", incident="inc-1") is None
+    assert restore_quarantined_version(live, "m", "1") is None
+    assert list(live.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("model", "version"), [("../x", "1"), ("a/b", "1"), (".healer", "1"), ("m", "0"), ("m", ".."), ("m", "1/../2")]
+)
+def test_quarantine_names_are_validated(live: Path, model: str, version: str) -> None:
+    write_tree(live / "m" / "1", {"model.py": b"x"})
+    for call in (
+        lambda: quarantine_live_version(live, model, version, incident="inc"),
+        lambda: restore_quarantined_version(live, model, version),
+        lambda: quarantined_copies(live, model, version),
+    ):
+        with pytest.raises(ValueError, match=r"invalid (model name|version)"):
+            call()
+    assert sorted(p.name for p in live.iterdir()) == ["m"]
+
+
+def test_quarantine_and_restore_with_concurrent_quarantines_lose_nothing(live: Path) -> None:
+    write_tree(live / "m" / "4", {"model.py": b"v4"})
+    barrier = threading.Barrier(8)
+    results: list[Path | None] = []
+
+    def move(n: int) -> None:
+        barrier.wait(timeout=10)
+        results.append(quarantine_live_version(live, "m", "4", incident="inc-1"))
+
+    threads = [threading.Thread(target=move, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    moved = [r for r in results if r is not None]
+    assert len(results) == 8 and len(moved) == 1
+    assert (moved[0] / "model.py").read_bytes() == b"v4"
