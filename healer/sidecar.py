@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import json
 import os
 import socket
@@ -27,7 +26,9 @@ from typing import Any
 
 import structlog
 
+from healer.decisions import request_reason, verdict_for
 from healer.engines import (
+    REASONS,
     EngineError,
     EngineRejected,
     EngineUnavailable,
@@ -66,55 +67,6 @@ ALERT_RESEND_S = 120.0  # well inside Alertmanager's default resolve_timeout of 
 
 
 # ---- pure helpers ----------------------------------------------------------------------------------------
-
-
-def verdict_for(results: Sequence[ProbeResult], at: float) -> Probed:
-    """One model's probe results (every served version) → what they say about the model (pure)."""
-    liveness = next((r for r in results if r.tier is Tier.LIVENESS), None)
-    if liveness is not None and not liveness.passed:
-        return Probed(at, Verdict.UNKNOWN, detail="Triton not live")
-    for result in results:
-        if result.tier is Tier.BUSINESS and result.status is Status.FAIL:
-            return Probed(
-                at,
-                Verdict.WRONG,
-                version=result.version,
-                reason_code=_reason_code(result),
-                detail=result.reason,
-                content=_content(result),
-            )
-    for result in results:
-        if result.tier is Tier.READINESS and result.status is Status.FAIL:
-            return Probed(at, Verdict.NOT_READY, version=result.version, detail=result.reason)
-    if results and all(r.passed for r in results):
-        versions = sorted({r.version for r in results if r.version})
-        return Probed(at, Verdict.GOOD, version=versions[-1] if versions else None)
-    reasons = "; ".join(r.reason for r in results if r.status is Status.ERROR and r.reason)
-    return Probed(at, Verdict.UNKNOWN, detail=reasons)
-
-
-def _reason_code(result: ProbeResult) -> str:
-    if "http_status" in result.details:
-        return "model-error"
-    outputs = result.details.get("outputs", [])
-    if any(o.get("worst") and str(o["worst"].get("actual")) in {"nan", "inf", "-inf"} for o in outputs):
-        return "non-finite"
-    if outputs and all(o.get("ok") for o in outputs):
-        return "slow"
-    return "wrong-answer"
-
-
-def _content(result: ProbeResult) -> str:
-    """What this failure looks like, identical on every replica that sees the same broken model."""
-    if "error" in result.details:
-        material: Any = result.details["error"]
-    else:
-        material = [
-            {k: o.get(k) for k in ("name", "ok", "mismatched", "worst", "reason")}
-            for o in result.details.get("outputs", [])
-        ]
-    blob = json.dumps([result.details.get("input_hash"), material], sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _iso(wall: float) -> str:
@@ -356,7 +308,8 @@ class Sidecar:
             model=model.name,
             from_version=incident.version,
             incident=incident.key,
-            reason=incident.reason,
+            # "timeout" travels as "slow" until the engines accept it (a timeout is over the SLO).
+            reason=request_reason(incident.reason, REASONS),
             detail=incident.detail[:500],
             pod=self.pod,
             triton_url=self.triton_url,

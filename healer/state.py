@@ -98,7 +98,7 @@ class Probed:
     at: float
     verdict: Verdict
     version: str | None = None
-    reason_code: str = "wrong-answer"  # wrong-answer | non-finite | model-error | slow
+    reason_code: str = "wrong-answer"  # wrong-answer | non-finite | model-error | slow | timeout
     detail: str = ""
     content: str = ""  # what identifies this broken behaviour (e.g. a hash of the wrong outputs)
 

@@ -4,7 +4,9 @@ Every call has a timeout. Failures come out as one of two exceptions, because th
 probes act on them differently:
 
 * ``TritonUnavailable``: no answer from Triton (refused, reset, timed out, 502/503/504).
-  Nothing is known about the model; the probe result is ``error``.
+  Nothing is known about the model; the probe result is ``error``. Its subclass
+  ``TritonTimeout`` says the request went out and no answer came in time: with Triton live and
+  the version ready in the same cycle, that is the model hanging (the business tier's ``timeout``).
 * ``TritonRejected``: Triton answered with an error status and a message. The model's
   own failure (HTTP 500 with the model's exception, or 400 for a request it refuses)
   arrives this way.
@@ -37,6 +39,10 @@ class TritonError(Exception):
 
 class TritonUnavailable(TritonError):
     """Triton could not be reached or did not answer in time."""
+
+
+class TritonTimeout(TritonUnavailable):
+    """The request was sent and no answer came within the timeout (not refused, not reset)."""
 
 
 class TritonRejected(TritonError):
@@ -218,13 +224,17 @@ class TritonHttp:
             return method(*args, **kwargs)
         except InferenceServerException as exc:
             raise _from_triton_exception(exc) from exc
+        except TimeoutError as exc:
+            # A socket timeout (tritonclient lets it through untranslated): no answer in time.
+            raise TritonTimeout(f"{type(exc).__name__}: {exc}".strip()) from exc
         except (OSError, http.client.HTTPException) as exc:
-            # Refused, reset, DNS, socket timeouts: tritonclient lets these through untranslated.
+            # Refused, reset, DNS: tritonclient lets these through untranslated.
             raise TritonUnavailable(f"{type(exc).__name__}: {exc}".strip()) from exc
         except BaseException as exc:
             # gevent.Timeout derives from BaseException; anything else we re-raise untouched.
             if type(exc).__module__.startswith("gevent"):
-                raise TritonUnavailable(f"{type(exc).__name__}: {exc}".strip()) from exc
+                error = TritonTimeout if "Timeout" in type(exc).__name__ else TritonUnavailable
+                raise error(f"{type(exc).__name__}: {exc}".strip()) from exc
             raise
 
 

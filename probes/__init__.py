@@ -1,6 +1,5 @@
-"""The three probe tiers: liveness, readiness and business (golden requests)."""
+"""The three probe tiers: liveness, readiness and business (golden requests).
 
-from probes.result import ProbeResult, Status, Tier
-from probes.tiers import check_business, check_liveness, check_readiness
-
-__all__ = ["ProbeResult", "Status", "Tier", "check_business", "check_liveness", "check_readiness"]
+Import what you need from its module (probes.tiers, probes.result, ...): the package itself imports
+nothing, so a pure module that needs ``probes.result`` does not pull in the tiers and their Triton edge.
+"""

@@ -30,6 +30,9 @@ class ProbeResult:
     latency_ms: float
     reason: str = ""
     details: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # Why a failure failed, as a short code set by the tier that decided it (business: wrong-answer,
+    # non-finite, model-error, slow, timeout); "" when the result is not a failure.
+    code: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.details, MappingProxyType):
@@ -40,7 +43,7 @@ class ProbeResult:
         return self.status is Status.PASS
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        result = {
             "model": self.model,
             "version": self.version,
             "tier": self.tier.value,
@@ -49,3 +52,6 @@ class ProbeResult:
             "reason": self.reason,
             "details": dict(self.details),
         }
+        if self.code:  # failures only
+            result["code"] = self.code
+        return result

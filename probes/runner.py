@@ -53,7 +53,9 @@ def probe_all(settings: Settings, triton: TritonAPI) -> list[ProbeResult]:
             readiness = check_readiness(triton, model.name, version)
             results.append(readiness)
             if readiness.passed:
-                results.append(check_business(triton, model.name, version, model.golden))
+                # Only reached with liveness and this version's readiness passed in this cycle: a
+                # golden request that times out now is the model hanging, not Triton unreachable.
+                results.append(check_business(triton, model.name, version, model.golden, serving_confirmed=True))
             else:
                 results.append(
                     ProbeResult(

@@ -5,7 +5,10 @@
   server-level ready, which strict readiness turns false when *any* model fails to load.
 * business: does the golden request get the expected answer, within tolerance and in time?
 
-Unreachable, timed out or 502/503/504 is ``error`` (nothing learnt), never ``fail``.
+Unreachable, refused or 502/503/504 is ``error`` (nothing learnt), never ``fail``. A golden request
+that times out is ``error`` too, unless the caller confirms that Triton was live and the version
+ready in the same cycle (``serving_confirmed``): then the model is hanging, a ``fail`` with code
+``timeout`` (healer/decisions.py ``timeout_status``).
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from healer.decisions import MODEL_ERROR, SLOW, TIMEOUT, timeout_status, wrong_answer_code
 from healer.settings import GoldenRequest
-from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
+from healer.triton import TritonAPI, TritonRejected, TritonTimeout, TritonUnavailable
 from probes.compare import compare_output
 from probes.result import ProbeResult, Status, Tier
 
@@ -98,46 +102,23 @@ def _load_state(triton: TritonAPI, model: str, version: str | None) -> str:
 
 
 def check_business(
-    triton: TritonAPI, model: str, version: str, golden: GoldenRequest, *, clock: Clock = time.perf_counter
+    triton: TritonAPI,
+    model: str,
+    version: str,
+    golden: GoldenRequest,
+    *,
+    serving_confirmed: bool = False,
+    clock: Clock = time.perf_counter,
 ) -> ProbeResult:
+    """The golden request. ``serving_confirmed``: liveness and this version's readiness passed in
+    this cycle, so a timeout is the model hanging (``fail``/``timeout``), not an unreachable server."""
     output_names = [o.tensor.name for o in golden.outputs]
     base_details = {"input_hash": golden.input_hash, "latency_slo_ms": golden.latency_slo_ms}
     started = clock()
     try:
         outputs = triton.infer(model, version, golden.inputs, output_names, golden.timeout_s)
-    except TritonUnavailable as exc:
-        return _result(
-            Tier.BUSINESS,
-            Status.ERROR,
-            model,
-            version,
-            clock() - started,
-            f"golden request got no answer: {exc}",
-            base_details,
-        )
-    except TritonRejected as exc:
-        elapsed = clock() - started
-        if exc.status == 404:
-            # The model or version vanished between readiness and now: the readiness tier owns that fact.
-            return _result(
-                Tier.BUSINESS,
-                Status.ERROR,
-                model,
-                version,
-                elapsed,
-                f"not probed, model not served: {exc.message}",
-                base_details,
-            )
-        # 400/500 with Triton's message: the model refused or raised on a request it must answer.
-        return _result(
-            Tier.BUSINESS,
-            Status.FAIL,
-            model,
-            version,
-            elapsed,
-            f"model failed the golden request (HTTP {exc.status}): {_first_line(exc.message)}",
-            {**base_details, "http_status": exc.status, "error": exc.message},
-        )
+    except (TritonUnavailable, TritonRejected) as exc:
+        return _no_answer(exc, model, version, golden, clock() - started, serving_confirmed, base_details)
     elapsed = clock() - started
     latency_ms = elapsed * 1000
     comparisons = [
@@ -151,7 +132,16 @@ def check_business(
     details = {**base_details, "outputs": [c.to_dict() for c in comparisons]}
     wrong = [c for c in comparisons if not c.ok]
     if wrong:
-        return _result(Tier.BUSINESS, Status.FAIL, model, version, elapsed, "; ".join(c.reason for c in wrong), details)
+        return _result(
+            Tier.BUSINESS,
+            Status.FAIL,
+            model,
+            version,
+            elapsed,
+            "; ".join(c.reason for c in wrong),
+            details,
+            code=wrong_answer_code(c.worst.actual for c in wrong if c.worst is not None),
+        )
     if latency_ms > golden.latency_slo_ms:
         return _result(
             Tier.BUSINESS,
@@ -161,8 +151,61 @@ def check_business(
             elapsed,
             f"correct answer but slow: {latency_ms:.1f} ms > SLO {golden.latency_slo_ms:g} ms",
             details,
+            code=SLOW,
         )
     return _result(Tier.BUSINESS, Status.PASS, model, version, elapsed, "", details)
+
+
+def _no_answer(
+    exc: TritonUnavailable | TritonRejected,
+    model: str,
+    version: str,
+    golden: GoldenRequest,
+    elapsed: float,
+    serving_confirmed: bool,
+    base_details: dict[str, object],
+) -> ProbeResult:
+    """The golden request got an error instead of outputs: a failure of the model, or nothing learnt."""
+    if isinstance(exc, TritonTimeout):
+        status = timeout_status(liveness_passed=serving_confirmed, readiness_passed=serving_confirmed)
+        if status is Status.FAIL:
+            return _result(
+                Tier.BUSINESS,
+                Status.FAIL,
+                model,
+                version,
+                elapsed,
+                f"no answer within timeout {golden.timeout_s:g} s while Triton is live and the version ready: "
+                f"the model hangs (SLO {golden.latency_slo_ms:g} ms)",
+                {**base_details, "timeout_s": golden.timeout_s, "error": str(exc)},
+                code=TIMEOUT,
+            )
+    if isinstance(exc, TritonUnavailable):
+        return _result(
+            Tier.BUSINESS, Status.ERROR, model, version, elapsed, f"golden request got no answer: {exc}", base_details
+        )
+    if exc.status == 404:
+        # The model or version vanished between readiness and now: the readiness tier owns that fact.
+        return _result(
+            Tier.BUSINESS,
+            Status.ERROR,
+            model,
+            version,
+            elapsed,
+            f"not probed, model not served: {exc.message}",
+            base_details,
+        )
+    # 400/500 with Triton's message: the model refused or raised on a request it must answer.
+    return _result(
+        Tier.BUSINESS,
+        Status.FAIL,
+        model,
+        version,
+        elapsed,
+        f"model failed the golden request (HTTP {exc.status}): {_first_line(exc.message)}",
+        {**base_details, "http_status": exc.status, "error": exc.message},
+        code=MODEL_ERROR,
+    )
 
 
 def _first_line(text: str) -> str:
@@ -177,6 +220,8 @@ def _result(
     elapsed_s: float,
     reason: str = "",
     details: dict[str, object] | None = None,
+    *,
+    code: str = "",
 ) -> ProbeResult:
     return ProbeResult(
         tier=tier,
@@ -186,4 +231,5 @@ def _result(
         latency_ms=elapsed_s * 1000,
         reason=reason,
         details=details or {},
+        code=code,
     )

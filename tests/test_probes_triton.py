@@ -56,6 +56,7 @@ def test_wrong_weights_fail_only_the_business_tier_with_expected_and_actual(
     assert "output 'SCORE'" in business.reason
     assert "worst [0,0] expected 7.1" in business.reason
     assert "got 12.1" in business.reason
+    assert business.code == "wrong-answer"
     worst = business.details["outputs"][0]["worst"]
     assert worst["index"] == [0, 0]
     assert worst["actual"] == pytest.approx(12.1, abs=1e-4)
@@ -78,6 +79,7 @@ def test_nan_output_fails_business(triton: TritonHttp, deploy: Deploy, base: str
     business = check_business(triton, model.name, "3", model.golden)
     assert business.status is Status.FAIL
     assert "got 'nan'" in business.reason
+    assert business.code == "non-finite"
 
 
 @pytest.mark.parametrize("base", ["linear_scorer", "tiny_classifier"])
@@ -89,6 +91,7 @@ def test_raising_model_fails_business_with_its_exception(triton: TritonHttp, dep
     assert "HTTP 500" in business.reason
     assert "ValueError" in business.reason
     assert business.details["http_status"] == 500
+    assert business.code == "model-error"
 
 
 def test_slow_model_breaks_the_latency_slo(triton: TritonHttp, deploy: Deploy) -> None:
@@ -96,17 +99,51 @@ def test_slow_model_breaks_the_latency_slo(triton: TritonHttp, deploy: Deploy) -
     business = check_business(triton, model.name, "3", model.golden)
     assert business.status is Status.FAIL
     assert "slow" in business.reason
+    assert business.code == "slow"
     assert business.latency_ms > model.golden.latency_slo_ms
     # The answer itself was right: every output matched.
     assert all(o["ok"] for o in business.details["outputs"])
 
 
-def test_a_timeout_is_an_error_not_a_failure(triton: TritonHttp, deploy: Deploy) -> None:
+def test_a_timeout_without_liveness_and_readiness_is_an_error_not_a_failure(triton: TritonHttp, deploy: Deploy) -> None:
     model = deploy("linear_scorer", {3: ("broken", "slow")})
     impatient = dataclasses.replace(model.golden, timeout_s=0.1, latency_slo_ms=50)
-    business = check_business(triton, model.name, "3", impatient)
+    business = check_business(triton, model.name, "3", impatient)  # nobody confirmed live and ready
     assert business.status is Status.ERROR
     assert "no answer" in business.reason
+    assert business.code == ""
+
+
+def test_a_hung_model_fails_business_with_code_timeout(
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonHttp, deploy: Deploy
+) -> None:
+    """execute() sleeps 3 s, past the golden timeout, while Triton is live and the version ready:
+    the model hangs, a FAIL with code ``timeout`` (it counts toward the threshold like ``slow``)."""
+    model = deploy("linear_scorer", {3: ("broken", "hang")})
+    impatient = dataclasses.replace(model, golden=dataclasses.replace(model.golden, timeout_s=0.3))
+    results = probe_all(settings_for(example_settings, impatient, url=triton_server.url), triton)
+    tiers = by_tier(results, model.name)
+    assert tiers[Tier.LIVENESS].status is Status.PASS
+    assert tiers[Tier.READINESS].status is Status.PASS
+    business = tiers[Tier.BUSINESS]
+    assert (business.status, business.code, business.version) == (Status.FAIL, "timeout", "3")
+    assert "the model hangs" in business.reason
+    assert 300 <= business.latency_ms < 3000  # gave up at the timeout, did not wait for the model
+    assert business.to_dict()["code"] == "timeout"
+    assert exit_code(results) == EXIT_FAIL
+
+
+def test_a_refused_connection_stays_an_error_even_when_confirmed_serving(example_settings: Settings) -> None:
+    from healer.embedded import free_port
+
+    client = TritonHttp(f"127.0.0.1:{free_port()}", timeout_s=1.0)
+    model = example_settings.model("linear_scorer")
+    try:
+        business = check_business(client, model.name, "2", model.golden, serving_confirmed=True)
+    finally:
+        client.close()
+    assert business.status is Status.ERROR  # refused: nothing learnt about the model
+    assert business.code == ""
 
 
 def test_unloaded_model_fails_readiness_and_skips_business(

@@ -161,6 +161,43 @@ def test_broken_push_is_detected_drained_rolled_back_and_served_again(stack_fact
         assert all(len(p["input_hash"]) == 64 and len(p["trace_id"]) == 16 for p in failed)
 
 
+def test_a_hung_model_is_drained_and_rolled_back(stack_factory: Any) -> None:
+    """A version whose execute() sleeps past the golden timeout, on a live Triton that calls it ready:
+    business FAIL/timeout, drained, one rollback submitted and the stable version served again."""
+    with stack_factory() as stack:
+        settings = sidecar_settings(stack)
+        model_settings = settings.models[0]
+        # The hang sleeps 3 s; a 0.5 s golden timeout keeps the probe cycles (and Triton's queue) short.
+        impatient = dataclasses.replace(
+            model_settings, golden=dataclasses.replace(model_settings.golden, timeout_s=0.5)
+        )
+        settings = dataclasses.replace(settings, models=(impatient,))
+        sidecar = Sidecar(
+            settings,
+            TritonHttp(stack.settings.triton.url, timeout_s=5),
+            engine_factory=lambda: local_engine(settings),
+            pod="ml/triton-0",
+        )
+        with structlog.testing.capture_logs() as logs, Running(sidecar) as running:
+            model = stack.model
+            running.wait_for(lambda s: s["cycles"] >= 1, 10)
+            push_broken_version(stack, 3, "hang")
+            status = running.wait_for(lambda s: s["models"][model]["state"] == "healing", 20)
+            assert http_get(running.base + "/readyz") == (503, f"{model}: healing\n")
+            incident = status["models"][model]["incident"]
+            assert (incident["version"], incident["reason"]) == ("3", "timeout")
+            running.wait_for(lambda s: s["models"][model]["state"] == "healthy", 60)
+            assert stack.triton.served_versions(model) == ["2"]
+            metrics = http_get(running.base + "/metrics")[1]
+        assert f'healer_rollbacks_total{{model="{model}",outcome="submitted"}} 1' in metrics
+        timeouts = [
+            e
+            for e in logs
+            if e["event"] == "probe" and e.get("model") == model and e["status"] == "fail" and e["tier"] == "business"
+        ]
+        assert len(timeouts) >= THRESHOLD and all("the model hangs" in e["reason"] for e in timeouts)
+
+
 def test_a_one_off_bad_answer_triggers_no_rollback(stack_factory: Any) -> None:
     with stack_factory() as stack:
         settings = sidecar_settings(stack)

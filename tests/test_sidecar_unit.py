@@ -21,7 +21,7 @@ from healer.engines import (
 from healer.settings import Settings, SidecarSettings, TensorSpec, TierThresholds
 from healer.sidecar import Sidecar
 from healer.state import Phase
-from healer.triton import IndexEntry, OutputTensor
+from healer.triton import IndexEntry, OutputTensor, TritonTimeout
 
 
 class ScriptedTriton:
@@ -32,6 +32,7 @@ class ScriptedTriton:
     def __init__(self, settings: Settings) -> None:
         self.golden = settings.models[0].golden
         self.wrong = False
+        self.hang = False  # the model sleeps past the golden timeout
 
     def server_live(self) -> bool:
         return True
@@ -51,6 +52,8 @@ class ScriptedTriton:
     def infer(
         self, model: str, version: str, inputs: Sequence[TensorSpec], output_names: Sequence[str], timeout_s: float
     ) -> dict[str, OutputTensor]:
+        if self.hang:
+            raise TritonTimeout("TimeoutError: timed out")
         outputs = {}
         for expected in self.golden.outputs:
             values = np.array(expected.tensor.values, copy=True)
@@ -74,9 +77,11 @@ class ScriptedEngine:
         self.submit_errors = list(submit_errors)
         self.status_error = status_error
         self.created: list[str] = []
+        self.requests: list[RollbackRequest] = []
         self.phase = "Running"
 
     def submit(self, request: RollbackRequest) -> Submission:
+        self.requests.append(request)
         if self.submit_errors:
             raise self.submit_errors.pop(0)
         name = workflow_name(request)
@@ -231,3 +236,16 @@ def test_one_models_exception_does_not_stop_the_cycle(settings: Settings) -> Non
     clock.now += 1
     sidecar.cycle()  # status() raises RuntimeError: logged, the cycle completes
     assert sidecar.cycles == 2
+
+
+def test_a_hung_model_is_a_timeout_incident_and_its_rollback_says_slow(settings: Settings) -> None:
+    primary = ScriptedEngine()
+    sidecar, triton, _clock = make(settings, primary)
+    triton.hang = True
+    sidecar.cycle()  # failure_threshold 1: live, ready, no answer in time -> healing
+    state = sidecar.states["linear_scorer"]
+    assert state.phase is Phase.HEALING and state.incident is not None
+    assert state.incident.reason == "timeout"
+    assert sidecar.ready() == (False, ["linear_scorer: healing"])
+    [request] = primary.requests
+    assert request.reason == "slow"  # the engines' reasons have no "timeout" yet: over the SLO by definition

@@ -1,0 +1,93 @@
+"""The sidecar's decisions beside the state machine (healer/state.py): pure functions over values.
+
+The sidecar (healer/sidecar.py) gathers values at its edges (probe results, clocks, what an engine
+or the peers answered), asks these functions what to do, and does it. Nothing here does I/O or
+reads a clock, so every rule is a table test (tests/test_decisions.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence, Set
+from typing import Any
+
+from healer.state import Probed, Verdict
+from probes.result import ProbeResult, Status, Tier
+
+# ---- business failure codes ---------------------------------------------------------------------------
+
+# Short codes: they travel as RollbackRequest reasons and Kubernetes label values.
+WRONG_ANSWER = "wrong-answer"
+NON_FINITE = "non-finite"
+MODEL_ERROR = "model-error"
+SLOW = "slow"
+TIMEOUT = "timeout"
+NON_FINITE_VALUES = frozenset({"nan", "inf", "-inf"})
+
+
+def timeout_status(*, liveness_passed: bool, readiness_passed: bool) -> Status:
+    """A golden request that got no answer in time. With Triton live and this version ready in the
+    same cycle, the model is hanging: FAIL (the loader keeps timeout_s >= the SLO, so a timeout is
+    over the SLO by definition). Without both, nothing was learnt: ERROR."""
+    return Status.FAIL if liveness_passed and readiness_passed else Status.ERROR
+
+
+def wrong_answer_code(worst_actuals: Iterable[Any]) -> str:
+    """Wrong outputs: ``non-finite`` when any output's worst element is NaN or ±Inf."""
+    if any(str(actual) in NON_FINITE_VALUES for actual in worst_actuals):
+        return NON_FINITE
+    return WRONG_ANSWER
+
+
+def request_reason(code: str, accepted: Set[str]) -> str:
+    """The RollbackRequest reason for a failure code: the code itself when the engines accept it;
+    otherwise ``slow`` for a timeout (a timeout is over the SLO) and ``wrong-answer`` for the rest."""
+    if code in accepted:
+        return code
+    return SLOW if code == TIMEOUT and SLOW in accepted else WRONG_ANSWER
+
+
+# ---- probe results → one verdict per model ------------------------------------------------------------
+
+
+def verdict_for(results: Sequence[ProbeResult], at: float) -> Probed:
+    """One model's probe results (every served version) → what they say about the model."""
+    liveness = next((r for r in results if r.tier is Tier.LIVENESS), None)
+    if liveness is not None and not liveness.passed:
+        return Probed(at, Verdict.UNKNOWN, detail="Triton not live")
+    for result in results:
+        if result.tier is Tier.BUSINESS and result.status is Status.FAIL:
+            return Probed(
+                at,
+                Verdict.WRONG,
+                version=result.version,
+                reason_code=result.code or WRONG_ANSWER,
+                detail=result.reason,
+                content=failure_content(result),
+            )
+    for result in results:
+        if result.tier is Tier.READINESS and result.status is Status.FAIL:
+            return Probed(at, Verdict.NOT_READY, version=result.version, detail=result.reason)
+    if results and all(r.passed for r in results):
+        versions = sorted({r.version for r in results if r.version})
+        return Probed(at, Verdict.GOOD, version=versions[-1] if versions else None)
+    reasons = "; ".join(r.reason for r in results if r.status is Status.ERROR and r.reason)
+    return Probed(at, Verdict.UNKNOWN, detail=reasons)
+
+
+def failure_content(result: ProbeResult) -> str:
+    """What this failure looks like, identical on every replica that sees the same broken model
+    (it keys the incident, and so the one workflow every replica joins)."""
+    material: Any
+    if result.code == TIMEOUT:
+        material = TIMEOUT  # how long it hung differs per replica; that it hung does not
+    elif "error" in result.details:
+        material = result.details["error"]
+    else:
+        material = [
+            {k: o.get(k) for k in ("name", "ok", "mismatched", "worst", "reason")}
+            for o in result.details.get("outputs", [])
+        ]
+    blob = json.dumps([result.details.get("input_hash"), material], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()

@@ -1,0 +1,143 @@
+"""healer.decisions: the sidecar's decisions beside the state machine, as table tests.
+
+Pure and fast: values in, a decision out; nothing sleeps, reads a clock or talks to anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from healer.decisions import (
+    MODEL_ERROR,
+    NON_FINITE,
+    SLOW,
+    TIMEOUT,
+    WRONG_ANSWER,
+    failure_content,
+    request_reason,
+    timeout_status,
+    verdict_for,
+    wrong_answer_code,
+)
+from healer.engines import REASONS
+from healer.state import Verdict
+from probes.result import ProbeResult, Status, Tier
+
+# --- a golden request that timed out -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("liveness_passed", "readiness_passed", "status"),
+    [
+        (True, True, Status.FAIL),  # live, this version ready, and no answer: the model hangs
+        (True, False, Status.ERROR),  # the version is not ready: the readiness tier owns that
+        (False, True, Status.ERROR),  # Triton not live: nothing learnt about the model
+        (False, False, Status.ERROR),
+    ],
+)
+def test_timeout_status(liveness_passed: bool, readiness_passed: bool, status: Status) -> None:
+    assert timeout_status(liveness_passed=liveness_passed, readiness_passed=readiness_passed) is status
+
+
+@pytest.mark.parametrize(
+    ("worst_actuals", "code"),
+    [
+        ([12.1], WRONG_ANSWER),
+        (["nan"], NON_FINITE),
+        (["inf"], NON_FINITE),
+        (["-inf"], NON_FINITE),
+        ([3.0, "nan"], NON_FINITE),  # any output with a non-finite worst value
+        (["cat"], WRONG_ANSWER),  # BYTES
+        ([], WRONG_ANSWER),  # missing output or wrong shape: no worst element
+    ],
+)
+def test_wrong_answer_code(worst_actuals: list[Any], code: str) -> None:
+    assert wrong_answer_code(worst_actuals) == code
+
+
+@pytest.mark.parametrize(
+    ("code", "accepted", "reason"),
+    [
+        (WRONG_ANSWER, REASONS, WRONG_ANSWER),
+        (NON_FINITE, REASONS, NON_FINITE),
+        (MODEL_ERROR, REASONS, MODEL_ERROR),
+        (SLOW, REASONS, SLOW),
+        (TIMEOUT, frozenset({SLOW, WRONG_ANSWER}), SLOW),  # an engine that does not know "timeout" yet
+        (TIMEOUT, frozenset({SLOW, TIMEOUT}), TIMEOUT),  # one that does
+        ("something-new", frozenset({WRONG_ANSWER}), WRONG_ANSWER),
+    ],
+)
+def test_request_reason(code: str, accepted: frozenset[str], reason: str) -> None:
+    assert request_reason(code, accepted) == reason
+
+
+def test_every_failure_code_becomes_a_reason_the_engines_accept() -> None:
+    for code in (WRONG_ANSWER, NON_FINITE, MODEL_ERROR, SLOW, TIMEOUT):
+        assert request_reason(code, REASONS) in REASONS
+
+
+# --- probe results → one verdict per model -------------------------------------------------------------
+
+
+def live(passed: bool = True) -> ProbeResult:
+    return ProbeResult(Tier.LIVENESS, Status.PASS if passed else Status.FAIL, "m", None, 1.0)
+
+
+def ready(status: Status = Status.PASS, version: str = "3") -> ProbeResult:
+    return ProbeResult(Tier.READINESS, status, "m", version, 1.0, "" if status is Status.PASS else "not ready")
+
+
+def business(status: Status = Status.PASS, code: str = "", version: str = "3", **details: Any) -> ProbeResult:
+    reason = "" if status is Status.PASS else f"{status.value} {code}"
+    return ProbeResult(Tier.BUSINESS, status, "m", version, 1.0, reason, {"input_hash": "h", **details}, code)
+
+
+@pytest.mark.parametrize(
+    ("results", "verdict", "reason_code", "version"),
+    [
+        ([live(), ready(), business()], Verdict.GOOD, "wrong-answer", "3"),
+        ([live(), ready(), business(Status.FAIL, WRONG_ANSWER)], Verdict.WRONG, WRONG_ANSWER, "3"),
+        ([live(), ready(), business(Status.FAIL, TIMEOUT)], Verdict.WRONG, TIMEOUT, "3"),
+        ([live(), ready(), business(Status.FAIL, SLOW)], Verdict.WRONG, SLOW, "3"),
+        ([live(), ready(), business(Status.FAIL)], Verdict.WRONG, WRONG_ANSWER, "3"),  # no code: the default
+        ([live(), ready(Status.FAIL), business(Status.ERROR)], Verdict.NOT_READY, "wrong-answer", "3"),
+        ([live(), ready(), business(Status.ERROR)], Verdict.UNKNOWN, "wrong-answer", None),
+        ([live(False), ready(Status.ERROR), business(Status.ERROR)], Verdict.UNKNOWN, "wrong-answer", None),
+        # Two versions served: a wrong answer on either is the model's; GOOD names the newest.
+        (
+            [live(), ready(version="2"), business(version="2"), ready(), business(Status.FAIL, NON_FINITE)],
+            Verdict.WRONG,
+            NON_FINITE,
+            "3",
+        ),
+        ([live(), ready(version="2"), business(version="2"), ready(), business()], Verdict.GOOD, "wrong-answer", "3"),
+        ([], Verdict.UNKNOWN, "wrong-answer", None),
+    ],
+)
+def test_verdict_for(results: list[ProbeResult], verdict: Verdict, reason_code: str, version: str | None) -> None:
+    probed = verdict_for(results, 5.0)
+    assert (probed.verdict, probed.reason_code, probed.version, probed.at) == (verdict, reason_code, version, 5.0)
+
+
+def test_a_business_failure_beats_a_readiness_failure() -> None:
+    results = [live(), ready(Status.FAIL, version="2"), ready(), business(Status.FAIL, MODEL_ERROR)]
+    assert verdict_for(results, 1.0).verdict is Verdict.WRONG
+
+
+def test_failure_content_is_the_same_on_every_replica_for_the_same_failure() -> None:
+    wrong = {"outputs": [{"name": "OUT", "ok": False, "mismatched": 1, "worst": {"actual": 12.1}}]}
+    a = ProbeResult(Tier.BUSINESS, Status.FAIL, "m", "3", 1.0, "x", {"input_hash": "h", **wrong}, WRONG_ANSWER)
+    b = ProbeResult(Tier.BUSINESS, Status.FAIL, "m", "3", 9.0, "x", {"input_hash": "h", **wrong}, WRONG_ANSWER)
+    assert failure_content(a) == failure_content(b)
+    other = {"outputs": [{"name": "OUT", "ok": False, "mismatched": 1, "worst": {"actual": -3.0}}]}
+    c = ProbeResult(Tier.BUSINESS, Status.FAIL, "m", "3", 1.0, "x", {"input_hash": "h", **other}, WRONG_ANSWER)
+    assert failure_content(c) != failure_content(a)
+
+
+def test_a_hang_has_one_content_whatever_the_timeout_or_the_message() -> None:
+    first = business(Status.FAIL, TIMEOUT, timeout_s=0.5, error="TimeoutError: timed out")
+    second = business(Status.FAIL, TIMEOUT, timeout_s=2.0, error="Timeout: 2 seconds")
+    assert failure_content(first) == failure_content(second)
+    assert failure_content(first) != failure_content(business(Status.FAIL, MODEL_ERROR, error="boom"))
