@@ -38,6 +38,14 @@ class PodRef:
         return f"{self.namespace}/{self.name}"
 
 
+@dataclass(frozen=True)
+class TritonPod:
+    name: str
+    ip: str
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown
+    terminating: bool  # deletionTimestamp set: on its way out, whatever its phase says
+
+
 def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
@@ -83,8 +91,8 @@ class KubeClient:
         configuration.retries = 0
         return cls(client.ApiClient(configuration), timeout_s=timeout_s)
 
-    def running_pod_ips(self, namespace: str, selector: str) -> list[tuple[str, str]]:
-        """(name, IP) of the Running pods matching a label selector, sorted by name."""
+    def triton_pods(self, namespace: str, selector: str) -> list[TritonPod]:
+        """Every pod matching a label selector, sorted by name, with what a rollback needs to know."""
         pods = self._call(
             "list pods",
             self._core.list_namespaced_pod,
@@ -93,11 +101,16 @@ class KubeClient:
             _request_timeout=self.timeout_s,
         )
         found = [
-            (pod.metadata.name, pod.status.pod_ip)
+            TritonPod(
+                name=pod.metadata.name,
+                ip=(pod.status.pod_ip or "") if pod.status is not None else "",
+                phase=(pod.status.phase or "") if pod.status is not None else "",
+                # Kubernetes keeps reporting a deleted pod Running until it is gone: deletionTimestamp tells.
+                terminating=pod.metadata.deletion_timestamp is not None,
+            )
             for pod in pods.items
-            if pod.status is not None and pod.status.phase == "Running" and pod.status.pod_ip
         ]
-        return sorted(found)
+        return sorted(found, key=lambda p: p.name)
 
     def annotate_pod(self, pod: PodRef, annotations: Mapping[str, str]) -> None:
         """Merge annotations into the pod's metadata (a JSON merge patch: nothing else changes)."""

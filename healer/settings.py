@@ -157,6 +157,9 @@ class ReplicaSettings:
     port: int = 8000  # Triton's HTTP port in those pods
 
 
+ROLLBACK_ORDERS = ("swap", "unload-first")
+
+
 @dataclass(frozen=True)
 class RollbackSettings:
     deadline_s: float = 90.0  # the whole rollback, unload to verified; past it: escalate
@@ -171,6 +174,10 @@ class RollbackSettings:
     alert: AlertSettings = field(default_factory=AlertSettings)
     # None: heal the Triton the request names (the submitting pod's), or triton.url.
     replicas: ReplicaSettings | None = None
+    # swap: load the stable version over the broken one (Triton loads the new version, then releases
+    # the old; a failed load keeps the old): the model is never absent. unload-first: for models too
+    # large to be resident twice; the model is absent between unload and load.
+    order: str = "swap"
 
 
 @dataclass(frozen=True)
@@ -192,6 +199,9 @@ class SidecarSettings:
     # If the Argo engine cannot take the rollback within this, run it in the pod (LocalEngine).
     argo_submit_timeout_s: float = 5.0
     fallback_to_local: bool = True
+    # The longest one engine call (build, submit-or-join, status) may hold the probe loop; past it the
+    # call is left to its thread and counted as "maybe delivered" (healer/sidecar.py BoundedCalls).
+    engine_call_timeout_s: float = 15.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -301,6 +311,7 @@ def _parse_sidecar(reader: _Reader, raw: Any) -> SidecarSettings:
             "window_s",
             "argo_submit_timeout_s",
             "fallback_to_local",
+            "engine_call_timeout_s",
         },
     )
     d = SidecarSettings()
@@ -338,6 +349,9 @@ def _parse_sidecar(reader: _Reader, raw: Any) -> SidecarSettings:
             data.get("argo_submit_timeout_s", d.argo_submit_timeout_s), f"{key}.argo_submit_timeout_s", minimum=0.1
         ),
         fallback_to_local=fallback,
+        engine_call_timeout_s=reader.number(
+            data.get("engine_call_timeout_s", d.engine_call_timeout_s), f"{key}.engine_call_timeout_s", minimum=0.01
+        ),
     )
 
 
@@ -393,9 +407,13 @@ def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
             "argo",
             "alert",
             "replicas",
+            "order",
         },
     )
     d = RollbackSettings()
+    order = reader.string(data.get("order", d.order), f"{key}.order")
+    if order not in ROLLBACK_ORDERS:
+        raise ConfigError(reader.source, f"{key}.order", f"must be 'swap' or 'unload-first', got {order!r}")
     replicas = None
     if data.get("replicas") is not None:
         r = reader.mapping(data["replicas"], f"{key}.replicas", required={"namespace", "selector"}, optional={"port"})
@@ -463,6 +481,7 @@ def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
         argo=argo,
         alert=alert,
         replicas=replicas,
+        order=order,
     )
 
 

@@ -59,7 +59,7 @@ def test_promote_rollback_and_inspect_from_the_command_line(
     run_name = runs[1].split()[0]
     assert main(["runs", "--config", str(config), "show", run_name]) == 0
     shown = capsys.readouterr().out
-    for phase in ("unload", "fetch-stable", "load", "verify", "record"):
+    for phase in ("lease", "fetch-stable", "restore", "record"):
         assert f"└ {phase}" in shown
     assert "when '" in shown  # the skipped exit handler says why it did not run
 

@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 
 from healer.embedded import free_port
-from healer.kube import KubeClient, KubeError, PodRef
+from healer.kube import KubeClient, KubeError, PodRef, TritonPod
 
 
 class FakeApiServer:
@@ -113,9 +113,12 @@ def test_pod_reference_parsing(text: str, expected: PodRef) -> None:
     assert PodRef.parse(text, default_namespace="default-ns") == expected
 
 
-def test_running_pod_ips_lists_by_selector_and_keeps_running_pods_with_an_ip() -> None:
-    def pod(name: str, phase: str, ip: str | None) -> dict[str, Any]:
-        return {"metadata": {"name": name, "namespace": "ml"}, "status": {"phase": phase, "podIP": ip}}
+def test_triton_pods_lists_by_selector_with_phase_ip_and_termination() -> None:
+    def pod(name: str, phase: str, ip: str | None, deleting: bool = False) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": name, "namespace": "ml"}
+        if deleting:
+            metadata["deletionTimestamp"] = "2026-11-30T10:00:00Z"
+        return {"metadata": metadata, "status": {"phase": phase, "podIP": ip}}
 
     pods = {
         "apiVersion": "v1",
@@ -125,15 +128,20 @@ def test_running_pod_ips_lists_by_selector_and_keeps_running_pods_with_an_ip() -
             pod("triton-b", "Running", "10.0.0.2"),
             pod("triton-a", "Running", "10.0.0.1"),
             pod("triton-c", "Pending", None),
-            pod("triton-d", "Succeeded", "10.0.0.4"),
+            pod("triton-d", "Running", "10.0.0.4", deleting=True),
         ],
     }
     server = FakeApiServer(get_body=pods)
     try:
-        found = KubeClient.for_host(server.url).running_pod_ips("ml", "app.kubernetes.io/name=triton")
+        found = KubeClient.for_host(server.url).triton_pods("ml", "app.kubernetes.io/name=triton")
     finally:
         server.close()
-    assert found == [("triton-a", "10.0.0.1"), ("triton-b", "10.0.0.2")]
+    assert found == [
+        TritonPod("triton-a", "10.0.0.1", "Running", terminating=False),
+        TritonPod("triton-b", "10.0.0.2", "Running", terminating=False),
+        TritonPod("triton-c", "", "Pending", terminating=False),
+        TritonPod("triton-d", "10.0.0.4", "Running", terminating=True),
+    ]
     [request] = server.requests
     assert request["method"] == "GET"
     assert request["path"] == "/api/v1/namespaces/ml/pods?labelSelector=app.kubernetes.io%2Fname%3Dtriton"

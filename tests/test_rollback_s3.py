@@ -149,12 +149,14 @@ def test_broken_newest_version_is_rolled_back_to_the_stable_one_fetched_from_s3(
         assert hash_directory(live_v2) == dict(record.files)  # fetched, verified, renamed into place
         assert hash_directory(live_v2) == hash_directory(tmp_path / "v2-moved-aside")
         phases = {p["name"]: p for p in json.loads(status.outputs["phases"])}
-        assert list(phases) == ["unload", "fetch-stable", "load", "verify", "record"]
+        assert list(phases) == ["lease", "fetch-stable", "restore", "record"]
         assert phases["fetch-stable"]["outputs"]["source"] == stack.store.location
         assert phases["fetch-stable"]["outputs"]["path"] == str(live_v2)
         assert ledger.is_quarantined("3")
         assert stack.store.versions(stack.model) == ["1", "2", "3"]  # nothing deleted in S3
-        assert version_dirs(stack.live / stack.model) == ["1", "2", "3"]
+        # The quarantined v3 is moved out of what Triton reads, kept under .healer/quarantine.
+        assert version_dirs(stack.live / stack.model) == ["1", "2"]
+        assert phases["record"]["outputs"]["moved_aside"].startswith(str(stack.live / ".healer" / "quarantine"))
         [audit] = stack.store.audit(stack.model)
         assert audit["event"] == "restored" and audit["from_version"] == "3" and audit["to_version"] == "2"
         assert stack.alerts.alerts == []
@@ -169,6 +171,7 @@ def test_a_stable_version_overwritten_in_s3_is_refused_and_escalated(s3_stacks: 
         status = stack.engine.run(stack.request("3"), timeout_s=120)
 
         assert status.phase == "Failed"
+        assert stack.triton.served_versions(stack.model) == ["3"]  # the served model was never touched
         assert status.message.startswith("fetch-stable: ")
         assert "files differ from the stable ledger" in status.message
         assert f"{stack.store.location}/{stack.model}/2" in status.message

@@ -54,9 +54,13 @@ def test_broken_newest_version_is_rolled_back_to_the_last_stable(fs_stack_factor
         assert check_business(stack.triton, stack.model, "2", golden).status is Status.PASS
         ledger = stack.store.ledger(stack.model)
         assert ledger.is_quarantined("3")
+        # The store keeps every version; the live repository no longer offers the quarantined one.
         assert (stack.store.blobs.root / stack.model / "3" / "params.json").exists()  # type: ignore[attr-defined]
+        assert not (stack.live / stack.model / "3").exists()
         phases = json.loads(status.outputs["phases"])
-        assert [p["name"] for p in phases] == ["unload", "fetch-stable", "load", "verify", "record"]
+        assert [p["name"] for p in phases] == ["lease", "fetch-stable", "restore", "record"]
+        [replica] = phases[2]["outputs"]["replicas"].values()
+        assert replica["action"] == "swap" and replica["served_before"] == ["3"]
         assert stack.alerts.alerts == []
 
 
@@ -72,6 +76,7 @@ def test_stable_version_also_broken_escalates_within_budget_and_deletes_nothing(
         # Ledger hashes no longer match the store: refused before loading anything.
         status = stack.engine.run(stack.request("3"), timeout_s=120)
         assert status.phase == "Failed"
+        assert stack.triton.served_versions(stack.model) == ["3"]  # still loaded: broken, but answering
         assert "fetch-stable" in status.message and "files differ from the stable ledger" in status.message
         assert "params.json" in status.message
         record = stack.engine.get(status.name)
@@ -104,7 +109,7 @@ def test_stable_version_that_answers_wrongly_fails_verify_and_escalates(fs_stack
         stack.store.update_ledger(stack.model, lambda ledger: ledger.with_stable(fake))
         status = stack.engine.run(stack.request("3"), timeout_s=120)
         assert status.phase == "Failed"
-        assert status.message.startswith("verify: ")
+        assert status.message.startswith("restore: ")
         assert "expected 7.1 got 12.1" in status.message
         [alert] = stack.alerts.alerts
         assert "verify" in alert["annotations"]["description"]
@@ -123,7 +128,10 @@ def test_running_the_same_rollback_twice_is_harmless(fs_stack_factory) -> None: 
         assert second.phase == "Succeeded", second
         assert stack.triton.served_versions(stack.model) == ["1"]
         phases = {p["name"]: p for p in json.loads(second.outputs["phases"])}
-        assert phases["unload"]["outputs"]["already"] is False
+        [replica] = phases["restore"]["outputs"]["replicas"].values()
+        assert replica["action"] == "already" and "load" not in replica  # Triton was not touched
+        assert phases["restore"]["outputs"]["touched"] == 0
+        assert replica["verify"]["status"] == "pass"
         ledger = stack.store.ledger(stack.model)
         assert [q.incident for q in ledger.quarantined] == ["inc-a", "inc-b"]
         assert len(stack.engine.list_runs()) == 2
@@ -142,6 +150,7 @@ def test_filesystem_store_that_is_not_mounted_escalates(fs_stack_factory, tmp_pa
             root.with_name("store-unmounted").rename(root)
         assert status.phase == "Failed"
         assert "not mounted" in status.message
+        assert stack.triton.served_versions(stack.model) == ["2"]  # the served model stays loaded
         [alert] = stack.alerts.alerts
         assert "not mounted" in alert["annotations"]["description"]
         record = stack.engine.get(status.name)
@@ -150,7 +159,7 @@ def test_filesystem_store_that_is_not_mounted_escalates(fs_stack_factory, tmp_pa
 
 
 def test_deadline_stops_the_rollback_and_escalates(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
-    # Triton's Python backend takes ~1.1 s to unload: a 1 s budget cannot be met.
+    # Triton's Python backend takes ~1.4 s to load: a 1 s budget cannot be met.
     with fs_stack_factory(
         "linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1], deadline_s=1
     ) as stack:
@@ -165,7 +174,8 @@ def test_deadline_stops_the_rollback_and_escalates(fs_stack_factory) -> None:  #
         assert elapsed < 1 + 5  # the deadline, plus the escalation and the stopped step's last poll
         [alert] = stack.alerts.alerts
         assert "Step exceeded its deadline" in alert["annotations"]["description"]
-        # The step noticed the deadline and stopped: it never went on to load the stable version.
+        # The step noticed the deadline and stopped: it never recorded a restore. Whether the swap it
+        # was in finished or not, the model is loaded (the swap never leaves it absent).
         record = stack.engine.get(status.name)
         phases = json.loads(
             next(
@@ -177,7 +187,9 @@ def test_deadline_stops_the_rollback_and_escalates(fs_stack_factory) -> None:  #
             )
             or "[]"
         )
-        assert "load" not in [p["name"] for p in phases]
+        assert "record" not in [p["name"] for p in phases]
+        served = stack.triton.served_versions(stack.model)
+        assert served in (["1"], ["2"], ["1", "2"]), served
 
 
 def test_one_rollback_heals_every_replica(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -190,6 +202,7 @@ def test_one_rollback_heals_every_replica(fs_stack_factory, tmp_path: Path) -> N
     from healer.triton import TritonHttp
     from tests.rollback_stack import version_source
     from workflows.context import context_from_settings
+    from workflows.plan import ReplicaTarget
     from workflows.rollback import build_rollback_template
 
     with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, stable=[1, 2]) as stack:
@@ -206,14 +219,151 @@ def test_one_rollback_heals_every_replica(fs_stack_factory, tmp_path: Path) -> N
                 urls = [stack.settings.triton.url, second.url]
                 engine = LocalEngine(
                     build_rollback_template(),
-                    lambda: dataclasses.replace(context_from_settings(stack.settings), list_replicas=lambda: urls),
+                    lambda: dataclasses.replace(
+                        context_from_settings(stack.settings),
+                        list_replicas=lambda: [ReplicaTarget(u) for u in urls],
+                    ),
                     tmp_path / "runs-replicas",
                 )
                 status = engine.run(stack.request("3"), timeout_s=120)
                 assert status.phase == "Succeeded", status
                 assert stack.triton.served_versions(stack.model) == replica.served_versions(stack.model) == ["2"]
                 phases = {p["name"]: p for p in json.loads(status.outputs["phases"])}
-                assert set(phases["verify"]["outputs"]["replicas"]) == set(urls)
-                assert all(v["status"] == "pass" for v in phases["verify"]["outputs"]["replicas"].values())
+                assert set(phases["restore"]["outputs"]["replicas"]) == set(urls)
+                assert all(r["verify"]["status"] == "pass" for r in phases["restore"]["outputs"]["replicas"].values())
             finally:
                 replica.close()
+
+
+# ---- restore or change nothing ---------------------------------------------------------------------------
+
+
+def _engine_with(stack: RollbackStack, tmp_path: Path, **rollback: object) -> object:
+    """A LocalEngine for the stack with other rollback settings (e.g. the order) or replica targets."""
+    import dataclasses
+
+    from healer.engines.local import LocalEngine
+    from workflows.context import context_from_settings
+    from workflows.rollback import build_rollback_template
+
+    targets = rollback.pop("targets", None)
+    settings = dataclasses.replace(stack.settings, rollback=dataclasses.replace(stack.settings.rollback, **rollback))
+
+    def context() -> object:
+        ctx = context_from_settings(settings)
+        return ctx if targets is None else dataclasses.replace(ctx, list_replicas=lambda: targets)
+
+    return LocalEngine(build_rollback_template(), context, tmp_path / f"runs-{id(settings)}")
+
+
+def test_no_stable_version_leaves_the_served_model_loaded_and_escalates(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[]) as stack:
+        stack: RollbackStack
+        assert stack.triton.served_versions(stack.model) == ["2"]
+        status = stack.engine.run(stack.request("2"), timeout_s=120)
+        assert status.phase == "Failed"
+        assert "ever promoted stable" in status.message
+        # Before, the model was loaded (wrong, but answering); after, it still is: nothing got worse.
+        assert stack.triton.served_versions(stack.model) == ["2"]
+        assert stack.triton.model_version_ready(stack.model, "2")
+        [alert] = stack.alerts.alerts
+        assert "ever promoted stable" in alert["annotations"]["description"]
+        assert (stack.live / stack.model / "2").is_dir()  # escalation records; it moves nothing
+
+
+def test_a_failed_swap_keeps_the_old_version_serving(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Triton's reload keeps the loaded version when the new one fails to load: nothing is absent."""
+    from healer.ledger import StableRecord
+
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "nan")}, stable=[1]) as stack:
+        stack: RollbackStack
+        v1 = stack.store.ledger(stack.model).stable_record("1")
+        assert v1 is not None
+        # A config Triton cannot load (no such backend), recorded as v1's: the load of v1 must fail.
+        bad = StableRecord("1", v1.files, v1.promoted_at, v1.promoted_by, {**v1.config, "backend": "no_such_backend"})
+        stack.store.update_ledger(stack.model, lambda ledger: ledger.with_stable(bad))
+        for order in ("swap", "unload-first"):
+            engine = _engine_with(stack, tmp_path, order=order)
+            status = engine.run(stack.request("2", incident=f"inc-{order}"), timeout_s=120)  # type: ignore[attr-defined]
+            assert status.phase == "Failed", (order, status)
+            assert "Triton refused" in status.message, (order, status.message)
+            # Either way the broken-but-answering version is loaded again afterwards, never absent.
+            assert stack.triton.served_versions(stack.model) == ["2"], order
+            if order == "unload-first":
+                assert "v2 loaded again" in status.message
+
+
+def test_unload_first_order_restores_too(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    with fs_stack_factory("tiny_classifier", {1: ("good", "1"), 2: ("broken", "raises")}, stable=[1]) as stack:
+        stack: RollbackStack
+        engine = _engine_with(stack, tmp_path, order="unload-first")
+        status = engine.run(stack.request("2"), timeout_s=120)  # type: ignore[attr-defined]
+        assert status.phase == "Succeeded", status
+        assert stack.triton.served_versions(stack.model) == ["1"]
+        restore = {p["name"]: p for p in json.loads(status.outputs["phases"])}["restore"]["outputs"]
+        assert restore["order"] == "unload-first"
+        [replica] = restore["replicas"].values()
+        assert replica["action"] == "swap" and replica["unload"]["already"] is False
+
+
+def test_a_failure_on_one_replica_leaves_the_others_serving(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Replica A is restored; replica B cannot load the stable version (its repository lacks it):
+    B keeps serving what it served, A stays restored, a terminating pod is skipped and reported."""
+    from healer.embedded import EmbeddedTriton
+    from healer.triton import TritonHttp
+    from tests.rollback_stack import write_model
+    from workflows.plan import ReplicaTarget
+
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
+        stack: RollbackStack
+        other_repository = tmp_path / "other-repository"
+        write_model(other_repository, "linear_scorer", stack.model, {2: ("broken", "wrong_weights")})
+        with EmbeddedTriton(other_repository, load_models=[stack.model], workdir=tmp_path / "replica-b") as second:
+            replica_b = TritonHttp(second.url, timeout_s=5)
+            try:
+                targets = [
+                    ReplicaTarget(stack.settings.triton.url, "triton-a"),
+                    ReplicaTarget("127.0.0.1:1", "triton-c", skip="terminating (deletionTimestamp set)"),
+                    ReplicaTarget(second.url, "triton-b"),
+                ]
+                engine = _engine_with(stack, tmp_path, targets=targets)
+                status = engine.run(stack.request("2"), timeout_s=120)  # type: ignore[attr-defined]
+                assert status.phase == "Failed", status
+                assert "Triton refused" in status.message
+                assert stack.triton.served_versions(stack.model) == ["1"]  # A: restored, and stays so
+                assert replica_b.served_versions(stack.model) == ["2"]  # B: as before, loaded and answering
+                golden = stack.settings.models[0].golden
+                assert check_business(stack.triton, stack.model, "1", golden).status is Status.PASS
+                assert check_business(replica_b, stack.model, "2", golden).status is Status.FAIL  # answers
+                record = engine.get(status.name)  # type: ignore[attr-defined]
+                heal_nodes = [n for n in record["status"]["nodes"].values() if n.get("templateName") == "heal"]
+                phases = json.loads(
+                    next(p["value"] for n in heal_nodes for p in n["outputs"]["parameters"] if p["name"] == "phases")
+                )
+                assert [p["name"] for p in phases] == ["lease", "fetch-stable", "restore"]
+            finally:
+                replica_b.close()
+
+
+def test_a_restarted_triton_serves_the_stable_version_not_the_quarantined_one(  # type: ignore[no-untyped-def]
+    fs_stack_factory, tmp_path: Path
+) -> None:
+    from healer.embedded import EmbeddedTriton
+    from healer.triton import TritonHttp
+
+    with fs_stack_factory(
+        "linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "wrong_weights")}, stable=[1, 2]
+    ) as stack:
+        stack: RollbackStack
+        status = stack.engine.run(stack.request("3"), timeout_s=120)
+        assert status.phase == "Succeeded", status
+        # A new replica (or this Triton restarted) loads from config.pbtxt: Triton's default policy
+        # serves the newest version directory, which must no longer be the quarantined one.
+        with EmbeddedTriton(stack.live, load_models=[stack.model], workdir=tmp_path / "restarted") as restarted:
+            client = TritonHttp(restarted.url, timeout_s=5)
+            try:
+                assert client.served_versions(stack.model) == ["2"]
+            finally:
+                client.close()
+        moved = list((stack.live / ".healer" / "quarantine" / stack.model).iterdir())
+        assert [p.name.split("-", 1)[0] for p in moved] == ["3"]  # kept, never deleted

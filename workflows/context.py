@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from healer.settings import Settings, load_settings
+from workflows.plan import ReplicaTarget, replica_targets
 from workflows.steps import PodMarker, StepContext
 
 DEFAULT_CONFIG = "/etc/healer/healer.yaml"  # mounted from a ConfigMap in the healer image's pods
@@ -59,17 +60,17 @@ def context_from_settings(settings: Settings) -> StepContext:
     )
 
 
-def _replica_lister(settings: Settings) -> Callable[[], list[str]] | None:
-    """host:port of every Running Triton pod the rollback must heal (rollback.replicas), listed when needed."""
+def _replica_lister(settings: Settings) -> Callable[[], list[ReplicaTarget]] | None:
+    """Every Triton pod the rollback must heal (rollback.replicas), with those to skip, listed when needed."""
     replicas = settings.rollback.replicas
     if replicas is None:
         return None
 
-    def list_replicas() -> list[str]:
+    def list_replicas() -> list[ReplicaTarget]:
         from healer import kube
 
         client = kube.KubeClient.in_cluster()
-        return [f"{ip}:{replicas.port}" for _name, ip in client.running_pod_ips(replicas.namespace, replicas.selector)]
+        return replica_targets(client.triton_pods(replicas.namespace, replicas.selector), replicas.port)
 
     return list_replicas
 

@@ -3,8 +3,9 @@
 Shape (one pod on the success path; Argo costs seconds per pod)::
 
     rollback (steps)
-      └─ heal        script, Hera runner: unload → fetch-stable → load → verify → record,
-                     each phase reported in the node's outputs; retried only on exit code 75
+      └─ heal        script, Hera runner: lease → fetch-stable → restore (per replica: swap the
+                     stable version in, verify) → record, each phase reported in the node's
+                     outputs; retried only on exit code 75
     onExit: on-exit (steps)
       └─ escalate    only when {{workflow.status}} != Succeeded: alert, keep the pod, quarantine
 
@@ -66,7 +67,7 @@ def heal_step(
     pod: str = "",
     triton_url: str = "",
 ) -> dict[str, Any]:
-    """unload → fetch-stable → load → verify → record, reporting every phase."""
+    """lease → fetch-stable → restore → record (workflows/steps.py:heal), reporting every phase."""
     from workflows import context, steps
 
     ctx = context.current()
@@ -233,8 +234,8 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
         labels={"app.kubernetes.io/name": "healer"},
         annotations={
             "workflows.argoproj.io/description": (
-                "Restore the last stable version of a Triton model: unload, fetch-stable, load, verify, record; "
-                "escalate on failure or deadline."
+                "Restore the last stable version of a Triton model: check and stage it, swap it in on each "
+                "replica and verify, quarantine the failing version; escalate on failure or deadline."
             ),
         },
         pod_gc=m.PodGC(strategy="OnPodSuccess"),

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,7 @@ from healer.store import ModelStore, StoreError, StoreIntegrityError, StoreUnava
 from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
 from probes.result import Status
 from probes.tiers import check_business
+from workflows.plan import ReplicaAction, ReplicaTarget, replica_action, touches_triton
 
 log = structlog.get_logger(__name__)
 
@@ -64,8 +67,8 @@ class StepContext:
     send_alert: AlertSender = post_alerts
     mark_pod: PodMarker | None = None
     workflow_name: str = ""
-    # Every Triton to heal (host:port), e.g. from the Kubernetes API; None: just ``triton``.
-    list_replicas: Callable[[], list[str]] | None = None
+    # Every Triton to heal, e.g. from the Kubernetes API (with the pods to skip); None: just ``triton``.
+    list_replicas: Callable[[], list[ReplicaTarget]] | None = None
 
     def check_cancelled(self, during: str) -> None:
         if self.cancelled.is_set():
@@ -162,8 +165,12 @@ def pinned_config(record: StableRecord, model: str) -> dict[str, Any]:
 
 def load(ctx: StepContext, model: str, version: str) -> dict[str, Any]:
     """Load the restored version with a config override that pins it (version_policy: specific)."""
-    record = _stable_record(ctx, model, version)
-    config = pinned_config(record, model)
+    return _load_pinned(ctx, model, _stable_record(ctx, model, version))
+
+
+def _load_pinned(ctx: StepContext, model: str, record_: StableRecord) -> dict[str, Any]:
+    version = record_.version
+    config = pinned_config(record_, model)
     ctx.check_cancelled("load")
     started = ctx.clock()
     try:
@@ -235,7 +242,9 @@ def record(ctx: StepContext, request: RollbackRequest, restored_version: str | N
     return {"quarantined": request.from_version, "ledger_generation": ledger.generation, "audit": audit_key}
 
 
-PHASES: tuple[str, ...] = ("unload", "fetch-stable", "load", "verify", "record")
+PHASES: tuple[str, ...] = ("lease", "fetch-stable", "restore", "record")
+LEASE_MARGIN_S = 30.0  # a lease outlives the rollback's deadline by this much, then frees itself
+LEASE_POLL_S = 0.5
 
 
 @dataclass
@@ -260,13 +269,18 @@ class HealFailed(StepError):
 
 
 def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
-    """unload -> fetch-stable -> load -> verify -> record, in one process (one pod on Argo).
+    """Restore or change nothing, in one process (one pod on Argo):
 
-    Idempotent: unloading an unloaded model, fetching an identical copy, loading a loaded pinned
-    version and re-recording the same incident all change nothing.
+    lease         one rollback per model whichever engine runs it (a lease in the store)
+    fetch-stable  choose the stable version, check its sha256, stage it where Triton reads it;
+                  nothing that serves has been touched yet, so any failure here changes nothing
+    restore       replica by replica: swap in the stable version (or unload-first), verify, next;
+                  a replica that no longer serves the failing version is left as it is
+    record        quarantine the failing version (ledger, audit, its directory moved aside)
+
+    Running it again changes nothing: every replica is then "already restored".
     """
     phases: list[PhaseReport] = []
-    restored: dict[str, Any] = {}
 
     def run(name: str, action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         report = PhaseReport(name=name, started_at=utc_now())
@@ -287,59 +301,191 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
             report.finished_at = utc_now()
             report.duration_s = round(ctx.clock() - started, 3)
 
-    replicas = replica_contexts(ctx, request.triton_url)
+    holder = f"{ctx.workflow_name or request.incident}/{socket.gethostname()}/{uuid.uuid4().hex[:8]}"
+    lease: Any = None
+
+    def take_lease() -> dict[str, Any]:
+        nonlocal lease
+        lease, waited_s = acquire_model_lease(ctx, request.model, holder)
+        return {"holder": holder, "waited_s": round(waited_s, 3), "expires_at": lease.expires_at}
+
     try:
-
-        def each(step: Callable[[StepContext], dict[str, Any]]) -> dict[str, Any]:
-            # One replica: its outputs as they are. Several: per replica, in order; the first failure stops.
-            if len(replicas) == 1:
-                return step(replicas[0])
-            return {"replicas": {r.triton.url: step(r) for r in replicas}}
-
-        run("unload", lambda: each(lambda r: unload(r, request.model)))
+        run("lease", take_lease)
         restored = run(
             "fetch-stable", lambda: fetch_stable(ctx, request.model, request.from_version, request.to_version)
         )
         version = str(restored["version"])
-        run("load", lambda: each(lambda r: load(r, request.model, version)))
-        golden = run("verify", lambda: each(lambda r: verify(r, request.model, version)))
-        run("record", lambda: record(ctx, request, version, "restored"))
+        outcome = run("restore", lambda: restore_replicas(ctx, request, version))
+        recorded = run("record", lambda: record(ctx, request, version, "restored") | quarantine_files(ctx, request))
     finally:
-        for replica in replicas:
-            if replica.triton is not ctx.triton:
-                replica.triton.close()
+        if lease is not None:
+            ctx.store.release_lease(lease)
     return {
         "model": request.model,
         "from_version": request.from_version,
         "to_version": version,
         "incident": request.incident,
+        "already_restored": outcome["touched"] == 0,
         "files": restored["files"],
-        "golden": golden,
+        "golden": outcome["golden"],
+        "moved_aside": recorded.get("moved_aside"),
         "phases": [p.__dict__ for p in phases],
     }
 
 
-def replica_contexts(ctx: StepContext, triton_url: str = "") -> list[StepContext]:
+def acquire_model_lease(ctx: StepContext, model: str, holder: str) -> tuple[Any, float]:
+    """Wait (bounded by the rollback's deadline) for the model's lease in the store.
+
+    Argo's mutex orders Argo's own rollbacks, the LocalEngine's lock the ones in one pod; the
+    lease is what both see, so a pod that falls back never heals a model while a workflow does.
+    """
+    from healer.store import LeaseHeld
+
+    ttl_s = ctx.settings.rollback.deadline_s + LEASE_MARGIN_S
+    started = ctx.clock()
+    deadline = started + ctx.settings.rollback.deadline_s
+    # Bounded: every iteration returns, raises, or sleeps toward the deadline.
+    while True:
+        ctx.check_cancelled("waiting for the model's lease")
+        try:
+            return ctx.store.acquire_lease(model, holder, ttl_s), ctx.clock() - started
+        except LeaseHeld as exc:
+            if ctx.clock() >= deadline:
+                raise TransientStepError(
+                    f"another rollback of {model} holds its lease ({exc.holder}) past this rollback's deadline"
+                ) from exc
+        except StoreUnavailable as exc:
+            raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
+        except (StoreError, ValueError, OSError) as exc:
+            raise PermanentStepError(f"lease of {model} in {ctx.store.location}: {exc}") from exc
+        ctx.sleep(LEASE_POLL_S)
+
+
+def restore_replicas(ctx: StepContext, request: RollbackRequest, version: str) -> dict[str, Any]:
+    """Each replica in turn: decide (workflows/plan.py), act, verify, then the next. A failure stops
+    here: replicas already restored stay restored, the rest keep what they serve (loaded)."""
+    targets = replica_targets_for(ctx, request.triton_url)
+    record_ = _stable_record(ctx, request.model, version)
+    healed: dict[str, Any] = {}
+    skipped = {t.name or t.url: t.skip for t in targets if t.skip}
+    for target in (t for t in targets if not t.skip):
+        ctx.check_cancelled(f"restore of {target.url}")
+        replica = ctx if target.url == ctx.triton.url else dataclasses.replace(ctx, triton=_triton_for(ctx, target.url))
+        try:
+            if not _live(replica):
+                skipped[target.name or target.url] = "Triton not live"
+                continue
+            healed[target.url] = restore_replica(replica, request.model, request.from_version, record_)
+        finally:
+            if replica.triton is not ctx.triton:
+                replica.triton.close()
+    if not healed:
+        listed = "; ".join(f"{k}: {v}" for k, v in skipped.items())
+        raise TransientStepError(f"no replica of {request.model} could be healed ({listed})")
+    touched = sum(1 for r in healed.values() if touches_triton(ReplicaAction(r["action"])))
+    golden = {url: r["verify"] for url, r in healed.items()}
+    return {
+        "order": ctx.settings.rollback.order,
+        "replicas": healed,
+        "skipped": skipped,
+        "touched": touched,
+        "golden": next(iter(golden.values())) if len(golden) == 1 else {"replicas": golden},
+    }
+
+
+def restore_replica(ctx: StepContext, model: str, failing: str, stable: StableRecord) -> dict[str, Any]:
+    """One replica: what it serves decides what to do; then the golden request must pass."""
+    version = stable.version
+    served = _served(ctx, model)
+    action, why = replica_action(served, failing=failing, stable=version)
+    out: dict[str, Any] = {"action": action.value, "why": why, "served_before": served}
+    log.info("replica_plan", model=model, version=failing, replica=ctx.triton.url, action=action.value, why=why)
+    if action is ReplicaAction.SWAP and ctx.settings.rollback.order == "unload-first":
+        out.update(_unload_then_load(ctx, model, failing, stable))
+    elif touches_triton(action):
+        # The swap: Triton loads the pinned version next to the serving one, then releases the old
+        # one; if the load fails the old one keeps serving. The model is never absent.
+        out["load"] = _load_pinned(ctx, model, stable)
+    if action is ReplicaAction.LEAVE:
+        out["verify"] = {v: verify(ctx, model, v) for v in served}
+    else:
+        out["verify"] = verify(ctx, model, version)
+    return out
+
+
+def _unload_then_load(ctx: StepContext, model: str, failing: str, stable: StableRecord) -> dict[str, Any]:
+    """For models too large to be resident twice. If the load fails, put back what was served:
+    never leave a model unloaded that was loaded."""
+    try:
+        served_config = ctx.triton.model_config(model)
+    except (TritonUnavailable, TritonRejected) as exc:
+        raise TransientStepError(f"read the served config of {model} before unloading: {exc}") from exc
+    out: dict[str, Any] = {"unload": unload(ctx, model)}
+    try:
+        out["load"] = _load_pinned(ctx, model, stable)
+    except StepError as exc:
+        back = dict(served_config, name=model, version_policy={"specific": {"versions": [int(failing)]}})
+        try:
+            ctx.triton.load_model(model, config=json.dumps(back), timeout_s=ctx.settings.rollback.load_timeout_s)
+            put_back = f"v{failing} loaded again"
+        except (TritonUnavailable, TritonRejected) as back_exc:
+            put_back = f"v{failing} could not be loaded again either: {back_exc}"
+        log.error("load_failed_after_unload", model=model, version=failing, error=str(exc), put_back=put_back)
+        raise type(exc)(f"{exc}; {put_back}") from exc
+    return out
+
+
+def _served(ctx: StepContext, model: str) -> list[str]:
+    try:
+        return ctx.triton.served_versions(model)
+    except TritonUnavailable as exc:
+        raise TransientStepError(f"{model} on {ctx.triton.url}: Triton not reachable: {exc}") from exc
+    except TritonRejected as exc:
+        raise PermanentStepError(f"{model} on {ctx.triton.url}: Triton refused: {exc}") from exc
+
+
+def _live(ctx: StepContext) -> bool:
+    try:
+        return ctx.triton.server_live()
+    except (TritonUnavailable, TritonRejected):
+        return False
+
+
+def quarantine_files(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
+    """Move the failing version's directory out of what Triton reads (never deleted): after a
+    Triton restart or on a new replica, Triton's default version policy must not load it again."""
+    from healer.settings import VERSION_PATTERN
+    from healer.store import quarantine_live_version
+
+    if not VERSION_PATTERN.match(request.from_version):
+        return {"moved_aside": None}
+    try:
+        moved = quarantine_live_version(
+            ctx.live_repository, request.model, request.from_version, incident=request.incident
+        )
+    except (OSError, ValueError) as exc:
+        raise TransientStepError(f"move {request.model} v{request.from_version} aside: {exc}") from exc
+    return {"moved_aside": str(moved) if moved is not None else None}
+
+
+def replica_targets_for(ctx: StepContext, triton_url: str = "") -> list[ReplicaTarget]:
     """The Tritons this rollback heals: every replica the context can list (all of them share the
     model store and the live repository), else the one the request names, else the context's own."""
-    from healer.triton import TritonHttp
-
     if ctx.list_replicas is not None:
         try:
-            urls = ctx.list_replicas()
+            targets = ctx.list_replicas()
         except Exception as exc:  # the Kubernetes API did not answer: a retry may help
             raise TransientStepError(f"could not list the Triton replicas: {exc}") from exc
-        if not urls:
-            raise PermanentStepError("no Running Triton replica matches rollback.replicas")
-    elif triton_url:
-        urls = [triton_url]
-    else:
-        return [ctx]
-    timeout_s = ctx.settings.triton.timeout_s
-    return [
-        ctx if url == ctx.triton.url else dataclasses.replace(ctx, triton=TritonHttp(url, timeout_s=timeout_s))
-        for url in urls
-    ]
+        if not targets:
+            raise PermanentStepError("no Triton pod matches rollback.replicas")
+        return targets
+    return [ReplicaTarget(triton_url or ctx.triton.url)]
+
+
+def _triton_for(ctx: StepContext, url: str) -> TritonAPI:
+    from healer.triton import TritonHttp
+
+    return TritonHttp(url, timeout_s=ctx.settings.triton.timeout_s)
 
 
 def escalate(

@@ -467,7 +467,8 @@ class LocalEngine:
 
     def drain(self, timeout_s: float) -> list[str]:
         """Wait (bounded) for this engine's runs to finish, e.g. before the process exits: a rollback
-        cut off between unload and load leaves the model unloaded. Returns the runs still going."""
+        cut off mid-rollback leaves the lease held until it expires (and, with rollback.order
+        unload-first, the model unloaded). Returns the runs still going."""
         deadline = time.monotonic() + timeout_s
         for thread in list(self._threads.values()):
             thread.join(max(0.0, deadline - time.monotonic()))

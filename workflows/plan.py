@@ -1,0 +1,88 @@
+"""The rollback's decisions, pure: which replicas to heal and what to do on each.
+
+No I/O and no clock here: ``workflows/steps.py`` reads Triton and the Kubernetes API, asks these
+functions, and acts. Every rule is table-tested in tests/test_plan.py.
+
+Rules that keep a rollback from doing harm:
+
+* a replica is touched only if it serves the failing version, or serves nothing at all (loading
+  the stable version can then only restore service);
+* a replica that already serves the stable version is "already restored": nothing is loaded;
+* a replica that serves some other version (a person fixed it another way) is left alone;
+* a terminating pod, a pod that is not Running, or one without an IP is skipped and reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+
+class ReplicaAction(StrEnum):
+    SWAP = "swap"  # serves the failing version: replace it with the stable one
+    LOAD = "load"  # serves no version: load the stable one
+    ALREADY = "already"  # serves the stable version and not the failing one: nothing to do
+    LEAVE = "leave"  # serves another version, not the failing one: not ours to change
+
+
+def replica_action(served: Collection[str], *, failing: str, stable: str) -> tuple[ReplicaAction, str]:
+    """What to do on one replica, given the versions Triton serves there now, and why."""
+    if failing in served:
+        return ReplicaAction.SWAP, f"serves the failing v{failing}"
+    if not served:
+        return ReplicaAction.LOAD, "serves no version: loading the stable one can only restore service"
+    if stable in served:
+        return ReplicaAction.ALREADY, f"already serves v{stable}, not v{failing}"
+    listed = ", ".join(f"v{v}" for v in sorted(served, key=int))
+    return ReplicaAction.LEAVE, f"serves {listed}, neither the failing v{failing} nor v{stable}: left alone"
+
+
+def touches_triton(action: ReplicaAction) -> bool:
+    return action in {ReplicaAction.SWAP, ReplicaAction.LOAD}
+
+
+class PodView(Protocol):
+    """What the Kubernetes API says of a Triton pod (healer.kube.TritonPod)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ip(self) -> str: ...
+
+    @property
+    def phase(self) -> str: ...
+
+    @property
+    def terminating(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ReplicaTarget:
+    url: str  # host:port of its Triton
+    name: str = ""  # the pod's name when listed from the Kubernetes API
+    skip: str = ""  # why this replica is not healed; "" heals it
+
+
+def replica_targets(pods: Iterable[PodView], port: int) -> list[ReplicaTarget]:
+    """Pods of the Triton set → the replicas to heal and the ones skipped (with the reason).
+
+    Pod readiness is deliberately not a reason to skip: the sidecar drains a pod whose model is
+    broken by failing its readiness, so the pods that most need healing are the not-ready ones.
+    Whether each Triton answers is checked by the rollback itself, right before it acts.
+    """
+    targets = []
+    for pod in sorted(pods, key=lambda p: p.name):
+        host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
+        url = f"{host}:{port}" if pod.ip else ""
+        if pod.terminating:
+            targets.append(ReplicaTarget(url, pod.name, "terminating (deletionTimestamp set)"))
+        elif pod.phase != "Running":
+            targets.append(ReplicaTarget(url, pod.name, f"phase {pod.phase or 'unknown'}, not Running"))
+        elif not pod.ip:
+            targets.append(ReplicaTarget(url, pod.name, "no pod IP yet"))
+        else:
+            targets.append(ReplicaTarget(url, pod.name))
+    return targets
