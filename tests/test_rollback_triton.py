@@ -367,3 +367,72 @@ def test_a_restarted_triton_serves_the_stable_version_not_the_quarantined_one(  
                 client.close()
         moved = list((stack.live / ".healer" / "quarantine" / stack.model).iterdir())
         assert [p.name.split("-", 1)[0] for p in moved] == ["3"]  # kept, never deleted
+
+
+def test_two_engines_never_heal_one_model_at_once(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An Argo workflow and a pod's in-pod fallback have different locks (Argo's mutex, a file in
+    the pod); the store lease is what both see. Two engines with separate lock folders stand for
+    them here: the second run waits for the lease, then finds the model already restored."""
+    from healer.engines.local import LocalEngine
+    from workflows.context import context_from_settings
+    from workflows.rollback import build_rollback_template
+
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
+        stack: RollbackStack
+        engines = [
+            LocalEngine(build_rollback_template(), lambda: context_from_settings(stack.settings), tmp_path / f"pod-{n}")
+            for n in (1, 2)
+        ]
+        submissions = [engine.submit(stack.request("2", incident=f"inc-race-{n}")) for n, engine in enumerate(engines)]
+        statuses = [e.wait(s.name, timeout_s=120) for e, s in zip(engines, submissions, strict=True)]
+        assert [s.phase for s in statuses] == ["Succeeded", "Succeeded"], statuses
+        phases = [{p["name"]: p for p in json.loads(s.outputs["phases"])} for s in statuses]
+        touched = sorted(p["restore"]["outputs"]["touched"] for p in phases)
+        assert touched == [0, 1]  # one swapped, the other found it already restored
+        waited = [p["lease"]["outputs"]["waited_s"] for p in phases]
+        assert max(waited) > 0  # the second waited for the first to release the lease
+        # The lease spans the whole restore: the runs' restore phases never overlap.
+        spans = sorted((p["restore"]["started_at"], p["restore"]["finished_at"]) for p in phases)
+        assert spans[0][1] <= spans[1][0], spans
+        assert stack.triton.served_versions(stack.model) == ["1"]
+
+
+def test_an_unquarantined_version_can_be_promoted_again(fs_stack_factory, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A false alarm: v2 was good but rolled back. A person lifts the quarantine and promotes it."""
+    import yaml
+
+    from healer.cli import main
+    from tests.conftest import EXAMPLES
+    from tests.rollback_stack import serve_versions
+
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, stable=[1]) as stack:
+        stack: RollbackStack
+        assert stack.triton.served_versions(stack.model) == ["2"]
+        status = stack.engine.run(stack.request("2"), timeout_s=120)
+        assert status.phase == "Succeeded", status
+        assert not (stack.live / stack.model / "2").exists()
+
+        document = yaml.safe_load((EXAMPLES / "healer.yaml").read_text())
+        document.pop("embedded")
+        document["models"] = [{**document["models"][0], "name": stack.model}]
+        document["triton"]["url"] = stack.settings.triton.url
+        document["store"] = {"filesystem": {"root": str(stack.store.blobs.root)}}  # type: ignore[attr-defined]
+        document["live_repository"] = str(stack.live)
+        config = tmp_path / "healer.yaml"
+        config.write_text(yaml.safe_dump(document))
+        promote = ["promote", "--config", str(config), stack.model, "2", "--by", "alice"]
+
+        assert main(promote) != 0
+        assert "quarantined" in capsys.readouterr().err
+        reason = "false alarm: the golden values were stale"
+        assert main(["store", "--config", str(config), "unquarantine", stack.model, "2", "--reason", reason]) == 0
+        assert (stack.live / stack.model / "2").is_dir()  # moved back where Triton reads it
+        ledger = stack.store.ledger(stack.model)
+        assert not ledger.is_quarantined("2")
+        assert [lift.version for lift in ledger.lifted] == ["2"]
+        assert any(a["event"] == "unquarantined" and a["reason"] == reason for a in stack.store.audit(stack.model))
+
+        serve_versions(stack.triton, stack.model, [2])
+        capsys.readouterr()
+        assert main(promote) == 0, capsys.readouterr().err
+        assert stack.store.ledger(stack.model).stable_record("2") is not None
