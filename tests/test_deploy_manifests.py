@@ -66,3 +66,30 @@ def test_rollback_service_account_matches_the_rendered_template() -> None:
         (d["metadata"]["namespace"], d["metadata"]["name"]) for d in all_documents() if d["kind"] == "ServiceAccount"
     }
     assert (rendered["metadata"]["namespace"], rendered["spec"]["serviceAccountName"]) in accounts
+
+
+def test_the_cluster_example_stages_restores_where_triton_and_the_rollback_pod_both_read() -> None:
+    """examples/healer-cluster.yaml (S3 + Argo): fetch-stable writes into live_repository inside the
+    rollback pod; that must be the claim the Triton pods serve from, at the same path."""
+    from healer.settings import load_settings
+
+    settings = load_settings(ROOT / "examples" / "healer-cluster.yaml")
+    [template] = [d for d in yaml.safe_load_all((ROOT / "deploy" / "argo" / "healer-rollback.yaml").read_text())]
+    claims = {
+        v["name"]: v["persistentVolumeClaim"]["claimName"]
+        for v in template["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    }
+    heal = next(t for t in template["spec"]["templates"] if t["name"] == "heal")
+    rollback_mounts = {m["mountPath"]: claims.get(m["name"]) for m in heal["script"]["volumeMounts"]}
+    assert rollback_mounts.get(str(settings.live_repository)) == "triton-models"
+
+    deployment = next(d for d in documents() if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    pod_claims = {
+        v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v
+    }
+    triton = next(c for c in pod["containers"] if c["name"] == "triton")
+    triton_mounts = {m["mountPath"]: pod_claims.get(m["name"]) for m in triton["volumeMounts"]}
+    assert triton_mounts.get(str(settings.live_repository)) == "triton-models"
+    assert f"--model-repository={settings.live_repository}" in triton.get("command", []) + triton.get("args", [])
