@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence, Set
+from enum import StrEnum
 from typing import Any
 
 from healer.state import Probed, Verdict
@@ -91,3 +92,39 @@ def failure_content(result: ProbeResult) -> str:
         ]
     blob = json.dumps([result.details.get("input_hash"), material], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+# ---- handing a rollback to an engine ------------------------------------------------------------------
+
+
+class Handover(StrEnum):
+    """How handing a rollback to the primary engine ended, as far as the sidecar can tell."""
+
+    TAKEN = "taken"  # submitted or joined
+    NOT_BUILT = "not-built"  # the engine could not even be constructed (or its construction hung)
+    NOT_DELIVERED = "not-delivered"  # refused before the request left (connection refused, DNS)
+    MAYBE_DELIVERED = "maybe-delivered"  # sent, no answer (read timeout, 504, a call that hung): ask again
+    ABSENT_WHEN_ASKED = "absent-when-asked"  # asked again: the engine has no such workflow
+    PRESENT_WHEN_ASKED = "present-when-asked"  # asked again: it exists (the next cycle's submit joins it)
+    UNANSWERED_WHEN_ASKED = "unanswered-when-asked"  # asked again: still no answer
+    REJECTED = "rejected"  # the engine answered no (bad request, forbidden, too many earlier runs)
+    UNEXPECTED = "unexpected"  # anything else the engine raised: whether it started is unknown
+
+
+def needs_asking(handover: Handover) -> bool:
+    """Only a request that may have been delivered is worth a second question before falling back."""
+    return handover is Handover.MAYBE_DELIVERED
+
+
+def may_fall_back(handover: Handover) -> bool:
+    """Run the rollback in the pod (LocalEngine) only when the primary certainly did not start it:
+    two rollbacks of one model must never race (a create whose answer was lost may have started one).
+    Every other outcome is retried next cycle, and the healing timeout escalates if none is taken."""
+    return handover in {Handover.NOT_BUILT, Handover.NOT_DELIVERED, Handover.ABSENT_WHEN_ASKED}
+
+
+def joins_existing_run(*, done: bool, finished_wall: float | None, began_wall: float) -> bool:
+    """A run with this incident's name exists. Join it unless it finished *before* this incident began:
+    that one was an earlier occurrence (the same broken files pushed again), so the next suffix is used.
+    finishedAt has second resolution: a second of slack before calling it earlier."""
+    return not done or finished_wall is None or finished_wall >= began_wall - 1.0

@@ -10,6 +10,7 @@ server threads read a snapshot under a lock and talk to Triton only through a pl
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import datetime as dt
 import json
@@ -21,12 +22,20 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
-from healer.decisions import request_reason, verdict_for
+from healer.decisions import (
+    Handover,
+    joins_existing_run,
+    may_fall_back,
+    needs_asking,
+    request_reason,
+    verdict_for,
+)
 from healer.engines import (
     REASONS,
     EngineError,
@@ -35,6 +44,7 @@ from healer.engines import (
     RollbackEngine,
     RollbackRequest,
     Submission,
+    workflow_name,
 )
 from healer.metrics import Registry, sidecar_registry
 from healer.settings import ModelSettings, Settings
@@ -89,11 +99,67 @@ def submit_incident(engine: RollbackEngine, request: RollbackRequest, *, began_w
         if submission.created:
             return submission, "submitted"
         status = engine.status(submission.name)
-        finished = _parse_iso(status.finished_at)
-        # Second resolution on finishedAt: allow a second of slack before calling it "earlier".
-        if not status.done or finished is None or finished >= began_wall - 1.0:
+        if joins_existing_run(done=status.done, finished_wall=_parse_iso(status.finished_at), began_wall=began_wall):
             return submission, "joined"
     raise EngineError(f"{MAX_INCIDENT_RUNS} earlier rollbacks of incident {request.incident}; not submitting more")
+
+
+T = TypeVar("T")
+
+
+class EngineCallHung(EngineUnavailable):
+    """An engine call did not return within the sidecar's bound (it may still land: maybe delivered)."""
+
+
+class BoundedCalls:
+    """Engine calls on a worker thread, waited for at most ``timeout_s``, one in flight per engine.
+
+    The engines bound their own I/O (the ArgoEngine gives every HTTP request a timeout; the LocalEngine
+    touches only its local state directory), but a submission is several calls, and a stuck NFS or a
+    bug must not stall the probe loop: past the bound the call is left to its thread, counted as
+    "maybe delivered" (no fallback), and the engine is not called again until it returns. A call that
+    lands late is harmless: the workflow name is deterministic per incident, so the next cycle joins it.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._busy: dict[str, threading.Thread] = {}
+
+    def run(self, engine: str, what: str, call: Callable[[], T]) -> T:
+        busy = self._busy.get(engine)
+        if busy is not None and busy.is_alive():
+            raise EngineCallHung(f"{engine} engine: an earlier call has not returned; {what} not attempted")
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = call()
+            except BaseException as exc:  # handed to the caller, whatever it is
+                box["error"] = exc
+
+        # The worker sees this cycle's log context (trace_id).
+        thread = threading.Thread(
+            target=contextvars.copy_context().run, args=(target,), name=f"engine-{engine}", daemon=True
+        )
+        thread.start()
+        thread.join(self.timeout_s)
+        if thread.is_alive():
+            self._busy[engine] = thread
+            raise EngineCallHung(f"{engine} engine: {what} did not return within {self.timeout_s:g} s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]  # type: ignore[no-any-return]
+
+
+@dataclass
+class _Attempt:
+    """One try at handing a rollback to one engine."""
+
+    handover: Handover
+    engine: RollbackEngine | None = None
+    submission: Submission | None = None
+    how: str = ""  # submitted | joined | fallback_local
+    error: str = ""
 
 
 # ---- the sidecar -----------------------------------------------------------------------------------------
@@ -126,6 +192,7 @@ class Sidecar:
         self._engine_factory = engine_factory
         self._fallback_factory = fallback_factory
         self._engines: dict[str, RollbackEngine] = {}
+        self._calls = BoundedCalls(settings.sidecar.engine_call_timeout_s)
         self._send_alert = send_alert
         sc = settings.sidecar
         self.policy = Policy(
@@ -142,7 +209,7 @@ class Sidecar:
         self.last_results: dict[str, list[ProbeResult]] = {}
         self.triton_live = False
         self.cycles = 0
-        self._watching: dict[str, tuple[RollbackEngine, str]] = {}
+        self._watching: dict[str, tuple[str, RollbackEngine, str]] = {}  # model -> (engine label, engine, run)
         self._pending: dict[str, Incident] = {}  # decided to roll back, no engine has taken it yet
         self._firing: dict[str, dict[str, Any]] = {}  # model -> the alert we keep firing while escalated
         self._alert_sent_at: dict[str, float] = {}
@@ -162,31 +229,48 @@ class Sidecar:
             stop.wait(delay)
 
     def cycle(self) -> None:
+        """One period: probe, then per model: watch the rollback, retry a submission, apply the verdict,
+        let time pass (the healing timeout), keep alerts firing. Each step is contained on its own, so
+        an exception in one (an engine, the Kubernetes API, a bug) never skips the timeout that ends it."""
         trace_id = uuid.uuid4().hex[:16]
         with structlog.contextvars.bound_contextvars(trace_id=trace_id):
             now = self.clock()
+            results: list[ProbeResult] | None = None
             try:
                 results = probe_all(self.settings, self.triton)
                 self._record_results(results, trace_id)
-            except Exception:  # a bug in one cycle must not stop the sidecar: log it, probe again next period
+            except Exception:  # a bug in probing: no verdicts this cycle; rollbacks and timeouts still run
                 log.exception("probe_cycle_failed")
-                return
+                results = None
             for model in self.settings.models:
-                try:
-                    self._poll_rollback(model)
-                    if model.name in self._pending and model.name not in self._watching:
-                        if self.states[model.name].phase is Phase.HEALING:
-                            self._try_submit(model)  # not taken last cycle: retried until the healing timeout
-                        else:
-                            del self._pending[model.name]  # escalated (or good again): nothing to submit
+                self._step(model, "poll_rollback", self._poll_rollback, model)
+                self._step(model, "retry_submission", self._retry_pending, model)
+                if results is not None:
                     mine = [r for r in results if r.model == model.name]
-                    self._apply(model, self._with_readiness_threshold(model.name, verdict_for(mine, now)))
-                    self._apply(model, Tick(self.clock()))
-                    self._keep_alert_firing(model.name)
-                except Exception:  # one model's trouble must not stop the others from being watched
-                    log.exception("model_cycle_failed", model=model.name)
-            with self._lock:
-                self.cycles += 1
+                    self._step(model, "verdict", self._apply_verdict, model, verdict_for(mine, now))
+                self._step(model, "tick", self._apply, model, Tick(self.clock()))
+                self._step(model, "alert", self._keep_alert_firing, model.name)
+            if results is not None:
+                with self._lock:
+                    self.cycles += 1
+
+    @staticmethod
+    def _step(model: ModelSettings, what: str, action: Callable[..., None], *args: Any) -> None:
+        try:
+            action(*args)
+        except Exception:  # one step's trouble must not stop the next step, or the other models
+            log.exception("model_step_failed", model=model.name, step=what)
+
+    def _retry_pending(self, model: ModelSettings) -> None:
+        if model.name not in self._pending or model.name in self._watching:
+            return
+        if self.states[model.name].phase is Phase.HEALING:
+            self._try_submit(model)  # not taken last cycle: retried until the healing timeout
+        else:
+            del self._pending[model.name]  # escalated (or good again): nothing to submit
+
+    def _apply_verdict(self, model: ModelSettings, probed: Probed) -> None:
+        self._apply(model, self._with_readiness_threshold(model.name, probed))
 
     def _with_readiness_threshold(self, model: str, probed: Probed) -> Probed:
         """Readiness has its own thresholds: a model briefly LOADING is not drained at once, and a
@@ -252,56 +336,76 @@ class Sidecar:
 
     def _try_submit(self, model: ModelSettings) -> None:
         """Hand the incident to the primary engine; to the fallback only when the primary certainly
-        did not take it (a create whose answer was lost may have started a workflow: never run two)."""
+        did not take it (healer/decisions.py ``may_fall_back``). Every failure, whatever it raised,
+        ends here as "not submitted": retried next cycle, escalated by the healing timeout."""
         incident = self._pending[model.name]
         request = self._request(model, incident)
         bound = log.bind(model=model.name, version=incident.version, incident=incident.key)
         began_wall = self.wall() - (self.clock() - incident.first_bad_at)
-        engine = self._engine("primary", self._engine_factory)
-        try:
-            submission, how = submit_incident(engine, request, began_wall=began_wall)
-        except EngineUnavailable as exc:
-            bound.error("rollback_engine_unavailable", engine="primary", error=str(exc))
-            if self._fallback_factory is None or not self._certainly_not_started(engine, request, exc):
-                self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
-                return  # try again next cycle
-            engine = self._engine("fallback", self._fallback_factory)
-            try:
-                submission, how = submit_incident(engine, request, began_wall=began_wall)
-            except (EngineError, ValueError, OSError) as fallback_exc:
-                bound.error("rollback_not_submitted", engine="fallback", error=str(fallback_exc))
+        label = "primary"
+        attempt = self._hand_to(label, self._engine_factory, request, began_wall)
+        if attempt.handover is not Handover.TAKEN:
+            handover: Handover = attempt.handover
+            if needs_asking(handover) and attempt.engine is not None:
+                handover = self._ask_again(label, attempt.engine, request)
+            bound.error("rollback_not_submitted", engine=label, handover=handover.value, error=attempt.error)
+            if self._fallback_factory is None or not may_fall_back(handover):
                 self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
                 return
-            how = "fallback_local"
-        except (EngineError, ValueError, OSError) as exc:
-            bound.error("rollback_not_submitted", engine="primary", error=str(exc))
-            self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
-            return
+            label = "fallback"
+            attempt = self._hand_to(label, self._fallback_factory, request, began_wall)
+            if attempt.handover is not Handover.TAKEN:
+                bound.error(
+                    "rollback_not_submitted", engine=label, handover=attempt.handover.value, error=attempt.error
+                )
+                self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
+                return
+            attempt.how = "fallback_local"
+        assert attempt.engine is not None and attempt.submission is not None
         # Watch first: whatever fails after this line, the run's outcome is not lost.
-        self._watching[model.name] = (engine, submission.name)
+        self._watching[model.name] = (label, attempt.engine, attempt.submission.name)
         del self._pending[model.name]
-        self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": how})
+        self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": attempt.how})
         bound.warning(
-            "rollback_" + ("submitted" if how == "fallback_local" else how),
-            workflow=submission.name,
-            engine="fallback" if how == "fallback_local" else "primary",
+            "rollback_" + ("submitted" if attempt.how == "fallback_local" else attempt.how),
+            workflow=attempt.submission.name,
+            engine=label,
         )
-        self._apply(model, RollbackSubmitted(self.clock(), submission.name))
-        self._event("RollbackStarted", f"{model.name} v{incident.version} → stable: {submission.name}", "Warning")
+        self._apply(model, RollbackSubmitted(self.clock(), attempt.submission.name))
+        self._event(
+            "RollbackStarted", f"{model.name} v{incident.version} → stable: {attempt.submission.name}", "Warning"
+        )
 
-    @staticmethod
-    def _certainly_not_started(engine: RollbackEngine, request: RollbackRequest, error: EngineUnavailable) -> bool:
-        if not error.maybe_delivered:
-            return True
-        from healer.engines import EngineRejected, workflow_name
-
+    def _hand_to(
+        self, label: str, factory: Callable[[], RollbackEngine], request: RollbackRequest, began_wall: float
+    ) -> _Attempt:
+        """Build (once) and submit to one engine; every exception becomes a Handover, none escapes."""
         try:
-            engine.status(workflow_name(request))
+            engine = self._engine(label, factory)
+        except Exception as exc:  # e.g. the LocalEngine's state_dir on a read-only root filesystem
+            return _Attempt(Handover.NOT_BUILT, error=f"engine not built: {type(exc).__name__}: {exc}")
+        try:
+            submission, how = self._calls.run(
+                label, "submit", lambda: submit_incident(engine, request, began_wall=began_wall)
+            )
+        except EngineUnavailable as exc:
+            handover = Handover.MAYBE_DELIVERED if exc.maybe_delivered else Handover.NOT_DELIVERED
+            return _Attempt(handover, engine, error=str(exc))
+        except EngineError as exc:  # refused, or too many earlier runs of this incident
+            return _Attempt(Handover.REJECTED, engine, error=str(exc))
+        except Exception as exc:
+            return _Attempt(Handover.UNEXPECTED, engine, error=f"{type(exc).__name__}: {exc}")
+        return _Attempt(Handover.TAKEN, engine, submission, how)
+
+    def _ask_again(self, label: str, engine: RollbackEngine, request: RollbackRequest) -> Handover:
+        """A request that may have been delivered: does the engine have the workflow?"""
+        try:
+            self._calls.run(label, "status", lambda: engine.status(workflow_name(request)))
         except (EngineRejected, KeyError):
-            return True  # asked again: the engine has no such workflow
+            return Handover.ABSENT_WHEN_ASKED
         except Exception:
-            return False  # still no answer: unknown, so not safe to start another
-        return False  # it exists: the next cycle's submit will join it
+            return Handover.UNANSWERED_WHEN_ASKED
+        return Handover.PRESENT_WHEN_ASKED
 
     def _request(self, model: ModelSettings, incident: Incident) -> RollbackRequest:
         return RollbackRequest(
@@ -326,17 +430,24 @@ class Sidecar:
 
     def _engine(self, label: str, factory: Callable[[], RollbackEngine]) -> RollbackEngine:
         # Built on first use: the engines' clients (hera, requests) cost memory a healthy pod never needs.
-        if label not in self._engines:
-            self._engines[label] = factory()
-        return self._engines[label]
+        # A factory that raises is asked again next cycle (a volume may be mounted by then).
+        engine = self._engines.get(label)
+        if engine is not None:
+            return engine
+
+        def build() -> RollbackEngine:
+            built = factory()
+            return self._engines.setdefault(label, built)  # kept even if it outlived the bound
+
+        return self._calls.run(label, "construction", build)
 
     def _poll_rollback(self, model: ModelSettings) -> None:
         watching = self._watching.get(model.name)
         if watching is None:
             return
-        engine, name = watching
+        label, engine, name = watching
         try:
-            status = engine.status(name)
+            status = self._calls.run(label, "status", lambda: engine.status(name))
         except (EngineRejected, KeyError) as exc:
             # The run vanished (deleted by hand, a lost state directory): nobody will alert for it.
             self._watching.pop(model.name, None)
@@ -533,7 +644,7 @@ class Sidecar:
             for name, state in self.states.items():
                 entry = dict(summarise(state))
                 watching = self._watching.get(name)
-                entry["workflow"] = watching[1] if watching else (state.incident.workflow if state.incident else "")
+                entry["workflow"] = watching[2] if watching else (state.incident.workflow if state.incident else "")
                 entry["last"] = {
                     r.tier.value + (f"@v{r.version}" if r.version and r.tier is not Tier.LIVENESS else ""): {
                         "status": r.status.value,

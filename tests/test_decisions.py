@@ -15,7 +15,11 @@ from healer.decisions import (
     SLOW,
     TIMEOUT,
     WRONG_ANSWER,
+    Handover,
     failure_content,
+    joins_existing_run,
+    may_fall_back,
+    needs_asking,
     request_reason,
     timeout_status,
     verdict_for,
@@ -141,3 +145,44 @@ def test_a_hang_has_one_content_whatever_the_timeout_or_the_message() -> None:
     second = business(Status.FAIL, TIMEOUT, timeout_s=2.0, error="Timeout: 2 seconds")
     assert failure_content(first) == failure_content(second)
     assert failure_content(first) != failure_content(business(Status.FAIL, MODEL_ERROR, error="boom"))
+
+
+# --- handing a rollback to an engine -------------------------------------------------------------------
+
+# handover -> (ask the engine again before deciding?, may the fallback engine run it?)
+HANDOVER_TABLE: dict[Handover, tuple[bool, bool]] = {
+    Handover.TAKEN: (False, False),
+    Handover.NOT_BUILT: (False, True),  # no engine, no request: certainly not started
+    Handover.NOT_DELIVERED: (False, True),  # refused before it left
+    Handover.MAYBE_DELIVERED: (True, False),  # may have started one: ask first
+    Handover.ABSENT_WHEN_ASKED: (False, True),
+    Handover.PRESENT_WHEN_ASKED: (False, False),  # it exists: the next cycle joins it
+    Handover.UNANSWERED_WHEN_ASKED: (False, False),  # unknown: never two rollbacks
+    Handover.REJECTED: (False, False),  # the engine said no: retried, then escalated
+    Handover.UNEXPECTED: (False, False),  # a bug or an unmapped error: unknown whether it started
+}
+
+
+def test_handover_table_covers_every_outcome() -> None:
+    assert set(HANDOVER_TABLE) == set(Handover)
+
+
+@pytest.mark.parametrize("handover", list(Handover), ids=str)
+def test_handover_decisions(handover: Handover) -> None:
+    ask, fall_back = HANDOVER_TABLE[handover]
+    assert needs_asking(handover) is ask
+    assert may_fall_back(handover) is fall_back
+
+
+@pytest.mark.parametrize(
+    ("done", "finished_wall", "joins"),
+    [
+        (False, None, True),  # still running: join
+        (True, None, True),  # done without a finish time: join (do not start another)
+        (True, 1000.0, True),  # finished after this incident began: this incident's run
+        (True, 999.5, True),  # within the second of slack (finishedAt has second resolution)
+        (True, 998.9, False),  # finished before it began: an earlier occurrence, use the next suffix
+    ],
+)
+def test_joins_existing_run(done: bool, finished_wall: float | None, joins: bool) -> None:
+    assert joins_existing_run(done=done, finished_wall=finished_wall, began_wall=1000.0) is joins

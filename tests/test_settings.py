@@ -832,3 +832,22 @@ def test_values_that_overflow_the_datatype_are_rejected(tmp_path: Path, datatype
     document = _with_input(datatype=datatype, shape=[1], data=[value])
     with pytest.raises(ConfigError, match=f"overflows {'float16' if datatype == 'FP16' else 'float32'}"):
         _load(tmp_path, document)
+
+
+# --- sidecar ----------------------------------------------------------------------------------------------
+
+
+def test_sidecar_engine_call_timeout_default_and_override(tmp_path: Path) -> None:
+    assert _load(tmp_path, _config()).sidecar.engine_call_timeout_s == 15.0
+    loaded = _load(tmp_path, _config(sidecar={"engine_call_timeout_s": 2.5}))
+    assert loaded.sidecar.engine_call_timeout_s == 2.5
+
+
+@pytest.mark.parametrize(
+    ("sidecar", "problem"),
+    [
+        ({"engine_call_timeout_s": 0}, "<file>: sidecar.engine_call_timeout_s: must be >= 0.01, got 0"),
+    ],
+)
+def test_sidecar_errors(tmp_path: Path, sidecar: dict[str, Any], problem: str) -> None:
+    assert _error(tmp_path, _config(sidecar=sidecar)) == problem

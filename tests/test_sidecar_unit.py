@@ -4,7 +4,9 @@ scripted engines (the real Triton and engines are exercised in test_sidecar_trit
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -249,3 +251,161 @@ def test_a_hung_model_is_a_timeout_incident_and_its_rollback_says_slow(settings:
     assert sidecar.ready() == (False, ["linear_scorer: healing"])
     [request] = primary.requests
     assert request.reason == "slow"  # the engines' reasons have no "timeout" yet: over the SLO by definition
+
+
+# --- every path ends: whatever the engines raise (or hang on), the healing timeout escalates and alerts ---
+
+
+def alerting(settings: Settings) -> Settings:
+    alert = dataclasses.replace(settings.rollback.alert, webhook_url="http://am:9093")
+    return dataclasses.replace(settings, rollback=dataclasses.replace(settings.rollback, alert=alert))
+
+
+def make_alerting(
+    settings: Settings,
+    engine_factory: Callable[[], Any],
+    fallback_factory: Callable[[], Any] | None = None,
+) -> tuple[Sidecar, ScriptedTriton, FakeClock, list[dict[str, Any]]]:
+    sent: list[dict[str, Any]] = []
+    settings = alerting(settings)
+    triton = ScriptedTriton(settings)
+    clock = FakeClock()
+    sidecar = Sidecar(
+        settings,
+        triton,
+        engine_factory=engine_factory,
+        fallback_factory=fallback_factory,
+        clock=clock,
+        wall=lambda: clock.now,
+        send_alert=lambda url, alerts, timeout: sent.extend(alerts),
+    )
+    return sidecar, triton, clock, sent
+
+
+def detect_then_wait_out_the_healing_timeout(sidecar: Sidecar, triton: ScriptedTriton, clock: FakeClock) -> None:
+    triton.wrong = True
+    sidecar.cycle()  # failure_threshold 1: healing, first submission attempt
+    assert sidecar.states["linear_scorer"].phase is Phase.HEALING
+    for _ in range(3):  # retried every cycle ...
+        clock.now += 1
+        sidecar.cycle()
+        assert sidecar.states["linear_scorer"].phase is Phase.HEALING
+    clock.now += sidecar.policy.rollback_timeout_s  # ... until the healing timeout
+    sidecar.cycle()
+
+
+def assert_escalated_with_an_alert(sidecar: Sidecar, sent: list[dict[str, Any]]) -> None:
+    state = sidecar.states["linear_scorer"]
+    assert state.phase is Phase.ESCALATED, state
+    assert "no outcome from the rollback" in state.last_reason
+    [alert] = sent
+    assert alert["labels"]["model"] == "linear_scorer" and "endsAt" not in alert
+    assert sidecar.status()["models"]["linear_scorer"]["workflow"] == ""
+    not_submitted = sidecar.metrics.value(
+        "healer_rollbacks_total", {"model": "linear_scorer", "outcome": "not_submitted"}
+    )
+    assert not_submitted == 5  # every cycle while healing tried, and said so
+
+
+def test_an_engine_factory_that_raises_ends_escalated_with_an_alert(settings: Settings) -> None:
+    built: list[str] = []
+
+    def factory() -> Any:
+        built.append("try")
+        raise PermissionError("[Errno 30] Read-only file system: '/tmp/healer/runs'")
+
+    sidecar, triton, clock, sent = make_alerting(settings, factory)
+    detect_then_wait_out_the_healing_timeout(sidecar, triton, clock)
+    assert_escalated_with_an_alert(sidecar, sent)
+    assert len(built) == 5  # asked again every cycle: a volume may have been mounted since
+
+
+def test_a_submit_that_raises_a_non_engine_error_ends_escalated_with_an_alert(settings: Settings) -> None:
+    primary = ScriptedEngine(submit_errors=[RuntimeError("a bug in the engine")] * 1000)
+    fallback = ScriptedEngine()
+    sidecar, triton, clock, sent = make_alerting(settings, lambda: primary, lambda: fallback)
+    detect_then_wait_out_the_healing_timeout(sidecar, triton, clock)
+    assert_escalated_with_an_alert(sidecar, sent)
+    assert fallback.created == []  # whether the primary started it is unknown: never two rollbacks
+
+
+def test_a_fallback_factory_that_raises_ends_escalated_with_an_alert(settings: Settings) -> None:
+    primary = ScriptedEngine(submit_errors=[EngineUnavailable("connection refused", maybe_delivered=False)] * 1000)
+
+    def fallback() -> Any:
+        raise OSError("[Errno 30] Read-only file system: '/tmp/healer/runs'")
+
+    sidecar, triton, clock, sent = make_alerting(settings, lambda: primary, fallback)
+    detect_then_wait_out_the_healing_timeout(sidecar, triton, clock)
+    assert_escalated_with_an_alert(sidecar, sent)
+
+
+class HangingEngine(ScriptedEngine):
+    """submit() blocks until released: a stuck NFS, a server that accepts and never answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.calls = 0
+
+    def submit(self, request: RollbackRequest) -> Submission:
+        self.calls += 1
+        self.release.wait(30)
+        return super().submit(request)
+
+
+@pytest.fixture
+def hanging() -> Iterator[HangingEngine]:
+    engine = HangingEngine()
+    yield engine
+    engine.release.set()  # let the abandoned worker thread finish
+
+
+def test_a_hanging_engine_call_is_bounded_and_ends_escalated_with_an_alert(
+    settings: Settings, hanging: HangingEngine
+) -> None:
+    settings = dataclasses.replace(settings, sidecar=dataclasses.replace(settings.sidecar, engine_call_timeout_s=0.05))
+    fallback = ScriptedEngine()
+    sidecar, triton, clock, sent = make_alerting(settings, lambda: hanging, lambda: fallback)
+    started = time.monotonic()
+    detect_then_wait_out_the_healing_timeout(sidecar, triton, clock)
+    assert time.monotonic() - started < 5  # five cycles, none stalled on the hung call
+    assert_escalated_with_an_alert(sidecar, sent)
+    assert hanging.calls == 1  # not called again while the first call is still out
+    assert fallback.created == []  # a hung create may still land: never two rollbacks
+
+
+def test_a_probe_cycle_that_raises_still_lets_the_healing_timeout_escalate(settings: Settings) -> None:
+    primary = ScriptedEngine()
+    sidecar, triton, clock, sent = make_alerting(settings, lambda: primary)
+    triton.wrong = True
+    sidecar.cycle()
+    assert sidecar.states["linear_scorer"].phase is Phase.HEALING
+
+    def broken() -> bool:
+        raise RuntimeError("a bug while probing")
+
+    triton.server_live = broken  # type: ignore[method-assign]
+    clock.now += sidecar.policy.rollback_timeout_s + 1
+    sidecar.cycle()
+    assert sidecar.states["linear_scorer"].phase is Phase.ESCALATED
+    assert len(sent) == 1
+
+
+def test_the_manifests_fallback_engine_writes_to_an_empty_dir_not_the_read_only_root() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from healer.settings import parse_settings
+
+    manifest = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "triton-with-healer.yaml"
+    docs = {d["kind"]: d for d in yaml.safe_load_all(manifest.read_text()) if d}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    healer = next(c for c in pod["containers"] if c["name"] == "healer")
+    assert healer["securityContext"]["readOnlyRootFilesystem"] is True
+    config = parse_settings(yaml.safe_load(docs["ConfigMap"]["data"]["healer.yaml"]), source="cm", base_dir=Path("/"))
+    assert config.sidecar.fallback_to_local
+    mount = next(m for m in healer["volumeMounts"] if Path(m["mountPath"]) == config.rollback.state_dir)
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert "emptyDir" in volume and not mount.get("readOnly", False)
