@@ -157,6 +157,9 @@ class ReplicaSettings:
     port: int = 8000  # Triton's HTTP port in those pods
 
 
+ROLLBACK_ORDERS = ("swap", "unload-first")
+
+
 @dataclass(frozen=True)
 class RollbackSettings:
     deadline_s: float = 90.0  # the whole rollback, unload to verified; past it: escalate
@@ -171,6 +174,10 @@ class RollbackSettings:
     alert: AlertSettings = field(default_factory=AlertSettings)
     # None: heal the Triton the request names (the submitting pod's), or triton.url.
     replicas: ReplicaSettings | None = None
+    # swap: load the stable version over the broken one (Triton loads the new version, then releases
+    # the old; a failed load keeps the old): the model is never absent. unload-first: for models too
+    # large to be resident twice; the model is absent between unload and load.
+    order: str = "swap"
 
 
 @dataclass(frozen=True)
@@ -400,9 +407,13 @@ def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
             "argo",
             "alert",
             "replicas",
+            "order",
         },
     )
     d = RollbackSettings()
+    order = reader.string(data.get("order", d.order), f"{key}.order")
+    if order not in ROLLBACK_ORDERS:
+        raise ConfigError(reader.source, f"{key}.order", f"must be 'swap' or 'unload-first', got {order!r}")
     replicas = None
     if data.get("replicas") is not None:
         r = reader.mapping(data["replicas"], f"{key}.replicas", required={"namespace", "selector"}, optional={"port"})
@@ -470,6 +481,7 @@ def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
         argo=argo,
         alert=alert,
         replicas=replicas,
+        order=order,
     )
 
 
