@@ -10,19 +10,122 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from healer.settings import ConfigError, Settings, load_settings
 
-EXIT_USAGE = 64  # bad configuration or arguments (sysexits EX_USAGE); 0/1/2 are the probe verdicts
+EXIT_USAGE = 64  # bad arguments or configuration (sysexits EX_USAGE); 0/1/2 are the probe verdicts
 EXIT_REFUSED = 3  # promote refused, rollback did not succeed
+CONFIG_ENV = "HEALER_CONFIG"  # the config's default location, as in the rollback pods
+OUTPUTS = ("json", "yaml", "wide", "name")
+
+DESCRIPTION = """\
+healer: a self-healing controller for NVIDIA Triton Inference Server on Kubernetes.
+
+It checks every configured model on three tiers (liveness: the server answers; readiness: the
+model version is loaded; business: a golden request gets the expected answer in time), tells a
+wrong answer apart from an unreachable server, and rolls a wrong model back to its last stable
+version (in-process, or as an Argo workflow)."""
+
+# Exit codes per command: the epilogs, the README's "Exit codes" table and the tests read this.
+EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
+    "probe": (
+        (0, "every tier of every model passed"),
+        (1, "at least one fail (a wrong answer, a model not ready, Triton not live)"),
+        (2, "errors only: inconclusive (timeouts, 5xx), retry later and do not act"),
+        (EXIT_USAGE, "bad arguments or configuration"),
+    ),
+    "demo": (
+        (0, "every tier of every model passed"),
+        (1, "at least one fail"),
+        (2, "errors only: inconclusive"),
+        (EXIT_USAGE, "bad arguments or configuration, or the embedded Triton did not start"),
+    ),
+    "promote": (
+        (0, "promoted"),
+        (EXIT_REFUSED, "refused: quarantined, not served, or its golden request did not pass"),
+        (EXIT_USAGE, "bad arguments or configuration (no store)"),
+    ),
+    "store": (
+        (0, "listed; quarantine lifted"),
+        (1, "unquarantine: the version is not quarantined"),
+        (EXIT_REFUSED, "the store could not be read or written"),
+        (EXIT_USAGE, "bad arguments or configuration (no store, a bad model name or version)"),
+    ),
+    "rollback": (
+        (0, "the rollback succeeded: the stable version is restored and verified"),
+        (EXIT_REFUSED, "not submitted, failed, or not finished within --wait"),
+        (EXIT_USAGE, "bad arguments or configuration"),
+    ),
+    "runs": (
+        (0, "listed or shown"),
+        (1, "runs get: no such run"),
+        (EXIT_USAGE, "bad arguments or configuration"),
+    ),
+    "sidecar": (
+        (0, "stopped by SIGTERM or SIGINT (after letting an in-pod rollback finish)"),
+        (EXIT_USAGE, "bad arguments or configuration"),
+    ),
+    "render": (
+        (0, "written"),
+        (EXIT_USAGE, "bad arguments"),
+    ),
+}
+
+EXAMPLES: Mapping[str, Sequence[str]] = {
+    "probe": (
+        "healer probe --config examples/healer.yaml",
+        "healer probe --config examples/healer.yaml -o json",
+        "HEALER_CONFIG=examples/healer.yaml healer probe --url 127.0.0.1:8000 -o wide",
+    ),
+    "demo": ("healer demo --config examples/healer.yaml",),
+    "promote": ("healer promote --config healer.yaml linear_scorer 2 --by alice",),
+    "store": (
+        "healer store --config healer.yaml ls",
+        "healer store ls linear_scorer -o yaml",
+        "healer store unquarantine linear_scorer 3 --reason 'bad golden file, checked by hand'",
+    ),
+    "rollback": (
+        "healer rollback --config healer.yaml linear_scorer 3",
+        "healer rollback linear_scorer 3 --incident inc-42 -o json",
+    ),
+    "runs": (
+        "healer runs list --config healer.yaml",
+        "healer runs get healer-rollback-linear-scorer-0123456789 -o wide",
+        "healer runs list -o name",
+    ),
+    "sidecar": ("HEALER_CONFIG=/etc/healer/healer.yaml healer sidecar --listen 0.0.0.0:8080",),
+    "render": ("healer render --out deploy/argo", "healer render --namespace ml --deadline 120"),
+}
+
+
+def _epilog(command: str) -> str:
+    examples = "\n".join(f"  {line}" for line in EXAMPLES[command])
+    codes = "\n".join(f"  {code:<4}{meaning}" for code, meaning in EXIT_CODES[command])
+    text = f"examples:\n{examples}\n\nexit codes:\n{codes}"
+    if command != "render":
+        text += f"\n\nenvironment:\n  {CONFIG_ENV}  the config file when --config is not given"
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 64, not argparse's 2: 2 is `healer probe`'s "inconclusive, retry later"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    parser, commands = _parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command != "render":
+            args.config = _config_path(args, commands[args.command])
+    except SystemExit as exc:  # --help, --version and usage errors: an exit status, not an exception
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     from healer.logs import configure_logging
 
     # The sidecar's JSON logs go to stdout (the container log); the other commands print results there.
@@ -46,79 +149,196 @@ def main(argv: Sequence[str] | None = None) -> int:
     return handlers[args.command](settings, args)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="healer", description=__doc__)
+def _config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+    config = getattr(args, "config", None) or os.environ.get(CONFIG_ENV)
+    if not config:
+        parser.error(f"no configuration: give --config FILE or set the {CONFIG_ENV} environment variable")
+    return config
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("healer")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser, and each command's parser (for usage errors found after parsing)."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(
+        prog="healer",
+        description=DESCRIPTION,
+        epilog=(
+            "examples:\n"
+            "  healer probe --config examples/healer.yaml\n"
+            "  healer demo --config examples/healer.yaml\n"
+            "  healer runs list -o wide          (the config from $HEALER_CONFIG)\n\n"
+            "exit codes: 0 success; 1 a probe failed (or nothing found); 2 probe inconclusive, retry later;\n"
+            "3 promote or rollback refused or not successful; 64 bad arguments or configuration.\n"
+            "`healer COMMAND --help` shows each command's options, examples and exit codes."
+        ),
+        formatter_class=formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"healer {_version()}")
     parser.add_argument(
         "--log-level",
-        default="warning",
+        default="info",
         choices=["debug", "info", "warning", "error"],
-        help="JSON logs go to stderr (default: warning)",
+        help=(
+            "least severe log event to write (default: info). Logs are JSON lines: on stdout for "
+            "`healer sidecar` (the container log), on stderr for every other command, whose stdout "
+            "carries its results"
+        ),
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    subcommands = parser.add_subparsers(
+        dest="command", required=True, title="commands", metavar="COMMAND", help="one of:"
+    )
+    commands: dict[str, argparse.ArgumentParser] = {}
 
-    def with_config(name: str, help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_text)
-        sub.add_argument("--config", required=True, help="healer YAML file")
+    def command(name: str, help_text: str, *, config: bool = True) -> argparse.ArgumentParser:
+        sub = subcommands.add_parser(
+            name,
+            help=help_text,
+            description=help_text[0].upper() + help_text[1:] + ".",
+            epilog=_epilog(name),
+            formatter_class=formatter,
+        )
+        if config:
+            _add_config(sub, default=None)
+        commands[name] = sub
         return sub
 
-    probe = with_config("probe", "run the three tiers once for every configured model")
-    probe.add_argument("--json", action="store_true", help="print a JSON list of results instead of a table")
-    probe.add_argument("--url", help="Triton host:port (overrides triton.url)")
+    probe = command("probe", "run the three tiers once for every configured model and print the verdicts")
+    _add_output(probe, "a table, one row per model version; wide: one row per tier with its failure code and reason")
+    probe.add_argument("--url", metavar="HOST:PORT", help="Triton's HTTP endpoint (overrides triton.url)")
 
-    demo = with_config("demo", "start a real Triton on the embedded default and probe every model")
-    demo.add_argument("--json", action="store_true", help="print a JSON list of results instead of a table")
+    demo = command("demo", "start a real Triton on the config's embedded repository and probe every model")
+    _add_output(demo, "as for probe")
 
-    render = commands.add_parser("render", help="write the Argo WorkflowTemplates as YAML")
-    render.add_argument("--out", help="directory to write into (default: print to stdout)")
-    render.add_argument("--image", help="the healer image the steps run in")
-    render.add_argument("--namespace", help="namespace of the WorkflowTemplate")
-    render.add_argument("--deadline", type=int, help="activeDeadlineSeconds of a rollback (default 90)")
+    render = command("render", "write the Argo WorkflowTemplates as YAML (no config needed)", config=False)
+    render.add_argument("--out", metavar="DIR", help="directory to write into (default: print to stdout)")
+    render.add_argument("--image", help="the healer image the steps run in (default: the released image)")
+    render.add_argument("--namespace", help="namespace of the WorkflowTemplate: Triton's (default: ml)")
+    render.add_argument(
+        "--deadline", type=int, metavar="SECONDS", help="activeDeadlineSeconds of a rollback (default 90)"
+    )
 
-    promote = with_config("promote", "record a version as stable (only if it passes its golden request now)")
-    promote.add_argument("model")
-    promote.add_argument("version")
-    promote.add_argument("--by", default=None, help="who promotes (default: the current user)")
+    promote = command("promote", "record a version as stable (only if it passes its golden request now)")
+    promote.add_argument("model", metavar="MODEL", help="the model's name, as in the config")
+    promote.add_argument("version", metavar="VERSION", help="the version Triton serves now, to record as stable")
+    promote.add_argument("--by", default=None, help="who promotes, kept in the ledger (default: the current user)")
 
-    store = with_config("store", "inspect the model store and its stable ledger; lift a quarantine")
-    store_commands = store.add_subparsers(dest="store_command", required=True)
-    store_ls = store_commands.add_parser("ls", help="models, versions, stable and quarantined")
-    store_ls.add_argument("model", nargs="?")
-    store_ls.add_argument("--json", action="store_true")
+    _store_subcommands(command("store", "inspect the model store and its stable ledger; lift a quarantine"))
+    _runs_subcommands(command("runs", "list or show rollback runs of the local engine (like `argo list` / `argo get`)"))
+
+    sidecar = command("sidecar", "probe every model each period, drain, roll back (runs next to Triton)")
+    sidecar.add_argument(
+        "--listen", metavar="HOST:PORT", help="address of /livez /readyz /metrics /status (overrides sidecar.listen)"
+    )
+
+    rollback = command("rollback", "roll a model back to its last stable version now, and wait for the outcome")
+    rollback.add_argument("model", metavar="MODEL", help="the model's name")
+    rollback.add_argument("from_version", metavar="FROM_VERSION", help="the failing version")
+    rollback.add_argument("--incident", help="incident id, label-safe (default: manual-<model>-<version>-<time>)")
+    rollback.add_argument(
+        "--detail", default="manual rollback from the command line", help="why, for the run's description"
+    )
+    rollback.add_argument(
+        "--wait", type=float, metavar="SECONDS", default=None, help="how long to wait (default: deadline + 30)"
+    )
+    _add_output(rollback, "text; json/yaml: the run's final status; name: only the run's name")
+    return parser, commands
+
+
+def _store_subcommands(store: argparse.ArgumentParser) -> None:
+    formatter = argparse.RawDescriptionHelpFormatter
+    store.set_defaults(output=None)  # only `store ls` has -o
+    store_commands = store.add_subparsers(
+        dest="store_command", required=True, title="subcommands", metavar="SUB", help="one of:"
+    )
+    store_ls = store_commands.add_parser(
+        "ls", help="models, versions, stable and quarantined", epilog=_epilog("store"), formatter_class=formatter
+    )
+    _add_config(store_ls, default=argparse.SUPPRESS)
+    store_ls.add_argument("model", metavar="MODEL", nargs="?", help="only this model (default: every model)")
+    _add_output(store_ls, "a table; wide adds who promoted or quarantined each version, and when", sub=True)
     store_unquarantine = store_commands.add_parser(
         "unquarantine",
         help="lift a version's quarantine: ledger, audit record, and its files back into the live repository",
+        epilog=_epilog("store"),
+        formatter_class=formatter,
     )
-    store_unquarantine.add_argument("model")
-    store_unquarantine.add_argument("version")
+    _add_config(store_unquarantine, default=argparse.SUPPRESS)
+    store_unquarantine.add_argument("model", metavar="MODEL", help="the model's name")
+    store_unquarantine.add_argument("version", metavar="VERSION", help="the quarantined version")
     store_unquarantine.add_argument(
         "--reason", required=True, help="why the version is safe again (kept in the ledger and the audit trail)"
     )
 
-    runs = with_config("runs", "list rollback runs of the local engine (like `argo list`)")
-    runs_commands = runs.add_subparsers(dest="runs_command")
-    runs_show = runs_commands.add_parser("show", help="one run, node by node (like `argo get`)")
-    runs_show.add_argument("name")
-    runs_show.add_argument("--json", action="store_true")
 
-    sidecar = with_config("sidecar", "probe every model each period, drain, roll back (runs next to Triton)")
-    sidecar.add_argument("--listen", help="host:port for /livez /readyz /metrics /status (overrides sidecar.listen)")
+def _runs_subcommands(runs: argparse.ArgumentParser) -> None:
+    formatter = argparse.RawDescriptionHelpFormatter
+    _add_output(runs, "a table, as `runs list`")
+    runs_commands = runs.add_subparsers(
+        dest="runs_command", title="subcommands", metavar="SUB", help="one of (default: list):"
+    )
+    runs_list = runs_commands.add_parser(
+        "list", help="every run, newest first (the default)", epilog=_epilog("runs"), formatter_class=formatter
+    )
+    _add_config(runs_list, default=argparse.SUPPRESS)
+    _add_output(runs_list, "a table; wide adds the detecting pod and the message; json/yaml: the records", sub=True)
+    runs_get = runs_commands.add_parser(
+        "get",
+        aliases=["show"],
+        help="one run, node by node, with each phase",
+        epilog=_epilog("runs"),
+        formatter_class=formatter,
+    )
+    _add_config(runs_get, default=argparse.SUPPRESS)
+    runs_get.add_argument("name", metavar="NAME", help="the run's name, as `runs list` prints it")
+    _add_output(runs_get, "text; wide adds node ids and start times; json/yaml: the record", sub=True)
 
-    rollback = with_config("rollback", "roll a model back to its last stable version now")
-    rollback.add_argument("model")
-    rollback.add_argument("from_version", metavar="FROM_VERSION", help="the failing version")
-    rollback.add_argument("--incident", help="incident id (default: manual-<model>-<version>-<time>)")
-    rollback.add_argument("--detail", default="manual rollback from the command line")
-    rollback.add_argument("--wait", type=float, default=None, help="seconds to wait (default: deadline + 30)")
-    return parser
+
+def _add_config(parser: argparse.ArgumentParser, *, default: Any) -> None:
+    # Nested subcommands take --config with a SUPPRESS default, so they never overwrite the parent's value.
+    parser.add_argument("--config", metavar="FILE", default=default, help=f"healer YAML file (default: ${CONFIG_ENV})")
+
+
+def _add_output(parser: argparse.ArgumentParser, what: str, *, sub: bool = False) -> None:
+    default = argparse.SUPPRESS if sub else None
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default=default,
+        help=f"output format (default: {what}); name: one object name per line",
+    )
+    # The flag before -o existed: kept working, not advertised.
+    parser.add_argument(
+        "--json", dest="output", action="store_const", const="json", default=default, help=argparse.SUPPRESS
+    )
+
+
+def _print_data(data: Any, output: str) -> None:
+    """json or yaml of plain data on stdout."""
+    if output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), end="")
+    else:
+        print(json.dumps(data, indent=2))
 
 
 def _cmd_probe(settings: Settings, args: argparse.Namespace) -> int:
     if args.url:
         settings = dataclasses.replace(settings, triton=dataclasses.replace(settings.triton, url=args.url))
-    return _probe_and_print(settings, settings.triton.url, as_json=args.json)
+    return _probe_and_print(settings, settings.triton.url, output=args.output)
 
 
-def _probe_and_print(settings: Settings, url: str, *, as_json: bool) -> int:
+def _probe_and_print(settings: Settings, url: str, *, output: str | None) -> int:
     from healer.report import format_table
     from healer.triton import TritonHttp
     from probes.runner import exit_code, probe_all
@@ -128,8 +348,23 @@ def _probe_and_print(settings: Settings, url: str, *, as_json: bool) -> int:
         results = probe_all(settings, triton)
     finally:
         triton.close()
-    if as_json:
-        print(json.dumps([r.to_dict() for r in results], indent=2))
+    if output in ("json", "yaml"):
+        _print_data([r.to_dict() for r in results], output)
+    elif output == "name":
+        # One line per model version probed: model/version (a model with no version seen: model).
+        names = [f"{r.model}/{r.version}" if r.version else str(r.model) for r in results if r.model]
+        versioned = {name.partition("/")[0] for name in names if "/" in name}
+        for name in dict.fromkeys(names):
+            if "/" in name or name not in versioned:
+                print(name)
+    elif output == "wide":
+        rows = [("MODEL", "VERSION", "TIER", "STATUS", "LATENCY", "CODE", "REASON")]
+        for r in results:
+            latency = f"{r.latency_ms:.1f} ms" if r.latency_ms else "-"
+            rows.append(
+                (r.model or "-", r.version or "-", r.tier.value, r.status.value, latency, r.code or "-", r.reason)
+            )
+        _print_table(rows)
     else:
         print(format_table(results))
     return exit_code(results)
@@ -152,13 +387,14 @@ def _cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
             startup_timeout_s=settings.embedded.startup_timeout_s,
         )
         triton.start()
-        say = (lambda text: print(text, file=sys.stderr)) if args.json else print
+        # Machine-readable output keeps stdout for the results alone.
+        say = (lambda text: print(text, file=sys.stderr)) if args.output in ("json", "yaml", "name") else print
         say(
             f"Triton {triton.url} (pid {triton.pid}) live with {', '.join(names)} "
             f"in {time.monotonic() - started:.1f} s; repository {triton.model_repository}"
         )
         say("")
-        return _probe_and_print(settings, triton.url, as_json=args.json)
+        return _probe_and_print(settings, triton.url, output=args.output)
     except EmbeddedTritonError as exc:
         print(f"healer: embedded Triton failed: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -233,8 +469,9 @@ def _cmd_store_ls(settings: Settings, args: argparse.Namespace) -> int:
         store = _store(settings)
         models = [args.model] if args.model else store.models()
         listing = []
+        ledgers = {}
         for model in models:
-            ledger = store.ledger(model)
+            ledger = ledgers[model] = store.ledger(model)
             listing.append(
                 {
                     "model": model,
@@ -250,26 +487,52 @@ def _cmd_store_ls(settings: Settings, args: argparse.Namespace) -> int:
     except (StoreError, ValueError) as exc:
         print(f"healer: store {settings.store}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    if args.json:
-        print(json.dumps(listing, indent=2))
+    if args.output in ("json", "yaml"):
+        _print_data(listing, args.output)
+        return 0
+    wide = args.output == "wide"
+    rows = _store_rows(listing, {model: ledger.stable for model, ledger in ledgers.items()}, wide=wide)
+    if args.output == "name":
+        for row in rows[1:]:
+            print(f"{row[0]}/{row[1]}")
         return 0
     print(f"store {store.location}")
-    print(f"{'MODEL':<24}{'VERSION':<9}STATE")
+    if wide:
+        _print_table(rows)
+        return 0
+    for model, version, state in rows:
+        print(f"{model:<24}{version:<9}{state}".rstrip())
+    return 0
+
+
+def _store_rows(listing: list[dict[str, Any]], stable: dict[str, Any], *, wide: bool) -> list[list[str]]:
+    """MODEL VERSION STATE rows (wide: BY AT as well) of `store ls`, header first."""
+    rows = [["MODEL", "VERSION", "STATE", *(["BY", "AT"] if wide else [])]]
     for entry in listing:
         quarantined = {q["version"]: q for q in entry["quarantined"]}
+        promoted = {r.version: r for r in stable[entry["model"]]}
         # A quarantined version moved out of a store that is also the live repository is listed too.
         for version in sorted(set(entry["versions"]) | set(quarantined), key=_version_order):
+            by = at = "-"
             if version in quarantined:
                 q = quarantined[version]
                 state = f"quarantined ({q['incident']}: {q['reason']})"
                 if version not in entry["versions"]:
                     state += " [files moved aside]"
-            elif version in entry["stable"]:
+                by, at = q["by"], q["at"]
+            elif version in promoted:
                 state = "stable"
+                by, at = promoted[version].promoted_by, promoted[version].promoted_at
             else:
                 state = "-"
-            print(f"{entry['model']:<24}{version:<9}{state}".rstrip())
-    return 0
+            rows.append([entry["model"], version, state, *([by, at] if wide else [])])
+    return rows
+
+
+def _print_table(rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
 def _version_order(version: str) -> tuple[int, str]:
@@ -374,15 +637,28 @@ def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
     from healer.runs import format_run, format_runs
 
     engine = local_engine(settings)
-    if getattr(args, "runs_command", None) == "show":
+    output = args.output
+    if args.runs_command in ("get", "show"):
         try:
             record = engine.get(args.name)
         except KeyError:
             print(f"healer: no run {args.name!r} in {settings.rollback.state_dir}", file=sys.stderr)
-            return EXIT_USAGE
-        print(json.dumps(record, indent=2) if args.json else format_run(record))
+            return 1
+        if output in ("json", "yaml"):
+            _print_data(record, output)
+        elif output == "name":
+            print(record["metadata"]["name"])
+        else:
+            print(format_run(record, wide=output == "wide"))
         return 0
-    print(format_runs(engine.list_runs()))
+    runs = engine.list_runs()
+    if output in ("json", "yaml"):
+        _print_data(runs, output)
+    elif output == "name":
+        for run in runs:
+            print(run["metadata"]["name"])
+    else:
+        print(format_runs(runs, wide=output == "wide"))
     return 0
 
 
@@ -393,6 +669,8 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     stamp = int(time.time())
     model_slug = "".join(c if c.isalnum() else "-" for c in args.model.lower())[:30].strip("-") or "model"
     incident = args.incident or f"manual-{model_slug}-{args.from_version}-{stamp}"[:63].rstrip("-.")
+    # Machine-readable output keeps stdout for the result alone; progress goes to stderr.
+    progress = sys.stderr if args.output in ("json", "yaml", "name") else sys.stdout
     try:
         request = RollbackRequest(
             model=args.model,
@@ -403,14 +681,38 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
         )
         engine = engine_from_settings(settings)
         submission = engine.submit(request)
-        print(f"{'submitted' if submission.created else 'joined'} {submission.name} ({settings.rollback.engine})")
+        verb = "submitted" if submission.created else "joined"
+        print(f"{verb} {submission.name} ({settings.rollback.engine})", file=progress, flush=True)
         status = engine.wait(submission.name, args.wait or settings.rollback.deadline_s + 30)
     except (EngineError, ValueError, OSError) as exc:
         print(f"healer: rollback not submitted: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    print(f"{status.name}: {status.phase} {status.message}".rstrip())
-    if status.outputs.get("to-version"):
-        print(f"restored {args.model} v{status.outputs['to-version']}")
+    if args.output in ("json", "yaml"):
+        _print_data(
+            {
+                "name": status.name,
+                "engine": settings.rollback.engine,
+                "created": submission.created,
+                "model": args.model,
+                "from_version": args.from_version,
+                "incident": incident,
+                "phase": status.phase,
+                "message": status.message,
+                "started_at": status.started_at,
+                "finished_at": status.finished_at,
+                "outputs": dict(status.outputs),
+            },
+            args.output,
+        )
+    elif args.output == "name":
+        print(status.name)
+    else:
+        print(f"{status.name}: {status.phase} {status.message}".rstrip())
+        if status.outputs.get("to-version"):
+            print(f"restored {args.model} v{status.outputs['to-version']}")
+        if args.output == "wide":
+            for key, value in sorted(status.outputs.items()):
+                print(f"  {key}: {' '.join(value.split())}")
     return 0 if status.succeeded else EXIT_REFUSED
 
 

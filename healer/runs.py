@@ -22,29 +22,50 @@ def _duration(start: str | None, end: str | None) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def format_runs(runs: Sequence[dict[str, Any]]) -> str:
-    header = f"{'NAME':<52}{'STATUS':<11}{'AGE':<8}{'DURATION':<10}MODEL  FROM→TO  INCIDENT"
-    lines = [header]
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def _parameter(run: dict[str, Any], name: str) -> str:
+    for parameter in run.get("spec", {}).get("arguments", {}).get("parameters", []):
+        if parameter.get("name") == name:
+            return str(parameter.get("value", ""))
+    return ""
+
+
+def format_runs(runs: Sequence[dict[str, Any]], *, wide: bool = False) -> str:
+    """``argo list``: one row per run, newest first as given; ``wide`` adds the detecting pod and the message."""
+    header = ["NAME", "STATUS", "AGE", "DURATION", "MODEL", "FROM→TO", "INCIDENT"]
+    if wide:
+        header += ["POD", "MESSAGE"]
+    rows = [header]
     for run in runs:
         meta, status = run["metadata"], run.get("status", {})
         labels = meta.get("labels", {})
         to_version = _output(run, "to-version") or labels.get("healer.io/to-version", "")
-        lines.append(
-            f"{meta['name']:<52}{status.get('phase', 'Pending'):<11}"
-            f"{_duration(meta.get('creationTimestamp'), None):<8}"
-            f"{_duration(status.get('startedAt'), status.get('finishedAt')):<10}"
-            f"{labels.get('healer.io/model', '')}  v{labels.get('healer.io/from-version', '')}→{to_version}  "
-            f"{labels.get('healer.io/incident', '')}"
-        )
-    return "\n".join(lines)
+        row = [
+            meta["name"],
+            status.get("phase") or "Pending",
+            _duration(meta.get("creationTimestamp"), None),
+            _duration(status.get("startedAt"), status.get("finishedAt")),
+            labels.get("healer.io/model", ""),
+            f"v{labels.get('healer.io/from-version', '')}→{to_version}",
+            labels.get("healer.io/incident", ""),
+        ]
+        if wide:
+            row += [_parameter(run, "pod") or "-", " ".join(str(status.get("message", "")).split()) or "-"]
+        rows.append(row)
+    return "\n".join(_table(rows))
 
 
-def format_run(run: dict[str, Any]) -> str:
+def format_run(run: dict[str, Any], *, wide: bool = False) -> str:
+    """``argo get``: the run, its parameters and its steps; ``wide`` adds each step's node id and start."""
     meta, status = run["metadata"], run.get("status", {})
     lines = [
         f"Name:        {meta['name']}",
         f"Title:       {meta.get('annotations', {}).get('workflows.argoproj.io/title', '')}",
-        f"Status:      {status.get('phase', 'Pending')}",
+        f"Status:      {status.get('phase') or 'Pending'}",
     ]
     if status.get("message"):
         lines.append(f"Message:     {status['message']}")
@@ -53,26 +74,43 @@ def format_run(run: dict[str, Any]) -> str:
         f"Started:     {status.get('startedAt', '')}",
         f"Finished:    {status.get('finishedAt', '')}",
         f"Duration:    {_duration(status.get('startedAt'), status.get('finishedAt'))}",
-        "Parameters:",
     ]
+    if wide and meta.get("annotations", {}).get("healer.io/engine"):
+        lines.append(f"Engine:      {meta['annotations']['healer.io/engine']}")
+    lines.append("Parameters:")
     for parameter in run.get("spec", {}).get("arguments", {}).get("parameters", []):
         lines.append(f"  {parameter['name']}: {parameter.get('value', '')}")
-    lines += ["", f"{'STEP':<40}{'TEMPLATE':<12}{'PHASE':<11}{'DURATION':<10}MESSAGE"]
+    header = ["STEP", "TEMPLATE", "PHASE", "DURATION", "MESSAGE"]
+    if wide:
+        header = [*header[:4], "STARTED", "NODE", "MESSAGE"]
+    rows: list[list[str]] = [header]
     for node in sorted(status.get("nodes", {}).values(), key=lambda n: n.get("startedAt", "")):
         if node.get("type") != "Pod" and node.get("type") != "Skipped":
             continue
-        lines.append(
-            f"{node['displayName']:<40}{node.get('templateName', ''):<12}{node.get('phase', ''):<11}"
-            f"{_duration(node.get('startedAt'), node.get('finishedAt')):<10}{node.get('message', '')}"
-        )
+        row = [
+            node["displayName"],
+            node.get("templateName", ""),
+            node.get("phase", ""),
+            _duration(node.get("startedAt"), node.get("finishedAt")),
+        ]
+        if wide:
+            row += [node.get("startedAt", "") or "-", node.get("id", node.get("name", ""))]
+        rows.append([*row, node.get("message", "")])
         for parameter in node.get("outputs", {}).get("parameters", []):
             if parameter["name"] == "phases" and parameter.get("value"):
                 for phase in json.loads(parameter["value"]):
-                    lines.append(
-                        f"  └ {phase['name']:<36}{'':<12}{phase['outcome']:<11}{phase['duration_s']:<10}"
-                        f"{phase.get('error', '')}"
+                    extra = ["", ""] if wide else []
+                    rows.append(
+                        [
+                            f"  └ {phase['name']}",
+                            "",
+                            str(phase["outcome"]),
+                            str(phase["duration_s"]),
+                            *extra,
+                            str(phase.get("error", "")),
+                        ]
                     )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *_table(rows)])
 
 
 def _output(run: dict[str, Any], name: str) -> str:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from healer.cli import EXIT_REFUSED, EXIT_USAGE, main
+from healer.cli import EXIT_CODES, EXIT_REFUSED, EXIT_USAGE, _parser, main
 from healer.embedded import EmbeddedTriton, free_port
 from healer.settings import ModelSettings
 from tests.conftest import EXAMPLE_CONFIG, EXAMPLES
@@ -45,6 +49,24 @@ def test_probe_json_lists_every_tier_for_every_model(
     assert set(results[0]) == {"model", "version", "tier", "status", "latency_ms", "reason", "details"}
 
 
+def test_probe_outputs_yaml_names_and_a_wide_row_per_tier(
+    triton_server: EmbeddedTriton, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["probe", "--config", str(EXAMPLE_CONFIG), "--url", triton_server.url]
+    assert main([*base, "-o", "yaml"]) == 0
+    assert {(r["model"], r["tier"], r["status"]) for r in yaml.safe_load(capsys.readouterr().out)} == {
+        (m, t, "pass") for m in ("linear_scorer", "tiny_classifier") for t in ("liveness", "readiness", "business")
+    }
+    assert main([*base, "-o", "name"]) == 0
+    assert capsys.readouterr().out.split() == ["linear_scorer/2", "tiny_classifier/2"]
+    assert main([*base, "--output", "wide"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ["MODEL", "VERSION", "TIER", "STATUS", "LATENCY", "CODE", "REASON"]
+    assert sorted((row.split()[0], row.split()[2], row.split()[3]) for row in rows) == sorted(
+        (m, t, "pass") for m in ("linear_scorer", "tiny_classifier") for t in ("liveness", "readiness", "business")
+    )
+
+
 def test_probe_table_and_exit_1_on_a_wrong_model(
     tmp_path: Path, triton_server: EmbeddedTriton, deploy: Deploy, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -58,7 +80,7 @@ def test_probe_table_and_exit_1_on_a_wrong_model(
     assert f"{broken.name} v2 business fail: output 'SCORE'" in out
 
 
-def test_probe_exit_2_when_there_are_only_errors(
+def test_probe_exit_1_when_a_live_and_ready_model_hangs(
     tmp_path: Path, triton_server: EmbeddedTriton, deploy: Deploy, capsys: pytest.CaptureFixture[str]
 ) -> None:
     slow = deploy("linear_scorer", {3: ("broken", "slow")})
@@ -68,9 +90,11 @@ def test_probe_exit_2_when_there_are_only_errors(
     config.write_text(yaml.safe_dump(document))
     code = main(["probe", "--config", str(config), "--url", triton_server.url, "--json"])
     results = json.loads(capsys.readouterr().out)
-    assert code == 2
+    # Live and ready in the same cycle, then no answer: the model hangs, a fail (not "inconclusive").
+    # Exit 2 for errors only is covered by tests/test_probes_triton.py::test_errors_only_exit_code.
+    assert code == 1
     business = next(r for r in results if r["model"] == slow.name and r["tier"] == "business")
-    assert business["status"] == "error"
+    assert (business["status"], business["code"]) == ("fail", "timeout")
 
 
 def test_probe_exit_1_when_triton_is_down(capsys: pytest.CaptureFixture[str]) -> None:
@@ -212,9 +236,272 @@ def test_store_unquarantine_refuses_bad_names_and_an_empty_reason_with_64(
     config, root = unquarantine_setup(tmp_path, monkeypatch)
     assert main(["store", "--config", str(config), "unquarantine", model, version, "--reason", reason]) == EXIT_USAGE
     assert problem in capsys.readouterr().err
-    with pytest.raises(SystemExit):  # argparse: --reason is required
-        main(["store", "--config", str(config), "unquarantine", "linear_scorer", "2"])
+    # argparse: --reason is required; a usage error is 64 like any other
+    assert main(["store", "--config", str(config), "unquarantine", "linear_scorer", "2"]) == EXIT_USAGE
     from healer.store import FilesystemBlobs, ModelStore
 
     assert ModelStore(FilesystemBlobs(root)).ledger("linear_scorer").is_quarantined("2")
     assert not (root / "linear_scorer" / "2").exists()
+
+
+# ---- command-line conventions (no Triton) ---------------------------------------------------------
+
+
+def run_record(name: str, *, phase: str = "Succeeded", pod: str = "triton-0", message: str = "") -> dict[str, object]:
+    """A run record as the LocalEngine writes it (Argo's Workflow shape), finished."""
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {
+            "name": name,
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {
+                "healer.io/model": "linear_scorer",
+                "healer.io/from-version": "3",
+                "healer.io/to-version": "auto",
+                "healer.io/incident": f"inc-{name[-4:]}",
+            },
+            "annotations": {"workflows.argoproj.io/title": "Rollback linear_scorer v3 → stable"},
+        },
+        "spec": {
+            "arguments": {"parameters": [{"name": "model", "value": "linear_scorer"}, {"name": "pod", "value": pod}]}
+        },
+        "status": {
+            "phase": phase,
+            "message": message,
+            "startedAt": "2026-01-01T00:00:01Z",
+            "finishedAt": "2026-01-01T00:00:05Z",
+            "nodes": {
+                f"{name}[0].heal": {
+                    "id": f"{name}[0].heal",
+                    "name": f"{name}[0].heal(0)",
+                    "displayName": "heal",
+                    "templateName": "heal",
+                    "type": "Pod",
+                    "phase": phase,
+                    "startedAt": "2026-01-01T00:00:01Z",
+                    "finishedAt": "2026-01-01T00:00:05Z",
+                    "outputs": {
+                        "parameters": [
+                            {"name": "to-version", "value": "2"},
+                            {
+                                "name": "phases",
+                                "value": json.dumps([{"name": "lease", "outcome": "ok", "duration_s": 0.1}]),
+                            },
+                        ]
+                    },
+                }
+            },
+        },
+    }
+
+
+@pytest.fixture
+def runs_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A config whose state_dir holds two finished runs; HEALER_CONFIG unset."""
+    monkeypatch.delenv("HEALER_CONFIG", raising=False)
+    config = write_config(tmp_path)
+    document = yaml.safe_load(config.read_text())
+    document["rollback"] = {"state_dir": str(tmp_path / "runs")}
+    config.write_text(yaml.safe_dump(document))
+    (tmp_path / "runs").mkdir()
+    for name, phase, message in (
+        ("healer-rollback-linear-scorer-0000000001", "Succeeded", ""),
+        ("healer-rollback-linear-scorer-0000000002", "Failed", "heal: no stable version"),
+    ):
+        (tmp_path / "runs" / f"{name}.json").write_text(json.dumps(run_record(name, phase=phase, message=message)))
+    return config
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["nope"],
+        ["probe", "--no-such-flag"],
+        ["probe", "--config", "x.yaml", "-o", "xml"],
+        ["runs", "--config", "x.yaml", "get"],
+        ["rollback", "--config", "x.yaml", "only_a_model"],
+        ["store", "--config", "x.yaml"],
+    ],
+)
+def test_usage_errors_exit_64_not_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """2 is probe's "inconclusive, retry later": a typo must not read as that."""
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("usage: healer") and "error:" in err
+
+
+def test_usage_error_of_the_installed_command_exits_64() -> None:
+    healer = Path(sys.executable).parent / "healer"
+    done = subprocess.run([str(healer), "probe", "-o", "xml"], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == EXIT_USAGE
+    assert "invalid choice: 'xml'" in done.stderr and done.stdout == ""
+
+
+def test_no_config_names_both_the_flag_and_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("HEALER_CONFIG", raising=False)
+    for argv in (["probe"], ["runs", "list"], ["store", "ls"], ["rollback", "m", "2"]):
+        assert main(argv) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "--config FILE" in err and "HEALER_CONFIG" in err, err
+    monkeypatch.setenv("HEALER_CONFIG", "")  # empty is unset, not the current directory
+    assert main(["probe"]) == EXIT_USAGE
+
+
+def test_healer_config_is_the_default_and_config_wins(
+    tmp_path: Path, runs_config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HEALER_CONFIG", str(runs_config))
+    assert main(["runs", "list", "-o", "name"]) == 0
+    assert capsys.readouterr().out.split() == [
+        "healer-rollback-linear-scorer-0000000001",
+        "healer-rollback-linear-scorer-0000000002",
+    ]
+    missing = tmp_path / "missing.yaml"
+    assert main(["probe", "--config", str(missing)]) == EXIT_USAGE
+    assert f"healer: {missing}: cannot read file" in capsys.readouterr().err
+    monkeypatch.setenv("HEALER_CONFIG", str(missing))
+    assert main(["store", "ls"]) == EXIT_USAGE
+    assert f"healer: {missing}: cannot read file" in capsys.readouterr().err
+
+
+def test_version_comes_from_the_package_metadata(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"healer {version('healer')}"
+
+
+def _all_parsers() -> list[argparse.ArgumentParser]:
+    parser, _ = _parser()
+    found, todo = [], [parser]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for action in current._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(dict.fromkeys(action.choices.values()))  # aliases share a parser
+    return found
+
+
+def test_every_argument_has_help_and_every_command_an_epilog_with_its_exit_codes() -> None:
+    parsers = _all_parsers()
+    assert len(parsers) == 1 + len(EXIT_CODES) + 4  # healer, its commands, store ls/unquarantine, runs list/get
+    for parser in parsers:
+        for action in parser._actions:
+            if action.help != argparse.SUPPRESS:
+                assert action.help, f"{parser.prog}: {action.dest} has no help"
+        if parser.prog == "healer":
+            continue
+        command = parser.prog.split()[1]
+        assert "examples:\n  " in (parser.epilog or "") and f"healer {command}" in (parser.epilog or ""), parser.prog
+        for code, meaning in EXIT_CODES[command]:
+            assert f"  {code:<4}{meaning}" in (parser.epilog or ""), (parser.prog, code)
+
+
+def test_top_level_help_says_what_healer_is_and_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "self-healing controller for NVIDIA Triton" in out
+    for command in EXIT_CODES:
+        assert re.search(rf"^    {command}\s+\S", out, re.MULTILINE), command
+    assert "exit codes:" in out
+
+
+def test_readme_exit_code_table_matches_the_commands() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("### Exit codes") :].split("\n\n")[1]
+    rows = {int(line.split("|")[1]): line.split("|")[3] for line in table.splitlines()[2:]}
+    for command, codes in EXIT_CODES.items():
+        for code, _meaning in codes:
+            assert "all" in rows[code] or command in rows[code], (command, code)
+
+
+def test_log_level_help_tells_where_logs_go(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "(default: info)" in help_text
+    assert "on stdout for `healer sidecar`" in help_text and "on stderr for every other command" in help_text
+
+
+def test_default_log_level_is_info_and_other_commands_log_to_stderr(
+    runs_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from healer.logs import get_logger
+
+    assert main(["runs", "--config", str(runs_config)]) == 0
+    get_logger("healer.test").info("state_changed", model="m")  # as configured by the command
+    captured = capsys.readouterr()
+    [line] = [line for line in captured.err.splitlines() if line.strip()]
+    assert json.loads(line)["event"] == "state_changed" and json.loads(line)["level"] == "info"
+    assert "state_changed" not in captured.out
+    assert main(["--log-level", "warning", "runs", "--config", str(runs_config)]) == 0
+    get_logger("healer.test").info("state_changed", model="m")
+    assert capsys.readouterr().err == ""
+
+
+def test_runs_list_and_get_in_every_output(runs_config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = "healer-rollback-linear-scorer-0000000001", "healer-rollback-linear-scorer-0000000002"
+    # `runs` bare and `runs list`, --config before or after the subcommand: the same table.
+    tables = []
+    for argv in (["runs", "--config", str(runs_config)], ["runs", "list", "--config", str(runs_config)]):
+        assert main(argv) == 0
+        tables.append(capsys.readouterr().out)
+    assert tables[0] == tables[1]
+    header, *rows = tables[0].splitlines()
+    assert header.split() == ["NAME", "STATUS", "AGE", "DURATION", "MODEL", "FROM→TO", "INCIDENT"]
+    assert sorted(row.split()[:2] for row in rows) == [[first, "Succeeded"], [second, "Failed"]]
+    assert all(row.split()[3:6] == ["4s", "linear_scorer", "v3→2"] for row in rows)
+
+    assert main(["runs", "--config", str(runs_config), "list", "-o", "wide"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[-2:] == ["POD", "MESSAGE"]
+    assert next(row for row in rows if row.startswith(second)).endswith("triton-0  heal: no stable version")
+
+    assert main(["runs", "--config", str(runs_config), "-o", "json"]) == 0
+    assert sorted(r["metadata"]["name"] for r in json.loads(capsys.readouterr().out)) == [first, second]
+    assert main(["runs", "list", "--config", str(runs_config), "-o", "yaml"]) == 0
+    assert sorted(r["metadata"]["name"] for r in yaml.safe_load(capsys.readouterr().out)) == [first, second]
+
+    for verb in ("get", "show"):
+        assert main(["runs", "--config", str(runs_config), verb, second]) == 0
+        shown = capsys.readouterr().out
+        assert f"Name:        {second}" in shown and "Message:     heal: no stable version" in shown
+        assert re.search(r"^  └ lease\s+ok\s+0.1$", shown, re.MULTILINE), shown
+    assert main(["runs", "get", second, "--config", str(runs_config), "-o", "wide"]) == 0
+    wide = capsys.readouterr().out
+    assert re.search(
+        rf"^heal\s+heal\s+Failed\s+4s\s+2026-01-01T00:00:01Z\s+{re.escape(second)}\[0\]\.heal\s", wide, re.M
+    )
+    assert main(["runs", "--config", str(runs_config), "show", first, "--json"]) == 0  # the old flag
+    assert json.loads(capsys.readouterr().out)["metadata"]["name"] == first
+    assert main(["runs", "--config", str(runs_config), "get", first, "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["status"]["phase"] == "Succeeded"
+    assert main(["runs", "--config", str(runs_config), "get", first, "-o", "name"]) == 0
+    assert capsys.readouterr().out == f"{first}\n"
+
+    assert main(["runs", "--config", str(runs_config), "get", "healer-rollback-nope"]) == 1  # like kubectl get
+    assert "no run 'healer-rollback-nope'" in capsys.readouterr().err
+
+
+def test_store_ls_in_every_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, _root = unquarantine_setup(tmp_path, monkeypatch)
+    monkeypatch.setenv("HEALER_CONFIG", str(config))
+    assert main(["store", "ls", "-o", "name"]) == 0
+    assert capsys.readouterr().out.split() == ["linear_scorer/1", "linear_scorer/2"]
+    assert main(["store", "ls", "linear_scorer", "-o", "wide"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()[1:]
+    assert header.split() == ["MODEL", "VERSION", "STATE", "BY", "AT"]
+    assert rows[1].split()[-2:] == ["healer", "t"]  # who quarantined it, and when
+    assert main(["store", "--json", "ls"]) == EXIT_USAGE  # --json belongs to ls, as before
+    capsys.readouterr()
+    for flag in (["--json"], ["-o", "json"]):
+        assert main(["store", "ls", *flag]) == 0
+        [entry] = json.loads(capsys.readouterr().out)
+        assert entry["versions"] == ["1"] and entry["quarantined"][0]["incident"] == "inc-7"
+    assert main(["store", "ls", "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)[0]["model"] == "linear_scorer"

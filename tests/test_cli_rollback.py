@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -42,8 +43,18 @@ def test_promote_rollback_and_inspect_from_the_command_line(
     triton.load_model(name, timeout_s=60)
 
     assert main(["rollback", "--config", str(config), name, "3", "--incident", "inc-cli"]) == 0
-    out = capsys.readouterr().out
-    assert "Succeeded" in out and f"restored {name} v2" in out
+    captured = capsys.readouterr()
+    assert "Succeeded" in captured.out and f"restored {name} v2" in captured.out
+    # At the default level (info) the rollback's phases are logged, as JSON lines on stderr.
+    events = [json.loads(line) for line in captured.err.splitlines() if line.startswith("{")]
+    assert {"phase_started", "phase_finished"} <= {e["event"] for e in events if e["level"] == "info"}
+
+    # The same incident again joins the finished run; -o json prints its status alone on stdout.
+    assert main(["rollback", "--config", str(config), name, "3", "--incident", "inc-cli", "-o", "json"]) == 0
+    captured = capsys.readouterr()
+    shown = json.loads(captured.out)
+    assert (shown["phase"], shown["created"], shown["outputs"]["to-version"]) == ("Succeeded", False, "2")
+    assert f"joined {shown['name']} (local)" in captured.err
 
     assert main(["store", "--config", str(config), "ls"]) == 0
     listing = capsys.readouterr().out.splitlines()
@@ -57,11 +68,15 @@ def test_promote_rollback_and_inspect_from_the_command_line(
     runs = capsys.readouterr().out.splitlines()
     assert len(runs) == 2 and "Succeeded" in runs[1] and "inc-cli" in runs[1]
     run_name = runs[1].split()[0]
-    assert main(["runs", "--config", str(config), "show", run_name]) == 0
-    shown = capsys.readouterr().out
-    for phase in ("lease", "fetch-stable", "restore", "record"):
-        assert f"└ {phase}" in shown
-    assert "when '" in shown  # the skipped exit handler says why it did not run
+    assert run_name == shown["name"]
+    assert main(["runs", "list", "--config", str(config), "-o", "name"]) == 0
+    assert capsys.readouterr().out == f"{run_name}\n"
+    for verb in ("show", "get"):
+        assert main(["runs", "--config", str(config), verb, run_name]) == 0
+        text = capsys.readouterr().out
+        for phase in ("lease", "fetch-stable", "restore", "record"):
+            assert f"└ {phase}" in text
+        assert "when '" in text  # the skipped exit handler says why it did not run
 
 
 def test_render_prints_yaml_without_a_config(capsys: pytest.CaptureFixture[str]) -> None:
