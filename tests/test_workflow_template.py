@@ -13,7 +13,7 @@ import yaml
 
 from healer.cli import main
 from healer.engines import RollbackRequest
-from healer.engines.local import LocalEngine
+from healer.engines.local import LocalEngine, process_instance
 from workflows.rollback import LABELS_FROM_PARAMETERS, PARAMETERS, TemplateOptions, build_rollback_template, render_all
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,6 +157,8 @@ def test_local_engine_runs_the_same_step_sequence_as_argo(tmp_path: Path, succee
     expected = argo_step_sequence(yaml.safe_load(next(iter(render_all().values()))), succeeded=succeeded)
     assert calls == expected
     assert local_step_sequence(engine.get(status.name)) == expected
+    annotations = engine.get(status.name)["metadata"]["annotations"]
+    assert annotations["healer.io/engine-instance"] == process_instance(os.getpid())  # who ran it, exactly
 
 
 def test_runs_left_running_by_a_dead_engine_process_are_marked_error(tmp_path: Path) -> None:
@@ -193,3 +195,36 @@ def test_runs_left_running_by_a_dead_engine_process_are_marked_error(tmp_path: P
     status = reopened.status(name)
     assert status.phase == "Error" and f"engine process {pid} ended" in status.message
     assert reopened.status("healer-rollback-m-1111111111").phase == "Running"  # its engine is alive
+
+
+def test_a_run_of_an_earlier_process_with_the_same_pid_is_marked_error(tmp_path: Path) -> None:
+    """In a container the engine is PID 1, and so is the engine of the restarted container: the PID
+    alone says the owner still runs. Its process instance (boot id, start time) says it does not."""
+    import socket
+
+    here = socket.gethostname()
+    mine, pid_1 = process_instance(os.getpid()), process_instance(1)
+    assert mine is not None and pid_1 is not None
+    boot_id = mine.partition("/")[0]
+
+    def run(name: str, pid: int, instance: str) -> None:
+        record = {
+            "metadata": {
+                "name": name,
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "annotations": {"healer.io/engine": f"{here}/{pid}", "healer.io/engine-instance": instance},
+            },
+            "status": {"phase": "Running", "nodes": {}},
+        }
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+
+    earlier = f"{boot_id}/{int(mine.partition('/')[2]) - 1}"  # this PID, a process that started before
+    run("healer-rollback-m-0000000001", os.getpid(), earlier)
+    run("healer-rollback-m-0000000002", 1, f"{boot_id}/{int(pid_1.partition('/')[2]) + 12345}")  # PID 1 restarted
+    run("healer-rollback-m-0000000003", os.getpid(), f"another-boot/{mine.partition('/')[2]}")  # before a reboot
+    run("healer-rollback-m-0000000004", os.getpid(), mine)  # this very process
+    run("healer-rollback-m-0000000005", 1, pid_1)  # PID 1 as it runs now
+    engine = LocalEngine(build_rollback_template(), lambda: None, tmp_path)
+    phases = {r["metadata"]["name"][-1]: r["status"]["phase"] for r in engine.list_runs()}
+    assert phases == {"1": "Error", "2": "Error", "3": "Error", "4": "Running", "5": "Running"}
+    assert "engine process 1 ended before the run finished" in engine.status("healer-rollback-m-0000000002").message

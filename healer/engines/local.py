@@ -47,6 +47,8 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_MUTEX_WAIT_S = 300.0
 STOP_GRACE_S = 90.0  # after the deadline, how long a step may take to notice and stop
+ENGINE_ANNOTATION = "healer.io/engine"  # <host>/<pid> of the process that runs the record
+ENGINE_INSTANCE_ANNOTATION = "healer.io/engine-instance"  # process_instance() of that process
 _PARAM = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
 _RETRY_EXPRESSION = re.compile(r"^\s*asInt\(lastRetry\.exitCode\)\s*==\s*(\d+)\s*$")
 _WHEN = re.compile(r"^\s*(.*?)\s*(==|!=)\s*(.*?)\s*$")
@@ -475,15 +477,22 @@ class LocalEngine:
         return [name for name, thread in self._threads.items() if thread.is_alive()]
 
     def _mark_orphaned_runs(self) -> None:
-        """Runs left Pending/Running by a process of this host that no longer exists will never finish."""
+        """Runs left Pending/Running by a process of this host that no longer exists will never finish.
+
+        The owner is recognised by its process instance (boot id and start time), not its PID alone:
+        in a container the engine is PID 1, and so is the engine of the restarted container.
+        """
         here = socket.gethostname()
         for path in self.state_dir.glob(f"{TEMPLATE_NAME}-*.json"):
             with contextlib.suppress(ValueError, OSError, KeyError):
                 record = json.loads(path.read_text())
                 if record["status"].get("phase") not in {"Pending", "Running"}:
                     continue
-                host, _, pid = record["metadata"].get("annotations", {}).get("healer.io/engine", "").partition("/")
-                if host != here or not pid.isdigit() or _alive(int(pid)):
+                annotations = record["metadata"].get("annotations", {})
+                host, _, pid = annotations.get(ENGINE_ANNOTATION, "").partition("/")
+                if host != here or not pid.isdigit():
+                    continue  # another host's run: nothing here can tell whether its engine lives
+                if _owner_alive(int(pid), annotations.get(ENGINE_INSTANCE_ANNOTATION, "")):
                     continue
                 message = f"engine process {pid} ended before the run finished"
 
@@ -517,7 +526,8 @@ class LocalEngine:
                     "workflows.argoproj.io/title": f"Rollback {request.model} v{request.from_version} → stable",
                     "workflows.argoproj.io/description": request.detail,
                     # Who runs it: a run whose engine process died is marked Error, not left Running.
-                    "healer.io/engine": f"{socket.gethostname()}/{os.getpid()}",
+                    ENGINE_ANNOTATION: f"{socket.gethostname()}/{os.getpid()}",
+                    ENGINE_INSTANCE_ANNOTATION: process_instance(os.getpid()) or "",
                 },
             },
             "spec": {
@@ -594,6 +604,28 @@ class LocalEngine:
             with os.fdopen(fd, "w") as handle:
                 json.dump(record, handle, indent=2)
             os.replace(temp, path)
+
+
+def process_instance(pid: int) -> str | None:
+    """``<boot id>/<start time>`` of process ``pid``: unlike the PID, never reused by a later process
+    (a restarted container's PID 1, a PID recycled after a wrap). None where /proc cannot tell."""
+    try:
+        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 2 (comm) is in parentheses and may itself hold ") ": count the fields after the last ")".
+    fields = stat[stat.rindex(")") + 1 :].split()
+    return f"{boot_id}/{fields[19]}" if len(fields) > 19 else None  # field 22: starttime, in clock ticks
+
+
+def _owner_alive(pid: int, instance: str) -> bool:
+    if not instance:  # a record written before instances were kept, or where /proc could not tell
+        return _alive(pid)
+    current = process_instance(pid)
+    if current is None:  # gone, or /proc hides it (hidepid): ask the kernel about the PID alone
+        return _alive(pid)
+    return current == instance
 
 
 def _alive(pid: int) -> bool:
