@@ -323,8 +323,9 @@ def test_wait_stops_at_once_when_the_workflow_is_gone(engine: ArgoEngine, fake_t
 def test_server_down_is_unavailable_within_the_request_timeout() -> None:
     with ArgoEngine(f"http://127.0.0.1:{free_port()}", NAMESPACE, request_timeout_s=1.0) as engine:
         started = time.monotonic()
-        with pytest.raises(EngineUnavailable, match="unreachable"):
+        with pytest.raises(EngineUnavailable, match="unreachable") as refused:
             engine.submit(REQUEST)
+        assert refused.value.maybe_delivered is False  # refused: nothing reached Argo, safe to fall back
         with pytest.raises(EngineUnavailable):
             engine.status(workflow_name(REQUEST))
         assert time.monotonic() - started < 1.0
@@ -334,9 +335,26 @@ def test_slow_server_is_unavailable_quickly(server: ArgoServer) -> None:
     server.set_delay(5.0)
     with ArgoEngine(server.url, NAMESPACE, request_timeout_s=0.2) as engine:
         started = time.monotonic()
-        with pytest.raises(EngineUnavailable, match="timed out"):
+        with pytest.raises(EngineUnavailable, match="timed out") as timed_out:
             engine.submit(REQUEST)
         assert time.monotonic() - started < 1.0
+    # Sent, then no answer in time: Argo may have created it, so it must not be handed to another engine.
+    assert timed_out.value.maybe_delivered is True
+    assert len(bodies(server, CREATE)) == 1
+
+
+def test_unresolvable_host_was_certainly_not_delivered() -> None:
+    """A DNS failure (the real resolver; .invalid never resolves, RFC 6761) means no connection was
+    made: the sidecar may fall back to the in-pod engine at once."""
+    host = "http://healer-no-such-host.invalid:2746"
+    with ArgoEngine(host, NAMESPACE, request_timeout_s=2.0) as engine:
+        with pytest.raises(EngineUnavailable, match=r"healer-no-such-host\.invalid") as unresolved:
+            engine.submit(REQUEST)
+        assert unresolved.value.maybe_delivered is False
+        assert isinstance(unresolved.value.__cause__, requests.ConnectionError)
+        with pytest.raises(EngineUnavailable) as again:
+            engine.status(workflow_name(REQUEST))
+        assert again.value.maybe_delivered is False
 
 
 def test_503_is_unavailable_and_not_sticky(engine: ArgoEngine, server: ArgoServer) -> None:

@@ -333,10 +333,8 @@ class ArgoEngine:
                 f"Argo could not {what} (HTTP {code}): {message}", maybe_delivered=code in (None, 500, 504)
             ) from exc
         except requests.ConnectionError as exc:
-            # Refused or no connection made (ConnectTimeout is one): the request never reached Argo.
-            delivered = not isinstance(exc, requests.ConnectTimeout) and "Connection refused" not in str(exc)
             raise EngineUnavailable(
-                f"Argo at {self.host} unreachable to {what}: {exc}", maybe_delivered=delivered
+                f"Argo at {self.host} unreachable to {what}: {exc}", maybe_delivered=not _never_connected(exc)
             ) from exc
         except requests.RequestException as exc:  # read timed out, reset, TLS, a body that is not JSON
             raise EngineUnavailable(f"Argo at {self.host} unreachable to {what}: {exc}") from exc
@@ -344,6 +342,33 @@ class ArgoEngine:
             # Hera parsing an answer that is not Argo's (an error body without "message", a 200 that
             # is not a Workflow): something other than Argo answered, e.g. a proxy.
             raise EngineUnavailable(f"unexpected answer from {self.host} to {what}: {exc!r}") from exc
+
+
+def _never_connected(exc: BaseException) -> bool:
+    """Whether the request failed before a connection to Argo was made, so it certainly was not delivered:
+    the host name did not resolve, the connection was refused or unreachable, or connecting timed out.
+
+    A failure after connecting (a reset, a read timeout, a TLS error) may follow a request Argo received.
+    """
+    import socket
+
+    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
+
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        # urllib3's NewConnectionError (and its NameResolutionError) subclass ConnectTimeoutError.
+        if isinstance(current, ConnectTimeoutError | socket.gaierror | ConnectionRefusedError):
+            return True
+        if isinstance(current, MaxRetryError):
+            todo.append(current.reason)
+        todo += [current.__cause__, current.__context__]
+        todo += [arg for arg in getattr(current, "args", ()) if isinstance(arg, BaseException)]
+    return False
 
 
 class _Conflict(Exception):
