@@ -505,3 +505,49 @@ def test_store_ls_in_every_output(
         assert entry["versions"] == ["1"] and entry["quarantined"][0]["incident"] == "inc-7"
     assert main(["store", "ls", "-o", "yaml"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)[0]["model"] == "linear_scorer"
+
+
+# ---- unreadable YAML: exit 64 naming the file, never a traceback ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("? [a, b]: 1\n", "(top level): mapping keys must be strings, got a mapping as a key on line 1"),
+        ("[a, b]: 1\n", "(top level): mapping keys must be strings, got a list as a key on line 1"),
+        (
+            "models:\n  - name: m\n    golden:\n      ? [x]\n      : 1\n",
+            "models[0].golden: mapping keys must be strings, got a list as a key on line 4",
+        ),
+        ("models:\n  - {name: m, 7: x}\n", "models[0]: mapping keys must be strings, got '7', read as int (quote it"),
+        ("[" * 10_000 + "\n", "nested more than 100 levels deep (line 1, column 101)"),
+        ("[" * 10_000 + "]" * 10_000 + "\n", "nested more than 100 levels deep"),
+        ("models:\n" + "  " * 0 + "- " * 5_000 + "x\n", "nested more than 100 levels deep"),
+        ("models: [\n", "not valid YAML"),
+    ],
+)
+def test_unreadable_yaml_exits_64_naming_the_file(
+    tmp_path: Path, text: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "healer.yaml"
+    config.write_text(text)
+    assert main(["probe", "--config", str(config)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"healer: {config}: ") and problem in err, err
+    assert "Traceback" not in err
+
+
+def test_a_tensor_nested_as_deep_as_numpy_allows_is_still_read(tmp_path: Path) -> None:
+    """The depth limit leaves room for any real config: a rank-32 golden tensor is read."""
+    from healer.settings import load_settings
+
+    config = write_config(tmp_path)
+    document = yaml.safe_load(config.read_text())
+    rank = 32
+    value: object = 1.0
+    for _ in range(rank):
+        value = [value]
+    document["models"][0]["golden"]["inputs"][0].update(shape=[1] * rank, data=value)
+    config.write_text(yaml.safe_dump(document))
+    settings = load_settings(config)
+    assert settings.models[0].golden.inputs[0].values.shape == (1,) * rank
