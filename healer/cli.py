@@ -746,6 +746,21 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
             kube_client = kube.KubeClient.in_cluster()
         except Exception as exc:  # no service account token: run without Events rather than not at all
             print(f"healer: Kubernetes API unavailable, running without Events: {exc}", file=sys.stderr)
+    peers: Any = None
+    drain = settings.sidecar.drain
+    if drain is not None:
+        from healer.sidecar import HttpPeers, KubePeers
+
+        if drain.peers is not None:
+            if kube_client is None:
+                print(
+                    f"healer: warning: {settings.source}: sidecar.drain.peers needs the Kubernetes API: "
+                    "without it this pod never drains (it cannot tell whether it is the last one serving)",
+                    file=sys.stderr,
+                )
+            peers = KubePeers(kube_client, pod_identity(), drain.peers.namespace, drain.peers.selector)
+        else:
+            peers = HttpPeers(pod_identity(), drain.peer_urls, timeout_s=drain.timeout_s)
     triton = TritonHttp(settings.triton.url, timeout_s=settings.triton.timeout_s)
     sidecar = Sidecar(
         settings,
@@ -755,6 +770,7 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
         pod=pod_identity(),
         triton_url=pod_triton_url(settings.triton.url),
         kube=kube_client,
+        peers=peers,
     )
     if settings.rollback.engine == "argo" and settings.rollback.replicas is None:
         print(

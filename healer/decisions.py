@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence, Set
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -128,3 +129,103 @@ def joins_existing_run(*, done: bool, finished_wall: float | None, began_wall: f
     that one was an earlier occurrence (the same broken files pushed again), so the next suffix is used.
     finishedAt has second resolution: a second of slack before calling it earlier."""
     return not done or finished_wall is None or finished_wall >= began_wall - 1.0
+
+
+# ---- draining without emptying the Service ------------------------------------------------------------
+#
+# The rule. Every pod that wants to drain (a required model failing, healing or escalated) says so on
+# its own pod with the time it started wanting (annotation healer.io/drain-wanted, or its /status).
+# The pods that want to drain are ordered by that time, then by name; walking that order, each may
+# drain while at least ``min_ready`` pods stay ready and serving (a pod already out of the Service
+# drains for free). Every sidecar computes the same answer from the same view, so a model broken on
+# every replica drains all but ``min_ready`` of them, and a model broken on one replica drains it.
+#
+# Why it holds with views that lag: a pod decides only ``settle_s`` after it announced, by which time
+# every announcement ordered before its own is visible; announcements ordered after it do not change
+# its answer (such a pod was counted as serving either way).
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One pod of the replica set, as the drain rule sees it."""
+
+    name: str
+    ready: bool  # in the Service now (Kubernetes' Ready condition, or the sidecar's /readyz)
+    wanted_at: float | None = None  # when it started wanting to drain (wall time); None: it does not
+    terminating: bool = False  # deletionTimestamp set: on its way out, never counted
+
+
+@dataclass(frozen=True)
+class DrainVerdict:
+    allowed: bool
+    why: str
+
+
+def may_drain(me: str, peers: Sequence[Peer], min_ready: int) -> DrainVerdict:
+    """May pod ``me`` (which wants to drain) leave the Service, given every pod of its replica set?"""
+    mine = next((p for p in peers if p.name == me), None)
+    if mine is None or mine.wanted_at is None:
+        return DrainVerdict(False, "not announced to the peers")
+    if mine.terminating:
+        return DrainVerdict(True, "terminating: leaving the Service anyway")
+    present = [p for p in peers if not p.terminating]
+    serving = sum(1 for p in present if p.ready)
+    wanting = sorted((p for p in present if p.wanted_at is not None), key=lambda p: (p.wanted_at, p.name))
+    ahead: list[str] = []
+    for pod in wanting:
+        if pod.ready:
+            if serving - 1 < min_ready:
+                if pod.name == me:
+                    return DrainVerdict(
+                        False,
+                        f"held back: {serving} pod(s) serving, min_ready {min_ready}; "
+                        f"draining first: {', '.join(ahead) or 'none'}",
+                    )
+                continue  # held back too; later pods may still drain for free
+            serving -= 1
+        if pod.name == me:
+            return DrainVerdict(True, f"drain {len(ahead) + 1} of {len(wanting)}; {serving} pod(s) stay serving")
+        ahead.append(pod.name)
+    raise AssertionError("unreachable: me is among the wanting pods")
+
+
+@dataclass(frozen=True)
+class DrainDecision:
+    drain: bool
+    why: str
+    view_at: float | None = None  # monotonic time of the peer view it rests on (None: none)
+
+
+def drain_decision(
+    *,
+    wants: bool,
+    announced_at: float | None,
+    now_wall: float,
+    now: float,
+    view: DrainVerdict | None,
+    last: DrainDecision | None,
+    settle_s: float,
+    keep_decision_s: float,
+) -> DrainDecision:
+    """This cycle's decision for the pod's /readyz.
+
+    ``view``: ``may_drain`` on the peers read this cycle, or None when they could not be read.
+    Peers unreadable (the API down): keep the last decision for ``keep_decision_s``, then serve. A pod
+    that cannot see its peers may be the one the others count on (an API outage is seen by every pod
+    at once, and "the others were serving a minute ago" would drain them all), so it never starts a
+    drain blind; a drain granted on a fresh view goes on while it lasts, because every other pod keeps
+    its own decision too.
+    """
+    if not wants:
+        return DrainDecision(False, "")
+    if announced_at is None:
+        return DrainDecision(False, "held back: wanting to drain is not announced to the peers yet")
+    if now_wall < announced_at + settle_s:
+        return DrainDecision(False, f"held back: deciding {settle_s:g} s after announcing (until every peer is seen)")
+    if view is not None:
+        return DrainDecision(view.allowed, view.why, now)
+    if last is not None and last.view_at is not None and now - last.view_at <= keep_decision_s:
+        return DrainDecision(
+            last.drain, f"{last.why} (peers unreadable; decided {now - last.view_at:.0f} s ago)", last.view_at
+        )
+    return DrainDecision(False, f"held back: peers unreadable for over {keep_decision_s:g} s: not draining blind")

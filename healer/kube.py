@@ -46,6 +46,16 @@ class TritonPod:
     terminating: bool  # deletionTimestamp set: on its way out, whatever its phase says
 
 
+@dataclass(frozen=True)
+class PodReadiness:
+    """A pod as the drain rule weighs it (healer/decisions.py ``may_drain``)."""
+
+    name: str
+    ready: bool  # its Ready condition is True: the Service sends it traffic
+    terminating: bool  # deletionTimestamp set: on its way out
+    annotations: Mapping[str, str]
+
+
 def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
@@ -110,6 +120,28 @@ class KubeClient:
             )
             for pod in pods.items
         ]
+        return sorted(found, key=lambda p: p.name)
+
+    def pod_readiness(self, namespace: str, selector: str) -> list[PodReadiness]:
+        """Every pod matching a label selector with its Ready condition and annotations, sorted by name."""
+        pods = self._call(
+            "list pods",
+            self._core.list_namespaced_pod,
+            namespace,
+            label_selector=selector,
+            _request_timeout=self.timeout_s,
+        )
+        found = []
+        for pod in pods.items:
+            conditions = (pod.status.conditions if pod.status is not None else None) or []
+            found.append(
+                PodReadiness(
+                    name=pod.metadata.name,
+                    ready=any(c.type == "Ready" and c.status == "True" for c in conditions),
+                    terminating=pod.metadata.deletion_timestamp is not None,
+                    annotations=dict(pod.metadata.annotations or {}),
+                )
+            )
         return sorted(found, key=lambda p: p.name)
 
     def annotate_pod(self, pod: PodRef, annotations: Mapping[str, str]) -> None:

@@ -187,6 +187,27 @@ class TierThresholds:
 
 
 @dataclass(frozen=True)
+class DrainPeers:
+    """The pods of this sidecar's replica set (Kubernetes API): its own pod among them."""
+
+    namespace: str
+    selector: str  # e.g. app.kubernetes.io/name=triton
+
+
+@dataclass(frozen=True)
+class DrainSettings:
+    """Draining never empties the Service (healer/decisions.py ``may_drain``). Exactly one peers
+    source: ``peers`` (the Kubernetes API) or ``peer_urls`` (the other sidecars' base URLs)."""
+
+    min_ready: int = 1  # pods that must stay ready and serving, whatever is broken
+    peers: DrainPeers | None = None
+    peer_urls: tuple[str, ...] = ()
+    settle_s: float = 10.0  # wait after announcing before deciding: every earlier announcement is seen
+    keep_decision_s: float = 60.0  # peers unreadable: keep the last decision this long, then serve
+    timeout_s: float = 2.0  # one peer /status read (peer_urls)
+
+
+@dataclass(frozen=True)
 class SidecarSettings:
     """The probe sidecar. Production default period: 5 s (a detection in ~15 s with threshold 3)."""
 
@@ -202,6 +223,8 @@ class SidecarSettings:
     # The longest one engine call (build, submit-or-join, status) may hold the probe loop; past it the
     # call is left to its thread and counted as "maybe delivered" (healer/sidecar.py BoundedCalls).
     engine_call_timeout_s: float = 15.0
+    # None: drain on every failing model, as on a single machine; set it for a replica set.
+    drain: DrainSettings | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -317,6 +340,7 @@ def _parse_sidecar(reader: _Reader, raw: Any) -> SidecarSettings:
             "argo_submit_timeout_s",
             "fallback_to_local",
             "engine_call_timeout_s",
+            "drain",
         },
     )
     d = SidecarSettings()
@@ -357,6 +381,43 @@ def _parse_sidecar(reader: _Reader, raw: Any) -> SidecarSettings:
         engine_call_timeout_s=reader.number(
             data.get("engine_call_timeout_s", d.engine_call_timeout_s), f"{key}.engine_call_timeout_s", minimum=0.01
         ),
+        drain=_parse_drain(reader, data["drain"]) if data.get("drain") is not None else None,
+    )
+
+
+def _parse_drain(reader: _Reader, raw: Any) -> DrainSettings:
+    key = "sidecar.drain"
+    data = reader.mapping(
+        raw, key, optional={"min_ready", "peers", "peer_urls", "settle_s", "keep_decision_s", "timeout_s"}
+    )
+    if (data.get("peers") is None) == (data.get("peer_urls") is None):
+        raise ConfigError(reader.source, key, "needs exactly one of 'peers' (Kubernetes) or 'peer_urls'")
+    d = DrainSettings()
+    peers = None
+    if data.get("peers") is not None:
+        p = reader.mapping(data["peers"], f"{key}.peers", required={"namespace", "selector"})
+        peers = DrainPeers(
+            namespace=reader.string(p["namespace"], f"{key}.peers.namespace"),
+            selector=reader.string(p["selector"], f"{key}.peers.selector"),
+        )
+    urls = []
+    for i, url in enumerate(reader.sequence(data.get("peer_urls") or [], f"{key}.peer_urls")):
+        if not reader.string(url, f"{key}.peer_urls[{i}]").startswith(("http://", "https://")):
+            raise ConfigError(
+                reader.source, f"{key}.peer_urls[{i}]", f"must start with http:// or https://, got {url!r}"
+            )
+        urls.append(url.rstrip("/"))
+    if data.get("peer_urls") is not None and not urls:
+        raise ConfigError(reader.source, f"{key}.peer_urls", "must list at least one sidecar URL")
+    return DrainSettings(
+        min_ready=reader.integer(data.get("min_ready", d.min_ready), f"{key}.min_ready", minimum=1),
+        peers=peers,
+        peer_urls=tuple(urls),
+        settle_s=reader.number(data.get("settle_s", d.settle_s), f"{key}.settle_s", minimum=0),
+        keep_decision_s=reader.number(
+            data.get("keep_decision_s", d.keep_decision_s), f"{key}.keep_decision_s", minimum=0
+        ),
+        timeout_s=reader.number(data.get("timeout_s", d.timeout_s), f"{key}.timeout_s", minimum=0.001),
     )
 
 

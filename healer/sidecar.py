@@ -4,6 +4,12 @@ Acting means: drain (``/readyz`` false) while a model is failing, healing or esc
 rollback per incident; escalate when the circuit breaker is open or a rollback has no outcome.
 It never kills the pod for a bad model: ``/livez`` reports Triton's process and port only.
 
+Draining never empties the Service: with ``sidecar.drain`` set, a pod whose model fails says so to
+its peers and leaves the Service only when healer/decisions.py ``may_drain`` lets it (at least
+``min_ready`` pods stay ready and serving); a pod held back keeps /readyz 200 and says why in
+/status, the ``healer_drain_held_back`` gauge and a ``drain_held_back`` log line. The rollback runs
+either way: it heals the model on every replica. Without the setting, every failing pod drains.
+
 Thread model: the probe loop owns the Triton client (tritonclient is not thread-safe); the HTTP
 server threads read a snapshot under a lock and talk to Triton only through a plain urllib GET.
 """
@@ -24,13 +30,17 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
 from healer.decisions import (
+    DrainDecision,
     Handover,
+    Peer,
+    drain_decision,
     joins_existing_run,
+    may_drain,
     may_fall_back,
     needs_asking,
     request_reason,
@@ -162,6 +172,92 @@ class _Attempt:
     error: str = ""
 
 
+# ---- the peers a drain is weighed against ---------------------------------------------------------------
+
+DRAIN_ANNOTATION = "healer.io/drain-wanted"  # unix time the pod started wanting to drain; "" = it does not
+
+
+class PeersUnavailable(Exception):
+    """The replica set's view could not be read or written (the Kubernetes API is down)."""
+
+
+class PeerSource(Protocol):
+    """Where a sidecar says it wants to drain, and reads who else does."""
+
+    me: str  # this pod's name as it appears among the peers
+
+    def announce(self, wanted_at: float | None) -> None: ...
+
+    def peers(self) -> list[Peer]: ...
+
+
+class KubePeers:
+    """Peers through the Kubernetes API: the annotation on each pod, its Ready condition and
+    deletionTimestamp; the pods are those of the replica set's label selector (RBAC: pods get, list, patch)."""
+
+    def __init__(self, kube: Any, pod: str, namespace: str, selector: str) -> None:
+        from healer.kube import PodRef
+
+        self._kube = kube
+        self._pod = PodRef.parse(pod, default_namespace=namespace)
+        self.me = self._pod.name
+        self._namespace = namespace
+        self._selector = selector
+
+    def announce(self, wanted_at: float | None) -> None:
+        from healer.kube import KubeError
+
+        if self._kube is None:
+            raise PeersUnavailable("no Kubernetes API client (not in a cluster)")
+        try:
+            self._kube.annotate_pod(self._pod, {DRAIN_ANNOTATION: "" if wanted_at is None else f"{wanted_at:.3f}"})
+        except KubeError as exc:
+            raise PeersUnavailable(str(exc)) from exc
+
+    def peers(self) -> list[Peer]:
+        from healer.kube import KubeError
+
+        if self._kube is None:
+            raise PeersUnavailable("no Kubernetes API client (not in a cluster)")
+        try:
+            pods = self._kube.pod_readiness(self._namespace, self._selector)
+        except KubeError as exc:
+            raise PeersUnavailable(str(exc)) from exc
+        return [Peer(p.name, p.ready, _wanted_at(p.annotations.get(DRAIN_ANNOTATION, "")), p.terminating) for p in pods]
+
+
+class HttpPeers:
+    """Peers through the other sidecars' /status (``sidecar.drain.peer_urls``): no Kubernetes API
+    needed. A sidecar that does not answer is not serving (its pod's readinessProbe fails alike)."""
+
+    def __init__(self, me: str, urls: Sequence[str], *, timeout_s: float) -> None:
+        self.me = me
+        self._urls = tuple(urls)
+        self._timeout_s = timeout_s
+
+    def announce(self, wanted_at: float | None) -> None:
+        pass  # this sidecar's own /status carries it
+
+    def peers(self) -> list[Peer]:
+        found: list[Peer] = []
+        for url in self._urls:
+            try:
+                with urllib.request.urlopen(f"{url}/status", timeout=self._timeout_s) as response:  # noqa: S310
+                    status = json.load(response)
+                drain = status["drain"]
+                found.append(Peer(str(status["pod"]), bool(drain["ready"]), drain.get("wanted_at")))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.info("peer_unreadable", peer=url, error=str(exc))
+        return found
+
+
+def _wanted_at(text: str) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None  # not ours to interpret: the pod does not count as wanting
+
+
 # ---- the sidecar -----------------------------------------------------------------------------------------
 
 
@@ -180,6 +276,7 @@ class Sidecar:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         registry: Registry | None = None,
+        peers: PeerSource | None = None,
     ) -> None:
         self.settings = settings
         self.triton = triton
@@ -213,6 +310,15 @@ class Sidecar:
         self._pending: dict[str, Incident] = {}  # decided to roll back, no engine has taken it yet
         self._firing: dict[str, dict[str, Any]] = {}  # model -> the alert we keep firing while escalated
         self._alert_sent_at: dict[str, float] = {}
+        self._peers = peers if settings.sidecar.drain is not None else None
+        self._announced_at: float | None = None  # the drain want the peers have seen (wall time)
+        self._drain = DrainDecision(False, "")
+        self._held = False
+        self.metrics.gauge("healer_drain_wanted", "1 while a required model is failing, healing or escalated.")
+        self.metrics.gauge(
+            "healer_drain_held_back",
+            "1 while the pod wants to drain but stays in the Service (sidecar.drain.min_ready).",
+        )
 
     # ---- the loop ------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, *, max_cycles: int | None = None) -> None:
@@ -250,6 +356,10 @@ class Sidecar:
                     self._step(model, "verdict", self._apply_verdict, model, verdict_for(mine, now))
                 self._step(model, "tick", self._apply, model, Tick(self.clock()))
                 self._step(model, "alert", self._keep_alert_firing, model.name)
+            try:
+                self._decide_drain()
+            except Exception:  # the peers' trouble must not stop probing; /readyz keeps the last decision
+                log.exception("drain_decision_failed")
             if results is not None:
                 with self._lock:
                     self.cycles += 1
@@ -626,19 +736,83 @@ class Sidecar:
         self.metrics.set("healer_model_serving", {"model": model}, 1.0 if state.serving else 0.0)
         self.metrics.set("healer_circuit_breaker_open", {"model": model}, 1.0 if state.breaker_open else 0.0)
 
+    # ---- draining ------------------------------------------------------------------------------------
+    def _model_problems(self) -> list[str]:
+        """Required models that must not take traffic here (call with the lock held)."""
+        return [
+            f"{model.name}: {state.phase.value}{' (not ready)' if state.not_ready else ''}"
+            for model in self.settings.models
+            if model.required and not (state := self.states[model.name]).serving
+        ]
+
+    def _decide_drain(self) -> None:
+        """Announce a wanted drain to the peers, read them once settled, and decide (healer/decisions.py)."""
+        drain = self.settings.sidecar.drain
+        if self._peers is None or drain is None:
+            return
+        with self._lock:
+            wants = bool(self._model_problems())
+        now_wall, now = self.wall(), self.clock()
+        if wants != (self._announced_at is not None):
+            at = now_wall if wants else None
+            try:
+                self._peers.announce(at)
+                self._announced_at = at
+            except PeersUnavailable as exc:
+                # A want announced later gets a later time: its announcement lands within the API timeout.
+                log.warning("drain_not_announced", wants=wants, error=str(exc))
+        view = None
+        if wants and self._announced_at is not None and now_wall >= self._announced_at + drain.settle_s:
+            try:
+                view = may_drain(self._peers.me, self._with_me(self._peers.peers()), drain.min_ready)
+            except PeersUnavailable as exc:
+                log.warning("drain_peers_unreadable", error=str(exc))
+        decision = drain_decision(
+            wants=wants,
+            announced_at=self._announced_at,
+            now_wall=now_wall,
+            now=now,
+            view=view,
+            last=self._drain,
+            settle_s=drain.settle_s,
+            keep_decision_s=drain.keep_decision_s,
+        )
+        with self._lock:
+            before, self._drain = self._drain, decision
+        held = wants and not decision.drain
+        self.metrics.set("healer_drain_wanted", {}, 1.0 if wants else 0.0)
+        self.metrics.set("healer_drain_held_back", {}, 1.0 if held else 0.0)
+        if (decision.drain, held) != (before.drain, self._held):
+            event = "drain_held_back" if held else "drain_allowed" if decision.drain else "drain_ended"
+            log.warning(event, why=decision.why, wanted_at=self._announced_at)
+        self._held = held
+
+    def _with_me(self, peers: list[Peer]) -> list[Peer]:
+        """The view with this pod as it knows itself: its own announcement may not be visible yet."""
+        assert self._peers is not None
+        me = self._peers.me
+        mine = next((p for p in peers if p.name == me), None)
+        others = [p for p in peers if p.name != me]
+        ready_now = mine.ready if mine is not None else self.ready()[0]
+        return [*others, Peer(me, ready_now, self._announced_at, mine.terminating if mine else False)]
+
     def ready(self) -> tuple[bool, list[str]]:
-        """(/readyz) Not ready while Triton is down or any required model is failing, healing or escalated."""
+        """(/readyz) Not ready while Triton is down or any required model is failing, healing or escalated,
+        unless the drain rule holds the pod back (then ready, with the reason as the only line)."""
         with self._lock:
             if self.cycles == 0:
                 return False, ["no probe cycle completed yet"]
             problems = [] if self.triton_live else ["Triton not live"]
-            for model in self.settings.models:
-                state = self.states[model.name]
-                if model.required and not state.serving:
-                    problems.append(f"{model.name}: {state.phase.value}{' (not ready)' if state.not_ready else ''}")
+            model_problems = self._model_problems()
+            if model_problems and self._peers is not None and not self._drain.drain:
+                if problems:
+                    return False, problems
+                return True, [f"drain held back ({', '.join(model_problems)}): {self._drain.why}"]
+            problems += model_problems
         return not problems, problems
 
     def status(self) -> dict[str, Any]:
+        ready, ready_lines = self.ready()
         with self._lock:
             models = {}
             for name, state in self.states.items():
@@ -654,12 +828,24 @@ class Sidecar:
                     for r in self.last_results.get(name, [])
                 }
                 models[name] = entry
+            wants = bool(self._model_problems())
             return {
                 "pod": self.pod,
                 "triton": self.settings.triton.url,
                 "triton_live": self.triton_live,
                 "cycles": self.cycles,
                 "models": models,
+                # What the peers weigh a drain against (HttpPeers reads it), and why this pod drains or not.
+                "drain": {
+                    "rule": self._peers is not None,
+                    "ready": ready,
+                    "wanted": wants,
+                    "wanted_at": self._announced_at if wants else None,
+                    "draining": wants and (self._peers is None or self._drain.drain),
+                    "held_back": wants and self._peers is not None and not self._drain.drain,
+                    "why": self._drain.why if wants else "",
+                    "readyz": ready_lines,
+                },
             }
 
 
@@ -691,7 +877,8 @@ class SidecarServer:
                     self._reply(200 if ok else 503, f"{'ok' if ok else 'triton not live'}: {detail}\n")
                 elif path == "/readyz":
                     ready, problems = owner.ready()
-                    self._reply(200 if ready else 503, "ok\n" if ready else "\n".join(problems) + "\n")
+                    body = "".join(f"{line}\n" for line in (["ok", *problems] if ready else problems))
+                    self._reply(200 if ready else 503, body)
                 elif path == "/metrics":
                     self._reply(200, owner.metrics.expose(), "text/plain; version=0.0.4; charset=utf-8")
                 elif path == "/status":

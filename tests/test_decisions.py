@@ -15,9 +15,14 @@ from healer.decisions import (
     SLOW,
     TIMEOUT,
     WRONG_ANSWER,
+    DrainDecision,
+    DrainVerdict,
     Handover,
+    Peer,
+    drain_decision,
     failure_content,
     joins_existing_run,
+    may_drain,
     may_fall_back,
     needs_asking,
     request_reason,
@@ -186,3 +191,148 @@ def test_handover_decisions(handover: Handover) -> None:
 )
 def test_joins_existing_run(done: bool, finished_wall: float | None, joins: bool) -> None:
     assert joins_existing_run(done=done, finished_wall=finished_wall, began_wall=1000.0) is joins
+
+
+# --- draining without emptying the Service -------------------------------------------------------------
+
+
+def pod(name: str, ready: bool = True, wanted_at: float | None = None, terminating: bool = False) -> Peer:
+    return Peer(name, ready, wanted_at, terminating)
+
+
+# (pods, min_ready) -> the pods allowed to drain, each asking for itself
+DRAIN_TABLE: list[tuple[str, list[Peer], int, set[str]]] = [
+    ("broken on one of three", [pod("a", wanted_at=5), pod("b"), pod("c")], 1, {"a"}),
+    ("broken on all three", [pod("a", wanted_at=5), pod("b", wanted_at=6), pod("c", wanted_at=7)], 1, {"a", "b"}),
+    ("broken on all, min_ready 2", [pod("a", wanted_at=5), pod("b", wanted_at=6), pod("c", wanted_at=7)], 2, {"a"}),
+    ("the earliest wins, not the name", [pod("a", wanted_at=9), pod("b", wanted_at=1)], 1, {"b"}),
+    ("same time: by name", [pod("b", wanted_at=5), pod("a", wanted_at=5)], 1, {"a"}),
+    ("a single replica never drains", [pod("a", wanted_at=5)], 1, set()),
+    # Already out of the Service (drained before, or not ready at all): draining it costs nothing.
+    ("drained pods stay drained", [pod("a", False, 5), pod("b", True, 6), pod("c", True, 7)], 1, {"a", "b"}),
+    ("held pod stays held", [pod("a", False, 5), pod("b", True, 6)], 1, {"a"}),
+    # A pod not ready for another reason does not count as serving.
+    ("an unready peer does not serve", [pod("a", wanted_at=5), pod("b", False), pod("c")], 1, {"a"}),
+    ("nobody else serves", [pod("a", wanted_at=5), pod("b", False)], 1, set()),
+    # Terminating pods never count, whatever their Ready condition says; a terminating pod itself may go.
+    ("terminating peers do not serve", [pod("a", wanted_at=5), pod("b", terminating=True)], 1, set()),
+    ("a terminating pod may drain", [pod("a", wanted_at=5, terminating=True), pod("b")], 1, {"a"}),
+    ("min_ready 0 drains everything", [pod("a", wanted_at=5), pod("b", wanted_at=6)], 0, {"a", "b"}),
+    # A later want never changes an earlier pod's answer (it was counted as serving either way).
+    ("late wanter", [pod("a", wanted_at=5), pod("b", wanted_at=50), pod("c")], 1, {"a", "b"}),
+]
+
+
+@pytest.mark.parametrize(("case", "pods", "min_ready", "allowed"), DRAIN_TABLE, ids=[c[0] for c in DRAIN_TABLE])
+def test_may_drain(case: str, pods: list[Peer], min_ready: int, allowed: set[str]) -> None:
+    wanting = {p.name for p in pods if p.wanted_at is not None}
+    got = {name for name in wanting if may_drain(name, pods, min_ready).allowed}
+    assert got == allowed
+    # Every pod computes the same answer from the same view, whatever order it lists them in.
+    assert {n for n in wanting if may_drain(n, list(reversed(pods)), min_ready).allowed} == allowed
+    # And the rule keeps its promise: the pods left serving are at least min_ready (or all there were).
+    serving_before = [p for p in pods if p.ready and not p.terminating]
+    left = [p for p in serving_before if p.name not in allowed]
+    assert len(left) >= min(min_ready, len(serving_before)) or not serving_before
+
+
+def test_a_pod_that_does_not_want_to_drain_is_not_allowed() -> None:
+    assert may_drain("b", [pod("a", wanted_at=1), pod("b")], 1) == DrainVerdict(False, "not announced to the peers")
+
+
+def test_the_held_back_reason_names_who_drains_first() -> None:
+    verdict = may_drain("c", [pod("a", wanted_at=1), pod("b", wanted_at=2), pod("c", wanted_at=3)], 1)
+    assert not verdict.allowed
+    assert verdict.why == "held back: 1 pod(s) serving, min_ready 1; draining first: a, b"
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_broken_everywhere_always_leaves_min_ready_serving(n: int) -> None:
+    for min_ready in range(1, n + 1):
+        pods = [pod(f"p{i}", wanted_at=100 - i) for i in range(n)]
+        allowed = [p.name for p in pods if may_drain(p.name, pods, min_ready).allowed]
+        assert len(allowed) == n - min_ready
+
+
+SETTLE, KEEP = 10.0, 60.0
+ALLOWED = DrainVerdict(True, "drain 1 of 2")
+HELD = DrainVerdict(False, "held back: 1 pod(s) serving")
+GRANTED = DrainDecision(True, "drain 1 of 2", view_at=100.0)
+REFUSED = DrainDecision(False, "held back: 1 pod(s) serving", view_at=100.0)
+
+# (wants, announced_at, now, view, last) -> (drain?, why starts with)
+DECISION_TABLE: list[tuple[str, bool, float | None, float, DrainVerdict | None, DrainDecision | None, bool, str]] = [
+    ("nothing wanted", False, None, 200.0, None, GRANTED, False, ""),
+    ("not announced yet (API down)", True, None, 200.0, None, GRANTED, False, "held back: wanting"),
+    ("settling after the announcement", True, 195.0, 200.0, ALLOWED, None, False, "held back: deciding"),
+    ("settled, allowed", True, 150.0, 200.0, ALLOWED, None, True, "drain 1 of 2"),
+    ("settled, held back", True, 150.0, 200.0, HELD, GRANTED, False, "held back: 1 pod"),
+    ("peers unreadable: keep a grant", True, 50.0, 150.0, None, GRANTED, True, "drain 1 of 2 (peers unreadable"),
+    ("peers unreadable: keep a refusal", True, 50.0, 150.0, None, REFUSED, False, "held back: 1 pod"),
+    ("peers unreadable too long: serve", True, 50.0, 161.0, None, GRANTED, False, "held back: peers unreadable"),
+    ("peers never read: never drain blind", True, 50.0, 150.0, None, None, False, "held back: peers unreadable"),
+    (
+        "unreadable after settling, no fresh view yet",
+        True,
+        50.0,
+        150.0,
+        None,
+        DrainDecision(False, "held back: deciding"),
+        False,
+        "held back: peers unreadable",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "wants", "announced_at", "now", "view", "last", "drain", "why"),
+    DECISION_TABLE,
+    ids=[c[0] for c in DECISION_TABLE],
+)
+def test_drain_decision(
+    case: str,
+    wants: bool,
+    announced_at: float | None,
+    now: float,
+    view: DrainVerdict | None,
+    last: DrainDecision | None,
+    drain: bool,
+    why: str,
+) -> None:
+    decision = drain_decision(
+        wants=wants,
+        announced_at=announced_at,
+        now_wall=now,  # one clock for both in the table
+        now=now,
+        view=view,
+        last=last,
+        settle_s=SETTLE,
+        keep_decision_s=KEEP,
+    )
+    assert decision.drain is drain
+    assert decision.why.startswith(why), decision.why
+
+
+def test_a_kept_decision_still_expires_from_the_last_fresh_view() -> None:
+    kept = drain_decision(
+        wants=True,
+        announced_at=0.0,
+        now_wall=150.0,
+        now=150.0,
+        view=None,
+        last=GRANTED,
+        settle_s=SETTLE,
+        keep_decision_s=KEEP,
+    )
+    assert kept.drain and kept.view_at == 100.0
+    later = drain_decision(
+        wants=True,
+        announced_at=0.0,
+        now_wall=170.0,
+        now=170.0,
+        view=None,
+        last=kept,
+        settle_s=SETTLE,
+        keep_decision_s=KEEP,
+    )
+    assert not later.drain

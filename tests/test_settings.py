@@ -17,7 +17,10 @@ import yaml
 from healer.settings import (
     DATATYPES,
     ConfigError,
+    DrainPeers,
+    DrainSettings,
     Settings,
+    SidecarSettings,
     TensorSpec,
     hash_inputs,
     load_settings,
@@ -843,10 +846,50 @@ def test_sidecar_engine_call_timeout_default_and_override(tmp_path: Path) -> Non
     assert loaded.sidecar.engine_call_timeout_s == 2.5
 
 
+def test_sidecar_drain_is_off_by_default() -> None:
+    assert SidecarSettings().drain is None
+
+
+def test_sidecar_drain_with_kubernetes_peers(tmp_path: Path) -> None:
+    drain = {"peers": {"namespace": "ml", "selector": "app=triton"}, "min_ready": 2}
+    loaded = _load(tmp_path, _config(sidecar={"drain": drain})).sidecar.drain
+    assert loaded == DrainSettings(min_ready=2, peers=DrainPeers("ml", "app=triton"))
+    assert (loaded.settle_s, loaded.keep_decision_s) == (10.0, 60.0)
+
+
+def test_sidecar_drain_with_peer_urls(tmp_path: Path) -> None:
+    drain = {"peer_urls": ["http://triton-0:8088/", "http://triton-1:8088"], "settle_s": 1, "keep_decision_s": 5}
+    loaded = _load(tmp_path, _config(sidecar={"drain": drain})).sidecar.drain
+    assert loaded is not None and loaded.peers is None
+    assert loaded.peer_urls == ("http://triton-0:8088", "http://triton-1:8088")
+    assert (loaded.min_ready, loaded.settle_s, loaded.keep_decision_s) == (1, 1.0, 5.0)
+
+
+def test_the_cluster_example_never_drains_the_last_replica() -> None:
+    drain = load_settings(Path(__file__).resolve().parents[1] / "examples" / "healer-cluster.yaml").sidecar.drain
+    assert drain is not None and drain.peers == DrainPeers("ml", "app.kubernetes.io/name=triton")
+    assert drain.min_ready == 1
+
+
 @pytest.mark.parametrize(
     ("sidecar", "problem"),
     [
         ({"engine_call_timeout_s": 0}, "<file>: sidecar.engine_call_timeout_s: must be >= 0.01, got 0"),
+        ({"drain": {}}, "<file>: sidecar.drain: needs exactly one of 'peers' (Kubernetes) or 'peer_urls'"),
+        (
+            {"drain": {"peers": {"namespace": "ml", "selector": "a=b"}, "peer_urls": ["http://x"]}},
+            "<file>: sidecar.drain: needs exactly one of 'peers' (Kubernetes) or 'peer_urls'",
+        ),
+        ({"drain": {"peer_urls": []}}, "<file>: sidecar.drain.peer_urls: must list at least one sidecar URL"),
+        (
+            {"drain": {"peer_urls": ["triton-0:8088"]}},
+            "<file>: sidecar.drain.peer_urls[0]: must start with http:// or https://, got 'triton-0:8088'",
+        ),
+        (
+            {"drain": {"peer_urls": ["http://x"], "min_ready": 0}},
+            "<file>: sidecar.drain.min_ready: must be >= 1, got 0",
+        ),
+        ({"drain": {"peers": {"namespace": "ml"}}}, "<file>: sidecar.drain.peers.selector: is required"),
     ],
 )
 def test_sidecar_errors(tmp_path: Path, sidecar: dict[str, Any], problem: str) -> None:

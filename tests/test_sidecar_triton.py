@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import threading
 import time
 import urllib.error
@@ -16,6 +17,7 @@ import pytest
 import structlog
 
 from healer.embedded import EmbeddedTriton, free_port
+from healer.engines import RollbackRequest, RunStatus, Submission, workflow_name
 from healer.engines.argo import ArgoEngine
 from healer.engines.factory import local_engine
 from healer.settings import Settings, SidecarSettings, StoreSettings, TierThresholds
@@ -40,8 +42,6 @@ def http_get(url: str) -> tuple[int, str]:
 
 def push_broken_version(stack: RollbackStack, version: int, variant: str) -> None:
     """What a bad deploy does: a new version directory in the store and the live repository, then a load."""
-    import shutil
-
     base = "linear_scorer" if "linear" in stack.model else "tiny_classifier"
     for root in (stack.live, stack.store.blobs.root):  # type: ignore[attr-defined]
         shutil.copytree(version_source(base, ("broken", variant)), Path(root) / stack.model / str(version))
@@ -235,7 +235,12 @@ def test_flapping_model_opens_the_circuit_breaker_and_escalates(stack_factory: A
         push_broken_version(stack, 3, "wrong_weights")
         for round_ in range(3):
             if round_:
-                serve_latest(stack.triton, stack.model)  # the broken v3 is deployed again
+                # The broken v3 is deployed again (the rollback moved the quarantined copy out of the
+                # live repository): its files back, then Triton serves the newest version.
+                live_v3 = stack.live / stack.model / "3"
+                if not live_v3.exists():
+                    shutil.copytree(version_source("linear_scorer", ("broken", "wrong_weights")), live_v3)
+                serve_latest(stack.triton, stack.model)
             for _ in range(THRESHOLD):
                 sidecar.cycle()
             state = sidecar.states[stack.model]
@@ -374,7 +379,9 @@ def test_healer_sidecar_command_serves_endpoints_logs_json_and_stops_on_sigterm(
         "argo": {"host": "http://127.0.0.1:9", "token_file": str(tmp_path / "token")},
     }
     port = free_port()
-    document["sidecar"] = {"listen": f"127.0.0.1:{port}", "period_s": 0.2}
+    # The drain rule with this sidecar as its only peer: wired from the config, visible in /status.
+    drain = {"peer_urls": [f"http://127.0.0.1:{port}"], "settle_s": 0.2}
+    document["sidecar"] = {"listen": f"127.0.0.1:{port}", "period_s": 0.2, "drain": drain}
     (tmp_path / "token").write_text("s3cr3t-argo-token\n")
     config = tmp_path / "healer.yaml"
     config.write_text(yaml.safe_dump(document))
@@ -397,6 +404,8 @@ def test_healer_sidecar_command_serves_endpoints_logs_json_and_stops_on_sigterm(
         metrics = http_get(f"http://127.0.0.1:{port}/metrics")[1]
         assert 'healer_probe_results_total{model="linear_scorer",status="pass",tier="business"}' in metrics
         assert http_get(f"http://127.0.0.1:{port}/nope")[0] == 404
+        status = json.loads(http_get(f"http://127.0.0.1:{port}/status")[1])
+        assert status["drain"]["rule"] is True and status["drain"]["ready"] is True
     finally:
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=30)
@@ -405,3 +414,97 @@ def test_healer_sidecar_command_serves_endpoints_logs_json_and_stops_on_sigterm(
     started = next(e for e in events if e["event"] == "sidecar_started")
     assert started["models"] == ["linear_scorer"] and started["level"] == "info" and "timestamp" in started
     assert "s3cr3t" not in out + err  # the Argo token is never logged
+
+
+class RunningForever:
+    """A rollback engine whose runs never finish: the models stay healing while the drain rule is watched."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+
+    def submit(self, request: RollbackRequest) -> Submission:
+        name = workflow_name(request)
+        created = name not in self.created
+        self.created.append(name)
+        return Submission(name, created)
+
+    def status(self, name: str) -> RunStatus:
+        return RunStatus(name, "Running")
+
+    def wait(self, name: str, timeout_s: float) -> RunStatus:
+        return self.status(name)
+
+
+def test_draining_never_empties_the_service_across_two_real_tritons(stack_factory: Any, tmp_path: Path) -> None:
+    """Two Triton replicas over one model repository, each with its sidecar; the sidecars see each other
+    through /status (sidecar.drain.peer_urls). Broken on one replica: that one drains. Broken on both:
+    one stays in the Service (min_ready 1). At no moment do both answer /readyz 503."""
+    from healer.settings import DrainSettings
+    from healer.sidecar import HttpPeers
+
+    with stack_factory() as stack:
+        model = stack.model
+        ports = [free_port(), free_port()]
+        urls = tuple(f"http://127.0.0.1:{p}" for p in ports)
+        drain = DrainSettings(min_ready=1, peer_urls=urls, settle_s=0.6, keep_decision_s=10, timeout_s=1.0)
+        with EmbeddedTriton(stack.live, load_models=[model], workdir=tmp_path / "replica") as second:
+            tritons = [stack.settings.triton.url, second.url]
+            sidecars = []
+            for i, (port, url) in enumerate(zip(ports, tritons, strict=True)):
+                settings = sidecar_settings(
+                    stack,
+                    listen=f"127.0.0.1:{port}",
+                    period_s=0.3,
+                    business=TierThresholds(failure_threshold=2, success_threshold=1),
+                    drain=drain,
+                )
+                settings = dataclasses.replace(settings, triton=dataclasses.replace(settings.triton, url=url))
+                engine = RunningForever()
+                sidecars.append(
+                    Sidecar(
+                        settings,
+                        TritonHttp(url, timeout_s=5),
+                        engine_factory=lambda engine=engine: engine,  # type: ignore[misc]
+                        pod=f"ml/triton-{i}",
+                        peers=HttpPeers(f"ml/triton-{i}", urls, timeout_s=1.0),
+                    )
+                )
+            with Running(sidecars[0]) as a, Running(sidecars[1]) as b:
+                a.wait_for(lambda s: s["cycles"] >= 2, 10)
+                b.wait_for(lambda s: s["cycles"] >= 2, 10)
+                samples: list[tuple[int, int]] = []
+                stop = threading.Event()
+
+                def sample() -> None:
+                    while not stop.is_set():
+                        samples.append((http_get(a.base + "/readyz")[0], http_get(b.base + "/readyz")[0]))
+                        time.sleep(0.02)
+
+                sampler = threading.Thread(target=sample, daemon=True)
+                sampler.start()
+                try:
+                    # A bad push reaches replica b only (explicit model control: a loads nothing by itself).
+                    shutil.copytree(
+                        version_source("linear_scorer", ("broken", "wrong_weights")), stack.live / model / "3"
+                    )
+                    TritonHttp(second.url, timeout_s=60).load_model(model, timeout_s=60)
+                    b.wait_for(lambda s: s["drain"]["draining"] and not s["drain"]["ready"], 15)
+                    assert http_get(a.base + "/readyz")[0] == 200
+                    assert http_get(b.base + "/readyz") == (503, f"{model}: healing\n")
+                    # Now it reaches replica a too: a wants to drain after b, and is held back.
+                    stack.triton.load_model(model, timeout_s=60)
+                    status = a.wait_for(lambda s: "min_ready" in s["drain"]["why"], 15)  # past settle_s
+                    assert status["models"][model]["state"] == "healing"  # its rollback still runs
+                    assert (
+                        "held back: 1 pod(s) serving, min_ready 1; draining first: ml/triton-1"
+                        in status["drain"]["why"]
+                    )
+                    time.sleep(1.5)  # a few more cycles: the decision holds
+                    code, body = http_get(a.base + "/readyz")
+                    assert code == 200 and body.startswith("ok\ndrain held back"), body
+                    assert "healer_drain_held_back 1" in http_get(a.base + "/metrics")[1]
+                finally:
+                    stop.set()
+                    sampler.join(10)
+                assert (503, 503) not in samples, "both replicas out of the Service at once"
+                assert (200, 503) in samples

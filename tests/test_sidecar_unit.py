@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from healer.decisions import Peer
 from healer.engines import (
     EngineRejected,
     EngineUnavailable,
@@ -20,8 +21,8 @@ from healer.engines import (
     Submission,
     workflow_name,
 )
-from healer.settings import Settings, SidecarSettings, TensorSpec, TierThresholds
-from healer.sidecar import Sidecar
+from healer.settings import DrainSettings, Settings, SidecarSettings, TensorSpec, TierThresholds
+from healer.sidecar import KubePeers, PeersUnavailable, Sidecar
 from healer.state import Phase
 from healer.triton import IndexEntry, OutputTensor, TritonTimeout
 
@@ -409,3 +410,193 @@ def test_the_manifests_fallback_engine_writes_to_an_empty_dir_not_the_read_only_
     mount = next(m for m in healer["volumeMounts"] if Path(m["mountPath"]) == config.rollback.state_dir)
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
     assert "emptyDir" in volume and not mount.get("readOnly", False)
+
+
+# --- draining never empties the Service (in-memory peers, fake time) -------------------------------------
+
+
+class Board:
+    """The replica set as the Kubernetes API would show it: each pod's drain announcement, and its
+    Ready condition as the kubelet would set it from the pod's /readyz."""
+
+    def __init__(self) -> None:
+        self.wanted: dict[str, float | None] = {}
+        self.sidecars: dict[str, Sidecar] = {}
+        self.engines: dict[str, ScriptedEngine] = {}
+        self.down = False
+
+    def source(self, me: str) -> BoardPeers:
+        return BoardPeers(self, me)
+
+    def ready_pods(self) -> set[str]:
+        return {name for name, sidecar in self.sidecars.items() if sidecar.ready()[0]}
+
+
+class BoardPeers:
+    def __init__(self, board: Board, me: str) -> None:
+        self.board = board
+        self.me = me
+
+    def announce(self, wanted_at: float | None) -> None:
+        if self.board.down:
+            raise PeersUnavailable("API down")
+        self.board.wanted[self.me] = wanted_at
+
+    def peers(self) -> list[Peer]:
+        if self.board.down:
+            raise PeersUnavailable("API down")
+        return [Peer(name, s.ready()[0], self.board.wanted.get(name)) for name, s in self.board.sidecars.items()]
+
+
+def fleet(
+    settings: Settings, n: int, *, min_ready: int = 1
+) -> tuple[Board, list[tuple[Sidecar, ScriptedTriton]], FakeClock]:
+    drain = DrainSettings(min_ready=min_ready, peer_urls=("http://peers",), settle_s=2.0, keep_decision_s=10.0)
+    settings = dataclasses.replace(settings, sidecar=dataclasses.replace(settings.sidecar, drain=drain))
+    board, clock, members = Board(), FakeClock(), []
+    for i in range(n):
+        name = f"triton-{i}"
+        triton = ScriptedTriton(settings)
+        engine = ScriptedEngine()
+        sidecar = Sidecar(
+            settings,
+            triton,
+            engine_factory=lambda engine=engine: engine,  # type: ignore[misc]
+            pod=f"ml/{name}",
+            clock=clock,
+            wall=lambda: clock.now,
+            peers=board.source(name),
+        )
+        board.sidecars[name] = sidecar
+        board.engines[name] = engine
+        members.append((sidecar, triton))
+    return board, members, clock
+
+
+def cycle_all(members: list[tuple[Sidecar, ScriptedTriton]], clock: FakeClock, board: Board) -> set[str]:
+    clock.now += 1
+    for sidecar, _ in members:
+        sidecar.cycle()
+        assert board.ready_pods(), "every pod out of the Service at once"  # checked after every single step
+    return board.ready_pods()
+
+
+def test_a_model_broken_on_every_replica_never_empties_the_service(settings: Settings) -> None:
+    board, members, clock = fleet(settings, 3)
+    for _ in range(2):
+        cycle_all(members, clock, board)
+    for _, triton in members:
+        triton.wrong = True
+    seen = [cycle_all(members, clock, board) for _ in range(8)]
+    assert seen[-1] == seen[-2] and len(seen[-1]) == 1  # settled: two drained, one held back
+    [held_name] = seen[-1]
+    held = board.sidecars[held_name]
+    ok, lines = held.ready()
+    assert ok and lines[0].startswith("drain held back (linear_scorer: healing): held back: 1 pod(s) serving")
+    assert held.metrics.value("healer_drain_held_back", {}) == 1.0
+    drain = held.status()["drain"]
+    assert (drain["wanted"], drain["held_back"], drain["draining"], drain["ready"]) == (True, True, False, True)
+    # Every replica's rollback was still submitted: healing does not wait for the drain.
+    assert all(s.states["linear_scorer"].phase is Phase.HEALING for s, _ in members)
+    drained = [s for name, s in board.sidecars.items() if name != held_name]
+    assert all(s.status()["drain"]["draining"] and s.ready() == (False, ["linear_scorer: healing"]) for s in drained)
+
+
+def test_a_model_broken_on_one_replica_drains_that_one(settings: Settings) -> None:
+    board, members, clock = fleet(settings, 3)
+    cycle_all(members, clock, board)
+    members[1][1].wrong = True
+    cycle_all(members, clock, board)  # announced; deciding after settle_s
+    assert board.ready_pods() == {"triton-0", "triton-1", "triton-2"}
+    for _ in range(3):
+        cycle_all(members, clock, board)
+    assert board.ready_pods() == {"triton-0", "triton-2"}
+    assert board.wanted["triton-1"] is not None
+    members[1][1].wrong = False  # healed: the want is withdrawn and the pod serves again
+    board.engines["triton-1"].phase = "Succeeded"
+    cycle_all(members, clock, board)
+    assert board.wanted["triton-1"] is None and board.ready_pods() == {"triton-0", "triton-1", "triton-2"}
+
+
+def test_with_the_peers_unreadable_a_grant_is_kept_for_a_while_then_the_pod_serves(settings: Settings) -> None:
+    board, members, clock = fleet(settings, 2)
+    cycle_all(members, clock, board)
+    members[0][1].wrong = True
+    for _ in range(4):
+        cycle_all(members, clock, board)
+    assert board.ready_pods() == {"triton-1"}
+    board.down = True
+    for _ in range(5):
+        cycle_all(members, clock, board)
+    assert board.ready_pods() == {"triton-1"}  # kept: every pod keeps its own decision
+    for _ in range(7):  # past keep_decision_s (10 s) without a view
+        cycle_all(members, clock, board)
+    assert board.ready_pods() == {"triton-0", "triton-1"}
+    assert "peers unreadable" in members[0][0].ready()[1][0]
+
+
+def test_a_new_want_while_the_peers_are_unreadable_does_not_drain(settings: Settings) -> None:
+    board, members, clock = fleet(settings, 2)
+    cycle_all(members, clock, board)
+    board.down = True
+    for _, triton in members:
+        triton.wrong = True
+    for _ in range(6):
+        cycle_all(members, clock, board)
+    assert board.ready_pods() == {"triton-0", "triton-1"}  # blind: nobody drains
+    assert all(s.metrics.value("healer_drain_held_back", {}) == 1.0 for s, _ in members)
+
+
+def test_without_the_drain_setting_every_failing_pod_drains_as_before(settings: Settings) -> None:
+    primary = ScriptedEngine()
+    sidecar, triton, _clock = make(settings, primary)
+    sidecar.cycle()
+    triton.wrong = True
+    sidecar.cycle()
+    assert sidecar.ready() == (False, ["linear_scorer: healing"])
+    assert sidecar.status()["drain"]["draining"] is True
+
+
+def test_kube_peers_read_ready_conditions_and_annotations() -> None:
+    from healer.kube import KubeError, PodReadiness
+
+    class FakeKube:
+        def __init__(self) -> None:
+            self.annotated: list[tuple[str, dict[str, str]]] = []
+            self.fail = False
+
+        def annotate_pod(self, pod: Any, annotations: dict[str, str]) -> None:
+            if self.fail:
+                raise KubeError("annotate: Kubernetes API not reachable")
+            self.annotated.append((str(pod), dict(annotations)))
+
+        def pod_readiness(self, namespace: str, selector: str) -> list[PodReadiness]:
+            if self.fail:
+                raise KubeError("list pods: Kubernetes API not reachable")
+            return [
+                PodReadiness("triton-0", True, False, {"healer.io/drain-wanted": "1700000000.250"}),
+                PodReadiness("triton-1", False, True, {"healer.io/drain-wanted": ""}),
+                PodReadiness("triton-2", True, False, {"healer.io/drain-wanted": "garbage"}),
+            ]
+
+    kube = FakeKube()
+    source = KubePeers(kube, "ml/triton-0", "ml", "app=triton")
+    assert source.me == "triton-0"
+    source.announce(1700000000.25)
+    source.announce(None)
+    assert kube.annotated == [
+        ("ml/triton-0", {"healer.io/drain-wanted": "1700000000.250"}),
+        ("ml/triton-0", {"healer.io/drain-wanted": ""}),
+    ]
+    assert source.peers() == [
+        Peer("triton-0", True, 1700000000.25, False),
+        Peer("triton-1", False, None, True),
+        Peer("triton-2", True, None, False),
+    ]
+    kube.fail = True
+    with pytest.raises(PeersUnavailable):
+        source.peers()
+    with pytest.raises(PeersUnavailable):
+        source.announce(1.0)
+    with pytest.raises(PeersUnavailable):
+        KubePeers(None, "ml/triton-0", "ml", "app=triton").peers()
