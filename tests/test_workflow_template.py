@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ import yaml
 
 from healer.cli import main
 from healer.engines import RollbackRequest
+from healer.engines.argo import ArgoEngine, label_value, label_value_expression
 from healer.engines.local import LocalEngine, process_instance
 from workflows.rollback import LABELS_FROM_PARAMETERS, PARAMETERS, TemplateOptions, build_rollback_template, render_all
 
@@ -66,8 +70,10 @@ def test_fields_the_design_relies_on_are_present() -> None:
     assert spec["onExit"] == "on-exit"
     assert spec["synchronization"] == {"mutexes": [{"name": "healer-rollback-{{workflow.parameters.model}}"}]}
     assert [p["name"] for p in spec["arguments"]["parameters"]] == list(PARAMETERS)
-    assert set(spec["workflowMetadata"]["labelsFrom"]) == set(LABELS_FROM_PARAMETERS)
-    assert "healer.io/model" not in spec["workflowMetadata"]["labelsFrom"]  # set label-safe by the ArgoEngine
+    labels_from = spec["workflowMetadata"]["labelsFrom"]
+    assert set(labels_from) == {*LABELS_FROM_PARAMETERS, "healer.io/model"}
+    # The model name made label-safe by the ArgoEngine's own rule (checked in Argo's expr below).
+    assert labels_from["healer.io/model"] == {"expression": label_value_expression("workflow.parameters.model")}
     templates = {t["name"]: t for t in spec["templates"]}
     heal = templates["heal"]
     assert heal["retryStrategy"]["expression"] == "asInt(lastRetry.exitCode) == 75"
@@ -87,6 +93,131 @@ def test_template_options_change_the_render() -> None:
     assert {t["script"]["image"] for t in document["spec"]["templates"] if "script" in t} == {
         "registry.local/healer:dev"
     }
+
+
+# ---- healer.io/model on hand-submitted workflows ----------------------------------------------------
+
+# Names and the label the documented rule (healer.engines.argo.label_value) gives them: kept when
+# already a valid label; otherwise runs outside [A-Za-z0-9_.-] become "-", 54 characters are kept,
+# "-_." are stripped from both ends, and "-" + 8 hex digits of sha256(UTF-8) are appended.
+MODEL_NAMES = {
+    "linear_scorer": "linear_scorer",
+    "": "",
+    "a": "a",
+    "x.y-z_1": "x.y-z_1",
+    "a" * 63: "a" * 63,
+    "x" * 54 + "_" * 5 + "y": "x" * 54 + "_" * 5 + "y",  # 60 characters, valid as it is
+    "a" * 64: "a" * 54 + "-{}",
+    "_private": "private-{}",
+    "ends_": "ends-{}",
+    "-x-": "x-{}",
+    "A/B": "A-B-{}",
+    "new\nline": "new-line-{}",
+    "x\n": "x-{}",  # a trailing newline is not a valid label (Go's $ and Python's fullmatch agree)
+    "été_model": "t-_model-{}",
+    "..": "{}",
+    "__": "{}",
+    "模型": "{}",
+    "Scorer for EU/West traffic, " * 4 + "A": "Scorer-for-EU-West-traffic-Scorer-for-EU-West-traffic-{}",
+    "Ünïcode-Ωmega" * 10: "n-code--mega-n-code--mega-n-code--mega-n-code--mega-n-{}",
+}
+
+
+def test_label_value_follows_the_documented_rule() -> None:
+    for name, expected in MODEL_NAMES.items():
+        assert label_value(name) == expected.format(hashlib.sha256(name.encode()).hexdigest()[:8]), name
+        assert len(label_value(name)) <= 63
+
+
+# Argo v4.1.2 evaluates labelsFrom with expr-lang/expr v1.17.8 over sprig v3.3.0's GenericFuncMap less
+# env/expandenv (its go.mod and util/expr/env/env.go), after expanding "workflow.parameters.model"
+# into nested maps; workflow/controller/operator.go compiles with expr.Env(env) and runs it.
+GO_MOD = """module healer.dev/labelcheck
+
+go 1.22
+
+require (
+\tgithub.com/Masterminds/sprig/v3 v3.3.0
+\tgithub.com/expr-lang/expr v1.17.8
+)
+"""
+GO_MAIN = """package main
+
+import (
+\t"encoding/json"
+\t"os"
+
+\tsprig "github.com/Masterminds/sprig/v3"
+\t"github.com/expr-lang/expr"
+)
+
+func main() {
+\tvar request struct {
+\t\tExpression string   `json:"expression"`
+\t\tModels     []string `json:"models"`
+\t}
+\tif err := json.NewDecoder(os.Stdin).Decode(&request); err != nil {
+\t\tpanic(err)
+\t}
+\tfuncs := sprig.GenericFuncMap()
+\tdelete(funcs, "env")
+\tdelete(funcs, "expandenv")
+\tlabels := []any{}
+\tfor _, model := range request.Models {
+\t\tenv := map[string]any{"workflow": map[string]any{"parameters": map[string]any{"model": model}}, "sprig": funcs}
+\t\tprogram, err := expr.Compile(request.Expression, expr.Env(env))
+\t\tif err != nil {
+\t\t\tpanic(err)
+\t\t}
+\t\tlabel, err := expr.Run(program, env)
+\t\tif err != nil {
+\t\t\tpanic(err)
+\t\t}
+\t\tlabels = append(labels, label)
+\t}
+\tif err := json.NewEncoder(os.Stdout).Encode(labels); err != nil {
+\t\tpanic(err)
+\t}
+}
+"""
+
+
+def test_model_label_expression_gives_the_argo_engines_label_in_argos_own_expr(tmp_path: Path) -> None:
+    """The committed template's expression, run by the expr and sprig versions Argo v4.1.2 uses, gives
+    every name the label the ArgoEngine submits with. Argo's controller sets labelsFrom over the labels
+    a workflow was submitted with, so this equality is what keeps the engine's label."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("no Go toolchain: the expression is not evaluated (the rule is still tested above)")
+    [committed] = COMMITTED.glob("*.yaml")
+    expression = yaml.safe_load(committed.read_text())["spec"]["workflowMetadata"]["labelsFrom"]["healer.io/model"][
+        "expression"
+    ]
+    (tmp_path / "go.mod").write_text(GO_MOD)
+    (tmp_path / "main.go").write_text(GO_MAIN)
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "GOWORK": "off"}
+    tidy = subprocess.run(
+        [go, "mod", "tidy"], check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    if tidy.returncode != 0:
+        pytest.skip(f"Go modules not available (go mod tidy): {tidy.stderr.strip()[-500:]}")
+    names = list(MODEL_NAMES)
+    run = subprocess.run(
+        [go, "run", "."],
+        cwd=tmp_path,
+        env=env,
+        input=json.dumps({"expression": expression, "models": names}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    argo_labels = dict(zip(names, json.loads(run.stdout), strict=True))
+    with ArgoEngine("http://127.0.0.1:9", "ml") as engine:
+        for name in names:
+            request = RollbackRequest(model=name, from_version="3", incident="inc-1")
+            labels = engine.workflow(request).metadata.labels or {}
+            assert argo_labels[name] == labels["healer.io/model"] == label_value(name), name
 
 
 def argo_step_sequence(document: dict[str, Any], *, succeeded: bool) -> list[str]:

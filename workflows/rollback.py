@@ -28,14 +28,16 @@ EXIT_TRANSIENT = 75  # EX_TEMPFAIL: the only exit code the retry strategy retrie
 EXIT_PERMANENT = 1
 PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod", "triton-url")
 # Labels set from parameters whose values are always label-safe (versions, reason codes, incident ids).
-# Model names may be longer than a label allows or start with "_": the ArgoEngine sets a label-safe
-# healer.io/model itself when it submits, so the template must not overwrite it with the raw name.
 LABELS_FROM_PARAMETERS = {
     "healer.io/from-version": "from-version",
     "healer.io/to-version": "to-version",
     "healer.io/reason": "reason",
     "healer.io/incident": "incident",
 }
+# Model names may be longer than a label allows or start with "_": healer.io/model is the name made
+# label-safe by the same rule as the ArgoEngine's (label_value), so a workflow submitted by hand
+# (`argo submit --from`, the UI) is labelled too, and one the ArgoEngine submits keeps its label.
+MODEL_LABEL = "healer.io/model"
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
     from hera.workflows import models as m
     from hera.workflows.script import RunnerScriptConstructor
 
+    from healer.engines.argo import label_value_expression
     from workflows.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR
 
     def runner_script(name: str, source: Any, outputs: list[str]) -> Script:
@@ -227,8 +230,11 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
         workflow_metadata=m.WorkflowMetadata(
             labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "rollback"},
             labels_from={
-                label: m.LabelValueFrom(expression=f"workflow.parameters['{p}']")
-                for label, p in LABELS_FROM_PARAMETERS.items()
+                MODEL_LABEL: m.LabelValueFrom(expression=label_value_expression("workflow.parameters.model")),
+                **{
+                    label: m.LabelValueFrom(expression=f"workflow.parameters['{p}']")
+                    for label, p in LABELS_FROM_PARAMETERS.items()
+                },
             },
         ),
         labels={"app.kubernetes.io/name": "healer"},
