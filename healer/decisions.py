@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from healer.state import Probed, Verdict
+from healer.state import Phase, Probed, Verdict
 from probes.result import ProbeResult, Status, Tier
 
 # ---- business failure codes ---------------------------------------------------------------------------
@@ -229,3 +229,50 @@ def drain_decision(
             last.drain, f"{last.why} (peers unreadable; decided {now - last.view_at:.0f} s ago)", last.view_at
         )
     return DrainDecision(False, f"held back: peers unreadable for over {keep_decision_s:g} s: not draining blind")
+
+
+# ---- readiness thresholds -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadinessStreak:
+    not_ready: int = 0  # consecutive NOT_READY verdicts
+    ready: int = 0  # consecutive served verdicts (GOOD or WRONG) since the last NOT_READY
+
+
+def with_readiness_threshold(
+    streak: ReadinessStreak, probed: Probed, *, drained: bool, failure_threshold: int, success_threshold: int
+) -> tuple[ReadinessStreak, Probed]:
+    """Readiness has its own thresholds: a model briefly LOADING is not drained at once (fewer than
+    ``failure_threshold`` not-ready probes read as UNKNOWN), and a drained one (``drained``: the state
+    says not ready) is served again only after ``success_threshold`` ready probes."""
+    if probed.verdict is Verdict.NOT_READY:
+        streak = ReadinessStreak(not_ready=streak.not_ready + 1, ready=0)
+        if streak.not_ready < failure_threshold and not drained:
+            return streak, replace(probed, verdict=Verdict.UNKNOWN)
+        return streak, probed
+    if probed.verdict is Verdict.UNKNOWN:
+        return streak, probed  # nothing learnt: no streak moves
+    streak = ReadinessStreak(not_ready=0, ready=streak.ready + 1)
+    if drained and streak.ready < success_threshold:
+        return streak, Probed(probed.at, Verdict.NOT_READY, probed.version, detail="ready again, not yet trusted")
+    return streak, probed
+
+
+# ---- keeping an escalation's alert firing ---------------------------------------------------------------
+
+
+class AlertStep(StrEnum):
+    KEEP = "keep"  # nothing to send now
+    RESEND = "resend"  # still escalated: Alertmanager resolves an alert it has not heard of for a while
+    RESOLVE = "resolve"  # trusted again: send it with endsAt
+
+
+def alert_step(phase: Phase, *, sent_at: float, now: float, resend_s: float) -> AlertStep:
+    """What to do with a firing alert this cycle: re-send it every ``resend_s`` while the model stays
+    escalated (well inside Alertmanager's resolve_timeout), resolve it once the model is healthy."""
+    if phase is Phase.ESCALATED:
+        return AlertStep.RESEND if now - sent_at >= resend_s else AlertStep.KEEP
+    if phase is Phase.HEALTHY:
+        return AlertStep.RESOLVE
+    return AlertStep.KEEP

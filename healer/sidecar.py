@@ -35,9 +35,12 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 from healer.decisions import (
+    AlertStep,
     DrainDecision,
     Handover,
     Peer,
+    ReadinessStreak,
+    alert_step,
     drain_decision,
     joins_existing_run,
     may_drain,
@@ -45,6 +48,7 @@ from healer.decisions import (
     needs_asking,
     request_reason,
     verdict_for,
+    with_readiness_threshold,
 )
 from healer.engines import (
     REASONS,
@@ -72,7 +76,6 @@ from healer.state import (
     RollbackSubmitted,
     SubmitRollback,
     Tick,
-    Verdict,
     summarise,
     transition,
 )
@@ -301,8 +304,7 @@ class Sidecar:
         )
         self._lock = threading.Lock()
         self.states = {m.name: ModelState(model=m.name) for m in settings.models}
-        self._not_ready_streak = dict.fromkeys(self.states, 0)
-        self._ready_streak = dict.fromkeys(self.states, 0)
+        self._readiness = dict.fromkeys(self.states, ReadinessStreak())
         self.last_results: dict[str, list[ProbeResult]] = {}
         self.triton_live = False
         self.cycles = 0
@@ -383,21 +385,14 @@ class Sidecar:
         self._apply(model, self._with_readiness_threshold(model.name, probed))
 
     def _with_readiness_threshold(self, model: str, probed: Probed) -> Probed:
-        """Readiness has its own thresholds: a model briefly LOADING is not drained at once, and a
-        drained one is served again only after ``success_threshold`` ready probes."""
         thresholds = self.settings.sidecar.readiness
-        if probed.verdict is Verdict.NOT_READY:
-            self._ready_streak[model] = 0
-            self._not_ready_streak[model] += 1
-            if self._not_ready_streak[model] < thresholds.failure_threshold and not self.states[model].not_ready:
-                return dataclasses.replace(probed, verdict=Verdict.UNKNOWN)
-            return probed
-        if probed.verdict is Verdict.UNKNOWN:
-            return probed
-        self._not_ready_streak[model] = 0
-        self._ready_streak[model] += 1
-        if self.states[model].not_ready and self._ready_streak[model] < thresholds.success_threshold:
-            return Probed(probed.at, Verdict.NOT_READY, probed.version, detail="ready again, not yet trusted")
+        self._readiness[model], probed = with_readiness_threshold(
+            self._readiness[model],
+            probed,
+            drained=self.states[model].not_ready,
+            failure_threshold=thresholds.failure_threshold,
+            success_threshold=thresholds.success_threshold,
+        )
         return probed
 
     # ---- decisions → actions ---------------------------------------------------------------------------
@@ -647,15 +642,18 @@ class Sidecar:
             return False
 
     def _keep_alert_firing(self, model: str) -> None:
-        """Alertmanager resolves an alert it has not heard of for resolve_timeout (5 min by default):
-        re-send while the model stays escalated; resolve it (endsAt) once the model is trusted again."""
         alert = self._firing.get(model)
         if alert is None:
             return
-        if self.states[model].phase is Phase.ESCALATED:
-            if self.clock() - self._alert_sent_at.get(model, 0.0) >= ALERT_RESEND_S:
-                self._send(model, alert)
-        elif self.states[model].phase is Phase.HEALTHY:
+        step = alert_step(
+            self.states[model].phase,
+            sent_at=self._alert_sent_at.get(model, 0.0),
+            now=self.clock(),
+            resend_s=ALERT_RESEND_S,
+        )
+        if step is AlertStep.RESEND:
+            self._send(model, alert)
+        elif step is AlertStep.RESOLVE:
             from healer.store import utc_now
 
             del self._firing[model]

@@ -15,10 +15,13 @@ from healer.decisions import (
     SLOW,
     TIMEOUT,
     WRONG_ANSWER,
+    AlertStep,
     DrainDecision,
     DrainVerdict,
     Handover,
     Peer,
+    ReadinessStreak,
+    alert_step,
     drain_decision,
     failure_content,
     joins_existing_run,
@@ -28,10 +31,11 @@ from healer.decisions import (
     request_reason,
     timeout_status,
     verdict_for,
+    with_readiness_threshold,
     wrong_answer_code,
 )
 from healer.engines import REASONS
-from healer.state import Verdict
+from healer.state import Phase, Probed, Verdict
 from probes.result import ProbeResult, Status, Tier
 
 # --- a golden request that timed out -------------------------------------------------------------------
@@ -336,3 +340,70 @@ def test_a_kept_decision_still_expires_from_the_last_fresh_view() -> None:
         keep_decision_s=KEEP,
     )
     assert not later.drain
+
+
+# --- readiness thresholds ------------------------------------------------------------------------------
+
+GOOD = Probed(1.0, Verdict.GOOD, "3")
+WRONG = Probed(1.0, Verdict.WRONG, "3", detail="wrong")
+NOT_READY = Probed(1.0, Verdict.NOT_READY, "3", detail="LOADING")
+UNKNOWN = Probed(1.0, Verdict.UNKNOWN, "3")
+
+# (streak before, verdict, drained) -> (streak after, verdict passed on); thresholds: failure 2, success 2
+READINESS_TABLE: list[tuple[str, ReadinessStreak, Probed, bool, ReadinessStreak, Verdict]] = [
+    (
+        "first not-ready is not yet acted on",
+        ReadinessStreak(),
+        NOT_READY,
+        False,
+        ReadinessStreak(1, 0),
+        Verdict.UNKNOWN,
+    ),
+    ("second not-ready drains", ReadinessStreak(1, 0), NOT_READY, False, ReadinessStreak(2, 0), Verdict.NOT_READY),
+    (
+        "already drained: not-ready passes",
+        ReadinessStreak(0, 1),
+        NOT_READY,
+        True,
+        ReadinessStreak(1, 0),
+        Verdict.NOT_READY,
+    ),
+    ("unknown moves nothing", ReadinessStreak(1, 0), UNKNOWN, False, ReadinessStreak(1, 0), Verdict.UNKNOWN),
+    ("unknown moves nothing, drained", ReadinessStreak(0, 1), UNKNOWN, True, ReadinessStreak(0, 1), Verdict.UNKNOWN),
+    ("ready once: not yet trusted", ReadinessStreak(3, 0), GOOD, True, ReadinessStreak(0, 1), Verdict.NOT_READY),
+    ("ready twice: served again", ReadinessStreak(0, 1), GOOD, True, ReadinessStreak(0, 2), Verdict.GOOD),
+    ("a wrong answer is served too", ReadinessStreak(0, 1), WRONG, True, ReadinessStreak(0, 2), Verdict.WRONG),
+    ("not drained: good passes", ReadinessStreak(1, 0), GOOD, False, ReadinessStreak(0, 1), Verdict.GOOD),
+    ("not drained: wrong passes", ReadinessStreak(), WRONG, False, ReadinessStreak(0, 1), Verdict.WRONG),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "before", "probed", "drained", "after", "verdict"), READINESS_TABLE, ids=[c[0] for c in READINESS_TABLE]
+)
+def test_with_readiness_threshold(
+    case: str, before: ReadinessStreak, probed: Probed, drained: bool, after: ReadinessStreak, verdict: Verdict
+) -> None:
+    streak, passed_on = with_readiness_threshold(
+        before, probed, drained=drained, failure_threshold=2, success_threshold=2
+    )
+    assert (streak, passed_on.verdict) == (after, verdict)
+    assert (passed_on.at, passed_on.version) == (probed.at, probed.version)
+
+
+# --- keeping an escalation's alert firing ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("phase", "since_sent", "step"),
+    [
+        (Phase.ESCALATED, 119.0, AlertStep.KEEP),
+        (Phase.ESCALATED, 120.0, AlertStep.RESEND),  # re-sent well inside Alertmanager's resolve_timeout
+        (Phase.ESCALATED, 500.0, AlertStep.RESEND),
+        (Phase.HEALTHY, 1.0, AlertStep.RESOLVE),  # trusted again: endsAt
+        (Phase.HEALING, 500.0, AlertStep.KEEP),  # a new rollback runs: neither re-sent nor resolved
+        (Phase.SUSPECT, 500.0, AlertStep.KEEP),
+    ],
+)
+def test_alert_step(phase: Phase, since_sent: float, step: AlertStep) -> None:
+    assert alert_step(phase, sent_at=1000.0, now=1000.0 + since_sent, resend_s=120.0) is step
