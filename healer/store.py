@@ -11,9 +11,14 @@ Layout (the same keys on a filesystem/NFS path and under an S3 prefix)::
 A live repository (the directory Triton reads; the store itself with an NFS-style set-up) may
 also hold, never deleted::
 
-    <live>/.healer/displaced/<model>/<version>-<id>      a different copy fetch_version replaced
-    <live>/.healer/quarantine/<model>/<version>-<incident>[-<id>]   a quarantined version, moved
+    <live>/<model>/.healer-displaced/<version>-<id>      a different copy fetch_version replaced
+    <live>/<model>/.healer-quarantine/<version>-<incident>[-<id>]   a quarantined version, moved
                                                          out of Triton's sight (quarantine_live_version)
+
+Both sit inside the model's own folder, where Triton ignores a directory whose name is not a
+version number (it logs a warning), and on the same filesystem as the version (a rename, no copy).
+Not at the repository's root: Triton reads every folder there as a model, and ``--load-model=*``
+would fail on it.
 
 Every file healer writes (here or in a live repository) is mode 0644 and every directory it
 creates 0755, whatever the umask: Triton may run as another user, or read through a
@@ -23,7 +28,9 @@ Ledger writes never lose an update: a writer reads snapshot N, applies its chang
 *creates* snapshot N+1 exclusively (filesystem: hard link of a complete temp file, which fails
 if the name exists; S3: ``PutObject`` with ``If-None-Match: *``). The loser of a race re-reads
 and re-applies its change; the number of attempts is bounded. Old snapshots stay: they are the
-ledger's history. (Triton lists ``.healer`` in its repository index; it never loads it.)
+ledger's history. When the filesystem store is also Triton's repository, Triton lists ``.healer``
+in its repository index as a model: Triton must load its models by name (``--load-model=NAME``,
+explicit mode, as healer requires anyway), never ``--load-model=*``, which would try to load it.
 
 An S3 backend that silently ignores ``If-None-Match`` would let two writers both "create" the
 same snapshot and lose an update, so ``store_from_settings`` probes every S3 store once per
@@ -55,6 +62,8 @@ from healer.ledger import LeaseSnapshot, Ledger, LedgerFormatError, decide_lease
 from healer.settings import MODEL_NAME_PATTERN, VERSION_PATTERN, StoreSettings
 
 META_DIR = ".healer"
+QUARANTINE_DIR = ".healer-quarantine"  # in <live>/<model>/
+DISPLACED_DIR = ".healer-displaced"  # in <live>/<model>/
 MAX_LEDGER_ATTEMPTS = 16
 CHUNK = 1 << 20
 FILE_MODE = 0o644  # world-readable: Triton (or an NFS server squashing root) reads what healer writes
@@ -125,6 +134,26 @@ def _check_name(model: str, version: str | None = None) -> None:
         raise ValueError(f"invalid version {version!r} (a positive integer)")
 
 
+# Errors a retry will not fix: a person must change permissions, the mount, or free space.
+PERMANENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
+
+
+def _filesystem_error(what: str, exc: OSError) -> StoreError:
+    """An OSError from a filesystem store, classified: permissions, a read-only mount or a full disk
+    are permanent (and say so, with the owner and mode of the path); anything else may pass."""
+    if exc.errno in PERMANENT_ERRNOS:
+        where = ""
+        if exc.filename:
+            path = Path(str(exc.filename))
+            with contextlib.suppress(OSError):
+                path = path if path.exists() else path.parent
+                st = path.stat()
+                owner = f"owner uid {st.st_uid} gid {st.st_gid}, mode {st.st_mode & 0o7777:o}"
+                where = f" ({path}: {owner}; healer runs as uid {os.geteuid()})"
+        return StoreError(f"{what}: {exc.strerror or exc}{where}")
+    return StoreUnavailable(f"{what}: {exc}")
+
+
 class FilesystemBlobs:
     """A local or NFS-mounted directory."""
 
@@ -142,7 +171,7 @@ class FilesystemBlobs:
                 return []
             return sorted(str(PurePosixPath(p.relative_to(self.root))) for p in base.rglob("*") if p.is_file())
         except OSError as exc:
-            raise StoreUnavailable(f"{self.location}: cannot list {prefix!r}: {exc}") from exc
+            raise _filesystem_error(f"{self.location}: cannot list {prefix!r}", exc) from exc
 
     def read(self, key: str) -> bytes:
         try:
@@ -150,7 +179,7 @@ class FilesystemBlobs:
         except FileNotFoundError:
             raise
         except OSError as exc:
-            raise StoreUnavailable(f"{self.location}: cannot read {key!r}: {exc}") from exc
+            raise _filesystem_error(f"{self.location}: cannot read {key!r}", exc) from exc
 
     def create(self, key: str, data: bytes) -> bool:
         target = self.root / key
@@ -176,7 +205,7 @@ class FilesystemBlobs:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
         except OSError as exc:
-            raise StoreUnavailable(f"{self.location}: cannot write {key!r}: {exc}") from exc
+            raise _filesystem_error(f"{self.location}: cannot write {key!r}", exc) from exc
 
     def open_stream(self, key: str) -> Iterator[bytes]:
         try:
@@ -184,7 +213,7 @@ class FilesystemBlobs:
                 while chunk := handle.read(CHUNK):
                     yield chunk
         except OSError as exc:
-            raise StoreUnavailable(f"{self.location}: cannot read {key!r}: {exc}") from exc
+            raise _filesystem_error(f"{self.location}: cannot read {key!r}", exc) from exc
 
 
 class S3Blobs:
@@ -448,7 +477,7 @@ class ModelStore:
             if target.exists():
                 if _hash_tree(target) == hashes:
                     return FetchedVersion(model, version, target, hashes)
-                aside = model_dir.parent / META_DIR / "displaced" / model / f"{version}-{uuid.uuid4().hex[:8]}"
+                aside = model_dir / DISPLACED_DIR / f"{version}-{uuid.uuid4().hex[:8]}"
                 make_dirs(aside.parent)
                 os.replace(target, aside)
             # mkdtemp makes 0700: Triton may run as another user, or read through root_squash NFS.
@@ -706,7 +735,7 @@ QUARANTINE_ATTEMPTS = 8
 
 
 def _quarantine_dir(live_repository: Path, model: str) -> Path:
-    return live_repository / META_DIR / "quarantine" / model
+    return live_repository / model / QUARANTINE_DIR
 
 
 def _require_live(live_repository: Path) -> None:
@@ -716,7 +745,7 @@ def _require_live(live_repository: Path) -> None:
 
 
 def quarantine_live_version(live_repository: Path, model: str, version: str, *, incident: str) -> Path | None:
-    """Move ``<live>/<model>/<version>`` to ``<live>/.healer/quarantine/<model>/<version>-<incident>``
+    """Move ``<live>/<model>/<version>`` to ``<live>/<model>/.healer-quarantine/<version>-<incident>``
     (a short unique suffix if that exists), out of Triton's sight: its default version policy
     would otherwise load the newest version, the broken one, after a restart. Never deletes.
 

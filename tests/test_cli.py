@@ -171,7 +171,7 @@ def test_store_unquarantine_lifts_the_ledger_records_the_audit_and_moves_the_fil
     assert main(["store", "--config", str(config), "unquarantine", "linear_scorer", "2", "--reason", reason]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == f"linear_scorer v2: quarantine lifted by alice (incidents inc-7): {reason}"
-    assert f"moved {root}/.healer/quarantine/linear_scorer/2-inc-7 back to {root}/linear_scorer/2" in out
+    assert f"moved {root}/linear_scorer/.healer-quarantine/2-inc-7 back to {root}/linear_scorer/2" in out
 
     ledger = store.ledger("linear_scorer")
     assert not ledger.is_quarantined("2") and ledger.generation == 2
@@ -188,7 +188,7 @@ def test_store_unquarantine_lifts_the_ledger_records_the_audit_and_moves_the_fil
     }
     assert store.versions("linear_scorer") == ["1", "2"]
     assert hash_directory(root / "linear_scorer" / "2") == original
-    assert list((root / ".healer" / "quarantine" / "linear_scorer").iterdir()) == []
+    assert list((root / "linear_scorer" / ".healer-quarantine").iterdir()) == []
 
     # Promotable again: promote now gets past the quarantine and the store checks to Triton itself
     # (not running here; promoting with a Triton is covered in tests/test_cli_rollback.py).
@@ -212,7 +212,7 @@ def test_store_unquarantine_leaves_an_occupied_slot_alone(
     assert main(["store", "--config", str(config), "unquarantine", "linear_scorer", "2", "--reason", "ok"]) == 0
     out = capsys.readouterr().out
     assert f"{root}/linear_scorer/2 exists: left it, and the quarantined copy" in out
-    assert (root / ".healer" / "quarantine" / "linear_scorer" / "2-inc-7" / "model.py").is_file()
+    assert (root / "linear_scorer" / ".healer-quarantine" / "2-inc-7" / "model.py").is_file()
 
 
 @pytest.mark.parametrize(

@@ -5,24 +5,49 @@ from __future__ import annotations
 import pytest
 
 from healer.kube import TritonPod
-from workflows.plan import ReplicaAction, ReplicaTarget, replica_action, replica_targets, touches_triton
+from workflows.plan import (
+    ReplicaAction,
+    ReplicaTarget,
+    pinned_versions,
+    replica_action,
+    replica_targets,
+    touches_triton,
+)
+
+
+@pytest.mark.parametrize(
+    ("served", "states", "expected"),
+    [
+        (["3"], [], ReplicaAction.SWAP),  # the broken push serves: replace it
+        (["2", "3"], [], ReplicaAction.SWAP),  # mid-swap or both loaded: the failing one still serves
+        ([], ["UNAVAILABLE"], ReplicaAction.LOAD),  # unloaded (by hand, a cut-off unload-first): restore it
+        ([], ["UNAVAILABLE", "UNAVAILABLE"], ReplicaAction.LOAD),
+        ([], ["LOADING"], ReplicaAction.WAIT),  # a load in flight: never start a competing one
+        ([], ["UNLOADING"], ReplicaAction.WAIT),
+        ([], [""], ReplicaAction.LEAVE),  # in the shared repository, never loaded on this Triton
+        ([], [], ReplicaAction.LEAVE),  # not in this Triton's repository at all
+        (["2"], [], ReplicaAction.ALREADY),  # a second run of the same rollback: nothing to do
+        (["4"], [], ReplicaAction.LEAVE),  # a person pushed a fix: not ours to change
+        (["1", "4"], [], ReplicaAction.LEAVE),
+    ],
+)
+def test_replica_action(served: list[str], states: list[str], expected: ReplicaAction) -> None:
+    action, why = replica_action(served, failing="3", stable="2", index_states=states)
+    assert action is expected
+    assert why
 
 
 @pytest.mark.parametrize(
     ("served", "expected"),
     [
-        (["3"], ReplicaAction.SWAP),  # the broken push serves: replace it
-        (["2", "3"], ReplicaAction.SWAP),  # mid-swap or both loaded: the failing one still serves
-        ([], ReplicaAction.LOAD),  # nothing serves (unloaded by hand, a crashed unload-first): restore service
-        (["2"], ReplicaAction.ALREADY),  # a second run of the same rollback: nothing to do
-        (["4"], ReplicaAction.LEAVE),  # a person pushed a fix: not ours to change
-        (["1", "4"], ReplicaAction.LEAVE),
+        (["3"], [2]),
+        ([], [2]),
+        (["1", "3"], [1, 2]),  # v1 kept for the clients that ask for it by number
+        (["2", "3", "10"], [2, 10]),
     ],
 )
-def test_replica_action(served: list[str], expected: ReplicaAction) -> None:
-    action, why = replica_action(served, failing="3", stable="2")
-    assert action is expected
-    assert why
+def test_pinned_versions_keep_every_served_version_but_the_failing_one(served: list[str], expected: list[int]) -> None:
+    assert pinned_versions(served, failing="3", stable="2") == expected
 
 
 def test_only_swap_and_load_touch_triton() -> None:

@@ -154,9 +154,10 @@ def test_broken_newest_version_is_rolled_back_to_the_stable_one_fetched_from_s3(
         assert phases["fetch-stable"]["outputs"]["path"] == str(live_v2)
         assert ledger.is_quarantined("3")
         assert stack.store.versions(stack.model) == ["1", "2", "3"]  # nothing deleted in S3
-        # The quarantined v3 is moved out of what Triton reads, kept under .healer/quarantine.
+        # The quarantined v3 is moved out of what Triton reads, kept in <model>/.healer-quarantine.
         assert version_dirs(stack.live / stack.model) == ["1", "2"]
-        assert phases["record"]["outputs"]["moved_aside"].startswith(str(stack.live / ".healer" / "quarantine"))
+        quarantine_folder = stack.live / stack.model / ".healer-quarantine"
+        assert phases["record"]["outputs"]["moved_aside"].startswith(str(quarantine_folder))
         [audit] = stack.store.audit(stack.model)
         assert audit["event"] == "restored" and audit["from_version"] == "3" and audit["to_version"] == "2"
         assert stack.alerts.alerts == []
@@ -189,7 +190,7 @@ def test_a_stable_version_overwritten_in_s3_is_refused_and_escalated(s3_stacks: 
         # Nothing deleted or changed: the store, the live repository (v2 was not replaced by the bad copy).
         assert stack.store.versions(stack.model) == ["1", "2", "3"]
         assert {v: hash_directory(stack.live / stack.model / v) for v in ("1", "2", "3")} == live_before
-        assert not (stack.live / ".healer" / "displaced" / stack.model).exists()
+        assert not (stack.live / stack.model / ".healer-displaced").exists()
         assert stack.store.ledger(stack.model).is_quarantined("3")
         assert [a["event"] for a in stack.store.audit(stack.model)] == ["escalated"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,9 +23,22 @@ def fs_stack_factory(example_settings: Settings, triton_server: EmbeddedTriton, 
     store_root.mkdir()
     store = ModelStore(FilesystemBlobs(store_root))
 
+    # These tests are about restoring, not latency: on a busy 2-core CI box the first request after a
+    # load can take longer than the examples' 100 ms SLO, which would fail promote or verify for the
+    # wrong reason (the latency SLO has its own tests in test_probes_triton.py).
+    relaxed = dataclasses.replace(
+        example_settings,
+        models=tuple(
+            dataclasses.replace(
+                m, golden=dataclasses.replace(m.golden, latency_slo_ms=max(m.golden.latency_slo_ms, 2000.0))
+            )
+            for m in example_settings.models
+        ),
+    )
+
     def make(model_base: str, versions: dict[int, tuple[str, str]], stable: list[int], **kw: object) -> object:
         return rollback_stack(
-            base=example_settings,
+            base=relaxed,
             triton_url=triton_server.url,
             live=triton_server.model_repository,
             store=store,
@@ -185,8 +199,8 @@ def test_deadline_stops_the_rollback_and_escalates(fs_stack_factory) -> None:  #
                 for p in n["outputs"]["parameters"]
                 if p["name"] == "phases"
             )
-            or "[]"
         )
+        assert phases and phases[0]["name"] == "lease"  # the step reported what it got through
         assert "record" not in [p["name"] for p in phases]
         served = stack.triton.served_versions(stack.model)
         assert served in (["1"], ["2"], ["1", "2"]), served
@@ -365,7 +379,7 @@ def test_a_restarted_triton_serves_the_stable_version_not_the_quarantined_one(  
                 assert client.served_versions(stack.model) == ["2"]
             finally:
                 client.close()
-        moved = list((stack.live / ".healer" / "quarantine" / stack.model).iterdir())
+        moved = list((stack.live / stack.model / ".healer-quarantine").iterdir())
         assert [p.name.split("-", 1)[0] for p in moved] == ["3"]  # kept, never deleted
 
 
@@ -389,8 +403,6 @@ def test_two_engines_never_heal_one_model_at_once(fs_stack_factory, tmp_path: Pa
         phases = [{p["name"]: p for p in json.loads(s.outputs["phases"])} for s in statuses]
         touched = sorted(p["restore"]["outputs"]["touched"] for p in phases)
         assert touched == [0, 1]  # one swapped, the other found it already restored
-        waited = [p["lease"]["outputs"]["waited_s"] for p in phases]
-        assert max(waited) > 0  # the second waited for the first to release the lease
         # The lease spans the whole restore: the runs' restore phases never overlap.
         spans = sorted((p["restore"]["started_at"], p["restore"]["finished_at"]) for p in phases)
         assert spans[0][1] <= spans[1][0], spans
@@ -436,3 +448,25 @@ def test_an_unquarantined_version_can_be_promoted_again(fs_stack_factory, tmp_pa
         capsys.readouterr()
         assert main(promote) == 0, capsys.readouterr().err
         assert stack.store.ledger(stack.model).stable_record("2") is not None
+
+
+def test_a_held_lease_keeps_a_rollback_from_touching_triton_until_it_is_released(  # type: ignore[no-untyped-def]
+    fs_stack_factory,
+) -> None:
+    """Another engine (say an Argo workflow) holds the model's lease: this rollback waits in its lease
+    phase, Triton untouched, and goes on once the lease is released."""
+    import time
+
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
+        stack: RollbackStack
+        other = stack.store.acquire_lease(stack.model, "healer-rollback-elsewhere/argo-pod/1", ttl_s=120)
+        submission = stack.engine.submit(stack.request("2"))
+        time.sleep(2.0)  # longer than a swap takes here (about 1.5 s)
+        assert stack.engine.status(submission.name).phase == "Running"
+        assert stack.triton.served_versions(stack.model) == ["2"]  # untouched while the lease is held
+        stack.store.release_lease(other)
+        status = stack.engine.wait(submission.name, timeout_s=120)
+        assert status.phase == "Succeeded", status
+        lease = {p["name"]: p for p in json.loads(status.outputs["phases"])}["lease"]["outputs"]
+        assert lease["waited_s"] >= 2.0
+        assert stack.triton.served_versions(stack.model) == ["1"]

@@ -335,7 +335,7 @@ def test_fetch_version_moves_a_different_live_copy_aside(backend: Backend, live:
     backend.store.fetch_version("m", "1", live, expected=expected)
     assert sorted(p.name for p in target.iterdir()) == ["model.py"]
     assert (target / "model.py").read_bytes() == b"from the store"
-    [aside] = (live / ".healer" / "displaced" / "m").iterdir()
+    [aside] = (live / "m" / ".healer-displaced").iterdir()
     assert aside.name.startswith("1-")
     assert (aside / "model.py").read_bytes() == b"edited in place"  # moved, not deleted
     assert (aside / "notes.txt").read_bytes() == b"someone's file"
@@ -667,9 +667,10 @@ def test_everything_healer_writes_is_world_readable_whatever_the_umask(shared_di
         quarantine_live_version(live, "n", "1", incident="inc-2")
     assert (store_root / ".healer" / "m" / "ledger" / "00000001.json").is_file()
     assert (store_root / ".healer" / "m" / "lease" / "00000002.json").is_file()
-    assert (live / "m" / "config.pbtxt").is_file() and (live / ".healer" / "displaced" / "n").is_dir()
-    assert (live / ".healer" / "quarantine" / "n" / "1-inc-2" / "model.py").is_file()
-    assert wrong_modes(store_root / ".healer", live / "m", live / "n", live / ".healer") == {}
+    assert (live / "m" / "config.pbtxt").is_file() and (live / "n" / ".healer-displaced").is_dir()
+    assert (live / "n" / ".healer-quarantine" / "1-inc-2" / "model.py").is_file()
+    assert not (live / ".healer").exists()  # nothing at the live root: Triton reads every folder there
+    assert wrong_modes(store_root / ".healer", live / "m", live / "n") == {}
     assert stat.S_IMODE((live / "m" / "1" / "model.py").stat().st_mode) == 0o644
     assert stat.S_IMODE((live / "m" / "1" / "sub").stat().st_mode) == 0o755
     if os.geteuid() != 0:
@@ -1020,7 +1021,7 @@ def test_quarantine_moves_the_version_out_of_the_store_listing_and_restore_bring
     before = store.version_files("m", "3")
 
     moved = quarantine_live_version(root, "m", "3", incident="inc/7 ../x")
-    assert moved == root / ".healer" / "quarantine" / "m" / "3-inc_7_.._x"
+    assert moved == root / "m" / ".healer-quarantine" / "3-inc_7_.._x"
     assert not (root / "m" / "3").exists()
     assert hash_directory(moved) == before  # moved, not changed
     assert store.versions("m") == ["1"] and store.models() == ["m"]
@@ -1106,3 +1107,42 @@ def test_quarantine_and_restore_with_concurrent_quarantines_lose_nothing(live: P
     moved = [r for r in results if r is not None]
     assert len(results) == 8 and len(moved) == 1
     assert (moved[0] / "model.py").read_bytes() == b"v4"
+
+
+def ledger_write_as(uid: int, root: Path) -> str:
+    """Try a ledger write as ``uid`` (a forked child that drops root): the exception's class and message."""
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.close(reader)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            try:
+                ModelStore(FilesystemBlobs(root)).update_ledger(
+                    "m", lambda ledger: ledger.with_quarantine(quarantine("2"))
+                )
+                outcome = "ok"
+            except Exception as exc:
+                outcome = f"{type(exc).__name__}: {exc}"
+            os.write(writer, outcome.encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        raw = pipe.read()
+    os.waitpid(pid, 0)
+    return raw.decode()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another uid")
+def test_a_store_another_user_owns_is_a_permanent_error_that_names_owner_and_mode(shared_dir: Path) -> None:
+    """Permissions do not change by retrying: not 'not reachable', and the message says what to fix."""
+    root = shared_dir / "store"
+    root.mkdir()
+    ModelStore(FilesystemBlobs(root)).update_ledger("m", lambda ledger: ledger.with_quarantine(quarantine("1")))
+    outcome = ledger_write_as(NOBODY, root)
+    assert outcome.startswith("StoreError: "), outcome  # StoreUnavailable would be retried as transient
+    assert "Permission denied" in outcome
+    assert "owner uid 0" in outcome and "mode 755" in outcome and f"runs as uid {NOBODY}" in outcome

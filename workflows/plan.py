@@ -5,8 +5,10 @@ functions, and acts. Every rule is table-tested in tests/test_plan.py.
 
 Rules that keep a rollback from doing harm:
 
-* a replica is touched only if it serves the failing version, or serves nothing at all (loading
-  the stable version can then only restore service);
+* a replica is touched only if it serves the failing version, or hosted the model and serves
+  nothing now (loading the stable version can then only restore service); a load in progress is
+  waited for, and a Triton that never loaded the model is left alone;
+* the swap keeps every other version the replica serves, apart from the failing one;
 * a replica that already serves the stable version is "already restored": nothing is loaded;
 * a replica that serves some other version (a person fixed it another way) is left alone;
 * a terminating pod, a pod that is not Running, or one without an IP is skipped and reported.
@@ -22,21 +24,44 @@ from typing import Protocol
 
 class ReplicaAction(StrEnum):
     SWAP = "swap"  # serves the failing version: replace it with the stable one
-    LOAD = "load"  # serves no version: load the stable one
+    LOAD = "load"  # this Triton hosted the model and now serves no version: load the stable one
     ALREADY = "already"  # serves the stable version and not the failing one: nothing to do
-    LEAVE = "leave"  # serves another version, not the failing one: not ours to change
+    LEAVE = "leave"  # serves another version, or never hosted the model: not ours to change
+    WAIT = "wait"  # a load or unload is in progress: decide again once it settles
 
 
-def replica_action(served: Collection[str], *, failing: str, stable: str) -> tuple[ReplicaAction, str]:
-    """What to do on one replica, given the versions Triton serves there now, and why."""
+# Index states that say "this Triton hosted the model and it is not serving now": after an unload
+# (by hand, or an unload-first rollback cut off) or a failed load. A model never loaded on this
+# Triton has no state in the index (another replica set may share the repository).
+_ONCE_HOSTED = frozenset({"UNAVAILABLE"})
+_IN_PROGRESS = frozenset({"LOADING", "UNLOADING"})
+
+
+def replica_action(
+    served: Collection[str], *, failing: str, stable: str, index_states: Collection[str] = ()
+) -> tuple[ReplicaAction, str]:
+    """What to do on one replica, given the versions Triton serves there now and the states its
+    repository index reports for the model (one per version row), and why."""
     if failing in served:
         return ReplicaAction.SWAP, f"serves the failing v{failing}"
     if not served:
-        return ReplicaAction.LOAD, "serves no version: loading the stable one can only restore service"
+        states = set(index_states)
+        if states & _IN_PROGRESS:
+            return ReplicaAction.WAIT, f"serves no version while the index says {', '.join(sorted(states))}"
+        if states & _ONCE_HOSTED:
+            return ReplicaAction.LOAD, "hosted the model and serves no version now: loading the stable one restores it"
+        return ReplicaAction.LEAVE, "never loaded the model here: not ours to load"
     if stable in served:
         return ReplicaAction.ALREADY, f"already serves v{stable}, not v{failing}"
     listed = ", ".join(f"v{v}" for v in sorted(served, key=int))
     return ReplicaAction.LEAVE, f"serves {listed}, neither the failing v{failing} nor v{stable}: left alone"
+
+
+def pinned_versions(served: Collection[str], *, failing: str, stable: str) -> list[int]:
+    """The versions the swap's config override pins: the stable one, and every other version this
+    replica serves except the failing one (clients that ask for them by number keep being served)."""
+    keep = {v for v in served if v != failing} | {stable}
+    return sorted(int(v) for v in keep)
 
 
 def touches_triton(action: ReplicaAction) -> bool:

@@ -17,7 +17,9 @@ the deadline, the mutex, the retry strategy and the exit handler from it).
 # No `from __future__ import annotations` here: Hera reads the step functions' annotations as types.
 import contextlib
 import json
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,7 @@ def heal_step(
         triton_url=triton_url,
     )
     out = context.output_dir()
+    _stop_on_sigterm(ctx.cancelled)
     try:
         report = steps.heal(ctx, request)
     except steps.HealFailed as failure:
@@ -137,6 +140,15 @@ def escalate_step(
     outcome = steps.escalate(ctx, request, failure=failure, phases=timeline)
     _write_outputs(context.output_dir(), {"alert": outcome["alert"]})
     return {k: v for k, v in outcome.items() if k != "alert"}
+
+
+def _stop_on_sigterm(cancelled: threading.Event) -> None:
+    """In a pod, Argo stops a step past activeDeadlineSeconds with SIGTERM (then SIGKILL after the
+    grace period): turn it into the same cancellation the LocalEngine uses, so the step stops at its
+    next check and an unload-first rollback puts back what it unloaded. Only the main thread may set
+    signal handlers; the LocalEngine runs steps on worker threads and cancels them itself."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: cancelled.set())
 
 
 def _parse_failures(failures: str) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from healer.store import ModelStore, StoreError, StoreIntegrityError, StoreUnava
 from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
 from probes.result import Status
 from probes.tiers import check_business
-from workflows.plan import ReplicaAction, ReplicaTarget, replica_action, touches_triton
+from workflows.plan import ReplicaAction, ReplicaTarget, pinned_versions, replica_action, touches_triton
 
 log = structlog.get_logger(__name__)
 
@@ -153,13 +153,13 @@ def fetch_stable(ctx: StepContext, model: str, failing_version: str, requested: 
     }
 
 
-def pinned_config(record: StableRecord, model: str) -> dict[str, Any]:
-    """The stable version's own config, pinned to that version only (pure)."""
+def pinned_config(record: StableRecord, model: str, versions: list[int] | None = None) -> dict[str, Any]:
+    """The stable version's own config, pinned to that version (and ``versions``, if given) (pure)."""
     if not record.config:
         raise PermanentStepError(f"{model} v{record.version}: the ledger has no model config; promote it again")
     config: dict[str, Any] = json.loads(json.dumps(dict(record.config)))
     config["name"] = model
-    config["version_policy"] = {"specific": {"versions": [int(record.version)]}}
+    config["version_policy"] = {"specific": {"versions": versions or [int(record.version)]}}
     return config
 
 
@@ -168,9 +168,11 @@ def load(ctx: StepContext, model: str, version: str) -> dict[str, Any]:
     return _load_pinned(ctx, model, _stable_record(ctx, model, version))
 
 
-def _load_pinned(ctx: StepContext, model: str, record_: StableRecord) -> dict[str, Any]:
+def _load_pinned(
+    ctx: StepContext, model: str, record_: StableRecord, versions: list[int] | None = None
+) -> dict[str, Any]:
     version = record_.version
-    config = pinned_config(record_, model)
+    config = pinned_config(record_, model, versions)
     ctx.check_cancelled("load")
     started = ctx.clock()
     try:
@@ -187,10 +189,7 @@ def _load_pinned(ctx: StepContext, model: str, record_: StableRecord) -> dict[st
 
 def verify(ctx: StepContext, model: str, version: str) -> dict[str, Any]:
     """The golden request against the restored version."""
-    try:
-        golden = ctx.settings.model(model).golden
-    except KeyError as exc:
-        raise PermanentStepError(f"{model} has no golden request in {ctx.settings.source}") from exc
+    golden = _golden_request(ctx, model)
     ctx.check_cancelled("verify")
     result = check_business(ctx.triton, model, version, golden)
     if result.status is Status.FAIL and _only_slow(result.details):
@@ -204,6 +203,13 @@ def verify(ctx: StepContext, model: str, version: str) -> dict[str, Any]:
     if result.status is Status.FAIL:
         raise PermanentStepError(f"verify {model} v{version}: golden request failed: {result.reason}")
     return summary
+
+
+def _golden_request(ctx: StepContext, model: str) -> Any:
+    try:
+        return ctx.settings.model(model).golden
+    except KeyError as exc:
+        raise PermanentStepError(f"{model} has no golden request in {ctx.settings.source}") from exc
 
 
 def _only_slow(details: Mapping[str, Any]) -> bool:
@@ -243,8 +249,16 @@ def record(ctx: StepContext, request: RollbackRequest, restored_version: str | N
 
 
 PHASES: tuple[str, ...] = ("lease", "fetch-stable", "restore", "record")
-LEASE_MARGIN_S = 30.0  # a lease outlives the rollback's deadline by this much, then frees itself
+LEASE_MARGIN_S = 30.0
 LEASE_POLL_S = 0.5
+
+
+def lease_ttl_s(settings: Settings) -> float:
+    """How long a lease lives unrenewed: longer than the longest stretch a rollback can run without
+    renewing it (it renews before each replica and before recording): one replica's unload, load
+    and a put-back load, past the deadline; then it frees itself if its holder died."""
+    rollback = settings.rollback
+    return rollback.deadline_s + rollback.unload_timeout_s + 2 * rollback.load_timeout_s + LEASE_MARGIN_S
 
 
 @dataclass
@@ -306,8 +320,14 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
 
     def take_lease() -> dict[str, Any]:
         nonlocal lease
+        _golden_request(ctx, request.model)  # a model healer cannot verify is never touched
         lease, waited_s = acquire_model_lease(ctx, request.model, holder)
         return {"holder": holder, "waited_s": round(waited_s, 3), "expires_at": lease.expires_at}
+
+    def renew() -> None:
+        # Fencing: a holder whose lease expired (it ran past the TTL) must not go on acting.
+        nonlocal lease
+        lease = renew_model_lease(ctx, request.model, holder)
 
     try:
         run("lease", take_lease)
@@ -315,8 +335,13 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
             "fetch-stable", lambda: fetch_stable(ctx, request.model, request.from_version, request.to_version)
         )
         version = str(restored["version"])
-        outcome = run("restore", lambda: restore_replicas(ctx, request, version))
-        recorded = run("record", lambda: record(ctx, request, version, "restored") | quarantine_files(ctx, request))
+        outcome = run("restore", lambda: restore_replicas(ctx, request, version, before_each=renew))
+
+        def renew_then_record() -> dict[str, Any]:
+            renew()
+            return record(ctx, request, version, "restored") | quarantine_files(ctx, request)
+
+        recorded = run("record", renew_then_record)
     finally:
         if lease is not None:
             ctx.store.release_lease(lease)
@@ -341,7 +366,7 @@ def acquire_model_lease(ctx: StepContext, model: str, holder: str) -> tuple[Any,
     """
     from healer.store import LeaseHeld
 
-    ttl_s = ctx.settings.rollback.deadline_s + LEASE_MARGIN_S
+    ttl_s = lease_ttl_s(ctx.settings)
     started = ctx.clock()
     deadline = started + ctx.settings.rollback.deadline_s
     # Bounded: every iteration returns, raises, or sleeps toward the deadline.
@@ -361,7 +386,25 @@ def acquire_model_lease(ctx: StepContext, model: str, holder: str) -> tuple[Any,
         ctx.sleep(LEASE_POLL_S)
 
 
-def restore_replicas(ctx: StepContext, request: RollbackRequest, version: str) -> dict[str, Any]:
+def renew_model_lease(ctx: StepContext, model: str, holder: str) -> Any:
+    """Extend this rollback's lease (re-entrant for its holder); losing it stops the rollback."""
+    from healer.store import LeaseHeld
+
+    try:
+        return ctx.store.acquire_lease(model, holder, lease_ttl_s(ctx.settings))
+    except LeaseHeld as exc:
+        raise PermanentStepError(
+            f"lost the lease of {model} to {exc.holder}: this rollback ran past it, another one took over"
+        ) from exc
+    except StoreUnavailable as exc:
+        raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
+    except (StoreError, ValueError, OSError) as exc:
+        raise PermanentStepError(f"lease of {model} in {ctx.store.location}: {exc}") from exc
+
+
+def restore_replicas(
+    ctx: StepContext, request: RollbackRequest, version: str, *, before_each: Callable[[], None] = lambda: None
+) -> dict[str, Any]:
     """Each replica in turn: decide (workflows/plan.py), act, verify, then the next. A failure stops
     here: replicas already restored stay restored, the rest keep what they serve (loaded)."""
     targets = replica_targets_for(ctx, request.triton_url)
@@ -370,6 +413,7 @@ def restore_replicas(ctx: StepContext, request: RollbackRequest, version: str) -
     skipped = {t.name or t.url: t.skip for t in targets if t.skip}
     for target in (t for t in targets if not t.skip):
         ctx.check_cancelled(f"restore of {target.url}")
+        before_each()
         replica = ctx if target.url == ctx.triton.url else dataclasses.replace(ctx, triton=_triton_for(ctx, target.url))
         try:
             if not _live(replica):
@@ -397,15 +441,19 @@ def restore_replica(ctx: StepContext, model: str, failing: str, stable: StableRe
     """One replica: what it serves decides what to do; then the golden request must pass."""
     version = stable.version
     served = _served(ctx, model)
-    action, why = replica_action(served, failing=failing, stable=version)
+    states = [] if served else _index_states(ctx, model)
+    action, why = replica_action(served, failing=failing, stable=version, index_states=states)
     out: dict[str, Any] = {"action": action.value, "why": why, "served_before": served}
     log.info("replica_plan", model=model, version=failing, replica=ctx.triton.url, action=action.value, why=why)
+    if action is ReplicaAction.WAIT:
+        raise TransientStepError(f"{model} on {ctx.triton.url}: {why}; trying again")
+    pinned = pinned_versions(served, failing=failing, stable=version)
     if action is ReplicaAction.SWAP and ctx.settings.rollback.order == "unload-first":
-        out.update(_unload_then_load(ctx, model, failing, stable))
+        out.update(_unload_then_load(ctx, model, stable, pinned, served))
     elif touches_triton(action):
         # The swap: Triton loads the pinned version next to the serving one, then releases the old
         # one; if the load fails the old one keeps serving. The model is never absent.
-        out["load"] = _load_pinned(ctx, model, stable)
+        out["load"] = _load_pinned(ctx, model, stable, pinned)
     if action is ReplicaAction.LEAVE:
         out["verify"] = {v: verify(ctx, model, v) for v in served}
     else:
@@ -413,26 +461,48 @@ def restore_replica(ctx: StepContext, model: str, failing: str, stable: StableRe
     return out
 
 
-def _unload_then_load(ctx: StepContext, model: str, failing: str, stable: StableRecord) -> dict[str, Any]:
-    """For models too large to be resident twice. If the load fails, put back what was served:
-    never leave a model unloaded that was loaded."""
+def _unload_then_load(
+    ctx: StepContext, model: str, stable: StableRecord, pinned: list[int], served_before: list[str]
+) -> dict[str, Any]:
+    """For models too large to be resident twice. Whatever fails once the unload was asked for (the
+    unload itself, its wait, the deadline, the load), put back what was served: never leave a model
+    unloaded that was loaded."""
     try:
         served_config = ctx.triton.model_config(model)
     except (TritonUnavailable, TritonRejected) as exc:
         raise TransientStepError(f"read the served config of {model} before unloading: {exc}") from exc
-    out: dict[str, Any] = {"unload": unload(ctx, model)}
+    out: dict[str, Any] = {}
     try:
-        out["load"] = _load_pinned(ctx, model, stable)
+        out["unload"] = unload(ctx, model)
+        out["load"] = _load_pinned(ctx, model, stable, pinned)
     except StepError as exc:
-        back = dict(served_config, name=model, version_policy={"specific": {"versions": [int(failing)]}})
-        try:
-            ctx.triton.load_model(model, config=json.dumps(back), timeout_s=ctx.settings.rollback.load_timeout_s)
-            put_back = f"v{failing} loaded again"
-        except (TritonUnavailable, TritonRejected) as back_exc:
-            put_back = f"v{failing} could not be loaded again either: {back_exc}"
-        log.error("load_failed_after_unload", model=model, version=failing, error=str(exc), put_back=put_back)
+        put_back = _put_back(ctx, model, served_config, served_before)
+        log.error("restore_failed_after_unload", model=model, error=str(exc), put_back=put_back)
         raise type(exc)(f"{exc}; {put_back}") from exc
     return out
+
+
+def _put_back(ctx: StepContext, model: str, served_config: Mapping[str, Any], served: list[str]) -> str:
+    """Load again exactly the versions that were served before the unload (best effort, checked)."""
+    versions = sorted(int(v) for v in served)
+    back = dict(served_config, name=model, version_policy={"specific": {"versions": versions}})
+    listed = ", ".join(f"v{v}" for v in versions)
+    try:
+        ctx.triton.load_model(model, config=json.dumps(back), timeout_s=ctx.settings.rollback.load_timeout_s)
+        if all(ctx.triton.model_version_ready(model, str(v)) for v in versions):
+            return f"{listed} loaded again"
+        return f"{listed} loaded again but not ready"
+    except (TritonUnavailable, TritonRejected) as exc:
+        return f"{listed} could not be loaded again either: {exc}"
+
+
+def _index_states(ctx: StepContext, model: str) -> list[str]:
+    try:
+        return [r.state or "" for r in ctx.triton.repository_index() if r.name == model]
+    except TritonUnavailable as exc:
+        raise TransientStepError(f"{model} on {ctx.triton.url}: Triton not reachable: {exc}") from exc
+    except TritonRejected as exc:
+        raise PermanentStepError(f"{model} on {ctx.triton.url}: Triton refused: {exc}") from exc
 
 
 def _served(ctx: StepContext, model: str) -> list[str]:
@@ -455,7 +525,7 @@ def quarantine_files(ctx: StepContext, request: RollbackRequest) -> dict[str, An
     """Move the failing version's directory out of what Triton reads (never deleted): after a
     Triton restart or on a new replica, Triton's default version policy must not load it again."""
     from healer.settings import VERSION_PATTERN
-    from healer.store import quarantine_live_version
+    from healer.store import PERMANENT_ERRNOS, quarantine_live_version
 
     if not VERSION_PATTERN.match(request.from_version):
         return {"moved_aside": None}
@@ -463,7 +533,11 @@ def quarantine_files(ctx: StepContext, request: RollbackRequest) -> dict[str, An
         moved = quarantine_live_version(
             ctx.live_repository, request.model, request.from_version, incident=request.incident
         )
-    except (OSError, ValueError) as exc:
+    except (PermissionError, ValueError) as exc:  # a retry will not change permissions or a bad name
+        raise PermanentStepError(f"move {request.model} v{request.from_version} aside: {exc}") from exc
+    except OSError as exc:
+        if exc.errno in PERMANENT_ERRNOS:
+            raise PermanentStepError(f"move {request.model} v{request.from_version} aside: {exc}") from exc
         raise TransientStepError(f"move {request.model} v{request.from_version} aside: {exc}") from exc
     return {"moved_aside": str(moved) if moved is not None else None}
 
