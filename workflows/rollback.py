@@ -28,6 +28,7 @@ from healer.engines import TEMPLATE_NAME, RollbackRequest
 
 EXIT_TRANSIENT = 75  # EX_TEMPFAIL: the only exit code the retry strategy retries
 EXIT_PERMANENT = 1
+ESCALATE_DEADLINE_S = 60
 PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod", "triton-url")
 # Labels set from parameters whose values are always label-safe (versions, reason codes, incident ids).
 LABELS_FROM_PARAMETERS = {
@@ -120,7 +121,6 @@ def escalate_step(
     """The exit handler's work when the rollback did not succeed (failed, errored or ran out of time)."""
     from workflows import context, steps
 
-    ctx = context.current()
     request = RollbackRequest(
         model=model, from_version=from_version, reason=reason, incident=incident, detail=detail, pod=pod
     )
@@ -128,6 +128,13 @@ def escalate_step(
     failure = f"workflow {workflow_status}"
     if parsed:
         failure += ": " + "; ".join(f"{f.get('displayName', '?')}: {f.get('message', '')}" for f in parsed)
+    try:
+        ctx = context.current()
+    except Exception as exc:
+        # The context needs the store (and Triton's client); a person must hear of this rollback
+        # even when the store is what broke: alert from the settings alone, then fail the step.
+        _alert_without_context(request, f"{failure}; the escalation could not start: {type(exc).__name__}: {exc}")
+        raise
     timeline = [
         {
             "started_at": f.get("finishedAt", "?"),
@@ -140,6 +147,23 @@ def escalate_step(
     outcome = steps.escalate(ctx, request, failure=failure, phases=timeline)
     _write_outputs(context.output_dir(), {"alert": outcome["alert"]})
     return {k: v for k, v in outcome.items() if k != "alert"}
+
+
+def _alert_without_context(request: RollbackRequest, failure: str) -> None:
+    import os
+
+    from healer.alerts import build_alert, post_alerts
+    from healer.settings import load_settings
+    from workflows.context import DEFAULT_CONFIG
+
+    try:
+        settings = load_settings(os.environ.get("HEALER_CONFIG", DEFAULT_CONFIG))
+        alert_settings = settings.rollback.alert
+        if alert_settings.webhook_url:
+            alert = build_alert(request, failure=failure, timeline=[], runbook_url=alert_settings.runbook_url)
+            post_alerts(alert_settings.webhook_url, [alert], alert_settings.timeout_s)
+    except Exception as exc:  # nothing else can be done from here; the step's failure shows in Argo
+        print(json.dumps({"alert_not_sent": f"{type(exc).__name__}: {exc}"}), file=sys.stderr)
 
 
 def _stop_on_sigterm(cancelled: threading.Event) -> None:
@@ -203,9 +227,11 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
     from healer.engines.argo import label_value_expression
     from workflows.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR
 
-    def runner_script(name: str, source: Any, outputs: list[str]) -> Script:
+    def runner_script(name: str, source: Any, outputs: list[str], deadline_s: int | None = None) -> Script:
         return Script(
             name=name,
+            # Int-or-string in Argo's schema (a string there, like retryStrategy.limit).
+            active_deadline_seconds=None if deadline_s is None else str(deadline_s),
             source=source,
             constructor=RunnerScriptConstructor(),
             image=options.image,
@@ -280,7 +306,9 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
             expression=f"asInt(lastRetry.exitCode) == {EXIT_TRANSIENT}",
             backoff=m.Backoff(duration="2s", factor=m.IntOrString("2"), max_duration="20s"),
         )
-        escalate = runner_script("escalate", escalate_step, ["alert"])
+        # The exit handler has its own deadline: a hung store write must not hold the run (and with it
+        # Argo's per-model mutex) forever. Escalate alerts before it touches the store.
+        escalate = runner_script("escalate", escalate_step, ["alert"], deadline_s=ESCALATE_DEADLINE_S)
         with Steps(name="rollback"):
             Step(
                 name="heal",

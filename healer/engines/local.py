@@ -84,6 +84,7 @@ class _ScriptSpec:
     backoff_s: float
     backoff_factor: float
     backoff_max_s: float
+    deadline_s: float | None = None  # the template's own activeDeadlineSeconds, per attempt
 
 
 class LocalEngine:
@@ -344,7 +345,12 @@ class LocalEngine:
                 },
                 parent=node_id,
             )
-            phase, message, exit_code, outputs = self._attempt(name, spec, kwargs, deadline)
+            # A template's own deadline bounds each attempt, also where the run has none (the exit handler).
+            attempt_deadline = deadline
+            if spec.deadline_s is not None:
+                own = time.monotonic() + spec.deadline_s
+                attempt_deadline = own if deadline is None else min(deadline, own)
+            phase, message, exit_code, outputs = self._attempt(name, spec, kwargs, attempt_deadline)
             self._update_node(name, pod_id, phase=phase, message=message, finishedAt=_now(), outputs=outputs)
             retryable = (
                 phase == "Failed"
@@ -465,6 +471,7 @@ class LocalEngine:
             backoff_s=backoff_s,
             backoff_factor=factor,
             backoff_max_s=backoff_max,
+            deadline_s=_int_or_string_s(template.active_deadline_seconds),
         )
 
     def drain(self, timeout_s: float) -> list[str]:
@@ -653,6 +660,13 @@ def _parent_of(node_id: str, nodes: dict[str, Any]) -> str | None:
     if "[" in node_id:
         return node_id[: node_id.rindex("[")]
     return None
+
+
+def _int_or_string_s(value: Any) -> float | None:
+    """A template's activeDeadlineSeconds (Hera's IntOrString, or a plain int) in seconds; None if unset."""
+    if value is None:
+        return None
+    return float(str(value.root if hasattr(value, "root") else value))
 
 
 def _substitute(text: str, parameters: dict[str, str]) -> str:
