@@ -224,7 +224,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
     from hera.workflows import models as m
     from hera.workflows.script import RunnerScriptConstructor
 
-    from healer.engines.argo import label_value_expression
+    from healer.labels import label_value_expression
     from workflows.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR
 
     def runner_script(name: str, source: Any, outputs: list[str], deadline_s: int | None = None) -> Script:

@@ -11,7 +11,6 @@ talks to Argo does not pay for them.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from healer.engines import (
     Submission,
     workflow_name,
 )
+from healer.labels import label_value, label_value_expression
 
 if TYPE_CHECKING:
     import requests
@@ -42,57 +42,11 @@ LABEL_PREFIX = "healer.io/"
 TITLE_ANNOTATION = "workflows.argoproj.io/title"
 DESCRIPTION_ANNOTATION = "workflows.argoproj.io/description"
 _MAX_DETAIL = 2000  # the description is for people; the full detail is still a workflow parameter
-# The label rule, shared by label_value() and its Argo expression twin (label_value_expression()).
-_LABEL_SAFE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
-_LABEL_VALUE = re.compile(_LABEL_SAFE)
-_LABEL_UNSAFE_RUN = r"[^A-Za-z0-9_.-]+"  # replaced by one "-"
-_LABEL_KEEP = 54  # characters kept of the cleaned text: 54 + "-" + 8 hex digits = 63
-_LABEL_TRIM = "-_."  # stripped from both ends of the kept text (a label starts and ends alphanumeric)
-_LABEL_DIGEST = 8  # hex digits of sha256(UTF-8 text)
 # Hera's message for status codes it has no exception class for (e.g. 502, 503, 504).
 _HERA_STATUS = re.compile(r"Server returned status code (\d+)")
 _HERA_MESSAGE = re.compile(r"with message: `(.*)`\Z", re.DOTALL)
 # 408 and 429 are the client-error codes that mean "later", not "never".
 _RETRYABLE_4XX = frozenset({408, 429})
-
-
-def label_value(text: str) -> str:
-    """``text`` as a Kubernetes label value (<= 63 chars of [A-Za-z0-9_.-], alphanumeric at both ends).
-
-    The rule: a value that is already a valid label (at most 63 characters matching ``_LABEL_SAFE``)
-    is kept as it is. Otherwise every run of characters outside [A-Za-z0-9_.-] becomes one "-", the
-    first 54 characters are kept, "-", "_" and "." are stripped from both ends, and "-" and the first 8
-    hex digits of the SHA-256 of the UTF-8 text are appended (just the digits when nothing is left), so
-    two different values never share a label. ``label_value_expression`` is the same rule for Argo.
-    """
-    if len(text) <= 63 and _LABEL_VALUE.fullmatch(text):
-        return text
-    digest = hashlib.sha256(text.encode()).hexdigest()[:_LABEL_DIGEST]
-    cleaned = re.sub(_LABEL_UNSAFE_RUN, "-", text)[:_LABEL_KEEP].strip(_LABEL_TRIM)
-    return f"{cleaned}-{digest}" if cleaned else digest
-
-
-def label_value_expression(value: str) -> str:
-    """``label_value`` as an Argo expression over the expression ``value`` (e.g. a workflow parameter),
-    for ``workflowMetadata.labelsFrom``: the label a hand-submitted workflow gets is the one the
-    ArgoEngine gives it. (Argo's controller sets labelsFrom over the labels a workflow was submitted
-    with, workflow/controller/operator.go updateWorkflowMetadata: the two must agree, and do.)
-
-    Argo v4 evaluates it with expr-lang/expr v1.17 over Masterminds/sprig v3.3's GenericFuncMap
-    (util/expr/env/env.go). It uses expr's ``len``, ``matches`` (Go RE2, ``$`` = end of text), string
-    slicing ``[0:8]``, ``let``, ``&&``, ``==``, ``+`` and ``?:``, and ``sprig.regexReplaceAll``, ``sprig.trunc``,
-    ``sprig.trimAll`` and ``sprig.sha256sum`` (hex of the UTF-8 bytes). Every character the slicing and
-    truncation see is ASCII by then, so byte and character counts agree.
-    """
-    # expr's `let` (expr >= 1.16) names each part once; double quotes keep the rendered YAML unescaped.
-    return (
-        f"let value = {value}; "
-        f'let cleaned = sprig.trimAll("{_LABEL_TRIM}", '
-        f'sprig.trunc({_LABEL_KEEP}, sprig.regexReplaceAll("{_LABEL_UNSAFE_RUN}", value, "-"))); '
-        f"let digest = sprig.sha256sum(value)[0:{_LABEL_DIGEST}]; "
-        f'len(value) <= 63 && value matches "^{_LABEL_SAFE}$" ? value : '
-        f'(cleaned == "" ? digest : cleaned + "-" + digest)'
-    )
 
 
 def _version(version: str) -> str:
