@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from healer.decisions import SLOW
 from healer.ledger import Ledger, StableRecord
 from healer.settings import Settings
 from healer.store import ModelStore, hash_directory, utc_now
@@ -44,6 +45,10 @@ def promote(
         if not triton.model_version_ready(model, version):
             raise PromotionRefused(f"{model} v{version} is not ready on Triton {triton.url}; load it first")
         result = check_business(triton, model, version, golden)
+        if result.status is Status.FAIL and result.code == SLOW:
+            # As in the rollback's verify: the first request after a load pays the model's warm-up, so
+            # a right answer that was slow once gets one more try. A wrong answer gets none.
+            result = check_business(triton, model, version, golden)
         if result.status is not Status.PASS:
             raise PromotionRefused(f"{model} v{version} did not pass its golden request: {result.reason}")
         config = triton.model_config(model)

@@ -241,7 +241,7 @@ def test_one_models_exception_does_not_stop_the_cycle(settings: Settings) -> Non
     assert sidecar.cycles == 2
 
 
-def test_a_hung_model_is_a_timeout_incident_and_its_rollback_says_slow(settings: Settings) -> None:
+def test_a_hung_model_is_a_timeout_incident_and_its_rollback_says_so(settings: Settings) -> None:
     primary = ScriptedEngine()
     sidecar, triton, _clock = make(settings, primary)
     triton.hang = True
@@ -251,7 +251,7 @@ def test_a_hung_model_is_a_timeout_incident_and_its_rollback_says_slow(settings:
     assert state.incident.reason == "timeout"
     assert sidecar.ready() == (False, ["linear_scorer: healing"])
     [request] = primary.requests
-    assert request.reason == "slow"  # the engines' reasons have no "timeout" yet: over the SLO by definition
+    assert request.reason == "timeout"  # labelled as such in Argo: a hang, not a slow answer
 
 
 # --- every path ends: whatever the engines raise (or hang on), the healing timeout escalates and alerts ---

@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 
 from healer.alerts import build_alert, post_alerts
+from healer.decisions import SLOW
 from healer.engines import AUTO, RollbackRequest
 from healer.ledger import QuarantineRecord, StableRecord, choose_restore_version
 from healer.settings import Settings
@@ -192,7 +193,7 @@ def verify(ctx: StepContext, model: str, version: str) -> dict[str, Any]:
     golden = _golden_request(ctx, model)
     ctx.check_cancelled("verify")
     result = check_business(ctx.triton, model, version, golden)
-    if result.status is Status.FAIL and _only_slow(result.details):
+    if result.status is Status.FAIL and result.code == SLOW:
         # The first request after a load pays the model's warm-up; a right answer that was slow once
         # gets one more try. Wrong answers get none.
         result = check_business(ctx.triton, model, version, golden)
@@ -210,11 +211,6 @@ def _golden_request(ctx: StepContext, model: str) -> Any:
         return ctx.settings.model(model).golden
     except KeyError as exc:
         raise PermanentStepError(f"{model} has no golden request in {ctx.settings.source}") from exc
-
-
-def _only_slow(details: Mapping[str, Any]) -> bool:
-    outputs: list[dict[str, Any]] = details.get("outputs") or []
-    return bool(outputs) and all(o.get("ok") for o in outputs)
 
 
 def record(ctx: StepContext, request: RollbackRequest, restored_version: str | None, outcome: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Protocol
 TEMPLATE_NAME = "healer-rollback"
 DONE_PHASES = frozenset({"Succeeded", "Failed", "Error"})
 # Short codes: they become Kubernetes label values (<= 63 chars, [A-Za-z0-9_.-]).
-REASONS = frozenset({"wrong-answer", "non-finite", "model-error", "slow", "not-ready", "manual"})
+REASONS = frozenset({"wrong-answer", "non-finite", "model-error", "slow", "timeout", "not-ready", "manual"})
 AUTO = "auto"
 
 
