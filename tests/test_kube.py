@@ -10,6 +10,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -145,3 +146,81 @@ def test_triton_pods_lists_by_selector_with_phase_ip_and_termination() -> None:
     [request] = server.requests
     assert request["method"] == "GET"
     assert request["path"] == "/api/v1/namespaces/ml/pods?labelSelector=app.kubernetes.io%2Fname%3Dtriton"
+
+
+def test_in_cluster_client_verifies_tls_with_the_cluster_ca_and_rereads_a_rotated_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in a pod: https to KUBERNETES_SERVICE_HOST, the CA from the service-account folder, and the
+    projected token read on every call (the kubelet rotates it while the sidecar runs)."""
+    import ssl
+    import subprocess
+
+    from healer import kube
+
+    key, cert = tmp_path / "tls.key", tmp_path / "tls.crt"
+    openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    subprocess.run(
+        [
+            *openssl,
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    api = FakeApiServer(get_body={"kind": "PodList", "items": []})
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    api.server.socket = context.wrap_socket(api.server.socket, server_side=True)
+    try:
+        accounts = tmp_path / "serviceaccount"
+        accounts.mkdir()
+        (accounts / "ca.crt").write_bytes(cert.read_bytes())
+        (accounts / "token").write_text("first-token\n")
+        monkeypatch.setattr(kube, "SERVICE_ACCOUNT_DIR", accounts)
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", api.url.rsplit(":", 1)[1])
+        client = KubeClient.in_cluster(timeout_s=5)
+        assert client.triton_pods("ml", "app=triton") == []
+        (accounts / "token").write_text("rotated-token\n")
+        client.annotate_pod(PodRef("ml", "triton-0"), {"a": "b"})
+        assert [r["headers"]["authorization"] for r in api.requests] == ["Bearer first-token", "Bearer rotated-token"]
+        # A server whose certificate the cluster CA did not sign is refused, not trusted.
+        (accounts / "ca.crt").write_bytes(b"")
+        other_ca = tmp_path / "other.crt"
+        subprocess.run(
+            [*openssl, "-subj", "/CN=other", "-keyout", str(tmp_path / "other.key"), "-out", str(other_ca)],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        (accounts / "ca.crt").write_bytes(other_ca.read_bytes())
+        with pytest.raises(KubeError, match="not reachable"):
+            KubeClient.in_cluster(timeout_s=5).triton_pods("ml", "app=triton")
+    finally:
+        api.close()
+
+
+def test_in_cluster_without_a_token_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from healer import kube
+
+    monkeypatch.setattr(kube, "SERVICE_ACCOUNT_DIR", tmp_path)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    with pytest.raises(KubeError, match="automountServiceAccountToken"):
+        KubeClient.in_cluster()
+
+
+def test_every_call_the_client_makes_is_declared_for_the_rbac_tests() -> None:
+    from healer.kube import API_CALLS
+
+    public = {name for name in vars(KubeClient) if not name.startswith("_") and callable(getattr(KubeClient, name))}
+    constructors = {"in_cluster", "for_host"}
+    assert public - constructors == set(API_CALLS)
