@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Build the upstream control plane the end-to-end tier runs (tests/e2e): etcd, kube-apiserver, and
+# Argo Workflows' controller and CLI (`argo server` is the Argo Server), from the Go module proxy
+# only, at the versions pinned in e2e/versions.env and the checksums in e2e/*/go.sum.
+#
+# Binaries are cached outside the repository, keyed by component and version:
+#   ${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}/<component>-<version>/bin/
+# so only the first run pays (about 20 minutes on 2 cores; see README). A cached component is not
+# rebuilt unless its wrapper module or build flags change (a stamp records their digest).
+#
+# Prints the bin directories on the last line as KEY=PATH pairs. Exit 3: Go is missing or too old.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache="${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}"
+min_go="1.26.5" # the wrappers' go line (Argo v4.1.4 needs 1.26.5)
+
+# Reproducible and hermetic enough: only the committed go.sum, no VCS stamping, no cgo, no paths.
+export GOFLAGS="-mod=readonly -buildvcs=false -trimpath"
+export CGO_ENABLED=0
+
+log() { printf 'e2e/build: %s\n' "$*" >&2; }
+
+have_go() {
+  command -v go >/dev/null 2>&1 || return 1
+  local version
+  version="$(go env GOVERSION 2>/dev/null)" || return 1
+  version="${version#go}"
+  [ "$(printf '%s\n%s\n' "$min_go" "$version" | sort -V | head -n1)" = "$min_go" ]
+}
+
+need_go() {
+  if ! command -v go >/dev/null 2>&1; then
+    log "Go is not installed (no 'go' on PATH). The end-to-end tier builds etcd $ETCD_VERSION,"
+    log "kube-apiserver $KUBERNETES_VERSION and Argo Workflows $ARGO_VERSION from the Go module proxy"
+    log "and needs Go >= $min_go. Install Go (https://go.dev/doc/install), or put the binaries in"
+    log "$cache/<component>-<version>/bin yourself. 'make test' does not need Go."
+    exit 3
+  fi
+  if ! have_go; then
+    log "Go $(go env GOVERSION) is too old: the wrapper modules need Go >= $min_go."
+    exit 3
+  fi
+}
+
+# stamp: a digest of everything that decides the binaries (wrapper module, flags, Go version).
+stamp_of() { # component flags...
+  local component="$1"
+  shift
+  {
+    cat "$here/$component"/go.mod "$here/$component"/go.sum
+    [ -f "$here/$component/main.go" ] && cat "$here/$component/main.go"
+    printf '%s\n' "$@" "$GOFLAGS" "$CGO_ENABLED"
+    go env GOVERSION GOOS GOARCH 2>/dev/null || true
+  } | sha256sum | cut -d' ' -f1
+}
+
+# build COMPONENT VERSION "LDFLAGS" OVERLAY NAME=PACKAGE...
+build() {
+  local component="$1" version="$2" ldflags="$3" overlay="$4"
+  shift 4
+  local dest="$cache/$component-$version"
+  local -a binaries=()
+  local pair
+  for pair in "$@"; do binaries+=("${pair%%=*}"); done
+
+  local complete=1 binary
+  for binary in "${binaries[@]}"; do [ -x "$dest/bin/$binary" ] || complete=0; done
+  if [ "$complete" = 1 ] && ! have_go; then
+    log "$component $version: cached in $dest/bin (Go not available to check the stamp)"
+    return 0
+  fi
+  need_go
+  local stamp
+  stamp="$(stamp_of "$component" "$ldflags" "$overlay")"
+  if [ "$complete" = 1 ] && [ "$(cat "$dest/.stamp" 2>/dev/null)" = "$stamp" ]; then
+    log "$component $version: cached in $dest/bin"
+    return 0
+  fi
+
+  mkdir -p "$cache"
+  exec 9>"$cache/.lock-$component-$version"
+  flock 9 # another build of the same component (a parallel run) finishes first
+  if [ "$(cat "$dest/.stamp" 2>/dev/null)" = "$stamp" ]; then
+    exec 9>&-
+    return 0
+  fi
+  local started=$SECONDS staging
+  staging="$(mktemp -d "$cache/.build-$component-XXXXXX")"
+  log "$component $version: building ${binaries[*]} (first run only; nice -n 19)"
+  local -a overlay_flag=()
+  if [ -n "$overlay" ]; then overlay_flag=(-overlay "$overlay"); fi
+  for pair in "$@"; do
+    (cd "$here/$component" && nice -n 19 go build "${overlay_flag[@]}" -ldflags "$ldflags" \
+      -o "$staging/bin/${pair%%=*}" "${pair#*=}")
+  done
+  echo "$stamp" >"$staging/.stamp"
+  rm -rf "$dest"
+  mv "$staging" "$dest"
+  exec 9>&-
+  log "$component $version: built in $((SECONDS - started)) s into $dest/bin"
+}
+
+total_started=$SECONDS
+
+build etcd "$ETCD_VERSION" "-s -w" "" etcd=healer.e2e/etcd
+
+k8s_minor="${KUBERNETES_VERSION#v1.}"
+k8s_minor="${k8s_minor%%.*}"
+k8s_ldflags="-s -w"
+for package in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+  k8s_ldflags+=" -X $package.gitVersion=$KUBERNETES_VERSION -X $package.gitMajor=1 -X $package.gitMinor=$k8s_minor"
+  k8s_ldflags+=" -X $package.gitTreeState=clean -X $package.buildDate=1970-01-01T00:00:00Z"
+done
+build kubernetes "$KUBERNETES_VERSION" "$k8s_ldflags" "" kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver
+
+# The Argo module ships without its web UI (ui/dist/app is built by yarn and not in the module),
+# and the server embeds it: a placeholder page stands in, as upstream's own STATIC_FILES=false build.
+argo_overlay=""
+argo_ldflags="-s -w -X github.com/argoproj/argo-workflows/v4.version=$ARGO_VERSION"
+argo_ldflags+=" -X github.com/argoproj/argo-workflows/v4.buildDate=1970-01-01T00:00:00Z"
+argo_dest="$cache/argo-$ARGO_VERSION"
+if ! { [ -x "$argo_dest/bin/argo" ] && [ -x "$argo_dest/bin/workflow-controller" ]; } || have_go; then
+  need_go
+  argo_dir="$(cd "$here/argo" && go mod download -json "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION" |
+    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  mkdir -p "$cache"
+  placeholder="$cache/.argo-ui-placeholder.html"
+  printf '<!doctype html><title>Argo</title><p>Built without the web UI (healer e2e tier).</p>\n' >"$placeholder"
+  argo_overlay="$cache/.argo-overlay.json"
+  printf '{"Replace": {"%s/ui/dist/app/index.html": "%s"}}\n' "$argo_dir" "$placeholder" >"$argo_overlay"
+fi
+build argo "$ARGO_VERSION" "$argo_ldflags" "$argo_overlay" \
+  argo=github.com/argoproj/argo-workflows/v4/cmd/argo \
+  workflow-controller=github.com/argoproj/argo-workflows/v4/cmd/workflow-controller
+
+log "all components ready in $((SECONDS - total_started)) s"
+echo "ETCD_BIN=$cache/etcd-$ETCD_VERSION/bin KUBERNETES_BIN=$cache/kubernetes-$KUBERNETES_VERSION/bin ARGO_BIN=$argo_dest/bin"
