@@ -125,5 +125,7 @@ def test_every_example_model_runs_the_same_code() -> None:
     """Versions differ by their params.json only; a drifted model.py copy would make drills lie."""
     canonical = (EXAMPLES / "dense_model.py").read_bytes()
     copies = sorted(EXAMPLES.glob("**/model.py"))
-    assert len(copies) == 12
+    versions = [d for d in (EXAMPLES / "model_repository").glob("*/*") if d.is_dir()]
+    variants = [d for d in (EXAMPLES / "broken").glob("*/*") if d.is_dir()]
+    assert len(copies) == len(versions) + len(variants) == 14  # 2 models x (2 versions + 5 broken variants)
     assert [c for c in copies if c.read_bytes() != canonical] == []
