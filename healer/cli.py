@@ -722,7 +722,8 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
 
     from healer import kube
     from healer.engines.factory import argo_engine, local_engine
-    from healer.sidecar import Sidecar, SidecarServer, pod_identity, pod_triton_url
+    from healer.sidecar import Sidecar, pod_identity, pod_triton_url
+    from healer.sidecar_http import SidecarServer
     from healer.triton import TritonHttp
 
     if settings.store is None and (settings.rollback.engine == "local" or settings.sidecar.fallback_to_local):

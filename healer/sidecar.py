@@ -29,7 +29,6 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol, TypeVar
 
 import structlog
@@ -845,68 +844,6 @@ class Sidecar:
                     "readyz": ready_lines,
                 },
             }
-
-
-def triton_live(url: str, timeout_s: float) -> tuple[bool, str]:
-    """The liveness tier for /livez, over plain urllib (safe from any thread)."""
-    try:
-        with urllib.request.urlopen(f"http://{url}/v2/health/live", timeout=timeout_s) as response:
-            return response.status == 200, f"HTTP {response.status}"
-    except urllib.error.HTTPError as exc:
-        return False, f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError) as exc:
-        return False, f"not answering: {getattr(exc, 'reason', exc)}"
-
-
-class SidecarServer:
-    """/livez, /readyz, /metrics, /status on a background thread."""
-
-    def __init__(self, sidecar: Sidecar, listen: str) -> None:
-        host, _, port = listen.rpartition(":")
-        owner = sidecar
-
-        class Handler(BaseHTTPRequestHandler):
-            timeout = 10  # an idle or slow client must not hold a thread forever
-
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/livez":
-                    ok, detail = triton_live(owner.settings.triton.url, owner.settings.triton.timeout_s)
-                    self._reply(200 if ok else 503, f"{'ok' if ok else 'triton not live'}: {detail}\n")
-                elif path == "/readyz":
-                    ready, problems = owner.ready()
-                    body = "".join(f"{line}\n" for line in (["ok", *problems] if ready else problems))
-                    self._reply(200 if ready else 503, body)
-                elif path == "/metrics":
-                    self._reply(200, owner.metrics.expose(), "text/plain; version=0.0.4; charset=utf-8")
-                elif path == "/status":
-                    self._reply(200, json.dumps(owner.status(), indent=2) + "\n", "application/json")
-                else:
-                    self._reply(404, "not found\n")
-
-            def _reply(self, code: int, body: str, content_type: str = "text/plain; charset=utf-8") -> None:
-                data = body.encode()
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass  # probes hit these endpoints every few seconds; the access log is noise
-
-        self.httpd = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)  # noqa: S104
-        self.httpd.daemon_threads = True
-        bound_host, bound_port = self.httpd.server_address[:2]
-        self.address = f"{bound_host!s}:{bound_port}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="sidecar-http", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def pod_triton_url(triton_url: str, environ: Mapping[str, str] | None = None) -> str:
