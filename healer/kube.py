@@ -28,7 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# Where the kubelet mounts the pod's service-account token and CA (HEALER_SERVICE_ACCOUNT_DIR moves
+# it, e.g. for a benchmark of the in-cluster path outside a cluster).
+SERVICE_ACCOUNT_DIR = Path(
+    os.environ.get("HEALER_SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount")
+)
 SERVICE_ACCOUNT_NAMESPACE = str(SERVICE_ACCOUNT_DIR / "namespace")
 MAX_RESPONSE_BYTES = 16 << 20  # a pod list of a large set; anything bigger is not what we asked for
 
