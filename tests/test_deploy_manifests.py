@@ -39,12 +39,13 @@ def test_validation_rejects_a_broken_manifest() -> None:
         kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
 
 
-def test_probes_go_through_the_sidecar_and_the_config_is_a_valid_healer_config() -> None:
+def test_readiness_goes_through_the_sidecar_and_the_config_is_a_valid_healer_config() -> None:
     docs = {d["kind"]: d for d in documents()}
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     triton, healer = pod["containers"]
     assert "hostNetwork" not in pod
-    assert triton["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "healer"}
+    # Liveness on Triton's own endpoint: a crashed or flooded sidecar never restarts Triton.
+    assert triton["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
     assert triton["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "healer"}
     assert {p["name"]: p["containerPort"] for p in healer["ports"]} == {"healer": 8088}
     assert {e["name"] for e in healer["env"]} == {"POD_NAME", "POD_NAMESPACE", "POD_IP"}
@@ -93,3 +94,142 @@ def test_the_cluster_example_stages_restores_where_triton_and_the_rollback_pod_b
     triton_mounts = {m["mountPath"]: pod_claims.get(m["name"]) for m in triton["volumeMounts"]}
     assert triton_mounts.get(str(settings.live_repository)) == "triton-models"
     assert f"--model-repository={settings.live_repository}" in triton.get("command", []) + triton.get("args", [])
+
+
+def test_triton_runs_unprivileged_reads_models_only_and_gets_no_api_token() -> None:
+    pod = next(d for d in documents() if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    triton, healer = pod["containers"]
+    assert pod["automountServiceAccountToken"] is False
+    for container in (triton, healer):
+        security = container["securityContext"]
+        assert security["runAsNonRoot"] is True and security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"] == {"drop": ["ALL"]}
+    assert healer["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {c["name"]: {m["mountPath"]: m for m in c["volumeMounts"]} for c in (triton, healer)}
+    assert mounts["triton"]["/models"].get("readOnly") is True
+    assert "/var/run/secrets/kubernetes.io/serviceaccount" not in mounts["triton"]
+    # The sidecar gets the token as the kubelet would mount it, with the API server's own audience
+    # (no custom audience: Argo's client auth mode forwards it to the API server).
+    api = mounts["healer"]["/var/run/secrets/kubernetes.io/serviceaccount"]
+    volume = next(v for v in pod["volumes"] if v["name"] == api["name"])
+    [token] = [s["serviceAccountToken"] for s in volume["projected"]["sources"] if "serviceAccountToken" in s]
+    assert token["path"] == "token" and "audience" not in token
+    paths = [
+        item.get("path") for s in volume["projected"]["sources"] for item in next(iter(s.values())).get("items", [])
+    ]
+    assert {"ca.crt", "namespace"} <= set(paths)
+    config = yaml.safe_load(next(d for d in documents() if d["kind"] == "ConfigMap")["data"]["healer.yaml"])
+    assert config["rollback"]["argo"]["token_file"] == f"{api['mountPath']}/token"
+    # Every path healer writes is a volume: the root filesystem is read-only.
+    writable = {path for path, m in mounts["healer"].items() if not m.get("readOnly")}
+    assert {"/var/lib/healer/runs", "/tmp", "/models"} <= writable
+
+
+# ---- RBAC: the calls, read from the code, against the shipped Roles ----------------------------------------
+
+# How the Argo Server authorizes each Hera WorkflowsService call it receives in `client` auth mode
+# (it acts with the caller's token): a fact about Argo's API, not a list of what healer calls.
+ARGO_RBAC = {
+    "create_workflow": [("create", "workflows", "argoproj.io"), ("get", "workflowtemplates", "argoproj.io")],
+    "get_workflow": [("get", "workflows", "argoproj.io")],
+    "list_workflows": [("list", "workflows", "argoproj.io")],
+    "delete_workflow": [("delete", "workflows", "argoproj.io")],
+}
+
+
+def called_attributes(*paths: Path) -> set[str]:
+    """Names of every method called as ``<something>.name(...)`` in these files."""
+    import ast
+
+    names = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                names.add(node.func.attr)
+    return names
+
+
+def kube_calls(*paths: Path) -> set[tuple[str, str, str]]:
+    from healer.kube import API_CALLS
+
+    return {(c.verb, c.resource, c.group) for name, c in API_CALLS.items() if name in called_attributes(*paths)}
+
+
+def argo_calls() -> set[tuple[str, str, str]]:
+    import ast
+
+    engine = ROOT / "healer" / "engines" / "argo.py"
+    service_calls = set()
+    for node in ast.walk(ast.parse(engine.read_text())):
+        # self._service.<method>(...)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Attribute)
+            and node.func.value.attr == "_service"
+            and node.func.attr != "session"
+        ):
+            service_calls.add(node.func.attr)
+    unknown = service_calls - set(ARGO_RBAC)
+    assert not unknown, f"map these Argo Server calls to the RBAC they need: {unknown}"
+    assert service_calls, "no Argo Server call found: the scan no longer matches the engine's code"
+    return {need for call in service_calls for need in ARGO_RBAC[call]}
+
+
+def allowed(service_account: tuple[str, str]) -> set[tuple[str, str, str]]:
+    """(verb, resource, group) the Roles bound to a service account allow in its namespace."""
+    docs = all_documents()
+    namespace = service_account[0]
+    roles = {
+        b["roleRef"]["name"]
+        for b in docs
+        if b["kind"] == "RoleBinding"
+        and b["metadata"]["namespace"] == namespace
+        and any(s["kind"] == "ServiceAccount" and (s["namespace"], s["name"]) == service_account for s in b["subjects"])
+    }
+    rules = [
+        rule
+        for d in docs
+        if d["kind"] == "Role" and d["metadata"]["namespace"] == namespace and d["metadata"]["name"] in roles
+        for rule in d["rules"]
+    ]
+    return {(v, r, g) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def test_the_sidecar_role_allows_exactly_the_calls_the_sidecar_makes() -> None:
+    deployment = next(d for d in documents() if d["kind"] == "Deployment")
+    account = (deployment["metadata"]["namespace"], deployment["spec"]["template"]["spec"]["serviceAccountName"])
+    config = yaml.safe_load(next(d for d in documents() if d["kind"] == "ConfigMap")["data"]["healer.yaml"])
+    assert config["rollback"]["argo"]["namespace"] == account[0]  # Argo calls land in the Role's namespace
+    needed = kube_calls(ROOT / "healer" / "sidecar.py", ROOT / "healer" / "cli.py") | argo_calls()
+    granted = allowed(account)
+    assert needed - granted == set(), "the sidecar makes calls its Role does not allow"
+    assert granted - needed == set(), "the sidecar's Role allows calls the sidecar never makes"
+
+
+def test_the_rollback_role_allows_exactly_the_calls_the_rollback_makes() -> None:
+    rendered = yaml.safe_load((ROOT / "deploy" / "argo" / "healer-rollback.yaml").read_text())
+    account = (rendered["metadata"]["namespace"], rendered["spec"]["serviceAccountName"])
+    needed = kube_calls(*sorted((ROOT / "workflows").glob("*.py")))
+    # Argo's executor in the rollback's pods reports step outputs through WorkflowTaskResults (v3.4+).
+    needed |= {("create", "workflowtaskresults", "argoproj.io"), ("patch", "workflowtaskresults", "argoproj.io")}
+    granted = allowed(account)
+    assert needed - granted == set(), "the rollback makes calls its Roles do not allow"
+    assert granted - needed == set(), "the rollback's Roles allow calls it never makes"
+
+
+def test_the_call_scan_sees_a_call_added_to_the_code(tmp_path: Path) -> None:
+    """The RBAC tests read calls from the code: a new call shows up without anyone listing it."""
+    source = tmp_path / "new.py"
+    source.write_text("def f(kube):\n    kube.pod_event(None, reason='x', message='y')\n")
+    assert kube_calls(source) == {("create", "events", "")}
+
+
+def test_the_sidecar_and_the_rollback_pods_write_as_one_user() -> None:
+    """Both write the live repository and the ledger: one uid, so neither locks the other out."""
+    from workflows.rollback import HEALER_UID
+
+    pod = next(d for d in documents() if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    healer = next(c for c in pod["containers"] if c["name"] == "healer")
+    rendered = yaml.safe_load((ROOT / "deploy" / "argo" / "healer-rollback.yaml").read_text())
+    assert healer["securityContext"]["runAsUser"] == rendered["spec"]["securityContext"]["runAsUser"] == HEALER_UID

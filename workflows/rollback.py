@@ -29,6 +29,7 @@ from healer.engines import TEMPLATE_NAME, RollbackRequest
 EXIT_TRANSIENT = 75  # EX_TEMPFAIL: the only exit code the retry strategy retries
 EXIT_PERMANENT = 1
 ESCALATE_DEADLINE_S = 60
+HEALER_UID = 10001  # the healer image's user; the sidecar runs as it too (deploy/kubernetes/)
 PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod", "triton-url")
 # Labels set from parameters whose values are always label-safe (versions, reason codes, incident ids).
 LABELS_FROM_PARAMETERS = {
@@ -283,6 +284,12 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
             ),
         },
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
+        # The rollback's pods write the live repository and the store's ledger, as the sidecar's
+        # in-pod fallback does: the same non-root uid (the healer image's), so files one writes the
+        # other can replace (an NFS export may squash root, and 0755 directories admit one owner).
+        security_context=m.PodSecurityContext(
+            run_as_non_root=True, run_as_user=HEALER_UID, run_as_group=HEALER_UID, fs_group=HEALER_UID
+        ),
         volumes=[
             m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map)),
             *(
