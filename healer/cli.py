@@ -72,6 +72,10 @@ EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
         (0, "written"),
         (EXIT_USAGE, "bad arguments"),
     ),
+    "webhook": (
+        (0, "stopped by SIGTERM or SIGINT"),
+        (EXIT_USAGE, "bad arguments, injection settings or TLS files"),
+    ),
 }
 
 EXAMPLES: Mapping[str, Sequence[str]] = {
@@ -98,14 +102,19 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
     ),
     "sidecar": ("HEALER_CONFIG=/etc/healer/healer.yaml healer sidecar --listen 0.0.0.0:8080",),
     "render": ("healer render --out deploy/argo", "healer render --namespace ml --deadline 120"),
+    "webhook": (
+        "healer webhook --tls-cert /tls/tls.crt --tls-key /tls/tls.key --injection /etc/healer-webhook/injection.yaml",
+    ),
 }
+
+NO_CONFIG = frozenset({"render", "webhook"})  # commands that do not read healer.yaml
 
 
 def _epilog(command: str) -> str:
     examples = "\n".join(f"  {line}" for line in EXAMPLES[command])
     codes = "\n".join(f"  {code:<4}{meaning}" for code, meaning in EXIT_CODES[command])
     text = f"examples:\n{examples}\n\nexit codes:\n{codes}"
-    if command != "render":
+    if command not in NO_CONFIG:
         text += f"\n\nenvironment:\n  {CONFIG_ENV}  the config file when --config is not given"
     return text
 
@@ -122,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, commands = _parser()
     try:
         args = parser.parse_args(argv)
-        if args.command != "render":
+        if args.command not in NO_CONFIG:
             args.config = _config_path(args, commands[args.command])
     except SystemExit as exc:  # --help, --version and usage errors: an exit status, not an exception
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
@@ -132,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(level=args.log_level, stream=sys.stdout if args.command == "sidecar" else None)
     if args.command == "render":
         return _cmd_render(args)
+    if args.command == "webhook":
+        return _cmd_webhook(args)
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
@@ -147,6 +158,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sidecar": _cmd_sidecar,
     }
     return handlers[args.command](settings, args)
+
+
+def _cmd_webhook(args: argparse.Namespace) -> int:
+    import signal
+    import ssl
+    import threading
+
+    from healer.webhook import InjectionConfigError, serve
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        serve(args.listen, Path(args.tls_cert), Path(args.tls_key), Path(args.injection), stop)
+    except InjectionConfigError as exc:
+        print(f"healer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, ssl.SSLError) as exc:  # unreadable or mismatched TLS files, a taken port
+        print(f"healer: webhook: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
 
 
 def _config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
@@ -233,6 +265,22 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
 
     _store_subcommands(command("store", "inspect the model store and its stable ledger; lift a quarantine"))
     _runs_subcommands(command("runs", "list or show rollback runs of the local engine (like `argo list` / `argo get`)"))
+
+    webhook = command(
+        "webhook", "serve the admission webhook that injects the sidecar into opted-in pods (HTTPS)", config=False
+    )
+    webhook.add_argument(
+        "--listen", default="0.0.0.0:8443", metavar="HOST:PORT", help="HTTPS address (default: 0.0.0.0:8443)"
+    )
+    webhook.add_argument(
+        "--tls-cert", required=True, metavar="FILE", help="serving certificate (PEM), reloaded when it changes"
+    )
+    webhook.add_argument(
+        "--tls-key", required=True, metavar="FILE", help="its private key (PEM), reloaded when it changes"
+    )
+    webhook.add_argument(
+        "--injection", required=True, metavar="FILE", help="what to inject: image, ConfigMap, resources (YAML)"
+    )
 
     sidecar = command("sidecar", "probe every model each period, drain, roll back (runs next to Triton)")
     sidecar.add_argument(

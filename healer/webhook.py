@@ -1,0 +1,401 @@
+"""``healer webhook``: a mutating admission webhook that injects the probe sidecar into pods.
+
+A pod opts in with the label ``healer.io/inject: "true"`` (what the MutatingWebhookConfiguration's
+``objectSelector`` matches) or the same annotation. The webhook answers an ``admission.k8s.io/v1``
+AdmissionReview with a JSONPatch that adds the ``healer`` container, its volumes and the
+``healer.io/injected`` annotation; the patch is built by a pure function (``injection_patch``).
+
+Rules:
+
+* idempotent: a pod that already has a ``healer`` container (or the annotation) is left alone, so
+  a reinvocation, or a pod re-created from an injected spec, is not injected twice;
+* only Pod CREATE requests are mutated; any other kind or operation is allowed untouched;
+* never blocks a pod because of healer: a Pod object the webhook cannot read is allowed without a
+  patch, with a warning that says why (the API server shows it to the client);
+* a request that is not an AdmissionReview at all gets HTTP 400 with the reason; a body over
+  ``MAX_BODY_BYTES`` gets 413; neither crashes or hangs the server (bounded connections, read timeouts);
+* no side effects, so ``dryRun`` requests are answered exactly like the others (``sideEffects: None``);
+* with the annotation ``healer.io/readiness: sidecar`` the Triton container's readinessProbe is
+  pointed at the sidecar's ``/readyz``; its livenessProbe is never touched (it stays on Triton).
+
+TLS certificate and key are read from files (as cert-manager writes them into a Secret volume) and
+reloaded when either file changes, without a restart.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+
+from healer.sidecar_http import MAX_CONNECTIONS, READ_TIMEOUT_S, BoundedHTTPServer
+
+log = structlog.get_logger("healer.webhook")
+
+INJECT = "healer.io/inject"  # label (or annotation) "true": inject the sidecar
+INJECTED = "healer.io/injected"  # set by the webhook: what it injected, for idempotence and people
+READINESS = "healer.io/readiness"  # "sidecar": Triton's readinessProbe on the sidecar's /readyz
+TRITON_CONTAINER = "healer.io/triton-container"  # which container is Triton (default "triton")
+SIDECAR = "healer"
+MAX_BODY_BYTES = 1 << 20  # a Pod's AdmissionReview is a few kB; the API server caps objects at ~3 MB
+SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+class InjectionConfigError(ValueError):
+    """The injection settings file is wrong; the message names the file, the key and the problem."""
+
+
+@dataclass(frozen=True)
+class InjectionConfig:
+    """What the injected sidecar looks like (a ConfigMap mounted into the webhook's pod)."""
+
+    image: str
+    config_map: str = "healer-config"  # holds healer.yaml, mounted at /etc/healer
+    port: int = 8088
+    run_as_user: int = 10001
+    state_dir: str = "/var/lib/healer/runs"
+    # Sized from benchmarks/sidecar_footprint.py: 63 MiB peak watching 3 models; a rollback run in
+    # the pod (the fallback engine) needs more for its duration.
+    requests: Mapping[str, str] = field(default_factory=lambda: {"cpu": "20m", "memory": "96Mi"})
+    limits: Mapping[str, str] = field(default_factory=lambda: {"memory": "256Mi"})
+    token_expiration_s: int = 3600
+
+
+_CONFIG_KEYS = {
+    "image",
+    "config_map",
+    "port",
+    "run_as_user",
+    "state_dir",
+    "requests",
+    "limits",
+    "token_expiration_s",
+}
+
+
+def load_injection_config(path: Path) -> InjectionConfig:
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InjectionConfigError(f"{path}: cannot read: {exc}") from exc
+    if not isinstance(document, dict):
+        raise InjectionConfigError(f"{path}: must be a mapping of injection settings")
+    unknown = sorted(str(k) for k in document if k not in _CONFIG_KEYS)
+    if unknown:
+        raise InjectionConfigError(f"{path}: {unknown[0]}: unknown key (known: {', '.join(sorted(_CONFIG_KEYS))})")
+    if not isinstance(document.get("image"), str) or not document["image"]:
+        raise InjectionConfigError(f"{path}: image: required, the healer image to inject")
+    for key in ("port", "run_as_user", "token_expiration_s"):
+        if key in document and (not isinstance(document[key], int) or isinstance(document[key], bool)):
+            raise InjectionConfigError(f"{path}: {key}: must be an integer, got {document[key]!r}")
+    if "port" in document and not 1 <= document["port"] <= 65535:
+        raise InjectionConfigError(f"{path}: port: must be 1..65535, got {document['port']}")
+    for key in ("requests", "limits"):
+        value = document.get(key)
+        if value is not None and not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+            raise InjectionConfigError(f"{path}: {key}: must map resource names to quantities as strings")
+    defaults = InjectionConfig(image=document["image"])
+    return InjectionConfig(
+        image=document["image"],
+        config_map=str(document.get("config_map", defaults.config_map)),
+        port=int(document.get("port", defaults.port)),
+        run_as_user=int(document.get("run_as_user", defaults.run_as_user)),
+        state_dir=str(document.get("state_dir", defaults.state_dir)),
+        requests=dict(document.get("requests") or defaults.requests),
+        limits=dict(document.get("limits") or defaults.limits),
+        token_expiration_s=int(document.get("token_expiration_s", defaults.token_expiration_s)),
+    )
+
+
+# ---- the patch (pure) ----------------------------------------------------------------------------------
+
+
+def wants_injection(pod: Mapping[str, Any]) -> bool:
+    metadata = pod.get("metadata") or {}
+    return "true" in (
+        str((metadata.get("labels") or {}).get(INJECT)),
+        str((metadata.get("annotations") or {}).get(INJECT)),
+    )
+
+
+def already_injected(pod: Mapping[str, Any]) -> bool:
+    metadata = pod.get("metadata") or {}
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return INJECTED in (metadata.get("annotations") or {}) or any(c.get("name") == SIDECAR for c in containers)
+
+
+def sidecar_container(config: InjectionConfig) -> dict[str, Any]:
+    def field_env(name: str, path: str) -> dict[str, Any]:
+        return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+    return {
+        "name": SIDECAR,
+        "image": config.image,
+        "args": ["healer", "sidecar", "--config", "/etc/healer/healer.yaml"],
+        "ports": [{"name": "healer", "containerPort": config.port}],
+        "env": [
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+            field_env("POD_IP", "status.podIP"),
+        ],
+        "livenessProbe": {"tcpSocket": {"port": "healer"}, "periodSeconds": 10},
+        "volumeMounts": [
+            {"name": "healer-config", "mountPath": "/etc/healer", "readOnly": True},
+            {"name": "healer-runs", "mountPath": config.state_dir},
+            {"name": "healer-tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir of its own
+            {"name": "healer-kube-api", "mountPath": SERVICE_ACCOUNT_MOUNT, "readOnly": True},
+        ],
+        "resources": {"requests": dict(config.requests), "limits": dict(config.limits)},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": config.run_as_user,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
+def sidecar_volumes(config: InjectionConfig) -> list[dict[str, Any]]:
+    return [
+        {"name": "healer-config", "configMap": {"name": config.config_map}},
+        {"name": "healer-runs", "emptyDir": {"sizeLimit": "64Mi"}},
+        {"name": "healer-tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        # The pod's token for the sidecar alone, with the API server's own audience (Argo's client
+        # auth mode forwards it to the API server); the kubelet rotates it, healer re-reads it.
+        {
+            "name": "healer-kube-api",
+            "projected": {
+                "sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": config.token_expiration_s}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {
+                        "downwardAPI": {
+                            "items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]
+                        }
+                    },
+                ]
+            },
+        },
+    ]
+
+
+def injection_patch(pod: Mapping[str, Any], config: InjectionConfig) -> list[dict[str, Any]]:
+    """The JSONPatch (RFC 6902) that injects the sidecar; [] when there is nothing to do."""
+    if not wants_injection(pod) or already_injected(pod):
+        return []
+    spec = pod.get("spec") or {}
+    metadata = pod.get("metadata") or {}
+    patch: list[dict[str, Any]] = [{"op": "add", "path": "/spec/containers/-", "value": sidecar_container(config)}]
+    volumes = sidecar_volumes(config)
+    taken = {v.get("name") for v in spec.get("volumes") or []}
+    clash = [v["name"] for v in volumes if v["name"] in taken]
+    if clash:
+        raise ValueError(f"the pod already has volumes named {', '.join(clash)}")
+    if spec.get("volumes") is None:
+        patch.append({"op": "add", "path": "/spec/volumes", "value": volumes})
+    else:
+        patch += [{"op": "add", "path": "/spec/volumes/-", "value": v} for v in volumes]
+    annotations = metadata.get("annotations")
+    if annotations is None:
+        patch.append({"op": "add", "path": "/metadata/annotations", "value": {INJECTED: SIDECAR}})
+    else:
+        patch.append({"op": "add", "path": f"/metadata/annotations/{_pointer(INJECTED)}", "value": SIDECAR})
+    if str((annotations or {}).get(READINESS)) == "sidecar":
+        triton_name = str((annotations or {}).get(TRITON_CONTAINER) or "triton")
+        containers = spec.get("containers") or []
+        index = next((i for i, c in enumerate(containers) if c.get("name") == triton_name), None)
+        if index is None:
+            raise ValueError(f"{READINESS}: sidecar, but the pod has no container named {triton_name!r}")
+        probe = {"httpGet": {"path": "/readyz", "port": config.port}, "periodSeconds": 5, "timeoutSeconds": 3}
+        # "add" replaces an existing member: the same op whether the container had a probe or not.
+        patch.append({"op": "add", "path": f"/spec/containers/{index}/readinessProbe", "value": probe})
+    return patch
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+class BadReview(ValueError):
+    """Not an AdmissionReview: answered with HTTP 400."""
+
+
+def review(body: bytes, config: InjectionConfig) -> dict[str, Any]:
+    """The AdmissionReview response for one request body (pure)."""
+    try:
+        document = json.loads(body)
+    except ValueError as exc:
+        raise BadReview(f"not JSON: {exc}") from exc
+    if not isinstance(document, dict) or document.get("kind") != "AdmissionReview":
+        raise BadReview("not an AdmissionReview")
+    if document.get("apiVersion") != "admission.k8s.io/v1":
+        raise BadReview(f"apiVersion {document.get('apiVersion')!r}: only admission.k8s.io/v1 is served")
+    request = document.get("request")
+    if not isinstance(request, dict) or not isinstance(request.get("uid"), str) or not request["uid"]:
+        raise BadReview("request.uid is missing")
+    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    answer = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+    kind = request.get("kind") or {}
+    if (kind.get("group"), kind.get("kind")) != ("", "Pod") or request.get("operation") != "CREATE":
+        return answer  # not ours to change
+    pod = request.get("object")
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    name = (meta.get("name") or meta.get("generateName") or "") if isinstance(meta, dict) else ""
+    where = f"{request.get('namespace', '?')}/{name}"
+    try:
+        if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
+            raise ValueError("the request's object is not a Pod")
+        patch = injection_patch(pod, config)
+    except (ValueError, TypeError, AttributeError) as exc:
+        # Never block a pod because of healer: admit it as it is, and say why it has no sidecar.
+        log.warning("not_injected", pod=where, uid=request["uid"], error=str(exc))
+        response["warnings"] = [f"healer: sidecar not injected: {exc}"]
+        return answer
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+        log.info("injected", pod=where, uid=request["uid"], dry_run=bool(request.get("dryRun")))
+    return answer
+
+
+# ---- the HTTPS server ----------------------------------------------------------------------------------
+
+
+class ReloadingTLS:
+    """An SSL context rebuilt when the certificate or key file changes (cert-manager renews them)."""
+
+    def __init__(self, cert: Path, key: Path, *, check_every_s: float = 1.0) -> None:
+        self.cert, self.key = cert, key
+        self._check_every_s = check_every_s
+        self._lock = threading.Lock()
+        self._stamp: tuple[float, float] = (0.0, 0.0)
+        self._checked_at = 0.0
+        self._context = self._load()
+
+    def _mtimes(self) -> tuple[float, float]:
+        return self.cert.stat().st_mtime, self.key.stat().st_mtime
+
+    def _load(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert, self.key)
+        self._stamp = self._mtimes()
+        return context
+
+    def context(self) -> ssl.SSLContext:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._checked_at >= self._check_every_s:
+                self._checked_at = now
+                try:
+                    if self._mtimes() != self._stamp:
+                        self._context = self._load()
+                        log.info("tls_reloaded", cert=str(self.cert))
+                except (OSError, ssl.SSLError) as exc:  # half-written renewal: keep serving the old one
+                    log.warning("tls_not_reloaded", cert=str(self.cert), error=str(exc))
+            return self._context
+
+
+class WebhookServer:
+    """POST /mutate (AdmissionReview) and GET /healthz over TLS, on a bounded server."""
+
+    def __init__(self, listen: str, tls: ReloadingTLS, config: InjectionConfig) -> None:
+        host, _, port = listen.rpartition(":")
+
+        class Handler(BaseHTTPRequestHandler):
+            timeout = READ_TIMEOUT_S
+            protocol_version = "HTTP/1.0"
+
+            def setup(self) -> None:
+                # The TLS handshake runs here, on the connection's own thread, under the read timeout.
+                self.request.settimeout(READ_TIMEOUT_S)
+                self.request = tls.context().wrap_socket(self.request, server_side=True)
+                super().setup()
+
+            def do_GET(self) -> None:
+                if self.path.split("?", 1)[0] == "/healthz":
+                    self._reply(200, b"ok\n", "text/plain; charset=utf-8")
+                else:
+                    self._reply(404, b"not found\n", "text/plain; charset=utf-8")
+
+            def do_POST(self) -> None:
+                if self.path.split("?", 1)[0] != "/mutate":
+                    self._reply(404, b"not found\n", "text/plain; charset=utf-8")
+                    return
+                try:
+                    length = int(self.headers.get("Content-Length", "-1"))
+                except ValueError:
+                    length = -1
+                if length < 0:
+                    self._reply(411, b"Content-Length required\n", "text/plain; charset=utf-8")
+                    return
+                if length > MAX_BODY_BYTES:
+                    self._reply(413, f"body over {MAX_BODY_BYTES} bytes\n".encode(), "text/plain; charset=utf-8")
+                    return
+                body = self.rfile.read(length)
+                try:
+                    answer = review(body, config)
+                except BadReview as exc:
+                    self._reply(400, f"{exc}\n".encode(), "text/plain; charset=utf-8")
+                    return
+                self._reply(200, json.dumps(answer).encode(), "application/json")
+
+            def _reply(self, code: int, data: bytes, content_type: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+        server_class = type("WebhookHTTPServer", (BoundedHTTPServer,), {"address_family": family})
+        self.httpd = server_class((host.strip("[]") or "0.0.0.0", int(port)), Handler, MAX_CONNECTIONS)  # noqa: S104
+        bound_host, bound_port = self.httpd.server_address[:2]
+        self.address = f"{bound_host!s}:{bound_port}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="webhook-https", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def serve(listen: str, cert: Path, key: Path, injection: Path, stop: threading.Event) -> None:
+    """Run until ``stop`` is set (the CLI sets it on SIGTERM)."""
+    server = WebhookServer(listen, ReloadingTLS(cert, key), load_injection_config(injection))
+    server.start()
+    log.info("webhook_listening", address=server.address, pid=os.getpid())
+    try:
+        stop.wait()
+    finally:
+        server.stop()
+
+
+__all__: Sequence[str] = (
+    "BadReview",
+    "InjectionConfig",
+    "ReloadingTLS",
+    "WebhookServer",
+    "injection_patch",
+    "load_injection_config",
+    "review",
+    "serve",
+)

@@ -1,0 +1,353 @@
+"""The injection webhook: the pure patch, the AdmissionReview answer, and the server over real TLS.
+
+Requests are built like the API server's (admission.k8s.io/v1, a Pod from a Deployment's template,
+with the service-account volume the ServiceAccount admission plugin adds before webhooks run); the
+returned JSONPatch is applied with a JSONPatch library and the mutated Pod validated against
+Kubernetes' own schema.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import http.client
+import json
+import ssl
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kubernetes_validate
+import pytest
+
+from healer.webhook import (
+    INJECTED,
+    MAX_BODY_BYTES,
+    InjectionConfig,
+    InjectionConfigError,
+    ReloadingTLS,
+    WebhookServer,
+    load_injection_config,
+    review,
+)
+
+K8S_VERSION = "1.37.0"
+CONFIG = InjectionConfig(image="ghcr.io/healer-dev/healer:0.1.0")
+
+
+def triton_pod(*, label: bool = True, readiness: bool = False) -> dict[str, Any]:
+    annotations = {"healer.io/readiness": "sidecar"} if readiness else None
+    metadata: dict[str, Any] = {
+        "generateName": "triton-7d9f-",
+        "namespace": "ml",
+        "labels": {"app.kubernetes.io/name": "triton", **({"healer.io/inject": "true"} if label else {})},
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "serviceAccountName": "triton",
+            "containers": [
+                {
+                    "name": "triton",
+                    "image": "nvcr.io/nvidia/tritonserver:24.10-py3",
+                    "args": ["tritonserver", "--model-repository=/models", "--model-control-mode=explicit"],
+                    "ports": [{"name": "http", "containerPort": 8000}],
+                    "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"}},
+                    "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}},
+                    "volumeMounts": [
+                        {"name": "models", "mountPath": "/models", "readOnly": True},
+                        {
+                            "name": "kube-api-access-x1",
+                            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                            "readOnly": True,
+                        },
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "models", "persistentVolumeClaim": {"claimName": "triton-models"}},
+                {"name": "kube-api-access-x1", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+            ],
+        },
+    }
+
+
+def admission_review(pod: Any, *, kind: str = "Pod", operation: str = "CREATE", dry_run: bool = False) -> bytes:
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": "", "version": "v1", "kind": kind},
+                "resource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
+                "requestKind": {"group": "", "version": "v1", "kind": kind},
+                "namespace": "ml",
+                "operation": operation,
+                "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+                "object": pod,
+                "oldObject": None,
+                "dryRun": dry_run,
+                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+            },
+        }
+    ).encode()
+
+
+def apply(pod: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    response = answer["response"]
+    if "patch" not in response:
+        return pod
+    assert response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    patched: dict[str, Any] = jsonpatch.apply_patch(pod, patch)
+    return patched
+
+
+def test_an_opted_in_pod_gets_the_sidecar_and_stays_a_valid_pod() -> None:
+    pod = triton_pod()
+    body = admission_review(pod)
+    request = json.loads(body)
+    answer = review(body, CONFIG)
+    assert answer["response"]["uid"] == request["request"]["uid"] and answer["response"]["allowed"] is True
+    mutated = apply(pod, answer)
+    kubernetes_validate.validate(
+        {**mutated, "metadata": {**mutated["metadata"], "name": "triton-7d9f-abcde"}}, K8S_VERSION, strict=True
+    )
+    names = [c["name"] for c in mutated["spec"]["containers"]]
+    assert names == ["triton", "healer"]
+    healer = mutated["spec"]["containers"][1]
+    security = healer["securityContext"]
+    assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert {e["name"] for e in healer["env"]} == {"POD_NAME", "POD_NAMESPACE", "POD_IP"}
+    assert healer["resources"] == {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}}
+    assert mutated["metadata"]["annotations"][INJECTED] == "healer"
+    # Triton's probes are not touched unless the pod asks for the readiness rewrite.
+    assert mutated["spec"]["containers"][0] == pod["spec"]["containers"][0]
+
+
+def test_injecting_twice_gives_the_same_pod() -> None:
+    once = apply(triton_pod(), review(admission_review(triton_pod()), CONFIG))
+    again = review(admission_review(once), CONFIG)
+    assert "patch" not in again["response"] and again["response"]["allowed"] is True
+    assert apply(copy.deepcopy(once), again) == once
+
+
+def test_readiness_annotation_points_triton_readiness_at_the_sidecar_and_leaves_liveness() -> None:
+    pod = triton_pod(readiness=True)
+    mutated = apply(pod, review(admission_review(pod), CONFIG))
+    triton = mutated["spec"]["containers"][0]
+    assert triton["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8088}
+    assert triton["livenessProbe"] == pod["spec"]["containers"][0]["livenessProbe"]
+
+
+@pytest.mark.parametrize(
+    ("pod", "kind", "operation"),
+    [
+        (triton_pod(label=False), "Pod", "CREATE"),  # not opted in
+        (triton_pod(), "Pod", "UPDATE"),  # only creation is mutated
+        ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, "ConfigMap", "CREATE"),
+    ],
+    ids=["not-opted-in", "update", "not-a-pod"],
+)
+def test_other_requests_are_allowed_untouched(pod: dict[str, Any], kind: str, operation: str) -> None:
+    answer = review(admission_review(pod, kind=kind, operation=operation), CONFIG)
+    assert answer["response"]["allowed"] is True and "patch" not in answer["response"]
+
+
+def test_dry_run_is_answered_like_any_request_there_being_no_side_effects() -> None:
+    pod = triton_pod()
+    wet = apply(pod, review(admission_review(pod), CONFIG))
+    dry = apply(pod, review(admission_review(pod, dry_run=True), CONFIG))
+    assert wet == dry
+
+
+@pytest.mark.parametrize(
+    ("pod", "says"),
+    [
+        ({"metadata": {"labels": {"healer.io/inject": "true"}}, "spec": "nonsense"}, "not a Pod"),
+        (
+            {**triton_pod(readiness=True), "spec": {**triton_pod()["spec"], "containers": [{"name": "other"}]}},
+            "no container named 'triton'",
+        ),
+        (
+            {**triton_pod(), "spec": {**triton_pod()["spec"], "volumes": [{"name": "healer-config"}]}},
+            "already has volumes named",
+        ),
+    ],
+    ids=["spec-not-a-mapping", "no-triton-container", "volume-name-clash"],
+)
+def test_a_pod_the_webhook_cannot_read_is_admitted_without_a_sidecar_and_a_warning(pod: Any, says: str) -> None:
+    answer = review(admission_review(pod), CONFIG)
+    assert answer["response"]["allowed"] is True and "patch" not in answer["response"]
+    [warning] = answer["response"]["warnings"]
+    assert says in warning and warning.startswith("healer: sidecar not injected")
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"{not json", "not JSON"),
+        (b'{"kind": "Pod"}', "not an AdmissionReview"),
+        (
+            b'{"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {"uid": "u"}}',
+            "only admission.k8s.io/v1",
+        ),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}', "uid"),
+    ],
+)
+def test_what_is_not_an_admission_review_is_refused_with_the_reason(body: bytes, says: str) -> None:
+    from healer.webhook import BadReview
+
+    with pytest.raises(BadReview, match=says):
+        review(body, CONFIG)
+
+
+def test_the_injection_config_file_is_checked_and_errors_name_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "injection.yaml"
+    path.write_text("image: ghcr.io/healer-dev/healer:0.1.0\nport: 9090\nlimits: {memory: 300Mi}\n")
+    config = load_injection_config(path)
+    assert config.port == 9090 and config.limits == {"memory": "300Mi"}
+    for text, says in [
+        ("port: 80\n", "image: required"),
+        ("image: x\nport: '80'\n", "port: must be an integer"),
+        ("image: x\nprot: 80\n", "prot: unknown key"),
+        ("image: x\nport: 70000\n", "port: must be 1..65535"),
+        ("- a\n", "must be a mapping"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(InjectionConfigError, match=f"{path}: .*{says}|{path}: {says}"):
+            load_injection_config(path)
+
+
+# ---- the server over real TLS ------------------------------------------------------------------------------
+
+
+def make_cert(directory: Path, name: str) -> tuple[Path, Path]:
+    key, cert = directory / f"{name}.key", directory / f"{name}.crt"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}"),
+            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
+def https(server: WebhookServer, ca: Path, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes, str]:
+    context = ssl.create_default_context(cafile=str(ca))
+    host, port = server.address.rsplit(":", 1)
+    connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=5)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        connection.request(method, path, body=body, headers=headers)
+        peer = connection.sock.getpeercert()  # type: ignore[union-attr]  # before the response closes it
+        response = connection.getresponse()
+        subject = dict(x[0] for x in peer["subject"]) if peer else {}
+        return response.status, response.read(), str(subject.get("commonName", ""))
+    finally:
+        connection.close()
+
+
+def test_the_server_answers_over_tls_refuses_junk_and_reloads_a_renewed_certificate(tmp_path: Path) -> None:
+    cert, key = make_cert(tmp_path, "first")
+    serving_cert, serving_key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    serving_cert.write_bytes(cert.read_bytes())
+    serving_key.write_bytes(key.read_bytes())
+    server = WebhookServer("127.0.0.1:0", ReloadingTLS(serving_cert, serving_key, check_every_s=0.0), CONFIG)
+    server.start()
+    try:
+        assert https(server, cert, "GET", "/healthz")[:2] == (200, b"ok\n")
+        pod = triton_pod()
+        status, body, subject = https(server, cert, "POST", "/mutate", admission_review(pod))
+        assert status == 200 and subject == "first"
+        assert [c["name"] for c in apply(pod, json.loads(body))["spec"]["containers"]] == ["triton", "healer"]
+        assert https(server, cert, "POST", "/mutate", b"{junk")[0] == 400
+        # Over the size limit: refused from the header, before the body is read.
+        host, port = server.address.rsplit(":", 1)
+        oversized = http.client.HTTPSConnection(
+            host, int(port), context=ssl.create_default_context(cafile=str(cert)), timeout=5
+        )
+        try:
+            oversized.putrequest("POST", "/mutate")
+            oversized.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
+            oversized.endheaders()
+            assert oversized.getresponse().status == 413
+        finally:
+            oversized.close()
+        assert https(server, cert, "GET", "/nope")[0] == 404
+        # cert-manager renews the certificate in place: the next connection gets the new one.
+        renewed_cert, renewed_key = make_cert(tmp_path, "renewed")
+        time.sleep(0.01)
+        serving_key.write_bytes(renewed_key.read_bytes())
+        serving_cert.write_bytes(renewed_cert.read_bytes())
+        status, _, subject = https(server, renewed_cert, "GET", "/healthz")
+        assert (status, subject) == (200, "renewed")
+        # A client that never finishes its handshake loses its connection; the server keeps answering.
+        import socket
+
+        host, port = server.address.rsplit(":", 1)
+        idle = socket.create_connection((host, int(port)), timeout=5)
+        try:
+            assert https(server, renewed_cert, "GET", "/healthz")[0] == 200
+        finally:
+            idle.close()
+    finally:
+        server.stop()
+
+
+def test_healer_webhook_command_serves_until_sigterm(tmp_path: Path) -> None:
+    import signal
+    import sys
+
+    cert, key = make_cert(tmp_path, "cli")
+    injection = tmp_path / "injection.yaml"
+    injection.write_text("image: ghcr.io/healer-dev/healer:0.1.0\n")
+    from healer.embedded import free_port
+
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            *(str(Path(sys.executable).parent / "healer"), "webhook", "--listen", f"127.0.0.1:{port}"),
+            *("--tls-cert", str(cert), "--tls-key", str(key), "--injection", str(injection)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        deadline = time.monotonic() + 20
+        status = 0
+        while time.monotonic() < deadline and status != 200:
+            try:
+                connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=2)
+                connection.request("GET", "/healthz")
+                status = connection.getresponse().status
+                connection.close()
+            except OSError:
+                time.sleep(0.2)
+        assert status == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+
+
+def test_healer_webhook_with_a_bad_injection_file_exits_64_naming_it(tmp_path: Path) -> None:
+    from healer.cli import main
+
+    cert, key = make_cert(tmp_path, "bad")
+    injection = tmp_path / "injection.yaml"
+    injection.write_text("prot: 80\n")
+    args = ["webhook", "--listen", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key)]
+    assert main([*args, "--injection", str(injection)]) == 64
