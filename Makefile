@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench clean e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/pytest
+
+# The end-to-end tier (tests/e2e, pytest -m e2e): real etcd, kube-apiserver and Argo, built from the
+# Go module proxy on first use by e2e/build.sh (needs Go; says so when it is missing) and cached in
+# ${HEALER_E2E_CACHE:-~/.cache/healer-e2e}. Not part of `make test`.
+e2e: $(STAMP)
+	PYTEST=$(BIN)/pytest bash e2e/run.sh
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/probe_latency.py --config examples/healer.yaml

@@ -56,9 +56,9 @@ stamp_of() { # component flags...
   } | sha256sum | cut -d' ' -f1
 }
 
-# build COMPONENT VERSION "LDFLAGS" OVERLAY NAME=PACKAGE...
+# build COMPONENT VERSION "LDFLAGS" MODFILE NAME=PACKAGE...   (MODFILE: "" = the wrapper's go.mod)
 build() {
-  local component="$1" version="$2" ldflags="$3" overlay="$4"
+  local component="$1" version="$2" ldflags="$3" modfile="$4"
   shift 4
   local dest="$cache/$component-$version"
   local -a binaries=()
@@ -73,7 +73,7 @@ build() {
   fi
   need_go
   local stamp
-  stamp="$(stamp_of "$component" "$ldflags" "$overlay")"
+  stamp="$(stamp_of "$component" "$ldflags" "$modfile")"
   if [ "$complete" = 1 ] && [ "$(cat "$dest/.stamp" 2>/dev/null)" = "$stamp" ]; then
     log "$component $version: cached in $dest/bin"
     return 0
@@ -89,10 +89,10 @@ build() {
   local started=$SECONDS staging
   staging="$(mktemp -d "$cache/.build-$component-XXXXXX")"
   log "$component $version: building ${binaries[*]} (first run only; nice -n 19)"
-  local -a overlay_flag=()
-  if [ -n "$overlay" ]; then overlay_flag=(-overlay "$overlay"); fi
+  local -a modfile_flag=()
+  if [ -n "$modfile" ]; then modfile_flag=("-modfile=$modfile"); fi
   for pair in "$@"; do
-    (cd "$here/$component" && nice -n 19 go build "${overlay_flag[@]}" -ldflags "$ldflags" \
+    (cd "$here/$component" && nice -n 19 go build "${modfile_flag[@]}" -ldflags "$ldflags" \
       -o "$staging/bin/${pair%%=*}" "${pair#*=}")
   done
   echo "$stamp" >"$staging/.stamp"
@@ -115,23 +115,37 @@ for package in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
 done
 build kubernetes "$KUBERNETES_VERSION" "$k8s_ldflags" "" kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver
 
-# The Argo module ships without its web UI (ui/dist/app is built by yarn and not in the module),
-# and the server embeds it: a placeholder page stands in, as upstream's own STATIC_FILES=false build.
-argo_overlay=""
+# The Argo module ships without its web UI (ui/dist/app is built by yarn and is not in the module),
+# and the server embeds it. The go command never lets a build change the module cache (nor overlay
+# a file in it), so the build uses a copy of the module, taken from the cache after `go mod
+# download` checked it against e2e/argo/go.sum, with a placeholder page where the UI would be, as
+# upstream's own STATIC_FILES=false build does; a generated go.mod (-modfile) points at that copy.
+argo_modfile=""
 argo_ldflags="-s -w -X github.com/argoproj/argo-workflows/v4.version=$ARGO_VERSION"
 argo_ldflags+=" -X github.com/argoproj/argo-workflows/v4.buildDate=1970-01-01T00:00:00Z"
 argo_dest="$cache/argo-$ARGO_VERSION"
+argo_source="$cache/.argo-source-$ARGO_VERSION"
+argo_modfile="$cache/.argo-build-$ARGO_VERSION/go.mod"
 if ! { [ -x "$argo_dest/bin/argo" ] && [ -x "$argo_dest/bin/workflow-controller" ]; } || have_go; then
   need_go
   argo_dir="$(cd "$here/argo" && go mod download -json "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION" |
     sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
-  mkdir -p "$cache"
-  placeholder="$cache/.argo-ui-placeholder.html"
-  printf '<!doctype html><title>Argo</title><p>Built without the web UI (healer e2e tier).</p>\n' >"$placeholder"
-  argo_overlay="$cache/.argo-overlay.json"
-  printf '{"Replace": {"%s/ui/dist/app/index.html": "%s"}}\n' "$argo_dir" "$placeholder" >"$argo_overlay"
+  [ -n "$argo_dir" ] || { log "could not download github.com/argoproj/argo-workflows/v4@$ARGO_VERSION"; exit 1; }
+  if [ ! -f "$argo_source/ui/dist/app/index.html" ]; then
+    rm -rf "$argo_source" "$argo_source.tmp"
+    cp -R "$argo_dir" "$argo_source.tmp"
+    chmod -R u+w "$argo_source.tmp"
+    mkdir -p "$argo_source.tmp/ui/dist/app"
+    printf '<!doctype html><title>Argo</title><p>Built without the web UI (healer e2e tier).</p>\n' \
+      >"$argo_source.tmp/ui/dist/app/index.html"
+    mv "$argo_source.tmp" "$argo_source"
+  fi
+  mkdir -p "$(dirname "$argo_modfile")"
+  { cat "$here/argo/go.mod"; printf '\nreplace github.com/argoproj/argo-workflows/v4 => %s\n' "$argo_source"; } \
+    >"$argo_modfile"
+  cp "$here/argo/go.sum" "${argo_modfile%.mod}.sum"
 fi
-build argo "$ARGO_VERSION" "$argo_ldflags" "$argo_overlay" \
+build argo "$ARGO_VERSION" "$argo_ldflags" "$argo_modfile" \
   argo=github.com/argoproj/argo-workflows/v4/cmd/argo \
   workflow-controller=github.com/argoproj/argo-workflows/v4/cmd/workflow-controller
 
