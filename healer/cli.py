@@ -764,6 +764,24 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if status.succeeded else EXIT_REFUSED
 
 
+def _drain_peers(settings: Settings, kube_client: Any) -> Any:
+    """The sidecar's peers for the draining rule (sidecar.drain), or None without it."""
+    from healer.sidecar import HttpPeers, KubePeers, pod_identity
+
+    drain = settings.sidecar.drain
+    if drain is None:
+        return None
+    if drain.peers is not None:
+        if kube_client is None:
+            print(
+                f"healer: warning: {settings.source}: sidecar.drain.peers needs the Kubernetes API: "
+                "without it this pod never drains (it cannot tell whether it is the last one serving)",
+                file=sys.stderr,
+            )
+        return KubePeers(kube_client, pod_identity(), drain.peers.namespace, drain.peers.selector)
+    return HttpPeers(pod_identity(), drain.peer_urls, timeout_s=drain.timeout_s)
+
+
 def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
     import signal
     import threading
@@ -781,6 +799,12 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if settings.store is None and settings.sidecar.drain is not None:
+        print(
+            f"healer: {settings.source}: store: is required by sidecar.drain (the replica set's drain set lives there)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     submit_bound = min(settings.rollback.argo.request_timeout_s, settings.sidecar.argo_submit_timeout_s)
 
     def primary(settings: Settings) -> Any:
@@ -795,21 +819,7 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
             kube_client = kube.KubeClient.in_cluster()
         except Exception as exc:  # no service account token: run without Events rather than not at all
             print(f"healer: Kubernetes API unavailable, running without Events: {exc}", file=sys.stderr)
-    peers: Any = None
-    drain = settings.sidecar.drain
-    if drain is not None:
-        from healer.sidecar import HttpPeers, KubePeers
-
-        if drain.peers is not None:
-            if kube_client is None:
-                print(
-                    f"healer: warning: {settings.source}: sidecar.drain.peers needs the Kubernetes API: "
-                    "without it this pod never drains (it cannot tell whether it is the last one serving)",
-                    file=sys.stderr,
-                )
-            peers = KubePeers(kube_client, pod_identity(), drain.peers.namespace, drain.peers.selector)
-        else:
-            peers = HttpPeers(pod_identity(), drain.peer_urls, timeout_s=drain.timeout_s)
+    peers = _drain_peers(settings, kube_client)
     triton = TritonHttp(settings.triton.url, timeout_s=settings.triton.timeout_s)
     sidecar = Sidecar(
         settings,
@@ -827,10 +837,21 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
             "pod that submitted it, and replicas that join it stay drained until it escalates",
             file=sys.stderr,
         )
+    if settings.rollback.engine == "local" or fallback is not None:
+        # In-pod rollbacks a previous run of this container left unfinished (it was killed): marked
+        # Error here, before any engine is built (no hera import), and escalated for our models.
+        from healer.engines.local import mark_orphaned_runs
+
+        sidecar.escalate_orphans(mark_orphaned_runs(settings.rollback.state_dir))
     server = SidecarServer(sidecar, args.listen or settings.sidecar.listen)
     stop = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        sidecar.begin_stop()  # /readyz 503 and /status stopping at once: the peers stop counting this pod
+        stop.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, on_signal)
     server.start()
     from healer.logs import get_logger
 
@@ -845,8 +866,9 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
     try:
         sidecar.run(stop)
     finally:
-        # Kubernetes waits terminationGracePeriodSeconds after SIGTERM: let a local rollback finish.
-        sidecar.drain(settings.rollback.deadline_s)
+        # Kubernetes sends SIGKILL terminationGracePeriodSeconds after SIGTERM: leave the drain set, let an
+        # in-pod rollback finish in part of that time, then cancel it so that it stops cleanly and alerts.
+        sidecar.shutdown(settings.sidecar.termination_grace_s)
         server.stop()
         triton.close()
     return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -124,25 +124,32 @@ def may_fall_back(handover: Handover) -> bool:
     return handover in {Handover.NOT_BUILT, Handover.NOT_DELIVERED, Handover.ABSENT_WHEN_ASKED}
 
 
-def joins_existing_run(*, done: bool, finished_wall: float | None, began_wall: float) -> bool:
-    """A run with this incident's name exists. Join it unless it finished *before* this incident began:
-    that one was an earlier occurrence (the same broken files pushed again), so the next suffix is used.
-    finishedAt has second resolution: a second of slack before calling it earlier."""
-    return not done or finished_wall is None or finished_wall >= began_wall - 1.0
+def joins_existing_run(*, done: bool, succeeded: bool) -> bool:
+    """A run with this incident's name exists: join it, unless it Succeeded. A run that succeeded
+    healed this incident once, and the same broken files came back: a new occurrence, so the next
+    suffix is used. A running one is this incident's; a Failed one is joined too (it escalates): a
+    new run per replica that detects late would only fail the same way, each with its own alert.
+    No clock is compared: the engine's and this pod's do not agree."""
+    return not (done and succeeded)
 
 
 # ---- draining without emptying the Service ------------------------------------------------------------
 #
-# The rule. Every pod that wants to drain (a required model failing, healing or escalated) says so on
-# its own pod with the time it started wanting (annotation healer.io/drain-wanted, or its /status).
-# The pods that want to drain are ordered by that time, then by name; walking that order, each may
-# drain while at least ``min_ready`` pods stay ready and serving (a pod already out of the Service
-# drains for free). Every sidecar computes the same answer from the same view, so a model broken on
-# every replica drains all but ``min_ready`` of them, and a model broken on one replica drains it.
+# The rule. The pods of a replica set share a **drain set** in the store (healer/store.py): the pods
+# that have left the Service on purpose. It is written with compare-and-swap, so admissions are
+# serialised: each pod decides against the set as it is, including every admission before its own.
+# A pod that wants to drain (a required model failing, healing or escalated) is admitted only if,
+# once it is in the set, at least ``min_ready`` *other* pods are serving: Ready, not terminating,
+# not in the set. A pod in the set whose drain would now leave fewer than that (a serving pod died,
+# blipped, was deleted) takes itself out and serves again; a pod that no longer wants to drain takes
+# itself out. Whoever writes prunes the entries of pods that are no longer listed. Nothing here
+# depends on when a pod asked or on any clock: the set's generation orders the writes.
 #
-# Why it holds with views that lag: a pod decides only ``settle_s`` after it announced, by which time
-# every announcement ordered before its own is visible; announcements ordered after it do not change
-# its answer (such a pod was counted as serving either way).
+# Why it holds: a pod in the set never counts as serving (whatever its readiness says), and a pod
+# leaves the Service only after its admission is in the set; so every admission was checked against
+# every earlier one, and at most (pods that can serve) - min_ready pods are ever in the set. A view of
+# readiness that lags errs on the safe side for drained pods (excluded by the set) and is corrected
+# the next cycle for pods that stopped serving by themselves.
 
 
 @dataclass(frozen=True)
@@ -150,85 +157,113 @@ class Peer:
     """One pod of the replica set, as the drain rule sees it."""
 
     name: str
-    ready: bool  # in the Service now (Kubernetes' Ready condition, or the sidecar's /readyz)
-    wanted_at: float | None = None  # when it started wanting to drain (wall time); None: it does not
-    terminating: bool = False  # deletionTimestamp set: on its way out, never counted
+    ready: bool  # in the Service now (Kubernetes' Ready condition, or the sidecar's /status)
+    terminating: bool = False  # deletionTimestamp set, or its sidecar is stopping: never counted
 
 
 @dataclass(frozen=True)
-class DrainVerdict:
-    allowed: bool
+class DrainPlan:
+    """What the rule says for one pod, against one read of the drain set."""
+
+    drain: bool
     why: str
+    drained: Mapping[str, float]  # the drain set as it must be written (equal to the one read: no write)
+    learnt: bool = True  # False: the view says nothing (this pod is not among its peers): keep the set
 
 
-def may_drain(me: str, peers: Sequence[Peer], min_ready: int) -> DrainVerdict:
-    """May pod ``me`` (which wants to drain) leave the Service, given every pod of its replica set?"""
-    mine = next((p for p in peers if p.name == me), None)
-    if mine is None or mine.wanted_at is None:
-        return DrainVerdict(False, "not announced to the peers")
+def drain_plan(
+    me: str,
+    *,
+    wants: bool,
+    peers: Sequence[Peer] | None,
+    drained: Mapping[str, float],
+    min_ready: int,
+    now_wall: float,
+) -> DrainPlan:
+    """Pod ``me`` against the drain set ``drained`` (pod -> since when, wall time, for people only)
+    and the pods of its set (``peers``, this pod as it knows itself; None: not read, which a pod that
+    does not want to drain does not need). Idempotent: planning again on the set it returns gives
+    the same plan."""
+    current = dict(drained)
+    if not wants:
+        current.pop(me, None)  # reconcile: a pod that does not want to drain is not in the set
+        if peers is not None and me in {p.name for p in peers}:
+            current = _pruned(current, peers)
+        return DrainPlan(False, "", current)
+    if peers is None:
+        return DrainPlan(False, "held back: the peers were not read", dict(drained), learnt=False)
+    pods = {p.name: p for p in peers}
+    mine = pods.get(me)
+    if mine is None:
+        # A wrong namespace or selector: the list is of other pods, and deciding on it would be blind.
+        return DrainPlan(
+            False,
+            f"held back: this pod ({me}) is not among its peers (check sidecar.drain.peers: namespace, selector)",
+            dict(drained),
+            learnt=False,
+        )
+    current = _pruned(current, peers)
     if mine.terminating:
-        return DrainVerdict(True, "terminating: leaving the Service anyway")
-    present = [p for p in peers if not p.terminating]
-    serving = sum(1 for p in present if p.ready)
-    wanting = sorted((p for p in present if p.wanted_at is not None), key=lambda p: (p.wanted_at, p.name))
-    ahead: list[str] = []
-    for pod in wanting:
-        if pod.ready:
-            if serving - 1 < min_ready:
-                if pod.name == me:
-                    return DrainVerdict(
-                        False,
-                        f"held back: {serving} pod(s) serving, min_ready {min_ready}; "
-                        f"draining first: {', '.join(ahead) or 'none'}",
-                    )
-                continue  # held back too; later pods may still drain for free
-            serving -= 1
-        if pod.name == me:
-            return DrainVerdict(True, f"drain {len(ahead) + 1} of {len(wanting)}; {serving} pod(s) stay serving")
-        ahead.append(pod.name)
-    raise AssertionError("unreachable: me is among the wanting pods")
+        current.pop(me, None)  # it leaves the Service anyway, and is never counted: it needs no place
+        return DrainPlan(True, "terminating: leaving the Service anyway", current)
+    serving = sorted(p.name for p in pods.values() if p.name != me and _serving(p, current))
+    if len(serving) >= min_ready:
+        current.setdefault(me, now_wall)
+        return DrainPlan(
+            True, f"drained: {len(serving)} other pod(s) serving ({', '.join(serving)}), min_ready {min_ready}", current
+        )
+    current.pop(me, None)
+    others = ", ".join(sorted(n for n in current if n != me)) or "none"
+    return DrainPlan(
+        False, f"held back: {len(serving)} other pod(s) serving, min_ready {min_ready}; drained: {others}", current
+    )
+
+
+def _serving(peer: Peer, drained: Mapping[str, float]) -> bool:
+    return peer.ready and not peer.terminating and peer.name not in drained
+
+
+def _pruned(drained: Mapping[str, float], peers: Sequence[Peer]) -> dict[str, float]:
+    """Entries of pods that are no longer listed (deleted) are dropped."""
+    listed = {p.name for p in peers}
+    return {name: since for name, since in drained.items() if name in listed}
 
 
 @dataclass(frozen=True)
 class DrainDecision:
     drain: bool
     why: str
-    view_at: float | None = None  # monotonic time of the peer view it rests on (None: none)
+    view_at: float | None = None  # monotonic time of the view it rests on (None: none)
+    basis: str = ""  # the why of that view, unchanged while the decision is kept
 
 
 def drain_decision(
     *,
     wants: bool,
-    announced_at: float | None,
-    now_wall: float,
-    now: float,
-    view: DrainVerdict | None,
+    plan: DrainPlan | None,
     last: DrainDecision | None,
-    settle_s: float,
+    now: float,
     keep_decision_s: float,
+    trouble: str = "",
 ) -> DrainDecision:
     """This cycle's decision for the pod's /readyz.
 
-    ``view``: ``may_drain`` on the peers read this cycle, or None when they could not be read.
-    Peers unreadable (the API down): keep the last decision for ``keep_decision_s``, then serve. A pod
-    that cannot see its peers may be the one the others count on (an API outage is seen by every pod
-    at once, and "the others were serving a minute ago" would drain them all), so it never starts a
-    drain blind; a drain granted on a fresh view goes on while it lasts, because every other pod keeps
-    its own decision too.
-    """
+    ``plan``: the rule on the peers and the drain set as written this cycle; None when either could
+    not be read or written (``trouble`` says why). Without a current view a pod never starts a drain:
+    it may be the one the others count on. A drain it holds (it is in the set, so the others do not
+    count it) is kept for ``keep_decision_s`` after the last view, then it serves."""
     if not wants:
         return DrainDecision(False, "")
-    if announced_at is None:
-        return DrainDecision(False, "held back: wanting to drain is not announced to the peers yet")
-    if now_wall < announced_at + settle_s:
-        return DrainDecision(False, f"held back: deciding {settle_s:g} s after announcing (until every peer is seen)")
-    if view is not None:
-        return DrainDecision(view.allowed, view.why, now)
-    if last is not None and last.view_at is not None and now - last.view_at <= keep_decision_s:
-        return DrainDecision(
-            last.drain, f"{last.why} (peers unreadable; decided {now - last.view_at:.0f} s ago)", last.view_at
-        )
-    return DrainDecision(False, f"held back: peers unreadable for over {keep_decision_s:g} s: not draining blind")
+    if plan is not None and plan.learnt:
+        return DrainDecision(plan.drain, plan.why, now, plan.why)
+    reason = (trouble or (plan.why if plan is not None else "") or "no view")[:300]
+    if last is not None and last.drain and last.view_at is not None and now - last.view_at <= keep_decision_s:
+        basis = last.basis or last.why
+        why = f"{basis} (kept: drain view unavailable for {now - last.view_at:.0f} s: {reason})"
+        return DrainDecision(True, why, last.view_at, basis)
+    if reason.startswith("held back: "):
+        return DrainDecision(False, reason)
+    return DrainDecision(False, f"held back: no current view of the peers and the drain set ({reason}): serving")
 
 
 # ---- readiness thresholds -----------------------------------------------------------------------------

@@ -196,15 +196,31 @@ class DrainPeers:
 
 @dataclass(frozen=True)
 class DrainSettings:
-    """Draining never empties the Service (healer/decisions.py ``may_drain``). Exactly one peers
-    source: ``peers`` (the Kubernetes API) or ``peer_urls`` (the other sidecars' base URLs)."""
+    """Draining never empties the Service (healer/decisions.py ``drain_plan``): the pods that drain
+    are admitted one at a time through a drain set in the store (compare-and-swap), so at least
+    ``min_ready`` pods stay serving. Exactly one peers source (who is Ready, who is terminating):
+    ``peers`` (the Kubernetes API) or ``peer_urls`` (the sidecars' base URLs, this one's included)."""
 
     min_ready: int = 1  # pods that must stay ready and serving, whatever is broken
     peers: DrainPeers | None = None
     peer_urls: tuple[str, ...] = ()
-    settle_s: float = 10.0  # wait after announcing before deciding: every earlier announcement is seen
-    keep_decision_s: float = 60.0  # peers unreadable: keep the last decision this long, then serve
-    timeout_s: float = 2.0  # one peer /status read (peer_urls)
+    settle_s: float = 10.0  # no longer used (the drain set orders admissions): accepted so older files load
+    keep_decision_s: float = 60.0  # peers or drain set unreadable: keep a drain this long, then serve
+    timeout_s: float = 2.0  # one peer /status read (peer_urls; read in parallel)
+    # The drain set's name in the store, shared by the pods of one replica set (None: derived from
+    # peers' namespace and selector, or "default" with peer_urls).
+    set_name: str | None = None
+    store_timeout_s: float = 5.0  # the longest one read-decide-write of the drain set may hold the probe loop
+
+    @property
+    def drain_set(self) -> str:
+        if self.set_name:
+            return self.set_name
+        if self.peers is not None:
+            raw = f"{self.peers.namespace}.{self.peers.selector}"
+            name = re.sub(r"[^A-Za-z0-9_.-]|\.\.+", "_", raw).strip("._-")[:100]
+            return name if name and name not in {"ledger", "audit", "lease"} else "default"
+        return "default"
 
 
 @dataclass(frozen=True)
@@ -225,6 +241,9 @@ class SidecarSettings:
     engine_call_timeout_s: float = 15.0
     # None: drain on every failing model, as on a single machine; set it for a replica set.
     drain: DrainSettings | None = None
+    # The pod's terminationGracePeriodSeconds: after SIGTERM, an in-pod rollback gets part of it to
+    # finish, then is cancelled so that it stops cleanly and its exit handler alerts within it.
+    termination_grace_s: float = 30.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -341,6 +360,7 @@ def _parse_sidecar(reader: _Reader, raw: Any) -> SidecarSettings:
             "fallback_to_local",
             "engine_call_timeout_s",
             "drain",
+            "termination_grace_s",
         },
     )
     d = SidecarSettings()
@@ -382,13 +402,27 @@ def _parse_sidecar(reader: _Reader, raw: Any) -> SidecarSettings:
             data.get("engine_call_timeout_s", d.engine_call_timeout_s), f"{key}.engine_call_timeout_s", minimum=0.01
         ),
         drain=_parse_drain(reader, data["drain"]) if data.get("drain") is not None else None,
+        termination_grace_s=reader.number(
+            data.get("termination_grace_s", d.termination_grace_s), f"{key}.termination_grace_s", minimum=1
+        ),
     )
 
 
 def _parse_drain(reader: _Reader, raw: Any) -> DrainSettings:
     key = "sidecar.drain"
     data = reader.mapping(
-        raw, key, optional={"min_ready", "peers", "peer_urls", "settle_s", "keep_decision_s", "timeout_s"}
+        raw,
+        key,
+        optional={
+            "min_ready",
+            "peers",
+            "peer_urls",
+            "settle_s",
+            "keep_decision_s",
+            "timeout_s",
+            "set",
+            "store_timeout_s",
+        },
     )
     if (data.get("peers") is None) == (data.get("peer_urls") is None):
         raise ConfigError(reader.source, key, "needs exactly one of 'peers' (Kubernetes) or 'peer_urls'")
@@ -418,7 +452,26 @@ def _parse_drain(reader: _Reader, raw: Any) -> DrainSettings:
             data.get("keep_decision_s", d.keep_decision_s), f"{key}.keep_decision_s", minimum=0
         ),
         timeout_s=reader.number(data.get("timeout_s", d.timeout_s), f"{key}.timeout_s", minimum=0.001),
+        set_name=_drain_set_name(reader, data.get("set")),
+        store_timeout_s=reader.number(
+            data.get("store_timeout_s", d.store_timeout_s), f"{key}.store_timeout_s", minimum=0.01
+        ),
     )
+
+
+def _drain_set_name(reader: _Reader, raw: Any) -> str | None:
+    if raw is None:
+        return None
+    name = reader.string(raw, "sidecar.drain.set")
+    if (
+        not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name)
+        or ".." in name
+        or name in {"ledger", "audit", "lease"}
+    ):
+        raise ConfigError(
+            reader.source, "sidecar.drain.set", f"must be a name ([A-Za-z0-9_.-], not ledger/audit/lease), got {name!r}"
+        )
+    return name
 
 
 def _parse_store(reader: _Reader, raw: Any) -> StoreSettings:

@@ -4,11 +4,12 @@ Acting means: drain (``/readyz`` false) while a model is failing, healing or esc
 rollback per incident; escalate when the circuit breaker is open or a rollback has no outcome.
 It never kills the pod for a bad model: ``/livez`` reports Triton's process and port only.
 
-Draining never empties the Service: with ``sidecar.drain`` set, a pod whose model fails says so to
-its peers and leaves the Service only when healer/decisions.py ``may_drain`` lets it (at least
-``min_ready`` pods stay ready and serving); a pod held back keeps /readyz 200 and says why in
-/status, the ``healer_drain_held_back`` gauge and a ``drain_held_back`` log line. The rollback runs
-either way: it heals the model on every replica. Without the setting, every failing pod drains.
+Draining never empties the Service: with ``sidecar.drain`` set, a pod whose model fails leaves the
+Service only once it is admitted to its replica set's **drain set** in the store (compare-and-swap,
+healer/decisions.py ``drain_plan``): at least ``min_ready`` other pods stay serving. A pod held back
+keeps /readyz 200 and says why in /status, the ``healer_drain_held_back`` gauge and a
+``drain_held_back`` log line. The rollback runs either way: it heals the model on every replica.
+Without the setting, every failing pod drains.
 
 Thread model: the probe loop owns the Triton client (tritonclient is not thread-safe); the HTTP
 server threads read a snapshot under a lock and talk to Triton only through a plain urllib GET.
@@ -36,13 +37,14 @@ import structlog
 from healer.decisions import (
     AlertStep,
     DrainDecision,
+    DrainPlan,
     Handover,
     Peer,
     ReadinessStreak,
     alert_step,
     drain_decision,
+    drain_plan,
     joins_existing_run,
-    may_drain,
     may_fall_back,
     needs_asking,
     request_reason,
@@ -52,7 +54,7 @@ from healer.decisions import (
 from healer.engines import (
     REASONS,
     EngineError,
-    EngineRejected,
+    EngineNotFound,
     EngineUnavailable,
     RollbackEngine,
     RollbackRequest,
@@ -60,7 +62,7 @@ from healer.engines import (
     workflow_name,
 )
 from healer.metrics import Registry, sidecar_registry
-from healer.settings import ModelSettings, Settings
+from healer.settings import DrainSettings, ModelSettings, Settings
 from healer.state import (
     Action,
     Escalate,
@@ -72,6 +74,7 @@ from healer.state import (
     Probed,
     Restored,
     RollbackFinished,
+    RollbackLost,
     RollbackSubmitted,
     SubmitRollback,
     Tick,
@@ -84,8 +87,11 @@ from probes.runner import probe_all
 
 log = structlog.get_logger("healer.sidecar")
 
-MAX_INCIDENT_RUNS = 20  # earlier finished runs of the same broken content before we give up
+MAX_INCIDENT_RUNS = 20  # runs of the same broken content, each healed then broken again, before we give up
 ALERT_RESEND_S = 120.0  # well inside Alertmanager's default resolve_timeout of 5 minutes
+DRAIN_CAS_ATTEMPTS = 4  # lost races on the drain set in one cycle before re-deciding next cycle
+SHUTDOWN_MARGIN_S = 1.0  # exit this long before the pod's grace period ends (then SIGKILL)
+CANCEL_RESERVE_S = 20.0  # at most this much of the grace period is kept for cancelled rollbacks to stop and alert
 
 
 # ---- pure helpers ----------------------------------------------------------------------------------------
@@ -95,23 +101,23 @@ def _iso(wall: float) -> str:
     return dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _parse_iso(text: str | None) -> float | None:
-    if not text:
-        return None
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return (text if isinstance(exc, PeersUnavailable | EngineError) else f"{type(exc).__name__}: {text}")[:300]
 
 
-def submit_incident(engine: RollbackEngine, request: RollbackRequest, *, began_wall: float) -> tuple[Submission, str]:
+def submit_incident(engine: RollbackEngine, request: RollbackRequest) -> tuple[Submission, str]:
     """One workflow per incident, fleet-wide. The name is deterministic per incident key, so N
-    sidecars collide (409) and join. A run of the same key that *finished before this incident
-    began* is an earlier occurrence (the same broken files pushed again): use the next suffix."""
+    sidecars collide (409) and join. A run of the same key that Succeeded healed an earlier
+    occurrence (the same broken files came back): use the next suffix. A running or failed run is
+    joined (healer/decisions.py ``joins_existing_run``): no clock is compared."""
     for n in range(1, MAX_INCIDENT_RUNS + 1):
         attempt = request if n == 1 else dataclasses.replace(request, incident=f"{request.incident}-r{n}")
         submission = engine.submit(attempt)
         if submission.created:
             return submission, "submitted"
         status = engine.status(submission.name)
-        if joins_existing_run(done=status.done, finished_wall=_parse_iso(status.finished_at), began_wall=began_wall):
+        if joins_existing_run(done=status.done, succeeded=status.succeeded):
             return submission, "joined"
     raise EngineError(f"{MAX_INCIDENT_RUNS} earlier rollbacks of incident {request.incident}; not submitting more")
 
@@ -120,27 +126,39 @@ T = TypeVar("T")
 
 
 class EngineCallHung(EngineUnavailable):
-    """An engine call did not return within the sidecar's bound (it may still land: maybe delivered)."""
+    """An engine call did not return within the sidecar's bound (it may still land: maybe delivered),
+    or was not attempted because an earlier call on the same engine has not returned."""
 
 
 class BoundedCalls:
-    """Engine calls on a worker thread, waited for at most ``timeout_s``, one in flight per engine.
+    """Calls on a worker thread, waited for at most ``timeout_s``, one in flight per engine.
 
     The engines bound their own I/O (the ArgoEngine gives every HTTP request a timeout; the LocalEngine
     touches only its local state directory), but a submission is several calls, and a stuck NFS or a
     bug must not stall the probe loop: past the bound the call is left to its thread, counted as
     "maybe delivered" (no fallback), and the engine is not called again until it returns. A call that
     lands late is harmless: the workflow name is deterministic per incident, so the next cycle joins it.
+
+    A call not attempted because of another's hung call says whose (``owner``, e.g. the model): for
+    the owner of the hung call its earlier request may still land (maybe delivered: no fallback); for
+    anyone else nothing was sent (not delivered: the fallback engine may take it).
     """
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
-        self._busy: dict[str, threading.Thread] = {}
+        self._busy: dict[str, tuple[threading.Thread, str]] = {}
 
-    def run(self, engine: str, what: str, call: Callable[[], T]) -> T:
+    def run(
+        self, engine: str, what: str, call: Callable[[], T], *, owner: str = "", timeout_s: float | None = None
+    ) -> T:
         busy = self._busy.get(engine)
-        if busy is not None and busy.is_alive():
-            raise EngineCallHung(f"{engine} engine: an earlier call has not returned; {what} not attempted")
+        if busy is not None and busy[0].is_alive():
+            mine = bool(owner) and busy[1] == owner
+            raise EngineCallHung(
+                f"{engine} engine: an earlier call{' of ' + busy[1] if busy[1] else ''} has not returned; "
+                f"{what} not attempted",
+                maybe_delivered=mine,
+            )
         box: dict[str, Any] = {}
 
         def target() -> None:
@@ -154,10 +172,11 @@ class BoundedCalls:
             target=contextvars.copy_context().run, args=(target,), name=f"engine-{engine}", daemon=True
         )
         thread.start()
-        thread.join(self.timeout_s)
+        bound = self.timeout_s if timeout_s is None else timeout_s
+        thread.join(bound)
         if thread.is_alive():
-            self._busy[engine] = thread
-            raise EngineCallHung(f"{engine} engine: {what} did not return within {self.timeout_s:g} s")
+            self._busy[engine] = (thread, owner)
+            raise EngineCallHung(f"{engine} engine: {what} did not return within {bound:g} s")
         if "error" in box:
             raise box["error"]
         return box["value"]  # type: ignore[no-any-return]
@@ -176,26 +195,28 @@ class _Attempt:
 
 # ---- the peers a drain is weighed against ---------------------------------------------------------------
 
-DRAIN_ANNOTATION = "healer.io/drain-wanted"  # unix time the pod started wanting to drain; "" = it does not
+MAX_STATUS_BYTES = 1 << 20  # a peer's /status; anything bigger is not a sidecar's
 
 
 class PeersUnavailable(Exception):
-    """The replica set's view could not be read or written (the Kubernetes API is down)."""
+    """The replica set's view could not be read (the Kubernetes API is down, no sidecar answered)."""
 
 
 class PeerSource(Protocol):
-    """Where a sidecar says it wants to drain, and reads who else does."""
+    """Who is in the replica set, Ready, terminating (the drain set says who is drained on purpose)."""
 
-    me: str  # this pod's name as it appears among the peers
-
-    def announce(self, wanted_at: float | None) -> None: ...
+    me: str  # this pod's name as it appears among the peers (and in the drain set)
+    lists_me: bool  # True: this pod must be in the list (else the list is of other pods); False: added by the sidecar
+    timeout_s: float  # the longest one peers() takes
 
     def peers(self) -> list[Peer]: ...
 
 
 class KubePeers:
-    """Peers through the Kubernetes API: the annotation on each pod, its Ready condition and
-    deletionTimestamp; the pods are those of the replica set's label selector (RBAC: pods get, list, patch)."""
+    """Peers through the Kubernetes API: each pod's Ready condition and deletionTimestamp; the pods are
+    those of the replica set's label selector (RBAC: pods list). Nothing is written to the pods."""
+
+    lists_me = True
 
     def __init__(self, kube: Any, pod: str, namespace: str, selector: str) -> None:
         from healer.kube import PodRef
@@ -205,16 +226,7 @@ class KubePeers:
         self.me = self._pod.name
         self._namespace = namespace
         self._selector = selector
-
-    def announce(self, wanted_at: float | None) -> None:
-        from healer.kube import KubeError
-
-        if self._kube is None:
-            raise PeersUnavailable("no Kubernetes API client (not in a cluster)")
-        try:
-            self._kube.annotate_pod(self._pod, {DRAIN_ANNOTATION: "" if wanted_at is None else f"{wanted_at:.3f}"})
-        except KubeError as exc:
-            raise PeersUnavailable(str(exc)) from exc
+        self.timeout_s = float(getattr(kube, "timeout_s", 5.0) or 5.0)
 
     def peers(self) -> list[Peer]:
         from healer.kube import KubeError
@@ -225,39 +237,51 @@ class KubePeers:
             pods = self._kube.pod_readiness(self._namespace, self._selector)
         except KubeError as exc:
             raise PeersUnavailable(str(exc)) from exc
-        return [Peer(p.name, p.ready, _wanted_at(p.annotations.get(DRAIN_ANNOTATION, "")), p.terminating) for p in pods]
+        return [Peer(p.name, p.ready, p.terminating) for p in pods]
 
 
 class HttpPeers:
-    """Peers through the other sidecars' /status (``sidecar.drain.peer_urls``): no Kubernetes API
-    needed. A sidecar that does not answer is not serving (its pod's readinessProbe fails alike)."""
+    """Peers through the sidecars' /status (``sidecar.drain.peer_urls``, read in parallel): no Kubernetes
+    API needed. A sidecar that does not answer is not serving (its pod's readinessProbe fails alike); one
+    that is stopping (SIGTERM) is terminating. What a sidecar says of its own readiness is only believed
+    for serving: the drain set, not its word, says who is drained. No answer at all: PeersUnavailable."""
+
+    lists_me = False
 
     def __init__(self, me: str, urls: Sequence[str], *, timeout_s: float) -> None:
         self.me = me
         self._urls = tuple(urls)
-        self._timeout_s = timeout_s
-
-    def announce(self, wanted_at: float | None) -> None:
-        pass  # this sidecar's own /status carries it
+        self.timeout_s = timeout_s
 
     def peers(self) -> list[Peer]:
-        found: list[Peer] = []
-        for url in self._urls:
+        answers: dict[str, Peer] = {}
+        lock = threading.Lock()
+
+        def read(url: str) -> None:
             try:
-                with urllib.request.urlopen(f"{url}/status", timeout=self._timeout_s) as response:  # noqa: S310
-                    status = json.load(response)
-                drain = status["drain"]
-                found.append(Peer(str(status["pod"]), bool(drain["ready"]), drain.get("wanted_at")))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+                with urllib.request.urlopen(f"{url}/status", timeout=self.timeout_s) as response:  # noqa: S310
+                    status = json.loads(response.read(MAX_STATUS_BYTES))
+                pod, drain = status["pod"], status["drain"]
+                if not isinstance(pod, str) or not pod:
+                    raise ValueError("no pod name in its /status")
+                stopping = status.get("stopping") is True or drain.get("stopping") is True
+                peer = Peer(pod, drain["ready"] is True and not stopping, terminating=stopping)
+                with lock:
+                    answers[url] = peer
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 log.info("peer_unreadable", peer=url, error=str(exc))
+
+        threads = [threading.Thread(target=read, args=(url,), name="drain-peer", daemon=True) for url in self._urls]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + self.timeout_s + 0.5
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with lock:
+            found = list(answers.values())
+        if not found:
+            raise PeersUnavailable(f"none of the {len(self._urls)} sidecar(s) in peer_urls answered")
         return found
-
-
-def _wanted_at(text: str) -> float | None:
-    try:
-        return float(text) if text else None
-    except ValueError:
-        return None  # not ours to interpret: the pod does not count as wanting
 
 
 # ---- the sidecar -----------------------------------------------------------------------------------------
@@ -279,6 +303,7 @@ class Sidecar:
         wall: Callable[[], float] = time.time,
         registry: Registry | None = None,
         peers: PeerSource | None = None,
+        drain_store: Callable[[], Any] | None = None,
     ) -> None:
         self.settings = settings
         self.triton = triton
@@ -312,9 +337,28 @@ class Sidecar:
         self._firing: dict[str, dict[str, Any]] = {}  # model -> the alert we keep firing while escalated
         self._alert_sent_at: dict[str, float] = {}
         self._peers = peers if settings.sidecar.drain is not None else None
-        self._announced_at: float | None = None  # the drain want the peers have seen (wall time)
+        # The drain set lives in the store (built on first use, within the drain's own bound).
+        if drain_store is None and settings.store is not None:
+            store_settings = settings.store
+
+            def drain_store() -> Any:
+                from healer.store import store_from_settings
+
+                return store_from_settings(store_settings)
+
+        self._drain_store_factory = drain_store
+        self._drain_store: Any = None
+        self._drain_calls = BoundedCalls(settings.sidecar.drain.store_timeout_s if settings.sidecar.drain else 5.0)
+        # Whether this pod may be in the drain set: unknown at start-up (an entry a previous run of this
+        # pod left behind is removed on the first cycle), then what the last read or write said.
+        self._maybe_in_set = True
+        self._in_set_since: float | None = None
         self._drain = DrainDecision(False, "")
         self._held = False
+        self._stopping = threading.Event()  # SIGTERM: leaving the Service (set from a signal handler)
+        self._stop_at: float | None = None
+        self._orphans_seen: set[str] = set()
+        self._drain_trouble = ""
         self.metrics.gauge("healer_drain_wanted", "1 while a required model is failing, healing or escalated.")
         self.metrics.gauge(
             "healer_drain_held_back",
@@ -359,8 +403,9 @@ class Sidecar:
                 self._step(model, "alert", self._keep_alert_firing, model.name)
             try:
                 self._decide_drain()
-            except Exception:  # the peers' trouble must not stop probing; /readyz keeps the last decision
+            except Exception as exc:  # a bug: nothing learnt this cycle, and the pure rule still says what that means
                 log.exception("drain_decision_failed")
+                self._drain_without_a_view(_short(exc))
             if results is not None:
                 with self._lock:
                     self.cycles += 1
@@ -445,9 +490,8 @@ class Sidecar:
         incident = self._pending[model.name]
         request = self._request(model, incident)
         bound = log.bind(model=model.name, version=incident.version, incident=incident.key)
-        began_wall = self.wall() - (self.clock() - incident.first_bad_at)
         label = "primary"
-        attempt = self._hand_to(label, self._engine_factory, request, began_wall)
+        attempt = self._hand_to(label, self._engine_factory, request)
         if attempt.handover is not Handover.TAKEN:
             handover: Handover = attempt.handover
             if needs_asking(handover) and attempt.engine is not None:
@@ -457,7 +501,7 @@ class Sidecar:
                 self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
                 return
             label = "fallback"
-            attempt = self._hand_to(label, self._fallback_factory, request, began_wall)
+            attempt = self._hand_to(label, self._fallback_factory, request)
             if attempt.handover is not Handover.TAKEN:
                 bound.error(
                     "rollback_not_submitted", engine=label, handover=attempt.handover.value, error=attempt.error
@@ -480,9 +524,7 @@ class Sidecar:
             "RollbackStarted", f"{model.name} v{incident.version} → stable: {attempt.submission.name}", "Warning"
         )
 
-    def _hand_to(
-        self, label: str, factory: Callable[[], RollbackEngine], request: RollbackRequest, began_wall: float
-    ) -> _Attempt:
+    def _hand_to(self, label: str, factory: Callable[[], RollbackEngine], request: RollbackRequest) -> _Attempt:
         """Build (once) and submit to one engine; every exception becomes a Handover, none escapes."""
         try:
             engine = self._engine(label, factory)
@@ -490,7 +532,7 @@ class Sidecar:
             return _Attempt(Handover.NOT_BUILT, error=f"engine not built: {type(exc).__name__}: {exc}")
         try:
             submission, how = self._calls.run(
-                label, "submit", lambda: submit_incident(engine, request, began_wall=began_wall)
+                label, "submit", lambda: submit_incident(engine, request), owner=request.model
             )
         except EngineUnavailable as exc:
             handover = Handover.MAYBE_DELIVERED if exc.maybe_delivered else Handover.NOT_DELIVERED
@@ -504,10 +546,10 @@ class Sidecar:
     def _ask_again(self, label: str, engine: RollbackEngine, request: RollbackRequest) -> Handover:
         """A request that may have been delivered: does the engine have the workflow?"""
         try:
-            self._calls.run(label, "status", lambda: engine.status(workflow_name(request)))
-        except (EngineRejected, KeyError):
+            self._calls.run(label, "status", lambda: engine.status(workflow_name(request)), owner=request.model)
+        except EngineNotFound:  # 404, or no such run: the only answer that means absent
             return Handover.ABSENT_WHEN_ASKED
-        except Exception:
+        except Exception:  # unreachable, or refused (401, 403): nothing learnt about whether it exists
             return Handover.UNANSWERED_WHEN_ASKED
         return Handover.PRESENT_WHEN_ASKED
 
@@ -523,27 +565,102 @@ class Sidecar:
             triton_url=self.triton_url,
         )
 
-    def drain(self, timeout_s: float) -> None:
-        """Before exiting: let in-pod (LocalEngine) rollbacks finish, bounded by ``timeout_s``."""
-        for engine in self._engines.values():
-            drain = getattr(engine, "drain", None)
-            if drain is not None:
-                still = drain(timeout_s)
-                if still:
-                    log.error("rollbacks_cut_off_at_exit", workflows=still)
+    def drain(self, timeout_s: float) -> list[str]:
+        """Let in-pod (LocalEngine) rollbacks finish, bounded by ``timeout_s``; returns those still going."""
+        deadline = time.monotonic() + timeout_s
+        still: list[str] = []
+        # A copy: a construction left to its worker thread (past the bound) may still add an engine.
+        for engine in list(self._engines.values()):
+            wait = getattr(engine, "drain", None)
+            if wait is not None:
+                still += wait(max(0.0, deadline - time.monotonic()))
+        return still
+
+    def cancel_rollbacks(self) -> list[str]:
+        """Cancel every in-pod rollback (LocalEngine.cancel_all): each stops at its step's next check
+        and its exit handler alerts. Returns those still going."""
+        cancelled: list[str] = []
+        for engine in list(self._engines.values()):
+            cancel = getattr(engine, "cancel_all", None)
+            if cancel is not None:
+                cancelled += cancel()
+        return cancelled
+
+    def begin_stop(self) -> None:
+        """SIGTERM: leave the Service now (/readyz 503, /status ``stopping``: the peers stop counting this
+        pod). Safe from a signal handler: no lock is taken."""
+        if self._stop_at is None:
+            self._stop_at = self.clock()
+        self._stopping.set()
+
+    def shutdown(self, grace_s: float) -> list[str]:
+        """After the probe loop: fit what is left into the pod's grace period (``grace_s`` from SIGTERM,
+        then SIGKILL). Leave the drain set; let in-pod rollbacks run for part of the time; then cancel
+        them, so that each stops at its next check and its exit handler alerts within the rest; returns
+        the rollbacks still going at the end (cut off: found and escalated at the next start-up)."""
+        self.begin_stop()
+        assert self._stop_at is not None
+        end = self._stop_at + grace_s - SHUTDOWN_MARGIN_S
+        try:
+            self._decide_drain()  # stopping: takes this pod's entry out of the drain set
+        except Exception:
+            log.exception("drain_set_not_left")
+        remaining = max(0.0, end - self.clock())
+        still = self.drain(max(0.0, remaining - min(CANCEL_RESERVE_S, remaining / 2)))
+        if still:
+            log.warning("rollbacks_cancelled_at_exit", workflows=still)
+            self.cancel_rollbacks()
+            still = self.drain(max(0.0, end - self.clock()))
+        if still:
+            log.error("rollbacks_cut_off_at_exit", workflows=still)
+        return still
 
     def _engine(self, label: str, factory: Callable[[], RollbackEngine]) -> RollbackEngine:
         # Built on first use: the engines' clients (hera, requests) cost memory a healthy pod never needs.
         # A factory that raises is asked again next cycle (a volume may be mounted by then).
         engine = self._engines.get(label)
-        if engine is not None:
-            return engine
+        if engine is None:
 
-        def build() -> RollbackEngine:
-            built = factory()
-            return self._engines.setdefault(label, built)  # kept even if it outlived the bound
+            def build() -> RollbackEngine:
+                built = factory()
+                return self._engines.setdefault(label, built)  # kept even if it outlived the bound
 
-        return self._calls.run(label, "construction", build)
+            engine = self._calls.run(label, "construction", build)
+        # A LocalEngine marks Error the runs a dead process left behind: escalate those of our models.
+        orphaned = getattr(engine, "orphaned", None)
+        if orphaned:
+            self.escalate_orphans(orphaned)
+        return engine
+
+    def escalate_orphans(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """In-pod rollbacks that a process which ended (a SIGKILL, an OOM kill) left unfinished, as
+        LocalEngine marks them at start-up: nobody else will alert for them, and what they left (with
+        unload-first, maybe an unloaded model) is unknown. Each of a model this sidecar watches is
+        escalated (state.py RollbackLost): alert, incident line, Event; the model serves again after
+        success_threshold good answers."""
+        for record in records:
+            try:
+                metadata, status = record["metadata"], record.get("status") or {}
+                name, labels = str(metadata["name"]), metadata.get("labels") or {}
+                model = next((m for m in self.settings.models if m.name == labels.get("healer.io/model")), None)
+                if model is None or name in self._orphans_seen:
+                    continue
+                self._orphans_seen.add(name)
+                why = f"in-pod rollback {name} was cut off: {status.get('message') or 'its process ended'}"
+                now = self.clock()
+                incident = Incident(
+                    key=str(labels.get("healer.io/incident") or "unknown"),
+                    model=model.name,
+                    version=str(labels.get("healer.io/from-version") or "unknown"),
+                    reason=str(labels.get("healer.io/reason") or "wrong-answer"),
+                    detail=why,
+                    first_bad_at=now,
+                    detected_at=now,
+                    workflow=name,
+                )
+                self._apply(model, RollbackLost(now, incident, why))
+            except Exception:  # one bad record must not hide the others
+                log.exception("orphaned_run_not_escalated", record=str(record)[:300])
 
     def _poll_rollback(self, model: ModelSettings) -> None:
         watching = self._watching.get(model.name)
@@ -551,16 +668,16 @@ class Sidecar:
             return
         label, engine, name = watching
         try:
-            status = self._calls.run(label, "status", lambda: engine.status(name))
-        except (EngineRejected, KeyError) as exc:
-            # The run vanished (deleted by hand, a lost state directory): nobody will alert for it.
+            status = self._calls.run(label, "status", lambda: engine.status(name), owner=model.name)
+        except EngineNotFound as exc:
+            # The run vanished (deleted by hand, a lost state directory): nobody will alert for it. The
+            # state machine escalates (once per incident: not if the healing timeout already did).
             self._watching.pop(model.name, None)
-            state = self.states[model.name]
             self._apply(model, RollbackFinished(self.clock(), False, f"workflow {name} disappeared: {exc}"))
-            if state.incident is not None:
-                self._escalate(model, state.incident, f"workflow {name} disappeared before it finished")
             return
-        except Exception as exc:  # unreachable engine: ask again next cycle (the Tick timeout bounds this)
+        except Exception as exc:
+            # Unreachable, or refused (401, 403: nothing learnt about the run): ask again next cycle; the
+            # healing timeout bounds this.
             log.warning("rollback_status_unavailable", model=model.name, workflow=name, error=str(exc))
             return
         if not status.done:
@@ -575,13 +692,12 @@ class Sidecar:
             message=status.message,
             to_version=status.outputs.get("to-version"),
         )
-        incident = self.states[model.name].incident
-        self._apply(model, RollbackFinished(self.clock(), status.succeeded, status.message))
+        # A failure escalates through the state machine, once per incident. The workflow's exit handler
+        # alerts too (same labels: Alertmanager merges them); an engine that crashed, or a run stopped
+        # from outside, has no exit handler to do it.
+        message = status.message if status.succeeded else f"rollback {name} {status.phase}: {status.message}".strip()
+        self._apply(model, RollbackFinished(self.clock(), status.succeeded, message))
         self._watching.pop(model.name, None)
-        if not status.succeeded and incident is not None:
-            # The workflow's exit handler alerts too (same labels: Alertmanager merges them); an engine
-            # that crashed, or a run stopped from outside, has no exit handler to do it.
-            self._escalate(model, incident, f"rollback {name} {status.phase}: {status.message}".strip())
         self._event(
             "RollbackSucceeded" if status.succeeded else "RollbackFailed",
             f"{name}: {status.phase} {status.message}".strip(),
@@ -743,37 +859,98 @@ class Sidecar:
         ]
 
     def _decide_drain(self) -> None:
-        """Announce a wanted drain to the peers, read them once settled, and decide (healer/decisions.py)."""
+        """Read the peers and the drain set, apply the rule (healer/decisions.py ``drain_plan``) with
+        compare-and-swap, and decide /readyz. Whatever fails on the way (peers, store, a bug), nothing
+        was learnt: ``drain_decision`` says what that means (never start a drain; keep one for a while)."""
         drain = self.settings.sidecar.drain
         if self._peers is None or drain is None:
             return
         with self._lock:
-            wants = bool(self._model_problems())
-        now_wall, now = self.wall(), self.clock()
-        if wants != (self._announced_at is not None):
-            at = now_wall if wants else None
+            wants = bool(self._model_problems()) and not self._stopping.is_set()
+        now = self.clock()
+        plan: DrainPlan | None = None
+        trouble = ""
+        # A pod that does not want to drain and is not in the set has nothing to read or write.
+        if wants or self._maybe_in_set:
             try:
-                self._peers.announce(at)
-                self._announced_at = at
-            except PeersUnavailable as exc:
-                # A want announced later gets a later time: its announcement lands within the API timeout.
-                log.warning("drain_not_announced", wants=wants, error=str(exc))
-        view = None
-        if wants and self._announced_at is not None and now_wall >= self._announced_at + drain.settle_s:
-            try:
-                view = may_drain(self._peers.me, self._with_me(self._peers.peers()), drain.min_ready)
-            except PeersUnavailable as exc:
-                log.warning("drain_peers_unreadable", error=str(exc))
+                plan = self._drain_view(wants, drain)
+            except Exception as exc:
+                trouble = _short(exc)
+                # Said once per kind of trouble, not every period while the store or the peers are down.
+                if trouble != self._drain_trouble:
+                    log.warning("drain_view_unavailable", wants=wants, error=trouble)
+        self._drain_trouble = trouble
         decision = drain_decision(
-            wants=wants,
-            announced_at=self._announced_at,
-            now_wall=now_wall,
-            now=now,
-            view=view,
-            last=self._drain,
-            settle_s=drain.settle_s,
-            keep_decision_s=drain.keep_decision_s,
+            wants=wants, plan=plan, last=self._drain, now=now, keep_decision_s=drain.keep_decision_s, trouble=trouble
         )
+        self._set_drain(wants, decision)
+
+    def _drain_view(self, wants: bool, drain: DrainSettings) -> DrainPlan:
+        """The I/O of one drain decision: the peers (only when wanting), then the drain set updated
+        with compare-and-swap (a lost race re-reads and re-plans, a few times; then next cycle)."""
+        source = self._peers
+        assert source is not None
+        peers = None
+        if wants:
+            listed = self._drain_calls.run(
+                "drain-peers", "read the peers", source.peers, timeout_s=source.timeout_s + 1.0
+            )
+            peers = self._with_me(listed)
+        store = self._drain_store_built(drain)
+        me, name, now_wall = source.me, drain.drain_set, self.wall()
+
+        def plan(drained: Mapping[str, float]) -> DrainPlan:
+            return drain_plan(
+                me, wants=wants, peers=peers, drained=drained, min_ready=drain.min_ready, now_wall=now_wall
+            )
+
+        try:
+            written = self._drain_calls.run(
+                "drain-set",
+                "update the drain set",
+                lambda: store.update_drain_set(name, lambda d: plan(d).drained, attempts=DRAIN_CAS_ATTEMPTS),
+                timeout_s=drain.store_timeout_s,
+            )
+        except Exception:
+            if wants:
+                self._maybe_in_set = True  # an admission may have landed without its answer
+            raise
+        self._maybe_in_set = me in written.drained
+        self._in_set_since = written.drained.get(me)
+        return plan(written.drained)  # the same plan again on the set as written (the rule is idempotent)
+
+    def _drain_store_built(self, drain: DrainSettings) -> Any:
+        if self._drain_store is None:
+            if self._drain_store_factory is None:
+                raise PeersUnavailable("no store configured: the drain set lives in the store")
+            factory = self._drain_store_factory
+            self._drain_store = self._drain_calls.run(
+                "drain-set", "open the store", factory, timeout_s=drain.store_timeout_s
+            )
+        return self._drain_store
+
+    def _drain_without_a_view(self, trouble: str) -> None:
+        """The drain decision when deciding itself failed (a bug): as if nothing was learnt."""
+        drain = self.settings.sidecar.drain
+        try:
+            with self._lock:
+                wants = bool(self._model_problems()) and not self._stopping.is_set()
+            assert drain is not None
+            decision = drain_decision(
+                wants=wants,
+                plan=None,
+                last=self._drain,
+                now=self.clock(),
+                keep_decision_s=drain.keep_decision_s,
+                trouble=trouble,
+            )
+            self._set_drain(wants, decision)
+        except Exception:  # even that failed: serve (never empty the Service on a bug)
+            log.exception("drain_decision_failed")
+            with self._lock:
+                self._drain = DrainDecision(False, f"held back: deciding failed ({trouble}): serving")
+
+    def _set_drain(self, wants: bool, decision: DrainDecision) -> None:
         with self._lock:
             before, self._drain = self._drain, decision
         held = wants and not decision.drain
@@ -781,21 +958,27 @@ class Sidecar:
         self.metrics.set("healer_drain_held_back", {}, 1.0 if held else 0.0)
         if (decision.drain, held) != (before.drain, self._held):
             event = "drain_held_back" if held else "drain_allowed" if decision.drain else "drain_ended"
-            log.warning(event, why=decision.why, wanted_at=self._announced_at)
+            log.warning(event, why=decision.why, since=self._in_set_since)
         self._held = held
 
-    def _with_me(self, peers: list[Peer]) -> list[Peer]:
-        """The view with this pod as it knows itself: its own announcement may not be visible yet."""
+    def _with_me(self, peers: Sequence[Peer]) -> list[Peer]:
+        """The view with this pod as it knows itself (its readiness now, stopping or not). A source that
+        lists this pod (Kubernetes) must: without it the list is of other pods, and the rule says so."""
         assert self._peers is not None
         me = self._peers.me
-        mine = next((p for p in peers if p.name == me), None)
         others = [p for p in peers if p.name != me]
-        ready_now = mine.ready if mine is not None else self.ready()[0]
-        return [*others, Peer(me, ready_now, self._announced_at, mine.terminating if mine else False)]
+        listed = next((p for p in peers if p.name == me), None)
+        if self._peers.lists_me and listed is None:
+            return others
+        terminating = self._stopping.is_set() or (listed is not None and listed.terminating)
+        return [*others, Peer(me, self.ready()[0], terminating)]
 
     def ready(self) -> tuple[bool, list[str]]:
-        """(/readyz) Not ready while Triton is down or any required model is failing, healing or escalated,
-        unless the drain rule holds the pod back (then ready, with the reason as the only line)."""
+        """(/readyz) Not ready while stopping, while Triton is down or any required model is failing,
+        healing or escalated, unless the drain rule holds the pod back (then ready, with the reason as
+        the only line)."""
+        if self._stopping.is_set():
+            return False, ["stopping: SIGTERM received, leaving the Service"]
         with self._lock:
             if self.cycles == 0:
                 return False, ["no probe cycle completed yet"]
@@ -810,6 +993,8 @@ class Sidecar:
 
     def status(self) -> dict[str, Any]:
         ready, ready_lines = self.ready()
+        stopping = self._stopping.is_set()
+        drain = self.settings.sidecar.drain
         with self._lock:
             models = {}
             for name, state in self.states.items():
@@ -825,19 +1010,22 @@ class Sidecar:
                     for r in self.last_results.get(name, [])
                 }
                 models[name] = entry
-            wants = bool(self._model_problems())
+            wants = bool(self._model_problems()) and not stopping
             return {
                 "pod": self.pod,
                 "triton": self.settings.triton.url,
                 "triton_live": self.triton_live,
                 "cycles": self.cycles,
+                "stopping": stopping,  # SIGTERM received: the peers count this pod as terminating
                 "models": models,
                 # What the peers weigh a drain against (HttpPeers reads it), and why this pod drains or not.
                 "drain": {
                     "rule": self._peers is not None,
+                    "set": drain.drain_set if drain is not None and self._peers is not None else None,
                     "ready": ready,
+                    "stopping": stopping,
                     "wanted": wants,
-                    "wanted_at": self._announced_at if wants else None,
+                    "in_set_since": self._in_set_since,
                     "draining": wants and (self._peers is None or self._drain.drain),
                     "held_back": wants and self._peers is not None and not self._drain.drain,
                     "why": self._drain.why if wants else "",

@@ -13,7 +13,9 @@ fake time. Rules that keep it from doing harm:
 * ``error`` results (timeouts, refused connections) never count as wrong answers, in any state;
 * a single bad answer never triggers a rollback (``failure_threshold`` consecutive ones do);
 * at most ``max_rollbacks`` rollbacks per model per ``window_s``; beyond that the breaker is open:
-  no rollback, the model stays drained, and an escalation says why.
+  no rollback, the model stays drained, and an escalation says why;
+* one escalation per incident: the first of a failed run, no outcome in time, or an open breaker
+  escalates; whatever comes after it (a late failure, a run that vanished) changes nothing.
 """
 
 from __future__ import annotations
@@ -123,7 +125,17 @@ class Tick:
     at: float
 
 
-Event = Probed | RollbackSubmitted | RollbackFinished | Tick
+@dataclass(frozen=True)
+class RollbackLost:
+    """A rollback of this model was cut off with nobody left to report it: e.g. an in-pod run whose
+    process ended mid-run (found at start-up, marked Error). What it left behind is unknown."""
+
+    at: float
+    incident: Incident
+    why: str
+
+
+Event = Probed | RollbackSubmitted | RollbackFinished | Tick | RollbackLost
 
 
 # ---- actions -------------------------------------------------------------------------------------------
@@ -166,6 +178,8 @@ def transition(state: ModelState, event: Event, policy: Policy) -> tuple[ModelSt
         return state, []
     if isinstance(event, RollbackFinished):
         return _on_rollback_finished(state, event, policy)
+    if isinstance(event, RollbackLost):
+        return _on_rollback_lost(state, event)
     return _on_tick(state, event, policy)
 
 
@@ -250,8 +264,27 @@ def _on_rollback_finished(
         if state.good_streak >= policy.success_threshold:
             return _trusted_again(state, event.at)
         return dataclasses.replace(state, bad_streak=0, rollback_succeeded_at=event.at), []
-    # The workflow's exit handler has alerted already; stay drained for diagnosis.
-    return dataclasses.replace(state, phase=Phase.ESCALATED, last_reason=event.message or "rollback failed"), []
+    # Stay drained for diagnosis, and escalate: the workflow's exit handler alerts too (same labels,
+    # Alertmanager merges them), but a run that vanished or whose engine died has none.
+    why = event.message or "rollback failed"
+    escalated = dataclasses.replace(state, phase=Phase.ESCALATED, last_reason=why)
+    return escalated, [Escalate(state.incident, why)] if state.incident is not None else []
+
+
+def _on_rollback_lost(state: ModelState, event: RollbackLost) -> tuple[ModelState, list[Action]]:
+    if state.phase in {Phase.HEALING, Phase.ESCALATED}:
+        return state, []  # a rollback (or a person) is on it already: its outcome is what counts
+    # What the cut-off run left is unknown (with unload-first, maybe an unloaded model): escalate, and
+    # serve again only after success_threshold good answers, like any escalated model.
+    escalated = ModelState(
+        model=state.model,
+        phase=Phase.ESCALATED,
+        not_ready=state.not_ready,
+        incident=event.incident,
+        rollbacks=state.rollbacks,
+        last_reason=event.why,
+    )
+    return escalated, [Escalate(event.incident, event.why)]
 
 
 def _trusted_again(state: ModelState, at: float) -> tuple[ModelState, list[Action]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from healer.settings import Settings
+from healer.settings import ModelSettings, Settings
 from healer.triton import TritonAPI, TritonError
 from probes.result import ProbeResult, Status, Tier
 from probes.tiers import check_business, check_liveness, check_readiness, resolve_versions
@@ -16,57 +16,79 @@ EXIT_ERROR_ONLY = 2
 
 
 def probe_all(settings: Settings, triton: TritonAPI) -> list[ProbeResult]:
-    """All three tiers for every model: liveness once for the server, then per model and version."""
-    liveness = check_liveness(triton)
+    """All three tiers for every model: liveness once for the server, then per model and version.
+
+    Contained per model: an exception while probing one model (a bug, an answer that does not convert)
+    makes that model's results ``error`` (nothing learnt), and every other model is still probed."""
+    try:
+        liveness = check_liveness(triton)
+    except Exception as exc:  # nothing learnt about the server: every tier below is inconclusive
+        liveness = ProbeResult(Tier.LIVENESS, Status.ERROR, None, None, 0.0, f"liveness probe raised: {_what(exc)}")
     results: list[ProbeResult] = []
     for model in settings.models:
         results.append(dataclasses.replace(liveness, model=model.name, version=model.version))
-        if not liveness.passed:
-            # A dead server says nothing about the model: the other tiers are inconclusive, not failures.
-            for tier in (Tier.READINESS, Tier.BUSINESS):
-                results.append(
-                    ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0, "not probed: Triton is not live")
-                )
-            continue
         try:
-            versions = resolve_versions(triton, model.name, model.version)
-        except TritonError as exc:
-            for tier in (Tier.READINESS, Tier.BUSINESS):
-                results.append(
-                    ProbeResult(
-                        tier,
-                        Status.ERROR,
-                        model.name,
-                        model.version,
-                        0.0,
-                        f"could not list served versions: {exc}",
-                    )
-                )
-            continue
-        if not versions:
-            results.append(check_readiness(triton, model.name, None))
+            results += _probe_model(triton, model, liveness)
+        except Exception as exc:
+            results += [
+                ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0, f"probe raised: {_what(exc)}")
+                for tier in (Tier.READINESS, Tier.BUSINESS)
+            ]
+    return results
+
+
+def _what(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def _probe_model(triton: TritonAPI, model: ModelSettings, liveness: ProbeResult) -> list[ProbeResult]:
+    results: list[ProbeResult] = []
+    if not liveness.passed:
+        # A dead server says nothing about the model: the other tiers are inconclusive, not failures.
+        for tier in (Tier.READINESS, Tier.BUSINESS):
             results.append(
-                ProbeResult(Tier.BUSINESS, Status.ERROR, model.name, None, 0.0, "not probed: no version is served")
+                ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0, "not probed: Triton is not live")
             )
-            continue
-        for version in versions:
-            readiness = check_readiness(triton, model.name, version)
-            results.append(readiness)
-            if readiness.passed:
-                # Only reached with liveness and this version's readiness passed in this cycle: a
-                # golden request that times out now is the model hanging, not Triton unreachable.
-                results.append(check_business(triton, model.name, version, model.golden, serving_confirmed=True))
-            else:
-                results.append(
-                    ProbeResult(
-                        Tier.BUSINESS,
-                        Status.ERROR,
-                        model.name,
-                        version,
-                        0.0,
-                        f"not probed: readiness {readiness.status.value}",
-                    )
+        return results
+    try:
+        versions = resolve_versions(triton, model.name, model.version)
+    except TritonError as exc:
+        for tier in (Tier.READINESS, Tier.BUSINESS):
+            results.append(
+                ProbeResult(
+                    tier,
+                    Status.ERROR,
+                    model.name,
+                    model.version,
+                    0.0,
+                    f"could not list served versions: {exc}",
                 )
+            )
+        return results
+    if not versions:
+        results.append(check_readiness(triton, model.name, None))
+        results.append(
+            ProbeResult(Tier.BUSINESS, Status.ERROR, model.name, None, 0.0, "not probed: no version is served")
+        )
+        return results
+    for version in versions:
+        readiness = check_readiness(triton, model.name, version)
+        results.append(readiness)
+        if readiness.passed:
+            # Only reached with liveness and this version's readiness passed in this cycle: a
+            # golden request that times out now is the model hanging, not Triton unreachable.
+            results.append(check_business(triton, model.name, version, model.golden, serving_confirmed=True))
+        else:
+            results.append(
+                ProbeResult(
+                    Tier.BUSINESS,
+                    Status.ERROR,
+                    model.name,
+                    version,
+                    0.0,
+                    f"not probed: readiness {readiness.status.value}",
+                )
+            )
     return results
 
 

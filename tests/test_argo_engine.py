@@ -18,6 +18,7 @@ import requests
 
 from healer.engines import (
     TEMPLATE_NAME,
+    EngineNotFound,
     EngineRejected,
     EngineUnavailable,
     RollbackRequest,
@@ -254,7 +255,7 @@ def test_status_of_a_failed_workflow_names_the_failed_step(engine: ArgoEngine, s
 
 
 def test_status_of_an_unknown_workflow_is_rejected(engine: ArgoEngine) -> None:
-    with pytest.raises(EngineRejected, match="not found"):
+    with pytest.raises(EngineNotFound, match="not found"):
         engine.status("healer-rollback-nope-0000000000")
 
 
@@ -384,7 +385,7 @@ def test_a_template_argo_does_not_know_is_rejected(server: ArgoServer) -> None:
     [
         (401, EngineRejected),
         (403, EngineRejected),
-        (404, EngineRejected),
+        (404, EngineNotFound),
         (429, EngineUnavailable),
         (500, EngineUnavailable),
         (502, EngineUnavailable),
@@ -395,8 +396,21 @@ def test_status_codes_map_to_engine_errors(
     engine: ArgoEngine, server: ArgoServer, status: int, error: type[Exception]
 ) -> None:
     server.fail_next(1, status=status, message=f"injected {status}")
-    with pytest.raises(error, match=f"HTTP {status}.*injected {status}"):
+    with pytest.raises(error, match=f"HTTP {status}.*injected {status}") as raised:
         engine.submit(REQUEST)
+    # Only a 404 says the workflow does not exist: a 401 or 403 says nothing about it.
+    assert isinstance(raised.value, EngineNotFound) is (status == 404)
+
+
+@pytest.mark.parametrize("status", [400, 401, 403])
+def test_a_refused_status_request_is_not_a_missing_workflow(
+    engine: ArgoEngine, server: ArgoServer, status: int
+) -> None:
+    name = engine.submit(REQUEST).name
+    server.fail_next(1, status=status, message=f"injected {status}")
+    with pytest.raises(EngineRejected) as raised:
+        engine.status(name)
+    assert not isinstance(raised.value, EngineNotFound)
 
 
 def test_a_non_json_error_page_is_mapped_by_its_status() -> None:

@@ -5,6 +5,7 @@ Pure and fast: values in, a decision out; nothing sleeps, reads a clock or talks
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -17,15 +18,15 @@ from healer.decisions import (
     WRONG_ANSWER,
     AlertStep,
     DrainDecision,
-    DrainVerdict,
+    DrainPlan,
     Handover,
     Peer,
     ReadinessStreak,
     alert_step,
     drain_decision,
+    drain_plan,
     failure_content,
     joins_existing_run,
-    may_drain,
     may_fall_back,
     needs_asking,
     request_reason,
@@ -184,161 +185,386 @@ def test_handover_decisions(handover: Handover) -> None:
 
 
 @pytest.mark.parametrize(
-    ("done", "finished_wall", "joins"),
+    ("done", "succeeded", "joins"),
     [
-        (False, None, True),  # still running: join
-        (True, None, True),  # done without a finish time: join (do not start another)
-        (True, 1000.0, True),  # finished after this incident began: this incident's run
-        (True, 999.5, True),  # within the second of slack (finishedAt has second resolution)
-        (True, 998.9, False),  # finished before it began: an earlier occurrence, use the next suffix
+        (False, False, True),  # still running: this incident's run, join it
+        (True, False, True),  # Failed (or Error): join it and escalate; a new run per late replica would fail alike
+        (True, True, False),  # Succeeded: it healed an earlier occurrence, and the broken files came back
     ],
 )
-def test_joins_existing_run(done: bool, finished_wall: float | None, joins: bool) -> None:
-    assert joins_existing_run(done=done, finished_wall=finished_wall, began_wall=1000.0) is joins
+def test_joins_existing_run(done: bool, succeeded: bool, joins: bool) -> None:
+    assert joins_existing_run(done=done, succeeded=succeeded) is joins
 
 
-# --- draining without emptying the Service -------------------------------------------------------------
+# --- draining without emptying the Service: the drain set ----------------------------------------------
 
 
-def pod(name: str, ready: bool = True, wanted_at: float | None = None, terminating: bool = False) -> Peer:
-    return Peer(name, ready, wanted_at, terminating)
+def pod(name: str, ready: bool = True, terminating: bool = False) -> Peer:
+    return Peer(name, ready, terminating)
 
 
-# (pods, min_ready) -> the pods allowed to drain, each asking for itself
-DRAIN_TABLE: list[tuple[str, list[Peer], int, set[str]]] = [
-    ("broken on one of three", [pod("a", wanted_at=5), pod("b"), pod("c")], 1, {"a"}),
-    ("broken on all three", [pod("a", wanted_at=5), pod("b", wanted_at=6), pod("c", wanted_at=7)], 1, {"a", "b"}),
-    ("broken on all, min_ready 2", [pod("a", wanted_at=5), pod("b", wanted_at=6), pod("c", wanted_at=7)], 2, {"a"}),
-    ("the earliest wins, not the name", [pod("a", wanted_at=9), pod("b", wanted_at=1)], 1, {"b"}),
-    ("same time: by name", [pod("b", wanted_at=5), pod("a", wanted_at=5)], 1, {"a"}),
-    ("a single replica never drains", [pod("a", wanted_at=5)], 1, set()),
-    # Already out of the Service (drained before, or not ready at all): draining it costs nothing.
-    ("drained pods stay drained", [pod("a", False, 5), pod("b", True, 6), pod("c", True, 7)], 1, {"a", "b"}),
-    ("held pod stays held", [pod("a", False, 5), pod("b", True, 6)], 1, {"a"}),
-    # A pod not ready for another reason does not count as serving.
-    ("an unready peer does not serve", [pod("a", wanted_at=5), pod("b", False), pod("c")], 1, {"a"}),
-    ("nobody else serves", [pod("a", wanted_at=5), pod("b", False)], 1, set()),
-    # Terminating pods never count, whatever their Ready condition says; a terminating pod itself may go.
-    ("terminating peers do not serve", [pod("a", wanted_at=5), pod("b", terminating=True)], 1, set()),
-    ("a terminating pod may drain", [pod("a", wanted_at=5, terminating=True), pod("b")], 1, {"a"}),
-    ("min_ready 0 drains everything", [pod("a", wanted_at=5), pod("b", wanted_at=6)], 0, {"a", "b"}),
-    # A later want never changes an earlier pod's answer (it was counted as serving either way).
-    ("late wanter", [pod("a", wanted_at=5), pod("b", wanted_at=50), pod("c")], 1, {"a", "b"}),
-]
+NOW = 1000.0
 
-
-@pytest.mark.parametrize(("case", "pods", "min_ready", "allowed"), DRAIN_TABLE, ids=[c[0] for c in DRAIN_TABLE])
-def test_may_drain(case: str, pods: list[Peer], min_ready: int, allowed: set[str]) -> None:
-    wanting = {p.name for p in pods if p.wanted_at is not None}
-    got = {name for name in wanting if may_drain(name, pods, min_ready).allowed}
-    assert got == allowed
-    # Every pod computes the same answer from the same view, whatever order it lists them in.
-    assert {n for n in wanting if may_drain(n, list(reversed(pods)), min_ready).allowed} == allowed
-    # And the rule keeps its promise: the pods left serving are at least min_ready (or all there were).
-    serving_before = [p for p in pods if p.ready and not p.terminating]
-    left = [p for p in serving_before if p.name not in allowed]
-    assert len(left) >= min(min_ready, len(serving_before)) or not serving_before
-
-
-def test_a_pod_that_does_not_want_to_drain_is_not_allowed() -> None:
-    assert may_drain("b", [pod("a", wanted_at=1), pod("b")], 1) == DrainVerdict(False, "not announced to the peers")
-
-
-def test_the_held_back_reason_names_who_drains_first() -> None:
-    verdict = may_drain("c", [pod("a", wanted_at=1), pod("b", wanted_at=2), pod("c", wanted_at=3)], 1)
-    assert not verdict.allowed
-    assert verdict.why == "held back: 1 pod(s) serving, min_ready 1; draining first: a, b"
-
-
-@pytest.mark.parametrize("n", [2, 3, 5, 8])
-def test_broken_everywhere_always_leaves_min_ready_serving(n: int) -> None:
-    for min_ready in range(1, n + 1):
-        pods = [pod(f"p{i}", wanted_at=100 - i) for i in range(n)]
-        allowed = [p.name for p in pods if may_drain(p.name, pods, min_ready).allowed]
-        assert len(allowed) == n - min_ready
-
-
-SETTLE, KEEP = 10.0, 60.0
-ALLOWED = DrainVerdict(True, "drain 1 of 2")
-HELD = DrainVerdict(False, "held back: 1 pod(s) serving")
-GRANTED = DrainDecision(True, "drain 1 of 2", view_at=100.0)
-REFUSED = DrainDecision(False, "held back: 1 pod(s) serving", view_at=100.0)
-
-# (wants, announced_at, now, view, last) -> (drain?, why starts with)
-DECISION_TABLE: list[tuple[str, bool, float | None, float, DrainVerdict | None, DrainDecision | None, bool, str]] = [
-    ("nothing wanted", False, None, 200.0, None, GRANTED, False, ""),
-    ("not announced yet (API down)", True, None, 200.0, None, GRANTED, False, "held back: wanting"),
-    ("settling after the announcement", True, 195.0, 200.0, ALLOWED, None, False, "held back: deciding"),
-    ("settled, allowed", True, 150.0, 200.0, ALLOWED, None, True, "drain 1 of 2"),
-    ("settled, held back", True, 150.0, 200.0, HELD, GRANTED, False, "held back: 1 pod"),
-    ("peers unreadable: keep a grant", True, 50.0, 150.0, None, GRANTED, True, "drain 1 of 2 (peers unreadable"),
-    ("peers unreadable: keep a refusal", True, 50.0, 150.0, None, REFUSED, False, "held back: 1 pod"),
-    ("peers unreadable too long: serve", True, 50.0, 161.0, None, GRANTED, False, "held back: peers unreadable"),
-    ("peers never read: never drain blind", True, 50.0, 150.0, None, None, False, "held back: peers unreadable"),
+# (case, me, wants, peers, drain set before, min_ready) -> (drains, drain set after, learnt)
+DrainCase = tuple[str, str, bool, list[Peer] | None, dict[str, float], int, bool, dict[str, float], bool]
+DRAIN_TABLE: list[DrainCase] = [
+    ("broken on one of three: admitted", "a", True, [pod("a"), pod("b"), pod("c")], {}, 1, True, {"a": NOW}, True),
     (
-        "unreadable after settling, no fresh view yet",
+        "broken on all three: the second is admitted",
+        "b",
         True,
-        50.0,
-        150.0,
-        None,
-        DrainDecision(False, "held back: deciding"),
+        [pod("a"), pod("b"), pod("c")],  # a's Ready still lags its drain: the set says it is out
+        {"a": 5.0},
+        1,
+        True,
+        {"a": 5.0, "b": NOW},
+        True,
+    ),
+    (
+        "broken on all three: the third is held back",
+        "c",
+        True,
+        [pod("a", False), pod("b", False), pod("c")],
+        {"a": 5.0, "b": 6.0},
+        1,
         False,
-        "held back: peers unreadable",
+        {"a": 5.0, "b": 6.0},
+        True,
+    ),
+    (
+        "min_ready 2 of three",
+        "b",
+        True,
+        [pod("a", False), pod("b"), pod("c")],
+        {"a": 5.0},
+        2,
+        False,
+        {"a": 5.0},
+        True,
+    ),
+    ("a single replica never drains", "a", True, [pod("a")], {}, 1, False, {}, True),
+    ("min_ready >= replica count: nobody drains", "a", True, [pod("a"), pod("b"), pod("c")], {}, 3, False, {}, True),
+    (
+        "all wanting pods not Ready: no drain for free, the pod serves again",
+        "a",
+        True,
+        [pod("a", False), pod("b", False)],
+        {},
+        1,
+        False,
+        {},
+        True,
+    ),
+    (
+        "... then, the first serving again, the second is admitted",
+        "b",
+        True,
+        [pod("a", True), pod("b", False)],
+        {},
+        1,
+        True,
+        {"b": NOW},
+        True,
+    ),
+    (
+        "a drained pod's own unreadiness does not count against it",
+        "a",
+        True,
+        [pod("a", False), pod("b")],
+        {"a": 5.0},
+        1,
+        True,
+        {"a": 5.0},
+        True,
+    ),
+    (
+        "a blip on the held pod: the drained pod serves again",
+        "a",
+        True,
+        [pod("a", False), pod("b", False)],
+        {"a": 5.0},
+        1,
+        False,
+        {},
+        True,
+    ),
+    (
+        "the serving pod deleted (terminating): the drained pod serves again",
+        "a",
+        True,
+        [pod("a", False), pod("b", True, terminating=True)],
+        {"a": 5.0},
+        1,
+        False,
+        {},
+        True,
+    ),
+    (
+        "the serving pod gone from the list: pruned, the drained pod serves again",
+        "a",
+        True,
+        [pod("a", False)],
+        {"a": 5.0, "c": 6.0},
+        1,
+        False,
+        {},
+        True,
+    ),
+    (
+        "skewed clocks are irrelevant: a since in the future changes nothing",
+        "b",
+        True,
+        [pod("a"), pod("b"), pod("c")],
+        {"a": 9e9},
+        1,
+        True,
+        {"a": 9e9, "b": NOW},
+        True,
+    ),
+    (
+        "a stale entry of a restarted pod that does not want to drain: removed",
+        "a",
+        False,
+        None,
+        {"a": 5.0, "b": 6.0},
+        1,
+        False,
+        {"b": 6.0},
+        True,
+    ),
+    (
+        "a stale entry holds the others back until it is removed",
+        "b",
+        True,
+        [pod("a"), pod("b")],
+        {"a": 5.0},
+        1,
+        False,
+        {"a": 5.0},
+        True,
+    ),
+    (
+        "this pod missing from the list (wrong namespace or selector): nothing learnt, nothing written",
+        "x",
+        True,
+        [pod("a"), pod("b"), pod("c")],
+        {"a": 5.0, "q": 1.0},
+        1,
+        False,
+        {"a": 5.0, "q": 1.0},
+        False,
+    ),
+    ("the peers not read: nothing learnt", "a", True, None, {"b": 6.0}, 1, False, {"b": 6.0}, False),
+    (
+        "a terminating pod leaves anyway and takes no place",
+        "a",
+        True,
+        [pod("a", terminating=True), pod("b")],
+        {"a": 5.0},
+        1,
+        True,
+        {},
+        True,
+    ),
+    (
+        "whoever writes prunes pods no longer listed",
+        "b",
+        True,
+        [pod("a"), pod("b")],
+        {"gone": 1.0},
+        1,
+        True,
+        {"b": NOW},
+        True,
+    ),
+    (
+        "no want, peers read: own entry removed, unlisted pruned",
+        "a",
+        False,
+        [pod("a"), pod("b")],
+        {"a": 5.0, "gone": 1.0},
+        1,
+        False,
+        {},
+        True,
     ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("case", "wants", "announced_at", "now", "view", "last", "drain", "why"),
+    ("case", "me", "wants", "peers", "before", "min_ready", "drains", "after", "learnt"),
+    DRAIN_TABLE,
+    ids=[c[0] for c in DRAIN_TABLE],
+)
+def test_drain_plan(
+    case: str,
+    me: str,
+    wants: bool,
+    peers: list[Peer] | None,
+    before: dict[str, float],
+    min_ready: int,
+    drains: bool,
+    after: dict[str, float],
+    learnt: bool,
+) -> None:
+    plan = drain_plan(me, wants=wants, peers=peers, drained=before, min_ready=min_ready, now_wall=NOW)
+    assert (plan.drain, dict(plan.drained), plan.learnt) == (drains, after, learnt), plan.why
+    # Idempotent: planned again on the set as written, the same plan (the sidecar relies on it).
+    again = drain_plan(me, wants=wants, peers=peers, drained=plan.drained, min_ready=min_ready, now_wall=NOW + 5)
+    assert again == plan
+    # The promise: a pod leaves the Service only with min_ready others serving, none of them in the set.
+    if plan.drain and peers is not None and not any(p.name == me and p.terminating for p in peers):
+        serving = [p for p in peers if p.name != me and p.ready and not p.terminating and p.name not in plan.drained]
+        assert len(serving) >= min_ready
+
+
+def test_the_held_back_reason_says_who_is_drained() -> None:
+    plan = drain_plan(
+        "c", wants=True, peers=[pod("a"), pod("b"), pod("c")], drained={"a": 1.0, "b": 2.0}, min_ready=1, now_wall=NOW
+    )
+    assert plan.why == "held back: 0 other pod(s) serving, min_ready 1; drained: a, b"
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_broken_everywhere_admitted_one_at_a_time_leaves_min_ready_serving(n: int) -> None:
+    for min_ready in range(1, n + 2):
+        drained: dict[str, float] = {}
+        names = [f"p{i}" for i in range(n)]
+        for _ in range(2):  # every pod asks, twice over, each against the set as the last one left it
+            for name in names:
+                peers = [pod(x, ready=x not in drained) for x in names]
+                drained = dict(
+                    drain_plan(
+                        name, wants=True, peers=peers, drained=drained, min_ready=min_ready, now_wall=NOW
+                    ).drained
+                )
+        assert len(drained) == max(0, n - min_ready)
+
+
+# A fleet of three, pure: each pod reads (the peers' readiness and the set), then each writes with
+# compare-and-swap (a lost race re-reads the set, not the peers, and plans again), in every order.
+FLEET = ("a", "b", "c")
+
+
+def _round(
+    order: tuple[str, ...],
+    wants: dict[str, bool],
+    store: dict[str, Any],
+    drains: dict[str, bool],
+    min_ready: int,
+) -> None:
+    def serving() -> set[str]:
+        return {p for p in FLEET if not (wants[p] and drains[p])}
+
+    def check() -> None:
+        assert len(serving()) >= min(min_ready, len(FLEET)), (order, wants, store, drains)
+
+    views: dict[str, tuple[list[Peer], int, dict[str, float]]] = {}
+    for step in order:  # "r:a" reads, "w:a" writes; a pod's read comes before its write
+        kind, name = step.split(":")
+        if kind == "r":
+            views[name] = ([pod(p, p in serving()) for p in FLEET], store["generation"], dict(store["drained"]))
+            continue
+        peers, generation, drained = views[name]
+        for _attempt in range(4):
+            plan = drain_plan(name, wants=wants[name], peers=peers, drained=drained, min_ready=min_ready, now_wall=NOW)
+            if generation == store["generation"]:
+                if dict(plan.drained) != store["drained"]:
+                    store["generation"] += 1
+                    store["drained"] = dict(plan.drained)
+                drains[name] = plan.drain  # the pod leaves the Service only after its admission is written
+                break
+            generation, drained = store["generation"], dict(store["drained"])  # lost the race: re-read
+        check()
+
+
+def _orders() -> list[tuple[str, ...]]:
+    steps = [f"{kind}:{name}" for name in FLEET for kind in ("r", "w")]
+    return [
+        order
+        for order in itertools.permutations(steps)
+        if all(order.index(f"r:{n}") < order.index(f"w:{n}") for n in FLEET)
+    ]
+
+
+@pytest.mark.parametrize("min_ready", [1, 2, 3])
+def test_a_fleet_of_three_interleaving_reads_and_writes_never_empties_the_service(min_ready: int) -> None:
+    # Breaks and heals, one pod at a time and all at once, each round in every interleaving.
+    scenario = [
+        {"a": True, "b": False, "c": False},
+        {"a": True, "b": True, "c": True},
+        {"a": True, "b": True, "c": True},
+        {"a": False, "b": True, "c": True},
+        {"a": True, "b": True, "c": True},
+        {"a": False, "b": False, "c": True},
+        {"a": False, "b": False, "c": False},
+    ]
+    orders = _orders()
+    assert len(orders) == 90
+    for order in orders:
+        store: dict[str, Any] = {"generation": 0, "drained": {}}
+        drains = dict.fromkeys(FLEET, False)
+        for wants in scenario:
+            _round(order, wants, store, drains, min_ready)
+        assert store["drained"] == {} and not any(drains.values())  # all healed: everyone back
+
+
+KEEP = 60.0
+DRAINING_PLAN = DrainPlan(True, "drained: 1 other pod(s) serving (b), min_ready 1", {"a": 1.0})
+HELD_PLAN = DrainPlan(False, "held back: 0 other pod(s) serving, min_ready 1; drained: b", {"b": 1.0})
+UNLEARNT_PLAN = DrainPlan(False, "held back: this pod (x) is not among its peers", {}, learnt=False)
+GRANTED = DrainDecision(True, "drained: 1 other pod(s) serving (b), min_ready 1", view_at=100.0, basis="drained: 1 ...")
+REFUSED = DrainDecision(False, "held back: 0 other pod(s) serving", view_at=100.0, basis="held back: 0 ...")
+
+# (wants, plan, trouble, last, now) -> (drain?, why starts with)
+DECISION_TABLE: list[tuple[str, bool, DrainPlan | None, str, DrainDecision | None, float, bool, str]] = [
+    ("nothing wanted", False, None, "store down", GRANTED, 120.0, False, ""),
+    ("admitted", True, DRAINING_PLAN, "", None, 120.0, True, "drained: 1 other"),
+    ("held back", True, HELD_PLAN, "", GRANTED, 120.0, False, "held back: 0 other"),
+    ("no view: keep a drain", True, None, "store down", GRANTED, 150.0, True, "drained: 1 ... (kept: drain view"),
+    ("no view: never start one", True, None, "store down", REFUSED, 150.0, False, "held back: no current view"),
+    ("no view too long: serve", True, None, "store down", GRANTED, 161.0, False, "held back: no current view"),
+    ("never a view: never drain blind", True, None, "peers down", None, 150.0, False, "held back: no current view"),
+    ("not among the peers: a drain is kept", True, UNLEARNT_PLAN, "", GRANTED, 150.0, True, "drained: 1 ... (kept"),
+    ("not among the peers: never start", True, UNLEARNT_PLAN, "", None, 150.0, False, "held back: this pod (x)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "wants", "plan", "trouble", "last", "now", "drain", "why"),
     DECISION_TABLE,
     ids=[c[0] for c in DECISION_TABLE],
 )
 def test_drain_decision(
     case: str,
     wants: bool,
-    announced_at: float | None,
-    now: float,
-    view: DrainVerdict | None,
+    plan: DrainPlan | None,
+    trouble: str,
     last: DrainDecision | None,
+    now: float,
     drain: bool,
     why: str,
 ) -> None:
-    decision = drain_decision(
-        wants=wants,
-        announced_at=announced_at,
-        now_wall=now,  # one clock for both in the table
-        now=now,
-        view=view,
-        last=last,
-        settle_s=SETTLE,
-        keep_decision_s=KEEP,
-    )
+    decision = drain_decision(wants=wants, plan=plan, last=last, now=now, keep_decision_s=KEEP, trouble=trouble)
     assert decision.drain is drain
     assert decision.why.startswith(why), decision.why
 
 
-def test_a_kept_decision_still_expires_from_the_last_fresh_view() -> None:
-    kept = drain_decision(
-        wants=True,
-        announced_at=0.0,
-        now_wall=150.0,
-        now=150.0,
-        view=None,
-        last=GRANTED,
-        settle_s=SETTLE,
-        keep_decision_s=KEEP,
+def test_a_kept_decision_expires_from_the_last_fresh_view_and_its_reason_does_not_grow() -> None:
+    decision = drain_decision(wants=True, plan=DRAINING_PLAN, last=None, now=100.0, keep_decision_s=KEEP)
+    whys = []
+    for now in range(101, 161):  # every cycle with the peers or the store unreadable
+        decision = drain_decision(
+            wants=True, plan=None, last=decision, now=float(now), keep_decision_s=KEEP, trouble="store down"
+        )
+        assert decision.drain and decision.view_at == 100.0
+        whys.append(decision.why)
+    assert max(len(w) for w in whys) - min(len(w) for w in whys) <= 2  # "1 s" .. "60 s": no nesting
+    assert (
+        whys[-1]
+        == "drained: 1 other pod(s) serving (b), min_ready 1 (kept: drain view unavailable for 60 s: store down)"
     )
-    assert kept.drain and kept.view_at == 100.0
-    later = drain_decision(
-        wants=True,
-        announced_at=0.0,
-        now_wall=170.0,
-        now=170.0,
-        view=None,
-        last=kept,
-        settle_s=SETTLE,
-        keep_decision_s=KEEP,
-    )
+    later = drain_decision(wants=True, plan=None, last=decision, now=161.0, keep_decision_s=KEEP, trouble="store down")
     assert not later.drain
 
 

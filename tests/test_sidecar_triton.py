@@ -438,8 +438,9 @@ class RunningForever:
 
 def test_draining_never_empties_the_service_across_two_real_tritons(stack_factory: Any, tmp_path: Path) -> None:
     """Two Triton replicas over one model repository, each with its sidecar; the sidecars see each other
-    through /status (sidecar.drain.peer_urls). Broken on one replica: that one drains. Broken on both:
-    one stays in the Service (min_ready 1). At no moment do both answer /readyz 503."""
+    through /status (sidecar.drain.peer_urls) and admit their drains through the drain set in the shared
+    filesystem store. Broken on one replica: that one drains. Broken on both: one stays in the Service
+    (min_ready 1). At no moment do both answer /readyz 503. SIGTERM: the stopping one leaves at once."""
     from healer.settings import DrainSettings
     from healer.sidecar import HttpPeers
 
@@ -447,7 +448,7 @@ def test_draining_never_empties_the_service_across_two_real_tritons(stack_factor
         model = stack.model
         ports = [free_port(), free_port()]
         urls = tuple(f"http://127.0.0.1:{p}" for p in ports)
-        drain = DrainSettings(min_ready=1, peer_urls=urls, settle_s=0.6, keep_decision_s=10, timeout_s=1.0)
+        drain = DrainSettings(min_ready=1, peer_urls=urls, keep_decision_s=10, timeout_s=1.0, set_name="replicas")
         with EmbeddedTriton(stack.live, load_models=[model], workdir=tmp_path / "replica") as second:
             tritons = [stack.settings.triton.url, second.url]
             sidecars = []
@@ -492,20 +493,28 @@ def test_draining_never_empties_the_service_across_two_real_tritons(stack_factor
                     b.wait_for(lambda s: s["drain"]["draining"] and not s["drain"]["ready"], 15)
                     assert http_get(a.base + "/readyz")[0] == 200
                     assert http_get(b.base + "/readyz") == (503, f"{model}: healing\n")
+                    assert stack.store.drain_set("replicas").drained.keys() == {"ml/triton-1"}
                     # Now it reaches replica a too: a wants to drain after b, and is held back.
                     stack.triton.load_model(model, timeout_s=60)
-                    status = a.wait_for(lambda s: "min_ready" in s["drain"]["why"], 15)  # past settle_s
+                    status = a.wait_for(lambda s: "min_ready" in s["drain"]["why"], 15)
                     assert status["models"][model]["state"] == "healing"  # its rollback still runs
                     assert (
-                        "held back: 1 pod(s) serving, min_ready 1; draining first: ml/triton-1"
-                        in status["drain"]["why"]
+                        "held back: 0 other pod(s) serving, min_ready 1; drained: ml/triton-1" in status["drain"]["why"]
                     )
                     time.sleep(1.5)  # a few more cycles: the decision holds
                     code, body = http_get(a.base + "/readyz")
                     assert code == 200 and body.startswith("ok\ndrain held back"), body
                     assert "healer_drain_held_back 1" in http_get(a.base + "/metrics")[1]
+                    assert stack.store.drain_set("replicas").drained.keys() == {"ml/triton-1"}
                 finally:
                     stop.set()
                     sampler.join(10)
                 assert (503, 503) not in samples, "both replicas out of the Service at once"
                 assert (200, 503) in samples
+                # SIGTERM on b: it says so (its peers count it as terminating) and leaves the drain set.
+                sidecars[1].begin_stop()
+                status = json.loads(http_get(b.base + "/status")[1])
+                assert status["stopping"] is True and status["drain"]["ready"] is False
+                assert http_get(b.base + "/readyz")[0] == 503
+                assert sidecars[1].shutdown(grace_s=5) == []
+                assert stack.store.drain_set("replicas").drained == {}

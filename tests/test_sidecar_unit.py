@@ -4,16 +4,20 @@ scripted engines (the real Triton and engines are exercised in test_sidecar_trit
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import structlog
 
 from healer.decisions import Peer
 from healer.engines import (
+    EngineNotFound,
     EngineRejected,
     EngineUnavailable,
     RollbackRequest,
@@ -21,9 +25,10 @@ from healer.engines import (
     Submission,
     workflow_name,
 )
-from healer.settings import DrainSettings, Settings, SidecarSettings, TensorSpec, TierThresholds
-from healer.sidecar import KubePeers, PeersUnavailable, Sidecar
+from healer.settings import DrainPeers, DrainSettings, Settings, SidecarSettings, TensorSpec, TierThresholds
+from healer.sidecar import HttpPeers, KubePeers, PeersUnavailable, Sidecar
 from healer.state import Phase
+from healer.store import FilesystemBlobs, ModelStore, StoreUnavailable
 from healer.triton import IndexEntry, OutputTensor, TritonTimeout
 
 
@@ -96,7 +101,7 @@ class ScriptedEngine:
         if self.status_error is not None:
             raise self.status_error
         if name not in self.created:
-            raise EngineRejected(f"no workflow {name}")
+            raise EngineNotFound(f"no workflow {name}")
         return RunStatus(name, self.phase)
 
     def wait(self, name: str, timeout_s: float) -> RunStatus:
@@ -412,52 +417,112 @@ def test_the_manifests_fallback_engine_writes_to_an_empty_dir_not_the_read_only_
     assert "emptyDir" in volume and not mount.get("readOnly", False)
 
 
-# --- draining never empties the Service (in-memory peers, fake time) -------------------------------------
+# --- draining never empties the Service: the drain set in a real (filesystem) store, fake time -----------
 
 
 class Board:
-    """The replica set as the Kubernetes API would show it: each pod's drain announcement, and its
-    Ready condition as the kubelet would set it from the pod's /readyz."""
+    """The replica set as the Kubernetes API would show it: each pod's Ready condition as the kubelet
+    would set it from the pod's /readyz, and whether it is terminating. ``begin_round`` freezes that
+    view and the drain set's listing, so that every sidecar of the round decides on what it read
+    before any of them wrote: each reads, then each writes."""
 
-    def __init__(self) -> None:
-        self.wanted: dict[str, float | None] = {}
+    def __init__(self, root: Path) -> None:
+        self.root = root
         self.sidecars: dict[str, Sidecar] = {}
         self.engines: dict[str, ScriptedEngine] = {}
-        self.down = False
-
-    def source(self, me: str) -> BoardPeers:
-        return BoardPeers(self, me)
+        self.down = False  # the peers cannot be read (the Kubernetes API is down)
+        self.store_down = False
+        self.terminating: set[str] = set()
+        self.not_ready: set[str] = set()  # a readiness blip, as the kubelet reports it
+        self.hidden: set[str] = set()  # not in the list (deleted, or a selector that misses them)
+        self._frozen: list[Peer] | None = None
+        self.frozen_keys: list[str] | None = None
+        self.read_this_round: set[str] = set()
 
     def ready_pods(self) -> set[str]:
-        return {name for name, sidecar in self.sidecars.items() if sidecar.ready()[0]}
+        return {name for name, sidecar in self.sidecars.items() if sidecar.ready()[0] and name not in self.not_ready}
+
+    def live(self) -> list[Peer]:
+        return [
+            Peer(name, name in self.ready_pods(), name in self.terminating)
+            for name in self.sidecars
+            if name not in self.hidden
+        ]
+
+    def peers(self) -> list[Peer]:
+        if self.down:
+            raise PeersUnavailable("API down")
+        return list(self._frozen) if self._frozen is not None else self.live()
+
+    def begin_round(self) -> None:
+        self._frozen = self.live()
+        self.frozen_keys = FilesystemBlobs(self.root).keys(".healer/drain/ml")
+        self.read_this_round = set()
+
+    def end_round(self) -> None:
+        self._frozen = self.frozen_keys = None
+
+    def drained(self) -> dict[str, float]:
+        return dict(ModelStore(FilesystemBlobs(self.root)).drain_set("ml").drained)
 
 
 class BoardPeers:
+    lists_me = True
+    timeout_s = 1.0
+
     def __init__(self, board: Board, me: str) -> None:
         self.board = board
         self.me = me
 
-    def announce(self, wanted_at: float | None) -> None:
-        if self.board.down:
-            raise PeersUnavailable("API down")
-        self.board.wanted[self.me] = wanted_at
-
     def peers(self) -> list[Peer]:
-        if self.board.down:
-            raise PeersUnavailable("API down")
-        return [Peer(name, s.ready()[0], self.board.wanted.get(name)) for name, s in self.board.sidecars.items()]
+        return self.board.peers()
+
+
+class RoundBlobs(FilesystemBlobs):
+    """One sidecar's view of the shared store: its first listing of the drain set in a round is the
+    one taken when the round began (it read before anybody wrote); a retry after a lost race lists
+    afresh. ``board.store_down`` makes every call fail as an unreachable store would."""
+
+    def __init__(self, board: Board, me: str) -> None:
+        super().__init__(board.root)
+        self.board = board
+        self.me = me
+
+    def keys(self, prefix: str) -> list[str]:
+        if self.board.store_down:
+            raise StoreUnavailable("store down")
+        if self.board.frozen_keys is not None and self.me not in self.board.read_this_round:
+            self.board.read_this_round.add(self.me)
+            return [k for k in self.board.frozen_keys if k.startswith(prefix + "/")]
+        return super().keys(prefix)
+
+    def create(self, key: str, data: bytes) -> bool:
+        if self.board.store_down:
+            raise StoreUnavailable("store down")
+        return super().create(key, data)
 
 
 def fleet(
-    settings: Settings, n: int, *, min_ready: int = 1
+    settings: Settings, tmp_path: Path, n: int, *, min_ready: int = 1, stale: dict[str, float] | None = None
 ) -> tuple[Board, list[tuple[Sidecar, ScriptedTriton]], FakeClock]:
-    drain = DrainSettings(min_ready=min_ready, peer_urls=("http://peers",), settle_s=2.0, keep_decision_s=10.0)
+    drain = DrainSettings(
+        min_ready=min_ready,
+        peers=DrainPeers("ml", "app=triton"),
+        keep_decision_s=10.0,
+        set_name="ml",
+        store_timeout_s=5.0,
+    )
     settings = dataclasses.replace(settings, sidecar=dataclasses.replace(settings.sidecar, drain=drain))
-    board, clock, members = Board(), FakeClock(), []
+    root = tmp_path / "store"
+    root.mkdir(parents=True, exist_ok=True)
+    if stale:  # a drain set left behind by an earlier run of these pods
+        ModelStore(FilesystemBlobs(root)).update_drain_set("ml", lambda d: {**d, **stale})
+    board, clock, members = Board(root), FakeClock(), []
     for i in range(n):
         name = f"triton-{i}"
         triton = ScriptedTriton(settings)
         engine = ScriptedEngine()
+        store = ModelStore(RoundBlobs(board, name))
         sidecar = Sidecar(
             settings,
             triton,
@@ -465,7 +530,8 @@ def fleet(
             pod=f"ml/{name}",
             clock=clock,
             wall=lambda: clock.now,
-            peers=board.source(name),
+            peers=BoardPeers(board, name),
+            drain_store=lambda store=store: store,  # type: ignore[misc]
         )
         board.sidecars[name] = sidecar
         board.engines[name] = engine
@@ -473,78 +539,211 @@ def fleet(
     return board, members, clock
 
 
-def cycle_all(members: list[tuple[Sidecar, ScriptedTriton]], clock: FakeClock, board: Board) -> set[str]:
+def assert_serving_enough(board: Board, min_ready: int) -> None:
+    # Pods that can serve: probed at least once, Triton live, not terminating, no readiness blip.
+    can_serve = [
+        n
+        for n, s in board.sidecars.items()
+        if s.cycles and s.triton_live and n not in board.terminating and n not in board.not_ready
+    ]
+    assert len(board.ready_pods()) >= min(min_ready, len(can_serve)), (board.ready_pods(), board.drained())
+
+
+def cycle_all(
+    members: list[tuple[Sidecar, ScriptedTriton]],
+    clock: FakeClock,
+    board: Board,
+    *,
+    min_ready: int = 1,
+    interleave: bool = True,
+    order: Sequence[int] | None = None,
+) -> set[str]:
+    """One period of every sidecar; with ``interleave``, every one decides on what it read before any wrote."""
     clock.now += 1
-    for sidecar, _ in members:
-        sidecar.cycle()
-        assert board.ready_pods(), "every pod out of the Service at once"  # checked after every single step
+    if interleave:
+        board.begin_round()
+    try:
+        for i in order if order is not None else range(len(members)):
+            members[i][0].cycle()
+            assert_serving_enough(board, min_ready)  # after every single step
+    finally:
+        board.end_round()
     return board.ready_pods()
 
 
-def test_a_model_broken_on_every_replica_never_empties_the_service(settings: Settings) -> None:
-    board, members, clock = fleet(settings, 3)
-    for _ in range(2):
-        cycle_all(members, clock, board)
+def break_all(members: list[tuple[Sidecar, ScriptedTriton]]) -> None:
     for _, triton in members:
         triton.wrong = True
-    seen = [cycle_all(members, clock, board) for _ in range(8)]
-    assert seen[-1] == seen[-2] and len(seen[-1]) == 1  # settled: two drained, one held back
-    [held_name] = seen[-1]
-    held = board.sidecars[held_name]
-    ok, lines = held.ready()
-    assert ok and lines[0].startswith("drain held back (linear_scorer: healing): held back: 1 pod(s) serving")
-    assert held.metrics.value("healer_drain_held_back", {}) == 1.0
-    drain = held.status()["drain"]
-    assert (drain["wanted"], drain["held_back"], drain["draining"], drain["ready"]) == (True, True, False, True)
+
+
+@pytest.mark.parametrize(("n", "min_ready"), [(3, 1), (3, 2), (3, 3), (1, 1), (2, 1)])
+def test_a_model_broken_on_every_replica_never_empties_the_service(
+    settings: Settings, tmp_path: Path, n: int, min_ready: int
+) -> None:
+    board, members, clock = fleet(settings, tmp_path, n, min_ready=min_ready)
+    cycle_all(members, clock, board, min_ready=min_ready)
+    break_all(members)
+    orders = list(itertools.permutations(range(n)))
+    seen = [cycle_all(members, clock, board, min_ready=min_ready, order=orders[k % len(orders)]) for k in range(8)]
+    assert seen[-1] == seen[-2] and len(seen[-1]) == min(n, min_ready)  # settled: the rest drained
+    assert len(board.drained()) == max(0, n - min_ready)
+    held = [s for name, s in board.sidecars.items() if name in seen[-1]]
+    for sidecar in held:
+        ok, lines = sidecar.ready()
+        assert ok and lines[0].startswith("drain held back (linear_scorer: healing): held back: "), lines
+        assert f"min_ready {min_ready}" in lines[0]
+        assert sidecar.metrics.value("healer_drain_held_back", {}) == 1.0
+        drain = sidecar.status()["drain"]
+        assert (drain["wanted"], drain["held_back"], drain["draining"], drain["ready"]) == (True, True, False, True)
     # Every replica's rollback was still submitted: healing does not wait for the drain.
     assert all(s.states["linear_scorer"].phase is Phase.HEALING for s, _ in members)
-    drained = [s for name, s in board.sidecars.items() if name != held_name]
+    drained = [s for name, s in board.sidecars.items() if name not in seen[-1]]
     assert all(s.status()["drain"]["draining"] and s.ready() == (False, ["linear_scorer: healing"]) for s in drained)
 
 
-def test_a_model_broken_on_one_replica_drains_that_one(settings: Settings) -> None:
-    board, members, clock = fleet(settings, 3)
+def test_a_model_broken_on_one_replica_drains_that_one_and_it_comes_back(settings: Settings, tmp_path: Path) -> None:
+    board, members, clock = fleet(settings, tmp_path, 3)
     cycle_all(members, clock, board)
     members[1][1].wrong = True
-    cycle_all(members, clock, board)  # announced; deciding after settle_s
-    assert board.ready_pods() == {"triton-0", "triton-1", "triton-2"}
+    assert cycle_all(members, clock, board) == {"triton-0", "triton-2"}  # no settling time: admitted at once
+    assert set(board.drained()) == {"triton-1"}
+    assert members[1][0].status()["drain"]["in_set_since"] == clock.now
+    members[1][1].wrong = False  # healed: out of the set, serving again
+    board.engines["triton-1"].phase = "Succeeded"
+    for _ in range(2):
+        cycle_all(members, clock, board)
+    assert board.drained() == {} and board.ready_pods() == {"triton-0", "triton-1", "triton-2"}
+
+
+def test_all_wanting_pods_out_of_the_service_come_back(settings: Settings, tmp_path: Path) -> None:
+    """Both pods drained (a drain set left so, or the old "drains for free" rule): the Service must not
+    stay empty for the incident; one serves again at once, then the other stays drained."""
+    board, members, clock = fleet(settings, tmp_path, 2, stale={"triton-0": 1.0, "triton-1": 1.0})
+    break_all(members)
+    clock.now += 1
+    for sidecar, _ in members:
+        sidecar.cycle()
+    assert board.ready_pods(), board.drained()  # not both out
     for _ in range(3):
         cycle_all(members, clock, board)
-    assert board.ready_pods() == {"triton-0", "triton-2"}
-    assert board.wanted["triton-1"] is not None
-    members[1][1].wrong = False  # healed: the want is withdrawn and the pod serves again
-    board.engines["triton-1"].phase = "Succeeded"
+    assert len(board.ready_pods()) == 1 and len(board.drained()) == 1
+
+
+def test_a_blip_on_the_held_pod_brings_the_drained_pod_back(settings: Settings, tmp_path: Path) -> None:
+    board, members, clock = fleet(settings, tmp_path, 2)
     cycle_all(members, clock, board)
-    assert board.wanted["triton-1"] is None and board.ready_pods() == {"triton-0", "triton-1", "triton-2"}
+    break_all(members)
+    for _ in range(2):
+        cycle_all(members, clock, board)
+    [drained] = board.drained()
+    [held] = board.ready_pods()
+    board.not_ready = {held}  # one failed readinessProbe on the pod that serves
+    clock.now += 1
+    board.sidecars[drained].cycle()
+    assert drained in board.ready_pods() and board.drained() == {}  # serves again
+    board.not_ready = set()
+    for _ in range(2):
+        cycle_all(members, clock, board)
+    assert len(board.ready_pods()) == 1 and len(board.drained()) == 1  # one drains again, one serves
 
 
-def test_with_the_peers_unreadable_a_grant_is_kept_for_a_while_then_the_pod_serves(settings: Settings) -> None:
-    board, members, clock = fleet(settings, 2)
+def test_when_the_serving_pod_is_deleted_the_drained_pod_serves_again(settings: Settings, tmp_path: Path) -> None:
+    board, members, clock = fleet(settings, tmp_path, 2)
+    cycle_all(members, clock, board)
+    break_all(members)
+    for _ in range(2):
+        cycle_all(members, clock, board)
+    [drained] = board.drained()
+    [held] = board.ready_pods()
+    board.terminating = {held}
+    clock.now += 1
+    board.sidecars[drained].cycle()
+    assert drained in board.ready_pods() and board.drained() == {}
+    board.hidden = {held}  # gone from the list: its entry, were there one, is pruned by whoever writes
+    cycle_all(members[:1] if drained == "triton-0" else members[1:], clock, board)
+    assert drained in board.ready_pods()
+
+
+def test_a_restarted_sidecar_removes_its_stale_entry(settings: Settings, tmp_path: Path) -> None:
+    """triton-0's entry outlived its sidecar: it serves (healthy), and its entry would hold triton-1 back forever."""
+    board, members, clock = fleet(settings, tmp_path, 2, stale={"triton-0": 1.0})
+    members[1][1].wrong = True
+    cycle_all(members, clock, board)
+    assert "triton-0" not in board.drained()  # removed on its first cycle
+    cycle_all(members, clock, board)
+    assert set(board.drained()) == {"triton-1"} and board.ready_pods() == {"triton-0"}
+
+
+def test_a_pod_missing_from_its_peer_list_never_drains(settings: Settings, tmp_path: Path) -> None:
+    board, members, clock = fleet(settings, tmp_path, 3)
+    board.hidden = {"triton-0"}  # a selector that misses this pod: the list is of other pods
+    members[0][1].wrong = True
+    for _ in range(3):
+        cycle_all(members, clock, board)
+    assert board.drained() == {} and "triton-0" in board.ready_pods()
+    assert "is not among its peers" in members[0][0].ready()[1][0]
+
+
+@pytest.mark.parametrize("what", ["peers", "store"])
+def test_with_no_view_a_drain_is_kept_for_a_while_then_the_pod_serves(
+    settings: Settings, tmp_path: Path, what: str
+) -> None:
+    board, members, clock = fleet(settings, tmp_path, 2)
     cycle_all(members, clock, board)
     members[0][1].wrong = True
-    for _ in range(4):
-        cycle_all(members, clock, board)
-    assert board.ready_pods() == {"triton-1"}
-    board.down = True
-    for _ in range(5):
-        cycle_all(members, clock, board)
-    assert board.ready_pods() == {"triton-1"}  # kept: every pod keeps its own decision
-    for _ in range(7):  # past keep_decision_s (10 s) without a view
-        cycle_all(members, clock, board)
-    assert board.ready_pods() == {"triton-0", "triton-1"}
-    assert "peers unreadable" in members[0][0].ready()[1][0]
-
-
-def test_a_new_want_while_the_peers_are_unreadable_does_not_drain(settings: Settings) -> None:
-    board, members, clock = fleet(settings, 2)
     cycle_all(members, clock, board)
-    board.down = True
-    for _, triton in members:
-        triton.wrong = True
+    assert board.ready_pods() == {"triton-1"}
+    setattr(board, "down" if what == "peers" else "store_down", True)
+    whys = []
+    for _ in range(5):
+        cycle_all(members, clock, board, interleave=False)
+        assert board.ready_pods() == {"triton-1"}  # kept: it is in the set, nobody counts it
+        whys.append(members[0][0].status()["drain"]["why"])
+    assert len({len(w) for w in whys}) == 1  # the kept reason does not grow every cycle
+    for _ in range(6):  # past keep_decision_s (10 s) without a view
+        cycle_all(members, clock, board, interleave=False)
+    assert board.ready_pods() == {"triton-0", "triton-1"}
+    assert "no current view" in members[0][0].ready()[1][0]
+
+
+def test_a_new_want_without_a_view_does_not_drain(settings: Settings, tmp_path: Path) -> None:
+    board, members, clock = fleet(settings, tmp_path, 2)
+    cycle_all(members, clock, board)
+    board.store_down = True
+    break_all(members)
     for _ in range(6):
-        cycle_all(members, clock, board)
+        cycle_all(members, clock, board, interleave=False)
     assert board.ready_pods() == {"triton-0", "triton-1"}  # blind: nobody drains
     assert all(s.metrics.value("healer_drain_held_back", {}) == 1.0 for s, _ in members)
+
+
+def test_a_bug_in_deciding_does_not_freeze_the_drain(settings: Settings, tmp_path: Path) -> None:
+    board, members, clock = fleet(settings, tmp_path, 2)
+    cycle_all(members, clock, board)
+    members[0][1].wrong = True
+    cycle_all(members, clock, board)
+    assert board.ready_pods() == {"triton-1"}
+    sidecar = members[0][0]
+
+    def broken_peers() -> list[Peer]:
+        raise RuntimeError("a bug in the peer source")
+
+    sidecar._peers.peers = broken_peers  # type: ignore[union-attr,method-assign]
+    for _ in range(11):  # peers() raising anything at all: kept for keep_decision_s, then serving
+        cycle_all(members, clock, board, interleave=False)
+    assert board.ready_pods() == {"triton-0", "triton-1"}
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("a bug in deciding")
+
+    board2, members2, clock2 = fleet(settings, tmp_path / "b", 2)
+    cycle_all(members2, clock2, board2)
+    members2[0][1].wrong = True
+    cycle_all(members2, clock2, board2)
+    members2[0][0]._decide_drain = broken  # type: ignore[method-assign]
+    for _ in range(11):  # the decision itself raising: the same, never frozen
+        cycle_all(members2, clock2, board2, interleave=False)
+    assert board2.ready_pods() == {"triton-0", "triton-1"}
 
 
 def test_without_the_drain_setting_every_failing_pod_drains_as_before(settings: Settings) -> None:
@@ -557,46 +756,425 @@ def test_without_the_drain_setting_every_failing_pod_drains_as_before(settings: 
     assert sidecar.status()["drain"]["draining"] is True
 
 
-def test_kube_peers_read_ready_conditions_and_annotations() -> None:
+def test_a_stopping_sidecar_leaves_the_service_and_the_drain_set(settings: Settings, tmp_path: Path) -> None:
+    board, members, clock = fleet(settings, tmp_path, 2)
+    cycle_all(members, clock, board)
+    members[0][1].wrong = True
+    cycle_all(members, clock, board)
+    assert set(board.drained()) == {"triton-0"}
+    sidecar = members[0][0]
+    sidecar.begin_stop()
+    assert sidecar.ready() == (False, ["stopping: SIGTERM received, leaving the Service"])
+    status = sidecar.status()
+    assert status["stopping"] is True and status["drain"]["ready"] is False
+    assert sidecar.shutdown(grace_s=5) == []
+    assert board.drained() == {}
+
+
+def test_kube_peers_read_ready_conditions_and_deletion() -> None:
     from healer.kube import KubeError, PodReadiness
 
     class FakeKube:
-        def __init__(self) -> None:
-            self.annotated: list[tuple[str, dict[str, str]]] = []
-            self.fail = False
+        timeout_s = 3.0
 
-        def annotate_pod(self, pod: Any, annotations: dict[str, str]) -> None:
-            if self.fail:
-                raise KubeError("annotate: Kubernetes API not reachable")
-            self.annotated.append((str(pod), dict(annotations)))
+        def __init__(self) -> None:
+            self.fail = False
 
         def pod_readiness(self, namespace: str, selector: str) -> list[PodReadiness]:
             if self.fail:
                 raise KubeError("list pods: Kubernetes API not reachable")
             return [
                 PodReadiness("triton-0", True, False, {"healer.io/drain-wanted": "1700000000.250"}),
-                PodReadiness("triton-1", False, True, {"healer.io/drain-wanted": ""}),
-                PodReadiness("triton-2", True, False, {"healer.io/drain-wanted": "garbage"}),
+                PodReadiness("triton-1", False, True, {}),
+                PodReadiness("triton-2", True, False, {}),
             ]
 
     kube = FakeKube()
     source = KubePeers(kube, "ml/triton-0", "ml", "app=triton")
-    assert source.me == "triton-0"
-    source.announce(1700000000.25)
-    source.announce(None)
-    assert kube.annotated == [
-        ("ml/triton-0", {"healer.io/drain-wanted": "1700000000.250"}),
-        ("ml/triton-0", {"healer.io/drain-wanted": ""}),
-    ]
+    assert (source.me, source.lists_me, source.timeout_s) == ("triton-0", True, 3.0)
+    assert not hasattr(source, "announce")  # nothing is written to the pods: no patch permission needed
     assert source.peers() == [
-        Peer("triton-0", True, 1700000000.25, False),
-        Peer("triton-1", False, None, True),
-        Peer("triton-2", True, None, False),
+        Peer("triton-0", True, False),  # an old drain-wanted annotation means nothing any more
+        Peer("triton-1", False, True),
+        Peer("triton-2", True, False),
     ]
     kube.fail = True
     with pytest.raises(PeersUnavailable):
         source.peers()
     with pytest.raises(PeersUnavailable):
-        source.announce(1.0)
-    with pytest.raises(PeersUnavailable):
         KubePeers(None, "ml/triton-0", "ml", "app=triton").peers()
+
+
+def test_http_peers_report_stopping_sidecars_and_raise_when_none_answers(settings: Settings) -> None:
+    from healer.embedded import free_port
+    from healer.sidecar_http import SidecarServer
+
+    servers, urls = [], []
+    sidecars = []
+    for i in range(2):
+        sidecar, _triton, _clock = make(settings, ScriptedEngine())
+        sidecar.pod = f"ml/triton-{i}"
+        sidecar.cycle()
+        sidecars.append(sidecar)
+        server = SidecarServer(sidecar, f"127.0.0.1:{free_port()}")
+        server.start()
+        servers.append(server)
+        urls.append(f"http://{server.address}")
+    try:
+        sidecars[1].begin_stop()
+        dead = f"http://127.0.0.1:{free_port()}"
+        peers = HttpPeers("ml/triton-0", [*urls, dead], timeout_s=1.0).peers()
+        assert sorted(peers, key=lambda p: p.name) == [
+            Peer("ml/triton-0", True, False),
+            Peer("ml/triton-1", False, True),  # stopping: terminating, not serving
+        ]
+        with pytest.raises(PeersUnavailable, match="none of the 2"):
+            HttpPeers("ml/triton-0", [dead, f"http://127.0.0.1:{free_port()}"], timeout_s=0.5).peers()
+    finally:
+        for server in servers:
+            server.stop()
+
+
+# --- engines: one rollback per model, every path ends ---------------------------------------------------
+
+
+def test_a_refusal_when_asking_again_is_not_absence(settings: Settings) -> None:
+    """A create that timed out, then 403 on the GET: the workflow may exist; never start a second one."""
+    primary = ScriptedEngine(
+        submit_errors=[EngineUnavailable("read timed out", maybe_delivered=True)],
+        status_error=EngineRejected("Argo refused to get workflow (HTTP 403): forbidden"),
+    )
+    fallback = ScriptedEngine()
+    sidecar, triton, _clock = make(settings, primary, fallback)
+    triton.wrong = True
+    sidecar.cycle()
+    assert fallback.created == []
+    primary.status_error = EngineNotFound("Argo refused to get workflow (HTTP 404): not found")
+    primary.submit_errors = [EngineUnavailable("read timed out", maybe_delivered=True)]
+    sidecar.cycle()
+    assert len(fallback.created) == 1  # 404: certainly absent
+
+
+def test_a_refusal_while_polling_is_not_a_vanished_run(settings: Settings) -> None:
+    primary = ScriptedEngine()
+    sidecar, triton, clock, sent = make_alerting(settings, lambda: primary)
+    triton.wrong = True
+    sidecar.cycle()
+    primary.status_error = EngineRejected("Argo refused to get workflow (HTTP 401): token expired")
+    for _ in range(3):
+        clock.now += 1
+        sidecar.cycle()
+    assert sidecar.states["linear_scorer"].phase is Phase.HEALING and sent == []  # still watching it
+    primary.status_error = None
+    primary.phase = "Succeeded"
+    triton.wrong = False
+    clock.now += 1
+    sidecar.cycle()
+    assert sidecar.states["linear_scorer"].phase is Phase.HEALTHY
+
+
+def test_a_vanished_run_escalates_once(settings: Settings) -> None:
+    primary = ScriptedEngine()
+    sidecar, triton, clock, sent = make_alerting(settings, lambda: primary)
+    triton.wrong = True
+    sidecar.cycle()
+    primary.status_error = EngineNotFound("no run")
+    clock.now += 1
+    sidecar.cycle()
+    assert sidecar.states["linear_scorer"].phase is Phase.ESCALATED
+    assert len(sent) == 1 and "disappeared" in sent[0]["annotations"]["description"]
+
+
+class PresetEngine(ScriptedEngine):
+    """Runs of some names exist already, in a given phase (e.g. another replica's, finished)."""
+
+    def __init__(self, phases: dict[str, str]) -> None:
+        super().__init__()
+        self.phases = phases
+        self.created = list(phases)
+
+    def status(self, name: str) -> RunStatus:
+        return RunStatus(name, self.phases.get(name, "Running"), finished_at="2020-01-01T00:00:00Z")
+
+
+def suffixed(request_name: str, n: int) -> str:
+    return workflow_name(RollbackRequest(model="linear_scorer", from_version="3", incident=f"{request_name}-r{n}"))
+
+
+def test_a_fast_failing_rollback_is_joined_not_submitted_again(settings: Settings) -> None:
+    """Another replica's run of this incident Failed at once (store down): every later replica joins it and
+    escalates, whatever the clocks say; it does not create -r2, -r3, ... each with its own alert."""
+    probe, triton, _clock = make(settings, ScriptedEngine())
+    triton.wrong = True
+    probe.cycle()
+    incident = probe.states["linear_scorer"].incident
+    assert incident is not None
+    first = workflow_name(RollbackRequest(model="linear_scorer", from_version="3", incident=incident.key))
+    engine = PresetEngine({first: "Failed"})
+    sidecar, triton, clock, sent = make_alerting(settings, lambda: engine)
+    triton.wrong = True
+    sidecar.cycle()
+    assert engine.created == [first, first]  # asked once, joined
+    assert sidecar.metrics.value("healer_rollbacks_total", {"model": "linear_scorer", "outcome": "joined"}) == 1
+    clock.now += 1
+    sidecar.cycle()
+    assert sidecar.states["linear_scorer"].phase is Phase.ESCALATED and len(sent) == 1
+    # A run that Succeeded healed an earlier occurrence: this one is new, the next suffix is used.
+    engine = PresetEngine({first: "Succeeded"})
+    again, triton, _clock = make(settings, engine)
+    triton.wrong = True
+    again.cycle()
+    assert engine.created[-1] == suffixed(incident.key, 2)
+    assert again.metrics.value("healer_rollbacks_total", {"model": "linear_scorer", "outcome": "submitted"}) == 1
+
+
+def test_the_healing_timeout_then_a_failed_run_escalates_once(settings: Settings) -> None:
+    primary = ScriptedEngine()
+    sidecar, triton, clock, sent = make_alerting(settings, lambda: primary)
+    triton.wrong = True
+    with structlog.testing.capture_logs() as logs:
+        sidecar.cycle()
+        clock.now += sidecar.policy.rollback_timeout_s + 1
+        sidecar.cycle()
+        assert sidecar.states["linear_scorer"].phase is Phase.ESCALATED and len(sent) == 1
+        primary.phase = "Failed"  # the run ends after all
+        clock.now += 1
+        sidecar.cycle()
+    assert len(sent) == 1
+    assert sidecar.metrics.value("healer_rollbacks_total", {"model": "linear_scorer", "outcome": "escalated"}) == 1
+    assert len([e for e in logs if e["event"] == "incident"]) == 1
+
+
+def test_draining_the_engines_survives_an_engine_added_meanwhile(settings: Settings) -> None:
+    sidecar, _triton, _clock = make(settings, ScriptedEngine())
+
+    class Late:
+        def drain(self, timeout_s: float) -> list[str]:
+            # A construction left to its worker thread lands while the engines are drained.
+            sidecar._engines["fallback"] = ScriptedEngine()
+            return ["run-a"]
+
+    sidecar._engines["primary"] = Late()  # type: ignore[assignment]
+    assert sidecar.drain(1.0) == ["run-a"]
+
+
+def test_shutdown_cancels_in_pod_rollbacks_within_the_grace_period(settings: Settings) -> None:
+    sidecar, _triton, _clock = make(settings, ScriptedEngine())
+    sidecar.clock = time.monotonic  # real time: the engine's drain waits for real
+    calls: list[tuple[str, float]] = []
+
+    class Local:
+        def __init__(self) -> None:
+            self.cancelled = threading.Event()
+
+        def drain(self, timeout_s: float) -> list[str]:
+            calls.append(("drain", timeout_s))
+            self.cancelled.wait(timeout_s)
+            return [] if self.cancelled.is_set() else ["healer-rollback-x"]
+
+        def cancel_all(self) -> list[str]:
+            calls.append(("cancel_all", 0.0))
+            self.cancelled.set()
+            return ["healer-rollback-x"]
+
+    sidecar._engines["fallback"] = Local()  # type: ignore[assignment]
+    started = time.monotonic()
+    sidecar.begin_stop()
+    assert sidecar.shutdown(grace_s=3.0) == []
+    assert time.monotonic() - started < 3.0  # within the grace period: cancelled, not SIGKILLed mid-step
+    assert [c[0] for c in calls] == ["drain", "cancel_all", "drain"]
+    assert 0 < calls[0][1] < 2.0  # part of the time for the rollback to finish, the rest to stop and alert
+
+
+def test_an_orphaned_in_pod_rollback_is_escalated_at_start_up(settings: Settings, tmp_path: Path) -> None:
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from healer.engines.local import mark_orphaned_runs
+
+    dead = int(
+        subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    record = {
+        "metadata": {
+            "name": "healer-rollback-linear-scorer-0123456789",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {
+                "healer.io/model": "linear_scorer",
+                "healer.io/from-version": "3",
+                "healer.io/incident": "inc-0123456789abcdef",
+                "healer.io/reason": "wrong-answer",
+            },
+            "annotations": {"healer.io/engine": f"{socket.gethostname()}/{dead}"},
+        },
+        "status": {"phase": "Running", "nodes": {}},
+    }
+    (tmp_path / "healer-rollback-linear-scorer-0123456789.json").write_text(json.dumps(record))
+    other = {
+        **record,
+        "metadata": {**record["metadata"], "name": "healer-rollback-other-1", "labels": {"healer.io/model": "other"}},
+    }
+    (tmp_path / "healer-rollback-other-1.json").write_text(json.dumps(other))
+    sidecar, _triton, _clock, sent = make_alerting(settings, ScriptedEngine)
+    sidecar.escalate_orphans(mark_orphaned_runs(tmp_path))
+    state = sidecar.states["linear_scorer"]
+    assert state.phase is Phase.ESCALATED and state.incident is not None
+    assert state.incident.workflow == "healer-rollback-linear-scorer-0123456789"
+    [alert] = sent  # one, for the model it watches
+    assert (
+        alert["labels"]["incident"] == "inc-0123456789abcdef" and "was cut off" in alert["annotations"]["description"]
+    )
+    sidecar.escalate_orphans(mark_orphaned_runs(tmp_path))  # marked already: nothing more
+    assert len(sent) == 1
+    sidecar.cycle()  # good answers (success_threshold 1): trusted again, the alert resolved
+    assert sidecar.states["linear_scorer"].phase is Phase.HEALTHY and "endsAt" in sent[-1]
+
+
+class TwoModelTriton(ScriptedTriton):
+    """Both example models; ``wrong`` and ``raises`` name the models that answer wrongly or make probing raise."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.goldens = {m.name: m.golden for m in settings.models}
+        self.wrong_models: set[str] = set()
+        self.raises: set[str] = set()
+
+    def infer(
+        self, model: str, version: str, inputs: Sequence[TensorSpec], output_names: Sequence[str], timeout_s: float
+    ) -> dict[str, OutputTensor]:
+        if model in self.raises:
+            raise ValueError("cannot convert the answer to a numpy array")
+        outputs = {}
+        for expected in self.goldens[model].outputs:
+            values = np.array(expected.tensor.values, copy=True)
+            if model in self.wrong_models:
+                values = values + 100
+            outputs[expected.tensor.name] = OutputTensor(expected.tensor.name, expected.tensor.datatype, values)
+        return outputs
+
+
+@pytest.fixture
+def two_models(example_settings: Settings) -> Settings:
+    return dataclasses.replace(
+        example_settings,
+        sidecar=SidecarSettings(period_s=1.0, business=TierThresholds(failure_threshold=1, success_threshold=1)),
+    )
+
+
+def test_an_exception_probing_one_model_leaves_the_others_verdicts(two_models: Settings) -> None:
+    triton = TwoModelTriton(two_models)
+    triton.raises = {"tiny_classifier"}
+    triton.wrong_models = {"linear_scorer"}
+    clock = FakeClock()
+    primary = ScriptedEngine()
+    sidecar = Sidecar(two_models, triton, engine_factory=lambda: primary, clock=clock, wall=lambda: clock.now)
+    sidecar.cycle()
+    assert sidecar.cycles == 1  # a fresh sidecar completes its cycle
+    assert sidecar.states["linear_scorer"].phase is Phase.HEALING  # the other model's verdict still counts
+    assert sidecar.states["tiny_classifier"].phase is Phase.HEALTHY  # nothing learnt, nothing changed
+    last = sidecar.status()["models"]["tiny_classifier"]["last"]
+    assert any(v["status"] == "error" and "probe raised: ValueError" in v["reason"] for v in last.values())
+    triton.wrong_models = set()
+    triton.raises = set()
+    sidecar.cycle()
+    assert sidecar.ready()[0] is False  # still healing linear_scorer: /readyz answers, it is not stuck at 503
+
+
+def test_a_hung_call_for_one_model_does_not_block_the_fallback_of_another(two_models: Settings) -> None:
+    settings = dataclasses.replace(
+        two_models, sidecar=dataclasses.replace(two_models.sidecar, engine_call_timeout_s=0.05)
+    )
+    release = threading.Event()
+
+    class HangsForLinear(ScriptedEngine):
+        def submit(self, request: RollbackRequest) -> Submission:
+            if request.model == "linear_scorer":
+                release.wait(30)  # Argo accepted the connection and never answered
+            return super().submit(request)
+
+    primary = HangsForLinear()
+    fallback = ScriptedEngine()
+    triton = TwoModelTriton(settings)
+    clock = FakeClock()
+    sidecar = Sidecar(
+        settings,
+        triton,
+        engine_factory=lambda: primary,
+        fallback_factory=lambda: fallback,
+        clock=clock,
+        wall=lambda: clock.now,
+    )
+    try:
+        triton.wrong_models = {"linear_scorer"}
+        sidecar.cycle()  # linear_scorer's create hangs: maybe delivered, no fallback
+        triton.wrong_models = {"linear_scorer", "tiny_classifier"}
+        for _ in range(3):
+            clock.now += 1
+            sidecar.cycle()
+        # tiny_classifier's request was never sent (not attempted): the in-pod engine takes it.
+        assert [r.model for r in fallback.requests] == ["tiny_classifier"]
+        assert sidecar.status()["models"]["tiny_classifier"]["workflow"] == fallback.created[0]
+        # linear_scorer's hung create may still land: it never falls back while that call is out.
+        assert sidecar.states["linear_scorer"].phase is Phase.HEALING
+        assert sidecar.status()["models"]["linear_scorer"]["workflow"] == ""
+    finally:
+        release.set()
+
+
+# --- the settings of the drain and of stopping ------------------------------------------------------------
+
+
+def write_config(tmp_path: Path, sidecar: dict[str, Any], *, store: bool = True) -> Path:
+    import yaml
+
+    from tests.conftest import EXAMPLES
+
+    document = yaml.safe_load((EXAMPLES / "healer.yaml").read_text())
+    document.pop("embedded", None)
+    document["models"] = document["models"][:1]
+    document.pop("live_repository", None)
+    if store:
+        document["store"] = {"filesystem": {"root": str(tmp_path)}}
+    else:
+        document.pop("store", None)
+    document["rollback"] = {"engine": "argo", "argo": {"host": "http://127.0.0.1:9"}}
+    document["sidecar"] = sidecar
+    path = tmp_path / "healer.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_the_drain_and_stopping_settings_load(tmp_path: Path) -> None:
+    from healer.settings import load_settings
+
+    drain = {"peers": {"namespace": "ml", "selector": "app=triton"}, "set": "triton-a", "store_timeout_s": 2}
+    loaded = load_settings(write_config(tmp_path, {"drain": drain, "termination_grace_s": 120})).sidecar
+    assert loaded.termination_grace_s == 120.0
+    assert loaded.drain is not None and (loaded.drain.drain_set, loaded.drain.store_timeout_s) == ("triton-a", 2.0)
+    derived = load_settings(write_config(tmp_path, {"drain": {"peers": drain["peers"]}})).sidecar.drain
+    assert derived is not None and derived.drain_set == "ml.app_triton"  # one set per namespace and selector
+    assert SidecarSettings().termination_grace_s == 30.0  # Kubernetes' default grace period
+
+
+@pytest.mark.parametrize("name", ["../x", "ledger", "a b"])
+def test_a_drain_set_name_that_is_not_a_plain_name_is_refused(tmp_path: Path, name: str) -> None:
+    from healer.settings import ConfigError, load_settings
+
+    drain = {"peers": {"namespace": "ml", "selector": "app=triton"}, "set": name}
+    with pytest.raises(ConfigError, match=r"sidecar\.drain\.set: must be a name"):
+        load_settings(write_config(tmp_path, {"drain": drain}))
+
+
+def test_the_sidecar_command_refuses_a_drain_without_a_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from healer.cli import EXIT_USAGE, main
+
+    drain = {"peer_urls": ["http://127.0.0.1:9"]}
+    config = write_config(tmp_path, {"drain": drain, "fallback_to_local": False}, store=False)
+    assert main(["sidecar", "--config", str(config)]) == EXIT_USAGE
+    assert "store: is required by sidecar.drain" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from healer.state import (
     Probed,
     Restored,
     RollbackFinished,
+    RollbackLost,
     RollbackSubmitted,
     SubmitRollback,
     Tick,
@@ -101,7 +102,7 @@ def healing() -> ModelState:
 def escalated() -> ModelState:
     """ESCALATED: the rollback failed."""
     state, actions = run(healing(), [RollbackFinished(at=T_DETECT + 60, succeeded=False, message="rollback failed")])
-    assert (state.phase, actions) == (Phase.ESCALATED, [])
+    assert (state.phase, kinds(actions)) == (Phase.ESCALATED, [Escalate])
     return state
 
 
@@ -124,6 +125,11 @@ EVENTS: dict[str, Event] = {
     "rollback-finished-failed": RollbackFinished(at=T_EVENT, succeeded=False, message="step verify failed"),
     "tick-before-timeout": Tick(at=T_DETECT + POLICY.rollback_timeout_s - 1),
     "tick-after-timeout": Tick(at=T_DETECT + POLICY.rollback_timeout_s + 1),
+    "rollback-lost": RollbackLost(
+        at=T_EVENT,
+        incident=Incident("inc-lost", MODEL, "2", "wrong-answer", "cut off", T_EVENT, T_EVENT, "healer-rollback-x"),
+        why="in-pod rollback healer-rollback-x was cut off",
+    ),
 }
 
 H, S, G, E = Phase.HEALTHY, Phase.SUSPECT, Phase.HEALING, Phase.ESCALATED
@@ -139,6 +145,7 @@ TABLE: dict[tuple[Phase, str], tuple[Phase, list[type], bool]] = {
     (H, "rollback-finished-failed"): (H, [], True),
     (H, "tick-before-timeout"): (H, [], True),
     (H, "tick-after-timeout"): (H, [], True),
+    (H, "rollback-lost"): (E, [Escalate], False),
     (S, "probe-good"): (H, [], True),
     (S, "probe-wrong"): (S, [], True),
     (S, "probe-not-ready"): (S, [], False),
@@ -148,15 +155,17 @@ TABLE: dict[tuple[Phase, str], tuple[Phase, list[type], bool]] = {
     (S, "rollback-finished-failed"): (S, [], True),
     (S, "tick-before-timeout"): (S, [], True),
     (S, "tick-after-timeout"): (S, [], True),
+    (S, "rollback-lost"): (E, [Escalate], False),
     (G, "probe-good"): (G, [], False),
     (G, "probe-wrong"): (G, [], False),
     (G, "probe-not-ready"): (G, [], False),
     (G, "probe-unknown"): (G, [], False),
     (G, "rollback-submitted"): (G, [], False),
     (G, "rollback-finished-ok"): (G, [], False),
-    (G, "rollback-finished-failed"): (E, [], False),
+    (G, "rollback-finished-failed"): (E, [Escalate], False),
     (G, "tick-before-timeout"): (G, [], False),
     (G, "tick-after-timeout"): (E, [Escalate], False),
+    (G, "rollback-lost"): (G, [], False),  # a rollback is on it: its outcome is what counts
     (E, "probe-good"): (E, [], False),
     (E, "probe-wrong"): (E, [], False),
     (E, "probe-not-ready"): (E, [], False),
@@ -166,6 +175,7 @@ TABLE: dict[tuple[Phase, str], tuple[Phase, list[type], bool]] = {
     (E, "rollback-finished-failed"): (E, [], False),
     (E, "tick-before-timeout"): (E, [], False),
     (E, "tick-after-timeout"): (E, [], False),
+    (E, "rollback-lost"): (E, [], False),  # escalated already: once per incident
 }
 
 # Cells where the state must come back exactly as it went in (the event means nothing there).
@@ -175,6 +185,8 @@ UNCHANGED = {
     for name in ("probe-unknown", "rollback-finished-ok", "rollback-finished-failed", "tick-before-timeout")
     if not (phase is G and name.startswith("rollback-finished"))
 } | {
+    (G, "rollback-lost"),
+    (E, "rollback-lost"),
     (H, "rollback-submitted"),
     (S, "rollback-submitted"),
     (E, "rollback-submitted"),
@@ -405,10 +417,12 @@ def test_restore_takes_exactly_success_threshold_good_answers(success_threshold:
     assert (state.phase, kinds(actions)) == (Phase.HEALTHY, [Restored])
 
 
-def test_failed_rollback_escalates_without_a_second_alert() -> None:
+def test_failed_rollback_escalates_once() -> None:
     before = healing()
     state, actions = transition(before, RollbackFinished(at=90, succeeded=False, message="verify step failed"), POLICY)
-    assert actions == []  # the workflow's exit handler has alerted already
+    assert before.incident is not None
+    # The sidecar escalates (a run that vanished or whose engine died has no exit handler to alert).
+    assert actions == [Escalate(before.incident, "verify step failed")]
     assert state.phase is Phase.ESCALATED
     assert state.incident == before.incident
     assert state.last_reason == "verify step failed"
@@ -470,7 +484,7 @@ def test_good_answers_while_the_rollback_runs_wait_for_its_outcome() -> None:
     assert (restored.phase, kinds(actions)) == (Phase.HEALTHY, [Restored])
     assert actions[0].at == 60  # type: ignore[union-attr]
     failed, actions = run(state, [RollbackFinished(at=60, succeeded=False)])
-    assert (failed.phase, actions) == (Phase.ESCALATED, [])
+    assert (failed.phase, kinds(actions)) == (Phase.ESCALATED, [Escalate])
 
 
 def test_restored_model_keeps_no_stale_breaker_flag() -> None:
@@ -699,3 +713,30 @@ def test_rollback_submitted_records_the_workflow_only_while_healing() -> None:
         assert (after, actions) == (before, [])
         if after.incident is not None:
             assert after.incident.workflow == ""
+
+
+def test_one_escalation_per_incident_whatever_comes_after_it() -> None:
+    """The healing timeout escalated; the run then fails, or vanishes: no second alert, line or Event."""
+    state, actions = run(healing(), [Tick(at=T_DETECT + POLICY.rollback_timeout_s + 1)])
+    assert kinds(actions) == [Escalate]
+    later, more = run(
+        state,
+        [
+            RollbackFinished(at=T_DETECT + 200, succeeded=False, message="rollback x Failed: verify"),
+            RollbackFinished(at=T_DETECT + 201, succeeded=False, message="workflow x disappeared"),
+        ],
+    )
+    assert (later, more) == (state, [])
+
+
+def test_a_lost_rollback_escalates_and_the_model_serves_again_once_trusted() -> None:
+    incident = Incident("inc-lost", MODEL, "3", "wrong-answer", "cut off", 5.0, 5.0, "healer-rollback-x")
+    state, actions = transition(healthy(), RollbackLost(5.0, incident, "in-pod rollback cut off"), POLICY)
+    assert (state.phase, state.serving, actions) == (
+        Phase.ESCALATED,
+        False,
+        [Escalate(incident, "in-pod rollback cut off")],
+    )
+    state, actions = run(state, [good(6.0), good(7.0)])  # success_threshold 2
+    assert (state.phase, kinds(actions)) == (Phase.HEALTHY, [Restored])
+    assert actions[0].incident == incident  # type: ignore[union-attr]

@@ -33,11 +33,13 @@ from healer.store import (
     DIR_MODE,
     FILE_MODE,
     ConditionalWritesIgnored,
+    DrainSet,
     FilesystemBlobs,
     Lease,
     LeaseHeld,
     ModelStore,
     S3Blobs,
+    StoreConflict,
     StoreError,
     StoreIntegrityError,
     StoreUnavailable,
@@ -1146,3 +1148,99 @@ def test_a_store_another_user_owns_is_a_permanent_error_that_names_owner_and_mod
     assert outcome.startswith("StoreError: "), outcome  # StoreUnavailable would be retried as transient
     assert "Permission denied" in outcome
     assert "owner uid 0" in outcome and "mode 755" in outcome and f"runs as uid {NOBODY}" in outcome
+
+
+# ---- the drain set (healer/decisions.py drain_plan arbitrates through it) ---------------------------
+
+
+def drain_snapshots(store: ModelStore, name: str = "triton") -> list[dict[str, Any]]:
+    return [json.loads(store.blobs.read(key)) for key in store.blobs.keys(f".healer/drain/{name}")]
+
+
+def test_a_drain_set_starts_empty_and_each_change_is_a_new_exclusive_snapshot(backend: Backend) -> None:
+    store = backend.store
+    assert store.drain_set("triton") == DrainSet("triton", 0, {})
+    first = store.update_drain_set("triton", lambda d: {**d, "triton-0": 1_700_000_000.5})
+    assert first == DrainSet("triton", 1, {"triton-0": 1_700_000_000.5})
+    assert store.update_drain_set("triton", dict) == first  # unchanged: nothing written
+    second = store.update_drain_set("triton", lambda d: {k: v for k, v in d.items() if k != "triton-0"})
+    assert second == DrainSet("triton", 2, {}) == store.drain_set("triton")
+    keys = store.blobs.keys(".healer/drain/triton")
+    assert [k.rsplit("/", 1)[1] for k in keys] == ["00000001.json", "00000002.json"]  # append-only history
+    assert [s["drained"] for s in drain_snapshots(store)] == [{"triton-0": 1_700_000_000.5}, {}]
+
+
+def test_concurrent_admissions_to_a_drain_set_are_serialised(backend: Backend) -> None:
+    """Eight pods at once, each admitting itself only while fewer than three are in: exactly three get in."""
+    store = backend.store
+    pods = 8
+    barrier = threading.Barrier(pods)
+    errors: list[BaseException] = []
+
+    def admit(n: int) -> None:
+        def change(drained: Any) -> Any:
+            return {**drained, f"p{n}": float(n)} if len(drained) < 3 else drained
+
+        try:
+            barrier.wait(timeout=10)
+            for _ in range(20):  # a lost race re-reads; the bounded attempts may run out under this much contention
+                try:
+                    store.update_drain_set("triton", change, attempts=4)
+                    return
+                except StoreConflict:
+                    continue
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=admit, args=(n,)) for n in range(pods)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    final = store.drain_set("triton")
+    assert len(final.drained) == 3 and final.generation == 3  # never a lost update, never a fourth
+    assert [len(s["drained"]) for s in drain_snapshots(store)] == [1, 2, 3]
+
+
+def test_a_lost_drain_set_race_re_applies_the_change_to_the_winners_set(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    root.mkdir()
+    store = ModelStore(FilesystemBlobs(root))
+    seen: list[dict[str, float]] = []
+
+    def change(drained: Any) -> Any:
+        seen.append(dict(drained))
+        if len(seen) == 1:  # another pod writes between this read and this write
+            store.update_drain_set("triton", lambda d: {**d, "other": 1.0})
+        return {**drained, "me": 2.0}
+
+    assert store.update_drain_set("triton", change).drained == {"other": 1.0, "me": 2.0}
+    assert seen == [{}, {"other": 1.0}]
+    with pytest.raises(StoreConflict, match="drain set 'triton' changed under us 1 times"):
+        store.update_drain_set(
+            "triton",
+            lambda d: store.update_drain_set("triton", lambda e: {**e, "x": 3.0}) and {**d, "y": 4.0},
+            attempts=1,
+        )
+
+
+def test_an_unreadable_drain_set_is_an_error_never_a_guess(backend: Backend) -> None:
+    backend.put(".healer/drain/triton/00000001.json", b'{"drained": ["triton-0"]}')
+    with pytest.raises(StoreError, match=r"00000001\.json: not a drain set snapshot"):
+        backend.store.drain_set("triton")
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "", "ledger", "audit", "lease", ".hidden"])
+def test_drain_set_names_that_could_escape_or_collide_are_refused(tmp_path: Path, name: str) -> None:
+    store = ModelStore(FilesystemBlobs(tmp_path))
+    with pytest.raises(ValueError, match="invalid drain set name"):
+        store.drain_set(name)
+
+
+def test_a_model_called_drain_and_a_drain_set_do_not_collide(tmp_path: Path) -> None:
+    store = ModelStore(FilesystemBlobs(tmp_path))
+    store.update_ledger("drain", lambda ledger: ledger.with_quarantine(quarantine("1")))
+    store.update_drain_set("triton", lambda d: {**d, "p": 1.0})
+    assert store.drain_set("triton").drained == {"p": 1.0}
+    assert store.ledger("drain").generation == 1

@@ -43,6 +43,18 @@ class EngineRejected(EngineError):
     """The engine refused the request (permanent: fix the request or the set-up)."""
 
 
+class EngineNotFound(EngineRejected, KeyError):
+    """The engine has no such run (Argo answered 404; the LocalEngine has no record of it).
+
+    The only answer that means "absent": a refusal (401, 403, 400) says nothing about whether the
+    run exists, so it must never be read as "it vanished" or "it was never created". Also a KeyError,
+    so a caller that looks a run up by name can treat it as a missing key.
+    """
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)  # not KeyError's repr() of the message
+
+
 @dataclass(frozen=True)
 class RollbackRequest:
     """Everything a rollback needs to know, as the workflow's parameters."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from healer.engines import (
     AUTO,
     TEMPLATE_NAME,
+    EngineNotFound,
     EngineRejected,
     EngineUnavailable,
     RollbackRequest,
@@ -279,7 +280,8 @@ class ArgoEngine:
 
         Unlike Hera's ``Workflow.wait`` this keeps waiting while Pending (queued on a mutex).
         ``EngineUnavailable`` while polling is tolerated until the deadline; it is raised only if no
-        status was read at all. ``EngineRejected`` (e.g. the workflow was deleted) is raised at once.
+        status was read at all. ``EngineRejected`` is raised at once: ``EngineNotFound`` (404, e.g. the
+        workflow was deleted) or another refusal (401, 403: nothing learnt about the workflow).
         A request under way at the deadline may overrun it by up to ``request_timeout_s``.
         """
         deadline = self._clock() + max(0.0, timeout_s)
@@ -313,6 +315,8 @@ class ArgoEngine:
             message = _server_message(exc)
             if code == 409:
                 raise _Conflict(message) from exc
+            if code == 404:  # the only refusal that says the workflow does not exist
+                raise EngineNotFound(f"Argo refused to {what} (HTTP 404): {message}") from exc
             if code is not None and 400 <= code < 500 and code not in _RETRYABLE_4XX:
                 raise EngineRejected(f"Argo refused to {what} (HTTP {code}): {message}") from exc
             # A 504 may hide a create that went through; other refusals (502, 503, 429) did not apply it.

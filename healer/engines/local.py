@@ -36,7 +36,9 @@ import structlog
 
 from healer.engines import (
     TEMPLATE_NAME,
+    EngineNotFound,
     EngineRejected,
+    EngineUnavailable,
     RollbackRequest,
     RunStatus,
     Submission,
@@ -49,6 +51,8 @@ DEFAULT_MUTEX_WAIT_S = 300.0
 STOP_GRACE_S = 90.0  # after the deadline, how long a step may take to notice and stop
 ENGINE_ANNOTATION = "healer.io/engine"  # <host>/<pid> of the process that runs the record
 ENGINE_INSTANCE_ANNOTATION = "healer.io/engine-instance"  # process_instance() of that process
+STEP_DIR = "steps"  # under state_dir: each step attempt's output folder (the root filesystem may be read-only)
+CANCELLED = "cancelled: the engine is stopping (the process got SIGTERM)"
 _PARAM = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
 _RETRY_EXPRESSION = re.compile(r"^\s*asInt\(lastRetry\.exitCode\)\s*==\s*(\d+)\s*$")
 _WHEN = re.compile(r"^\s*(.*?)\s*(==|!=)\s*(.*?)\s*$")
@@ -57,6 +61,10 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
 
 class UnsupportedTemplate(EngineRejected):
     """The template uses something the LocalEngine cannot execute faithfully."""
+
+
+class _Cancelled(Exception):
+    """cancel_all() stopped a run before its steps started (e.g. while it waited for the mutex)."""
 
 
 def _now() -> str:
@@ -103,10 +111,16 @@ class LocalEngine:
         self._context_factory = context_factory
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        # Step attempts write their outputs here, not in the system temp folder: in a pod the root
+        # filesystem is read-only and state_dir is the writable volume.
+        self._step_dir = self.state_dir / STEP_DIR
+        self._step_dir.mkdir(exist_ok=True)
         self._mutex_wait_s = mutex_wait_s
         self._poll_interval_s = poll_interval_s
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
+        self._stopping = threading.Event()  # cancel_all() was called
+        self._cancels: dict[str, set[threading.Event]] = {}  # run -> its running entry-step attempts
         spec = self._model.spec
         self.entrypoint: str = spec.entrypoint
         self.on_exit: str | None = spec.on_exit
@@ -119,10 +133,14 @@ class LocalEngine:
         for t in spec.templates:
             if t.script is None and t.steps is None:
                 raise UnsupportedTemplate(f"template {t.name!r}: only steps and script templates are supported")
-        self._mark_orphaned_runs()
+        # Runs a dead process of this host left Pending/Running, marked Error here: whoever builds the
+        # engine hears of them (the sidecar escalates those of the models it watches).
+        self.orphaned: list[dict[str, Any]] = mark_orphaned_runs(self.state_dir)
 
     # ---- RollbackEngine --------------------------------------------------------------------------
     def submit(self, request: RollbackRequest) -> Submission:
+        if self._stopping.is_set():
+            raise EngineUnavailable("the local engine is stopping: no new run", maybe_delivered=False)
         name = workflow_name(request)
         parameters = {**self.defaults, **request.parameters()}
         record = self._new_record(name, request, parameters)
@@ -184,7 +202,7 @@ class LocalEngine:
                 record: dict[str, Any] = json.loads(path.read_text())
                 return record
             except FileNotFoundError:
-                raise KeyError(name) from None
+                raise EngineNotFound(f"no run {name} in {self.state_dir}") from None
             except ValueError:
                 time.sleep(0.01)  # an exclusive create is visible before its first write completes
         raise EngineRejected(f"{path}: not a run record")
@@ -202,15 +220,18 @@ class LocalEngine:
         try:
             self._execute_unchecked(name, parameters, progress)
         except Exception as exc:  # an engine bug must still end the run visibly, never leave it Running
-            log.exception("local_engine_crashed", workflow=name)
-            message = f"engine error: {type(exc).__name__}: {exc}"
+            if isinstance(exc, _Cancelled):
+                phase, message = "Failed", str(exc)
+            else:
+                log.exception("local_engine_crashed", workflow=name)
+                phase, message = "Error", f"engine error: {type(exc).__name__}: {exc}"
             if self.on_exit and not progress["exit_handler_started"]:
                 # Somebody must still hear about it: run the exit handler, as Argo would for an Error.
-                failures = [{"displayName": "engine", "message": message, "phase": "Error"}]
-                exit_params = {**parameters, "__status": "Error", "__failures": json.dumps(failures)}
+                failures = [{"displayName": "engine", "message": message, "phase": phase}]
+                exit_params = {**parameters, "__status": phase, "__failures": json.dumps(failures)}
                 with contextlib.suppress(Exception):
                     self._run_steps(name, self.on_exit, exit_params, None, root=False)
-            self._update(name, lambda r: r["status"].update(phase="Error", message=message, finishedAt=_now()))
+            self._update(name, lambda r: r["status"].update(phase=phase, message=message, finishedAt=_now()))
 
     def _execute_unchecked(self, name: str, parameters: dict[str, str], progress: dict[str, bool]) -> None:
         mutex = (
@@ -221,6 +242,8 @@ class LocalEngine:
             deadline = started + self.deadline_s if self.deadline_s else None
             self._update(name, lambda r: r["status"].update(phase="Running", startedAt=_now()))
             phase, message = self._run_steps(name, self.entrypoint, parameters, deadline, root=True)
+            if phase != "Succeeded" and self._stopping.is_set():
+                message = f"{CANCELLED}; {message}" if message and message != CANCELLED else CANCELLED
             if self.on_exit:
                 failures = self._failures(name)
                 exit_params = {**parameters, "__status": phase, "__failures": json.dumps(failures)}
@@ -262,6 +285,9 @@ class LocalEngine:
         phase, message = "Succeeded", ""
         for group_index, group in enumerate(template.steps):
             for step in group.root if hasattr(group, "root") else group.__root__:
+                if root and self._stopping.is_set():
+                    phase, message = "Failed", CANCELLED  # no further step of a cancelled run starts
+                    break
                 if step.when and not _evaluate_when(_substitute(step.when, parameters)):
                     self._add_node(
                         name,
@@ -286,6 +312,7 @@ class LocalEngine:
                     step.template,
                     arguments,
                     deadline,
+                    cancellable=root,
                 )
                 if step_phase != "Succeeded":
                     phase, message = step_phase, step_message
@@ -303,6 +330,8 @@ class LocalEngine:
         template_name: str,
         arguments: dict[str, str],
         deadline: float | None,
+        *,
+        cancellable: bool = True,
     ) -> tuple[str, str]:
         spec = self._scripts.get(template_name)
         if spec is None:
@@ -350,10 +379,11 @@ class LocalEngine:
             if spec.deadline_s is not None:
                 own = time.monotonic() + spec.deadline_s
                 attempt_deadline = own if deadline is None else min(deadline, own)
-            phase, message, exit_code, outputs = self._attempt(name, spec, kwargs, attempt_deadline)
+            phase, message, exit_code, outputs = self._attempt(name, spec, kwargs, attempt_deadline, cancellable)
             self._update_node(name, pod_id, phase=phase, message=message, finishedAt=_now(), outputs=outputs)
             retryable = (
                 phase == "Failed"
+                and not (cancellable and self._stopping.is_set())
                 and attempt < spec.retry_limit
                 and spec.retry_exit_code is not None
                 and exit_code == spec.retry_exit_code
@@ -367,13 +397,37 @@ class LocalEngine:
             attempt += 1
 
     def _attempt(
-        self, name: str, spec: _ScriptSpec, kwargs: dict[str, str], deadline: float | None
+        self, name: str, spec: _ScriptSpec, kwargs: dict[str, str], deadline: float | None, cancellable: bool = True
+    ) -> tuple[str, str, int, dict[str, Any]]:
+        try:
+            output_dir = Path(tempfile.mkdtemp(prefix=f"healer-{spec.name}-", dir=self._step_dir))
+        except FileNotFoundError:  # removed under us (a person cleaning up): made again
+            self._step_dir.mkdir(parents=True, exist_ok=True)
+            output_dir = Path(tempfile.mkdtemp(prefix=f"healer-{spec.name}-", dir=self._step_dir))
+        cancelled = threading.Event()
+        if cancellable:  # an entry step: cancel_all() stops it (the exit handler, which alerts, is never cancelled)
+            with self._lock:
+                self._cancels.setdefault(name, set()).add(cancelled)
+                if self._stopping.is_set():
+                    cancelled.set()
+        try:
+            return self._attempt_in(name, spec, kwargs, deadline, output_dir, cancelled)
+        finally:
+            with self._lock:
+                self._cancels.get(name, set()).discard(cancelled)
+
+    def _attempt_in(
+        self,
+        name: str,
+        spec: _ScriptSpec,
+        kwargs: dict[str, str],
+        deadline: float | None,
+        output_dir: Path,
+        cancelled: threading.Event,
     ) -> tuple[str, str, int, dict[str, Any]]:
         from workflows import context as step_context
 
-        output_dir = Path(tempfile.mkdtemp(prefix=f"healer-{spec.name}-"))
         box: dict[str, Any] = {}
-        cancelled = threading.Event()
 
         def target() -> None:
             # A fresh context per attempt, built in the thread that uses it (as a fresh pod would be):
@@ -479,35 +533,27 @@ class LocalEngine:
         cut off mid-rollback leaves the lease held until it expires (and, with rollback.order
         unload-first, the model unloaded). Returns the runs still going."""
         deadline = time.monotonic() + timeout_s
-        for thread in list(self._threads.values()):
+        with self._lock:
+            threads = dict(self._threads)
+        for thread in threads.values():
             thread.join(max(0.0, deadline - time.monotonic()))
-        return [name for name, thread in self._threads.items() if thread.is_alive()]
+        return [name for name, thread in threads.items() if thread.is_alive()]
 
-    def _mark_orphaned_runs(self) -> None:
-        """Runs left Pending/Running by a process of this host that no longer exists will never finish.
-
-        The owner is recognised by its process instance (boot id and start time), not its PID alone:
-        in a container the engine is PID 1, and so is the engine of the restarted container.
-        """
-        here = socket.gethostname()
-        for path in self.state_dir.glob(f"{TEMPLATE_NAME}-*.json"):
-            with contextlib.suppress(ValueError, OSError, KeyError):
-                record = json.loads(path.read_text())
-                if record["status"].get("phase") not in {"Pending", "Running"}:
-                    continue
-                annotations = record["metadata"].get("annotations", {})
-                host, _, pid = annotations.get(ENGINE_ANNOTATION, "").partition("/")
-                if host != here or not pid.isdigit():
-                    continue  # another host's run: nothing here can tell whether its engine lives
-                if _owner_alive(int(pid), annotations.get(ENGINE_INSTANCE_ANNOTATION, "")):
-                    continue
-                message = f"engine process {pid} ended before the run finished"
-
-                def mark(run: dict[str, Any], why: str = message) -> None:
-                    run["status"].update(phase="Error", message=why, finishedAt=_now())
-
-                self._update(record["metadata"]["name"], mark)
-                log.warning("orphaned_run_marked", workflow=record["metadata"]["name"], pid=pid)
+    def cancel_all(self) -> list[str]:
+        """Stop every run of this engine, e.g. on SIGTERM, while there is time left to do it cleanly:
+        each running entry step is asked to stop at its next check (an unload-first rollback puts back
+        what it unloaded), no further step or retry starts, and the exit handler still runs (it alerts:
+        the run ends Failed, "cancelled"). New submissions are refused. Returns the runs still going;
+        ``drain`` waits for them."""
+        self._stopping.set()
+        with self._lock:
+            for events in self._cancels.values():
+                for event in events:
+                    event.set()
+            running = [name for name, thread in self._threads.items() if thread.is_alive()]
+        if running:
+            log.warning("local_rollbacks_cancelled", workflows=running)
+        return running
 
     # ---- state -----------------------------------------------------------------------------------
     def _record_path(self, name: str) -> Path:
@@ -556,6 +602,8 @@ class LocalEngine:
             deadline = time.monotonic() + self._mutex_wait_s
             waiting_noted = False
             while True:
+                if self._stopping.is_set():
+                    raise _Cancelled(f"{CANCELLED} (while waiting for {mutex})")
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
@@ -606,11 +654,51 @@ class LocalEngine:
         with self._lock:
             record = self.get(name)
             change(record)
-            path = self._record_path(name)
-            fd, temp = tempfile.mkstemp(dir=self.state_dir, prefix=".tmp-")
-            with os.fdopen(fd, "w") as handle:
-                json.dump(record, handle, indent=2)
-            os.replace(temp, path)
+            _write_record(self._record_path(name), record)
+
+
+def mark_orphaned_runs(state_dir: Path) -> list[dict[str, Any]]:
+    """Mark Error the runs that a process of this host which no longer exists left Pending/Running:
+    they will never finish, and nobody will alert for them. Returns the records as marked.
+
+    The owner is recognised by its process instance (boot id and start time), not its PID alone:
+    in a container the engine is PID 1, and so is the engine of the restarted container. Light on
+    purpose (no template, no client): the sidecar calls it at start-up, before any engine is built.
+    A missing ``state_dir`` is not created (it may be on a read-only root filesystem): nothing to mark.
+    """
+    here = socket.gethostname()
+    marked: list[dict[str, Any]] = []
+    if not Path(state_dir).is_dir():
+        return marked
+    for path in sorted(Path(state_dir).glob(f"{TEMPLATE_NAME}-*.json")):
+        with contextlib.suppress(ValueError, OSError, KeyError, TypeError, AttributeError):
+            record = json.loads(path.read_text())
+            if record["status"].get("phase") not in {"Pending", "Running"}:
+                continue
+            annotations = record["metadata"].get("annotations", {})
+            host, _, pid = annotations.get(ENGINE_ANNOTATION, "").partition("/")
+            if host != here or not pid.isdigit():
+                continue  # another host's run: nothing here can tell whether its engine lives
+            if _owner_alive(int(pid), annotations.get(ENGINE_INSTANCE_ANNOTATION, "")):
+                continue
+            record["status"].update(
+                phase="Error", message=f"engine process {pid} ended before the run finished", finishedAt=_now()
+            )
+            _write_record(path, record)
+            marked.append(record)
+            log.warning("orphaned_run_marked", workflow=record["metadata"]["name"], pid=pid)
+    return marked
+
+
+def _write_record(path: Path, record: dict[str, Any]) -> None:
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(record, handle, indent=2)
+        os.replace(temp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
 
 
 def process_instance(pid: int) -> str | None:

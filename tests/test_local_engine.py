@@ -1,0 +1,182 @@
+"""The LocalEngine's edges the sidecar relies on: "absent" means absent, step attempts write under its
+state directory (a pod's root filesystem is read-only), and SIGTERM cancels a run cleanly (its exit
+handler still alerts). The step functions are replaced by recorders, as in test_workflow_template.py."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable, RollbackRequest
+from healer.engines.local import LocalEngine
+from workflows import context as step_context
+from workflows import rollback
+from workflows.rollback import EXIT_TRANSIENT, build_rollback_template
+
+REQUEST = RollbackRequest(model="m", from_version="2", incident="inc-1")
+
+
+@dataclass
+class FakeContext:
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    workflow_name: str = ""
+    triton: Any = None
+
+    def __post_init__(self) -> None:
+        class _Closable:
+            def close(self) -> None:
+                pass
+
+        self.triton = _Closable()
+
+
+@dataclass
+class Recorder:
+    calls: list[str] = field(default_factory=list)
+    heal_started: threading.Event = field(default_factory=threading.Event)
+    escalated: list[dict[str, str]] = field(default_factory=list)
+
+
+def engine_with(tmp_path: Path, heal: Callable[..., Any], recorder: Recorder, **kwargs: Any) -> LocalEngine:
+    def fake_escalate(**kwargs: str) -> dict[str, str]:
+        recorder.calls.append("escalate")
+        recorder.escalated.append(kwargs)
+        return {}
+
+    template = build_rollback_template()  # built from the real step functions (their signatures) ...
+    original = (rollback.heal_step, rollback.escalate_step)
+    try:
+        # ... and the engine resolves each step's function by name when it is built: the recorders.
+        rollback.heal_step, rollback.escalate_step = heal, fake_escalate  # type: ignore[assignment]
+        return LocalEngine(template, FakeContext, tmp_path / "runs", **kwargs)
+    finally:
+        rollback.heal_step, rollback.escalate_step = original
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+def test_an_unknown_run_is_not_found_and_still_a_key_error(tmp_path: Path, recorder: Recorder) -> None:
+    engine = engine_with(tmp_path, lambda **_: {}, recorder)
+    with pytest.raises(EngineNotFound, match="no run healer-rollback-nope"):
+        engine.status("healer-rollback-nope")
+    with pytest.raises(KeyError):  # `healer runs get` looks runs up as keys
+        engine.get("healer-rollback-nope")
+    assert issubclass(EngineNotFound, EngineRejected)
+
+
+@pytest.fixture
+def unusable_system_temp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    # A read-only root filesystem: the system temp folder cannot be written.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "read-only-root" / "tmp"))
+    yield
+
+
+def test_step_attempts_write_under_the_state_directory_not_the_system_temp(
+    tmp_path: Path, recorder: Recorder, unusable_system_temp: None
+) -> None:
+    seen: list[Path] = []
+
+    def heal(**_: str) -> dict[str, str]:
+        out = step_context.output_dir()
+        seen.append(out)
+        (out / "to-version").write_text("1")
+        return {"to_version": "1"}
+
+    engine = engine_with(tmp_path, heal, recorder)
+    status = engine.run(REQUEST, timeout_s=30)
+    assert status.phase == "Succeeded", status.message
+    assert status.outputs["to-version"] == "1"
+    assert seen and seen[0].is_relative_to(tmp_path / "runs")
+    assert list((tmp_path / "runs" / "steps").iterdir()) == []  # cleaned up after each attempt
+
+
+def test_cancel_all_stops_a_running_step_and_the_exit_handler_still_alerts(tmp_path: Path, recorder: Recorder) -> None:
+    def heal(**_: str) -> dict[str, str]:
+        ctx = step_context.current()
+        recorder.calls.append("heal")
+        recorder.heal_started.set()
+        deadline = time.monotonic() + 20
+        while not ctx.cancelled.is_set():  # a step checks between its calls
+            if time.monotonic() > deadline:
+                raise AssertionError("never cancelled")
+            time.sleep(0.01)
+        recorder.calls.append("heal noticed")
+        raise SystemExit(EXIT_TRANSIENT)  # a transient exit code: would be retried, were it not cancelled
+
+    engine = engine_with(tmp_path, heal, recorder)
+    name = engine.submit(REQUEST).name
+    assert recorder.heal_started.wait(10)
+    started = time.monotonic()
+    assert engine.cancel_all() == [name]
+    assert engine.drain(10) == []
+    assert time.monotonic() - started < 5  # at the step's next check, not at the deadline
+    status = engine.status(name)
+    assert status.phase == "Failed" and status.message.startswith("cancelled: the engine is stopping")
+    assert recorder.calls == ["heal", "heal noticed", "escalate"]  # no retry; the exit handler ran
+    assert recorder.escalated[0]["workflow_status"] == "Failed"
+    with pytest.raises(EngineUnavailable) as refused:  # nothing new starts
+        engine.submit(RollbackRequest(model="m2", from_version="2", incident="inc-2"))
+    assert refused.value.maybe_delivered is False
+
+
+def test_cancel_all_stops_a_run_waiting_for_the_models_mutex(tmp_path: Path, recorder: Recorder) -> None:
+    release = threading.Event()
+
+    def heal(**_: str) -> dict[str, str]:
+        recorder.calls.append("heal")
+        recorder.heal_started.set()
+        release.wait(20)  # holds the mutex of model m and never checks for cancellation
+        return {"to_version": "1"}
+
+    engine = engine_with(tmp_path, heal, recorder)
+    first = engine.submit(REQUEST).name
+    assert recorder.heal_started.wait(10)
+    second = engine.submit(RollbackRequest(model="m", from_version="3", incident="inc-2")).name
+    deadline = time.monotonic() + 10
+    while "Waiting for" not in engine.status(second).message and time.monotonic() < deadline:
+        time.sleep(0.01)
+    engine.cancel_all()
+    assert engine.drain(0.5) == [first]  # the step that never checks is still going ...
+    waiting = engine.status(second)
+    assert waiting.phase == "Failed" and "while waiting for healer-rollback-m" in waiting.message
+    assert recorder.calls == ["heal", "escalate"]  # ... the waiting one ended, and alerted
+    release.set()
+    assert engine.drain(10) == []
+
+
+def test_a_new_engine_lists_the_runs_it_marked_orphaned(tmp_path: Path, recorder: Recorder) -> None:
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    name = "healer-rollback-m-0000000000"
+    record = {
+        "metadata": {
+            "name": name,
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {"healer.io/model": "m"},
+            "annotations": {"healer.io/engine": f"{socket.gethostname()}/{int(dead.stdout)}"},
+        },
+        "status": {"phase": "Running", "nodes": {}},
+    }
+    (runs / f"{name}.json").write_text(json.dumps(record))
+    engine = engine_with(tmp_path, lambda **_: {}, recorder)
+    assert [r["metadata"]["name"] for r in engine.orphaned] == [name]
+    assert engine.orphaned[0]["status"]["phase"] == "Error"
+    assert engine_with(tmp_path, lambda **_: {}, recorder).orphaned == []  # marked once
