@@ -765,7 +765,7 @@ def test_cluster_example_loads_with_s3_store_and_argo_engine() -> None:
     assert settings.store.s3.bucket == "ml-models" and settings.store.s3.prefix == "triton"
     assert settings.live_repository_path == Path("/models")
     assert settings.rollback.engine == "argo"
-    assert settings.rollback.argo.token_file == Path("/var/run/secrets/healer/argo-token")
+    assert settings.rollback.argo.token_file == Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
     assert settings.rollback.alert.webhook_url == "http://alertmanager.monitoring:9093"
 
 
