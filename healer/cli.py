@@ -817,6 +817,9 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
     if kube.in_cluster():
         try:
             kube_client = kube.KubeClient.in_cluster()
+            import structlog
+
+            structlog.get_logger("healer.sidecar").info("kubernetes_api", host=kube_client.host)
         except Exception as exc:  # no service account token: run without Events rather than not at all
             print(f"healer: Kubernetes API unavailable, running without Events: {exc}", file=sys.stderr)
     peers = _drain_peers(settings, kube_client)
