@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean e2e
+.PHONY: demo drills test lint typecheck unit bench clean e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,8 +13,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[embedded,dev]'
 	touch $(STAMP)
 
+# healer's main job, shown: a real Triton with the example models probed, then the drill catalog
+# (break the model on purpose, watch healer detect, drain, roll back or escalate) on the embedded stack
+# with the LocalEngine: a line as each scenario starts, its row as it finishes, and an HTML report
+# (timelines, restore times against the budget). About 2 minutes on 2 cores; nothing is left running.
 demo: $(STAMP)
-	$(BIN)/healer demo --config examples/healer.yaml
+	$(BIN)/healer demo --config examples/healer.yaml --drills --report .healer/demo-report.html
+
+# The drill catalog alone (`healer drill --config examples/healer.yaml --list`); DRILLS="nan storm" picks some.
+drills: $(STAMP)
+	$(BIN)/healer drill --config examples/healer.yaml $(DRILLS) --report .healer/drill-report.html
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -38,10 +38,15 @@ EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
         (EXIT_USAGE, "bad arguments or configuration"),
     ),
     "demo": (
-        (0, "every tier of every model passed"),
-        (1, "at least one fail"),
+        (0, "every tier of every model passed (with --drills: and every drill passed)"),
+        (1, "at least one fail (with --drills: or a drill missed its outcome or budget)"),
         (2, "errors only: inconclusive"),
         (EXIT_USAGE, "bad arguments or configuration, or the embedded Triton did not start"),
+    ),
+    "drill": (
+        (0, "every scenario that ran got its expected outcome within the budget"),
+        (1, "at least one scenario missed its expected outcome or the budget"),
+        (EXIT_USAGE, "bad arguments or configuration, or the target could not be set up"),
     ),
     "promote": (
         (0, "promoted"),
@@ -84,7 +89,16 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
         "healer probe --config examples/healer.yaml -o json",
         "HEALER_CONFIG=examples/healer.yaml healer probe --url 127.0.0.1:8000 -o wide",
     ),
-    "demo": ("healer demo --config examples/healer.yaml",),
+    "demo": (
+        "healer demo --config examples/healer.yaml",
+        "healer demo --config examples/healer.yaml --drills --report .healer/demo-report.html",
+    ),
+    "drill": (
+        "healer drill --config examples/healer.yaml                  (the whole catalog, embedded stack)",
+        "healer drill --config examples/healer.yaml wrong-weights storm -o json",
+        "healer drill --config healer.yaml --target config --engine argo wrong-weights",
+        "healer drill --config examples/healer.yaml --list",
+    ),
     "promote": ("healer promote --config healer.yaml linear_scorer 2 --by alice",),
     "store": (
         "healer store --config healer.yaml ls",
@@ -151,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {
         "probe": _cmd_probe,
         "demo": _cmd_demo,
+        "drill": _cmd_drill,
         "promote": _cmd_promote,
         "store": _cmd_store,
         "runs": _cmd_runs,
@@ -207,6 +222,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
             "examples:\n"
             "  healer probe --config examples/healer.yaml\n"
             "  healer demo --config examples/healer.yaml\n"
+            "  healer drill --config examples/healer.yaml --all\n"
             "  healer runs list -o wide          (the config from $HEALER_CONFIG)\n\n"
             "exit codes: 0 success; 1 a probe failed (or nothing found); 2 probe inconclusive, retry later;\n"
             "3 promote or rollback refused or not successful; 64 bad arguments or configuration.\n"
@@ -249,6 +265,18 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
 
     demo = command("demo", "start a real Triton on the config's embedded repository and probe every model")
     _add_output(demo, "as for probe")
+    demo.add_argument(
+        "--drills",
+        nargs="*",
+        metavar="SCENARIO",
+        help="then break the model on purpose and watch healer heal it: the drill catalog (or these scenarios) "
+        "on the embedded stack with the LocalEngine, a row per scenario as it finishes (see `healer drill`)",
+    )
+    demo.add_argument("--report", metavar="FILE", help="with --drills: write the HTML report (timelines, chart) here")
+
+    _drill_arguments(
+        command("drill", "break a Triton target on purpose and check that healer heals it within the budget")
+    )
 
     render = command("render", "write the Argo WorkflowTemplates as YAML (no config needed)", config=False)
     render.add_argument("--out", metavar="DIR", help="directory to write into (default: print to stdout)")
@@ -299,6 +327,49 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     )
     _add_output(rollback, "text; json/yaml: the run's final status; name: only the run's name")
     return parser, commands
+
+
+def _drill_arguments(drill: argparse.ArgumentParser) -> None:
+    drill.add_argument(
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help="scenarios to run (default: the whole catalog; --list shows them)",
+    )
+    drill.add_argument("--all", action="store_true", help="the whole catalog")
+    drill.add_argument("--fast", action="store_true", help="add the fast subset (what `make test` runs)")
+    drill.add_argument("--list", action="store_true", help="list the catalog: each scenario and its expected outcome")
+    drill.add_argument(
+        "--engine",
+        choices=["local", "argo"],
+        help="the rollback engine the sidecars submit to (default: local on the embedded stack, else rollback.engine)",
+    )
+    drill.add_argument(
+        "--target",
+        choices=["embedded", "config"],
+        default="embedded",
+        help="embedded (default): a tritonserver started on a scratch copy of embedded.model_repository, a "
+        "filesystem store, stable versions promoted; config: Triton at triton.url with the config's store",
+    )
+    drill.add_argument("--model", help="the model to break (default: the first configured one with broken variants)")
+    drill.add_argument(
+        "--period",
+        type=float,
+        metavar="SECONDS",
+        help="the sidecars' probe period (default: 0.5 on the embedded stack, else sidecar.period_s)",
+    )
+    drill.add_argument(
+        "--broken",
+        metavar="DIR",
+        help="the broken variants, DIR/<model>/<variant> (default: broken/ beside the config or the repository)",
+    )
+    drill.add_argument("--report", metavar="FILE", help="write the HTML report (timelines, chart) here")
+    drill.add_argument(
+        "--log-file",
+        metavar="FILE",
+        help="the sidecars' and rollbacks' JSON logs during the drills (default: drill.log beside rollback.state_dir)",
+    )
+    _add_output(drill, "a table, a row per scenario as it finishes; json/yaml: the results")
 
 
 def _store_subcommands(store: argparse.ArgumentParser) -> None:
@@ -442,13 +513,59 @@ def _cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
             f"in {time.monotonic() - started:.1f} s; repository {triton.model_repository}"
         )
         say("")
-        return _probe_and_print(settings, triton.url, output=args.output)
+        code = _probe_and_print(settings, triton.url, output=args.output)
     except EmbeddedTritonError as exc:
         print(f"healer: embedded Triton failed: {exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         if triton is not None:
             triton.cleanup()
+    if args.drills is None:
+        return code
+    from healer.drills.command import DrillOptions, run_drills
+
+    print("", file=sys.stderr if args.output in ("json", "yaml", "name") else sys.stdout)
+    drilled = run_drills(
+        settings,
+        DrillOptions(
+            scenarios=list(args.drills),
+            everything=not args.drills,
+            report=Path(args.report) if args.report else None,
+            log_level=args.log_level,
+            output=args.output if args.output in ("json", "yaml") else None,
+        ),
+    )
+    return drilled if drilled == EXIT_USAGE else max(code, drilled)
+
+
+def _cmd_drill(settings: Settings, args: argparse.Namespace) -> int:
+    from healer.drills.catalog import CATALOG
+    from healer.drills.command import DrillOptions, run_drills
+
+    if args.list:
+        for scenario in CATALOG:
+            print(f"{scenario.name:<17}{scenario.expect.outcome.value:<13}{scenario.title}")
+        return 0
+    if args.output == "name":
+        print("healer: drill: -o name is not supported here; use json or yaml", file=sys.stderr)
+        return EXIT_USAGE
+    return run_drills(
+        settings,
+        DrillOptions(
+            scenarios=list(args.scenarios),
+            everything=args.all,
+            fast=args.fast,
+            engine=args.engine,
+            target=args.target,
+            model=args.model,
+            period_s=args.period,
+            broken=Path(args.broken) if args.broken else None,
+            report=Path(args.report) if args.report else None,
+            log_file=Path(args.log_file) if args.log_file else None,
+            log_level=args.log_level,
+            output=args.output if args.output in ("json", "yaml") else None,
+        ),
+    )
 
 
 def _cmd_render(args: argparse.Namespace) -> int:

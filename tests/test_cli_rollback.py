@@ -81,4 +81,6 @@ def test_promote_rollback_and_inspect_from_the_command_line(
 
 def test_render_prints_yaml_without_a_config(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render"]) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["kind"] == "WorkflowTemplate"
+    # One YAML stream: the rollback's and the drill's WorkflowTemplates, the drill's CronWorkflow.
+    documents = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in documents] == ["WorkflowTemplate", "WorkflowTemplate", "CronWorkflow"]

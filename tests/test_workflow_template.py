@@ -35,14 +35,62 @@ def workflow_template_schema() -> dict[str, Any]:
     }
 
 
-def rendered() -> dict[str, Any]:
-    [text] = render_all().values()
-    document: dict[str, Any] = yaml.safe_load(text)
+def rendered(name: str = "healer-rollback.yaml") -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(render_all()[name])
     return document
 
 
 def test_rendered_template_is_valid_against_argo_schema(workflow_template_schema: dict[str, Any]) -> None:
     jsonschema.validate(rendered(), workflow_template_schema)
+
+
+@pytest.fixture(scope="module")
+def cron_workflow_schema() -> dict[str, Any]:
+    schema = json.loads((VENDORED_ARGO / "schema.json").read_text())
+    return {"$ref": "#/definitions/io.argoproj.workflow.v1alpha1.CronWorkflow", "definitions": schema["definitions"]}
+
+
+def test_rendered_drill_template_and_cron_are_valid_against_argo_schema(
+    workflow_template_schema: dict[str, Any], cron_workflow_schema: dict[str, Any]
+) -> None:
+    assert set(render_all()) == {"healer-rollback.yaml", "healer-drill.yaml", "healer-drill-weekly.yaml"}
+    drill = rendered("healer-drill.yaml")
+    assert drill["kind"] == "WorkflowTemplate"
+    jsonschema.validate(drill, workflow_template_schema)
+    cron = rendered("healer-drill-weekly.yaml")
+    assert cron["kind"] == "CronWorkflow"
+    jsonschema.validate(cron, cron_workflow_schema)
+    broken = dict(cron, spec={k: v for k, v in cron["spec"].items() if k != "schedules"})
+    with pytest.raises(jsonschema.ValidationError):  # v4 requires schedules: the check can fail
+        jsonschema.validate(broken, cron_workflow_schema)
+
+
+def test_drill_template_fields_the_design_relies_on() -> None:
+    from workflows.drill import DRILL_PARAMETERS
+
+    spec = rendered("healer-drill.yaml")["spec"]
+    assert spec["entrypoint"] == "drill" and spec["onExit"] == "finish"
+    assert [p["name"] for p in spec["arguments"]["parameters"]] == list(DRILL_PARAMETERS)
+    assert spec["synchronization"] == {"mutexes": [{"name": "healer-drill-{{workflow.parameters.model}}"}]}
+    templates = {t["name"]: t for t in spec["templates"]}
+    assert [[s["name"] for s in group] for group in templates["drill"]["steps"]] == [["inject-and-wait"], ["assert"]]
+    # The exit handler always cleans up, then reports, whatever the drill did.
+    assert [[s["name"] for s in group] for group in templates["finish"]["steps"]] == [["cleanup"], ["report"]]
+    assert templates["finish"]["steps"][0][0]["continueOn"] == {"failed": True}
+    for name, function in {
+        "inject-and-wait": "inject_and_wait_step",
+        "assert": "assert_step",
+        "cleanup": "cleanup_step",
+        "report": "report_step",
+    }.items():
+        assert templates[name]["script"]["args"] == ["-m", "hera.workflows.runner", "-e", f"workflows.drill:{function}"]
+        assert "activeDeadlineSeconds" in templates[name]
+    assert spec["serviceAccountName"] == rendered()["spec"]["serviceAccountName"]  # the rollback's own
+    cron = rendered("healer-drill-weekly.yaml")["spec"]
+    assert cron["suspend"] is True  # a drill breaks a model on purpose: a person turns the schedule on
+    assert "suspend" not in cron["workflowSpec"]
+    assert cron["workflowSpec"]["workflowTemplateRef"] == {"name": "healer-drill"}
+    assert cron["concurrencyPolicy"] == "Forbid" and cron["schedules"]
 
 
 def test_schema_check_catches_a_broken_template(workflow_template_schema: dict[str, Any]) -> None:
@@ -87,7 +135,7 @@ def test_fields_the_design_relies_on_are_present() -> None:
 
 
 def test_template_options_change_the_render() -> None:
-    [text] = render_all(TemplateOptions(image="registry.local/healer:dev", deadline_s=45)).values()
+    text = render_all(TemplateOptions(image="registry.local/healer:dev", deadline_s=45))["healer-rollback.yaml"]
     document = yaml.safe_load(text)
     assert document["spec"]["activeDeadlineSeconds"] == 45
     assert {t["script"]["image"] for t in document["spec"]["templates"] if "script" in t} == {
@@ -189,7 +237,7 @@ def test_model_label_expression_gives_the_argo_engines_label_in_argos_own_expr(t
     go = shutil.which("go")
     if go is None:
         pytest.skip("no Go toolchain: the expression is not evaluated (the rule is still tested above)")
-    [committed] = COMMITTED.glob("*.yaml")
+    committed = COMMITTED / "healer-rollback.yaml"
     expression = yaml.safe_load(committed.read_text())["spec"]["workflowMetadata"]["labelsFrom"]["healer.io/model"][
         "expression"
     ]
@@ -285,7 +333,7 @@ def test_local_engine_runs_the_same_step_sequence_as_argo(tmp_path: Path, succee
         rollback.heal_step, rollback.escalate_step = original
     status = engine.run(RollbackRequest(model="m", from_version="2", incident="inc-1"), timeout_s=30)
     assert status.phase == ("Succeeded" if succeeded else "Failed")
-    expected = argo_step_sequence(yaml.safe_load(next(iter(render_all().values()))), succeeded=succeeded)
+    expected = argo_step_sequence(yaml.safe_load(render_all()["healer-rollback.yaml"]), succeeded=succeeded)
     assert calls == expected
     assert local_step_sequence(engine.get(status.name)) == expected
     annotations = engine.get(status.name)["metadata"]["annotations"]

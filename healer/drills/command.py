@@ -1,0 +1,235 @@
+"""`healer drill` and the drills of `healer demo` (I/O): pick the target, run, print, write the report.
+
+Progress goes out as it happens: a line when a scenario starts, its row when it finishes (with
+why it missed, if it did). The sidecars' and rollbacks' own logs go to a log file, not the
+terminal, so the table stays readable. The HTML report is written whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from healer.drills import report
+from healer.drills.catalog import Scenario, UnknownScenario, runnable, select
+from healer.drills.verdict import DrillResult, Observation, Verdict, exit_code
+from healer.settings import Settings
+
+if TYPE_CHECKING:
+    from healer.drills.inject import DrillTarget
+    from healer.drills.stack import EmbeddedStack
+
+EXIT_USAGE = 64
+
+
+@dataclass
+class DrillOptions:
+    scenarios: list[str] = field(default_factory=list)
+    everything: bool = False
+    fast: bool = False
+    engine: str | None = None  # local | argo (None: the config's rollback.engine, local on the embedded stack)
+    target: str = "embedded"  # embedded | config
+    model: str | None = None
+    period_s: float | None = None
+    broken: Path | None = None
+    report: Path | None = None
+    log_file: Path | None = None
+    log_level: str = "info"
+    output: str | None = None  # json | yaml: the results as data on stdout
+
+
+def default_broken(settings: Settings) -> Path:
+    """Broken variants: ``broken/`` beside the config file, else beside the embedded model repository."""
+    candidates = [Path(settings.source).resolve().parent / "broken"]
+    if settings.embedded is not None:
+        candidates.append(settings.embedded.model_repository.parent / "broken")
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+def default_log_file(settings: Settings) -> Path:
+    return settings.rollback.state_dir.parent / "drill.log"
+
+
+def run_drills(settings: Settings, options: DrillOptions, *, out: TextIO | None = None) -> int:
+    """Run the chosen scenarios; 0 when every one that ran passed, 1 when one missed, 64 when the
+    options, the configuration or the target's set-up are unusable."""
+    out = out or sys.stdout
+    err = sys.stderr
+    data = options.output in ("json", "yaml")
+    progress_stream = err if data else out
+
+    def say(text: str) -> None:
+        print(text, file=progress_stream, flush=True)
+
+    try:
+        scenarios = select(options.scenarios, everything=options.everything, fast=options.fast)
+    except UnknownScenario as exc:
+        print(f"healer: drill: {exc}", file=err)
+        return EXIT_USAGE
+    engine = options.engine or ("local" if options.target == "embedded" else settings.rollback.engine)
+    if options.target == "embedded" and engine != "local":
+        print(
+            "healer: drill: the embedded stack has no Argo; --engine argo drills the configured target "
+            "(--target config), whose sidecars submit to rollback.argo",
+            file=err,
+        )
+        return EXIT_USAGE
+    log_file = Path(os.path.normpath(options.log_file or default_log_file(settings)))
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    started_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    started = time.monotonic()
+    with log_file.open("a") as log_stream, _logs_to(log_stream, options.log_level):
+        try:
+            with _target(settings, options, engine) as (target, description, stack):
+                say(f"{description}; logs: {log_file}")
+                ok, skipped = runnable(scenarios, target.capabilities)
+                results = _skipped(scenarios, skipped, settings)
+                from healer.drills.runner import DrillRunner
+
+                say(report.header())
+
+                def progress(what: str, scenario: Scenario, result: DrillResult | None) -> None:
+                    if what == "start":
+                        say(report.starting(scenario))
+                    elif result is not None:
+                        say(report.row(result))
+                        for line in report.explain(result):
+                            say(line)
+
+                runner = DrillRunner(
+                    target,
+                    scratch=stack.workdir if stack is not None else _scratch(log_file),
+                    engine=engine,
+                    start_replica=stack.start_replica if stack is not None else None,
+                    stop_replica=stack.stop_replica if stack is not None else None,
+                    recover=stack.restart if stack is not None else None,
+                    progress=progress,
+                )
+                with contextlib.redirect_stderr(log_stream):  # the rollback steps' own stderr lines
+                    results += runner.run_all(ok)
+                results.sort(key=lambda r: [s.name for s in scenarios].index(r.scenario.name))
+                elapsed = time.monotonic() - started
+                say(report.summary(results, elapsed))
+                sidecar = target.settings.sidecar
+                meta = report.ReportMeta(
+                    target=description,
+                    engine=engine,
+                    when=started_wall,
+                    period_s=sidecar.period_s,
+                    failure_threshold=sidecar.business.failure_threshold,
+                    success_threshold=sidecar.business.success_threshold,
+                    elapsed_s=elapsed,
+                )
+        except _SetupFailed as exc:
+            print(f"healer: drill: {exc}", file=err)
+            return EXIT_USAGE
+    if options.report is not None:
+        options.report.parent.mkdir(parents=True, exist_ok=True)
+        options.report.write_text(report.render_html(results, meta))
+        say(f"report: {options.report}")
+    if data:
+        _print_data([r.to_dict() for r in results], options.output or "json", out)
+    return exit_code(results)
+
+
+def _print_data(payload: list[dict[str, object]], output: str, out: TextIO) -> None:
+    if output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(payload, sort_keys=False), end="", file=out)
+    else:
+        print(json.dumps(payload, indent=2), file=out)
+
+
+class _SetupFailed(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _logs_to(stream: TextIO, level: str) -> Iterator[None]:
+    from healer.logs import configure_logging
+
+    configure_logging(stream=stream, level=level)
+    try:
+        yield
+    finally:
+        configure_logging(level=level)
+
+
+@contextlib.contextmanager
+def _target(
+    settings: Settings, options: DrillOptions, engine: str
+) -> Iterator[tuple[DrillTarget, str, EmbeddedStack | None]]:
+    """(the DrillTarget, a one-line description, the EmbeddedStack or None); everything stopped after."""
+    from healer.drills.stack import (
+        DEFAULT_PERIOD_S,
+        EmbeddedStack,
+        StackError,
+        configured_target,
+        default_model,
+    )
+    from healer.embedded import EmbeddedTritonError
+    from healer.store import StoreError
+
+    broken = options.broken or default_broken(settings)
+    try:
+        model = options.model or default_model(settings, broken)
+        settings.model(model)
+    except KeyError:
+        raise _SetupFailed(f"{settings.source}: no model {options.model!r} in models:") from None
+    except StackError as exc:
+        raise _SetupFailed(str(exc)) from exc
+    if options.target == "config":
+        try:
+            target = configured_target(
+                settings,
+                model=model,
+                broken=broken,
+                period_s=options.period_s or settings.sidecar.period_s,
+                state_dir=settings.rollback.state_dir,
+            )
+        except (StackError, StoreError, ValueError, OSError) as exc:
+            raise _SetupFailed(str(exc)) from exc
+        yield target, f"target {model} on Triton {settings.triton.url} ({engine} engine)", None
+        return
+    stack = EmbeddedStack(settings, model=model, broken=broken, period_s=options.period_s or DEFAULT_PERIOD_S)
+    try:
+        try:
+            target = stack.start()
+        except (StackError, EmbeddedTritonError, OSError) as exc:
+            raise _SetupFailed(f"the embedded stack did not start: {exc}") from exc
+        description = (
+            f"embedded stack: {model} on Triton {target.replicas[0]} (started and promoted in {stack.started_s:.1f} s)"
+        )
+        yield target, description, stack
+    finally:
+        stack.close()
+
+
+def _scratch(log_file: Path) -> Path:
+    path = log_file.parent / "drill-scratch"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _skipped(scenarios: list[Scenario], skipped: list[str], settings: Settings) -> list[DrillResult]:
+    reasons = dict(line.split(": ", 1) for line in skipped)
+    return [
+        DrillResult(
+            s,
+            Observation(),
+            Verdict(s.expect.outcome, True),
+            settings.rollback.deadline_s,
+            skipped=reasons[s.name],
+        )
+        for s in scenarios
+        if s.name in reasons
+    ]

@@ -1,0 +1,410 @@
+"""Running drills in-process (I/O): sidecars next to each replica, inject, watch, judge, clean up.
+
+For each scenario: the replicas it needs (the target's Triton; a second one for the storm; a
+dedicated one to kill), one real ``Sidecar`` per replica probing every ``period_s`` with the
+configured thresholds, and the rollback engine (the LocalEngine over the same template Argo runs,
+healing every replica of the scenario; or the ArgoEngine). The baseline must be healthy and ready
+on every replica before anything is broken. Then the injection, and a ``Watch`` from that moment:
+detection, drain, escalation, the workflow(s), and the golden request on every replica until it
+passes again. Whatever happened, the target ends on its stable version (``restore_stable``,
+bounded) and the extra Tritons are stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from healer.drills.catalog import Injection, Scenario
+from healer.drills.inject import (
+    DrillTarget,
+    Injected,
+    InjectionFailed,
+    delete_served_files,
+    push_again,
+    push_and_serve,
+    push_with_config,
+    restore_stable,
+    retrain_source,
+    serve_beside_stable,
+    stable_record,
+    tamper_stable,
+    unmount_store,
+    withdraw,
+)
+from healer.drills.observe import GoldenWatch, HttpView, LocalView, SidecarView, Watch, sample
+from healer.drills.verdict import DrillResult, Observation, finished, judge, phase_spans
+from healer.engines import RollbackEngine
+from healer.processes import free_port
+from healer.settings import DrainSettings, Settings
+
+log = structlog.get_logger(__name__)
+
+INTERVAL_S = 0.02  # how often the watch samples the sidecars
+BASELINE_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclass
+class _Running:
+    """One sidecar probing in its own thread (and serving its endpoints when peers must read them)."""
+
+    sidecar: Any
+    view: SidecarView
+    server: Any = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.server is not None:
+            self.server.start()
+        self.thread = threading.Thread(target=self.sidecar.run, args=(self.stop,), name="drill-sidecar", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(STOP_TIMEOUT_S)
+        if self.server is not None:
+            self.server.stop()
+        self.sidecar.triton.close()
+
+
+ReplicaFactory = Callable[[str], Any]  # name -> a started EmbeddedTriton-like object (url, kill(), stop())
+Progress = Callable[[str, Scenario, DrillResult | None], None]  # ("start" | "done", scenario, result)
+
+
+class DrillRunner:
+    def __init__(
+        self,
+        target: DrillTarget,
+        *,
+        scratch: Path,
+        engine: str = "local",
+        start_replica: ReplicaFactory | None = None,
+        stop_replica: Callable[[Any], None] | None = None,
+        progress: Progress | None = None,
+        recover: Callable[[], list[str]] | None = None,
+    ) -> None:
+        self.target = target
+        self.scratch = scratch
+        self.engine_kind = engine
+        self._start_replica = start_replica
+        self._stop_replica = stop_replica or (lambda replica: replica.stop())
+        self._progress = progress or (lambda *_: None)
+        self._recover = recover
+
+    @property
+    def settings(self) -> Settings:
+        return self.target.settings
+
+    @property
+    def period_s(self) -> float:
+        return self.settings.sidecar.period_s
+
+    def run_all(self, scenarios: Sequence[Scenario]) -> list[DrillResult]:
+        results = []
+        for scenario in scenarios:
+            self._progress("start", scenario, None)
+            result = self.run(scenario)
+            self._progress("done", scenario, result)
+            results.append(result)
+        return results
+
+    # ---- one scenario ------------------------------------------------------------------------------
+    def run(self, scenario: Scenario) -> DrillResult:
+        budget_s = self.settings.rollback.deadline_s
+        extra: list[Any] = []
+        running: list[_Running] = []
+        injected: Injected | None = None
+        watch: Watch | None = None
+        engine: RollbackEngine | None = None
+        replicas: list[str] = []
+        notes: list[str] = []
+        error = ""
+        try:
+            replicas = self._replicas(scenario, extra)
+            engine = self._engine(scenario, replicas)
+            running = self._sidecars(scenario, replicas, engine)
+            self._baseline(running)
+            injected = Injected(stable_record(self.target))
+            killed = self._inject(scenario, injected, replicas, extra)
+            watch = Watch(injected.at)
+            if killed:
+                watch.mark("killed", f"SIGKILL to Triton {replicas[0]}")
+            self._watch(scenario, watch, [r.view for r in running], replicas, injected)
+            if engine is not None:
+                watch.phases = [span for name in watch.workflows for span in self._phases(engine, name, injected)]
+        except InjectionFailed as exc:
+            error = str(exc)
+        except Exception as exc:  # the drill's own failure: reported, and the target still cleaned up
+            log.exception("drill_failed", scenario=scenario.name)
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            for r in running:
+                r.close()
+            drain = getattr(engine, "drain", None)
+            if drain is not None:
+                still = drain(budget_s)
+                if still:
+                    notes.append(f"rollbacks still running at cleanup: {', '.join(still)}")
+            if injected is not None:
+                live = [u for u in replicas if not any(getattr(x, "url", None) == u and x.killed for x in extra)]
+                problems = restore_stable(self.target, injected, urls=live or None)
+                notes += [f"cleanup: {p}" for p in problems]
+                if problems and self._recover is not None:
+                    notes.append("cleanup: the target's Triton was restarted")
+                    notes += [f"cleanup after the restart: {p}" for p in self._recover()]
+            for replica in extra:
+                self._stop_replica(replica.server)
+        observation = watch.observation() if watch is not None else Observation(error=error or "not injected")
+        if error:
+            observation = dataclasses.replace(observation, error=error)
+        verdict = judge(scenario, observation, budget_s)
+        started = _iso(injected.wall) if injected is not None and injected.wall else ""
+        return DrillResult(scenario, observation, verdict, budget_s, started_at=started, notes=tuple(notes))
+
+    # ---- set-up ------------------------------------------------------------------------------------
+    def _replicas(self, scenario: Scenario, extra: list[Any]) -> list[str]:
+        needs_replicas = scenario.injection is Injection.KILL_TRITON or scenario.replicas > 1
+        if needs_replicas and self._start_replica is None:
+            raise InjectionFailed("this target cannot start Triton replicas (the embedded stack can)")
+        if scenario.injection is Injection.KILL_TRITON:
+            replica = _Extra(self._start_replica("killed") if self._start_replica else None)
+            extra.append(replica)
+            return [replica.url]
+        urls = list(self.target.replicas)
+        for i in range(1, scenario.replicas):
+            replica = _Extra(self._start_replica(f"replica-{i}") if self._start_replica else None)
+            extra.append(replica)
+            urls.append(replica.url)
+        return urls
+
+    def _engine(self, scenario: Scenario, replicas: list[str]) -> RollbackEngine:
+        """One engine for the whole replica set (as Argo is): it heals every replica of the scenario."""
+        settings = dataclasses.replace(self.settings, triton=dataclasses.replace(self.settings.triton, url=replicas[0]))
+        if self.engine_kind == "argo":
+            from healer.engines.factory import argo_engine
+
+            return argo_engine(settings)
+        from healer.engines.local import LocalEngine
+        from workflows.context import context_from_settings
+        from workflows.plan import ReplicaTarget
+        from workflows.rollback import TemplateOptions, build_rollback_template
+
+        def context() -> Any:
+            ctx = context_from_settings(settings)
+            return dataclasses.replace(ctx, list_replicas=lambda: [ReplicaTarget(url) for url in replicas])
+
+        options = TemplateOptions(deadline_s=max(1, round(settings.rollback.deadline_s)))
+        return LocalEngine(build_rollback_template(options), context, self.scratch / "runs" / scenario.name)
+
+    def _sidecars(self, scenario: Scenario, replicas: list[str], engine: RollbackEngine) -> list[_Running]:
+        from healer.sidecar import HttpPeers, Sidecar
+        from healer.sidecar_http import SidecarServer
+        from healer.triton import TritonHttp
+
+        ports = [free_port() for _ in replicas]
+        urls = tuple(f"http://127.0.0.1:{port}" for port in ports)
+        running = []
+        for i, (url, port) in enumerate(zip(replicas, ports, strict=True)):
+            settings = _sidecar_settings(
+                self.settings, url=url, listen=f"127.0.0.1:{port}", max_rollbacks=scenario.max_rollbacks
+            )
+            peers = None
+            if scenario.drain_rule:
+                drain = DrainSettings(
+                    min_ready=1,
+                    peer_urls=urls,
+                    settle_s=2 * self.period_s,
+                    keep_decision_s=10.0,
+                    timeout_s=1.0,
+                )
+                settings = dataclasses.replace(settings, sidecar=dataclasses.replace(settings.sidecar, drain=drain))
+                peers = HttpPeers(f"drill/triton-{i}", urls, timeout_s=1.0)
+            sidecar = Sidecar(
+                settings,
+                TritonHttp(url, timeout_s=settings.triton.timeout_s),
+                engine_factory=lambda engine=engine: engine,  # type: ignore[misc]
+                pod=f"drill/triton-{i}",
+                triton_url=url,
+                peers=peers,
+            )
+            if scenario.drain_rule:
+                server = SidecarServer(sidecar, settings.sidecar.listen)
+                view: SidecarView = HttpView(f"triton-{i}", f"http://{settings.sidecar.listen}")
+                running.append(_Running(sidecar, view, server))
+            else:
+                running.append(_Running(sidecar, LocalView(f"triton-{i}", sidecar)))
+        for r in running:
+            r.start()
+        return running
+
+    def _baseline(self, running: list[_Running]) -> None:
+        """Before breaking anything: every sidecar has probed twice, the model is healthy and every replica ready."""
+        deadline = time.monotonic() + BASELINE_TIMEOUT_S
+        model = self.target.model
+        while time.monotonic() < deadline:
+            statuses = [r.view.status() for r in running]
+            if all(
+                s.get("cycles", 0) >= 2 and s["models"][model]["state"] == "healthy" and r.view.readyz() == 200
+                for s, r in zip(statuses, running, strict=True)
+                if s
+            ) and all(statuses):
+                return
+            time.sleep(INTERVAL_S)
+        raise InjectionFailed(
+            f"baseline: {model} not healthy and ready on every replica within {BASELINE_TIMEOUT_S:g} s"
+        )
+
+    # ---- breaking it ---------------------------------------------------------------------------------
+    def _inject(self, scenario: Scenario, injected: Injected, replicas: list[str], extra: list[Any]) -> bool:
+        """Break the target as the scenario says; ``injected`` records the moment and the undo. True: killed."""
+        target = self.target
+        kind = scenario.injection
+        if kind in {Injection.PUSH, Injection.FLAP, Injection.STORM}:
+            push_and_serve(target, target.variant(scenario.variant), injected, replicas)
+        elif kind is Injection.PUSH_CONFIG:
+            push_with_config(target, target.variant(scenario.variant), injected)
+        elif kind is Injection.PUSH_WITHIN_TOLERANCE:
+            push_and_serve(target, retrain_source(target, injected), injected, replicas)
+        elif kind is Injection.ONE_OFF:
+            serve_beside_stable(target, target.variant(scenario.variant), injected)
+        elif kind is Injection.DELETE_FILES:
+            delete_served_files(target, injected, self.scratch / "backup" / scenario.name)
+        elif kind is Injection.STORE_DOWN:
+            push_and_serve(target, target.variant(scenario.variant), injected, replicas)
+            unmount_store(target, injected)
+        elif kind is Injection.STABLE_BROKEN:
+            push_and_serve(target, target.variant(scenario.variant), injected, replicas)
+            tamper_stable(target, injected)
+        elif kind is Injection.KILL_TRITON:
+            victim = extra[0]
+            injected.mark_now()
+            victim.kill()
+            return True
+        return False
+
+    # ---- watching ------------------------------------------------------------------------------------
+    def _watch(
+        self, scenario: Scenario, watch: Watch, views: list[SidecarView], replicas: list[str], injected: Injected
+    ) -> None:
+        thresholds = self.settings.sidecar
+        quiet_s = max(2.0, (thresholds.business.failure_threshold + 2) * self.period_s)
+        give_up_s = (
+            self.settings.rollback.deadline_s
+            + (thresholds.business.failure_threshold + thresholds.business.success_threshold + 2) * self.period_s
+            + 30.0
+        )
+        golden = GoldenWatch(replicas, self.target.model_settings)
+        origin = 0.0  # quiet time counts from here (the withdrawal of a one-off)
+        withdrawn = scenario.injection is not Injection.ONE_OFF
+        pushes = 1
+        flaps = scenario.max_rollbacks or self.settings.sidecar.max_rollbacks
+        try:
+            while True:
+                seen = sample(views, self.target.model)
+                watch.see(seen)
+                if watch.workflows and watch.restore_s is None and golden.restored(injected.version):
+                    watch.restored()
+                if not withdrawn and (seen.bad_streak >= 1 or watch.now_s() > quiet_s):
+                    withdraw(self.target, injected)
+                    withdrawn, origin = True, watch.now_s()
+                    watch.mark("withdrawn", f"v{injected.version} no longer served, after one bad answer")
+                if (
+                    scenario.injection is Injection.FLAP
+                    and pushes <= flaps
+                    and len(watch.workflows) == pushes
+                    and watch.final_state == "healthy"
+                    and golden.restored(injected.version)
+                ):
+                    pushes += 1
+                    push_again(self.target, self.target.variant(scenario.variant), injected)
+                    watch.mark("pushed-again", f"v{injected.version} deployed again ({pushes})")
+                    continue
+                # A flapping model: after the last push, wait for the breaker (or the hard end), not a heal.
+                flapping = scenario.injection is Injection.FLAP and watch.escalate_s is None
+                elapsed = watch.now_s()
+                if (
+                    withdrawn
+                    and not flapping
+                    and finished(
+                        scenario,
+                        watch.observation(),
+                        elapsed_s=elapsed - origin,
+                        quiet_s=quiet_s,
+                        give_up_s=give_up_s,
+                    )
+                ) or elapsed >= give_up_s:
+                    break
+                time.sleep(INTERVAL_S)
+            watch.model_loaded = golden.loaded()
+            watch.mark("end", "the watch ended")
+        finally:
+            golden.close()
+
+    def _phases(self, engine: RollbackEngine, name: str, injected: Injected) -> list[Any]:
+        """Every attempt's phases: from the run record's heal pods where the engine keeps one (the
+        LocalEngine, like `argo get`), else the run's final ``phases`` output."""
+        try:
+            attempts = _attempt_phases(engine, name)
+        except Exception as exc:  # the timeline loses its phases, the verdict does not depend on them
+            log.warning("drill_phases_unavailable", workflow=name, error=str(exc))
+            return []
+        return [span for phases in attempts for span in phase_spans(name, phases, injected.wall)]
+
+
+def _attempt_phases(engine: RollbackEngine, name: str) -> list[list[dict[str, Any]]]:
+    get = getattr(engine, "get", None)
+    attempts: list[list[dict[str, Any]]] = []
+    if get is not None:
+        nodes = get(name).get("status", {}).get("nodes", {}).values()
+        pods = sorted(
+            (n for n in nodes if n.get("type") == "Pod" and n.get("templateName") == "heal"),
+            key=lambda n: str(n.get("name", "")),
+        )
+        for pod in pods:
+            for parameter in pod.get("outputs", {}).get("parameters", []):
+                if parameter.get("name") == "phases" and parameter.get("value"):
+                    parsed = json.loads(parameter["value"])
+                    attempts.append(parsed if isinstance(parsed, list) else [])
+        if attempts:
+            return attempts
+    parsed = json.loads(engine.status(name).outputs.get("phases") or "[]")
+    return [parsed if isinstance(parsed, list) else []]
+
+
+@dataclass
+class _Extra:
+    """A Triton the runner started for one scenario."""
+
+    server: Any
+    killed: bool = False
+
+    @property
+    def url(self) -> str:
+        return str(self.server.url)
+
+    def kill(self) -> None:
+        self.killed = True
+        self.server.kill()
+
+
+def _sidecar_settings(settings: Settings, *, url: str, listen: str, max_rollbacks: int | None) -> Settings:
+    from healer.drills.stack import sidecar_settings_for
+
+    return sidecar_settings_for(settings, url=url, listen=listen, max_rollbacks=max_rollbacks)
+
+
+def _iso(wall: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,262 @@
+"""The ``healer-drill`` WorkflowTemplate and its CronWorkflow, defined with Hera, and the functions
+their pods run (healer/drills/cluster.py does the work).
+
+Shape::
+
+    drill (steps)
+      ├─ inject-and-wait   push the scenario's breakage, then watch the sidecars (/status, /readyz)
+      │                    and the golden request on every replica until healed, escalated or the
+      │                    budget is spent; outputs: injection, observation (one pod: a watch that
+      │                    starts a pod later would miss the detection)
+      └─ assert            the verdict (healer/drills/verdict.py): fails the workflow when the outcome
+                           or the budget was missed; outputs: result
+    onExit: finish (steps)
+      ├─ cleanup           always: undo the injection, every replica back on the stable version
+      └─ report            always: the result as `healer drill` prints it; outputs: report
+
+Started from the Argo UI (``argo submit --from workflowtemplate/healer-drill -p scenario=nan``) or
+on a schedule by the ``healer-drill-weekly`` CronWorkflow, which is rendered suspended: a drill
+breaks a model on purpose, so a person turns the schedule on (``argo cron resume``).
+"""
+
+# No `from __future__ import annotations` here: Hera reads the step functions' annotations as types.
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any, NoReturn
+
+from workflows.rollback import HEALER_UID, TemplateOptions
+
+DRILL_TEMPLATE = "healer-drill"
+DRILL_CRON = "healer-drill-weekly"
+DRILL_PARAMETERS = {"scenario": "wrong-weights", "model": "", "broken-dir": ""}
+CRON_SCHEDULE = "0 10 * * 1"  # Mondays 10:00 in the controller's time zone: people are around to watch
+STEP_DEADLINE_S = 120  # cleanup and report: each bounded on its own
+DEFAULT_BROKEN_SUBDIR = ".healer-drills/broken"  # under the models mount: copy examples/broken there
+DEFAULT_OPTIONS = TemplateOptions()
+
+
+# ---- what the pods run (through `python -m hera.workflows.runner -e workflows.drill:<fn>`) -----------------
+
+
+def inject_and_wait_step(scenario: str, model: str = "", broken_dir: str = "") -> dict[str, Any]:
+    from healer.drills import cluster
+    from healer.drills.inject import InjectionFailed
+
+    try:
+        outcome = cluster.inject_and_wait(_settings(), scenario, model, _broken(broken_dir))
+    except (cluster.DrillStepError, InjectionFailed) as exc:
+        _fail(f"inject-and-wait: {exc}")
+    _outputs({"injection": outcome["injection"], "observation": outcome["observation"]})
+    return {"scenario": scenario, "version": outcome["injection"].get("version")}
+
+
+def assert_step(scenario: str, model: str = "", broken_dir: str = "") -> dict[str, Any]:
+    from healer.drills import cluster
+
+    try:
+        result = cluster.assert_outcome(_settings(), scenario, model, _broken(broken_dir))
+    except cluster.DrillStepError as exc:
+        _fail(f"assert: {exc}")
+    _outputs({"result": result.to_dict()})
+    if not result.passed:
+        _fail(f"{scenario}: " + "; ".join(result.verdict.missed))
+    return {"scenario": scenario, "outcome": result.verdict.outcome.value, "passed": True}
+
+
+def cleanup_step(model: str = "", broken_dir: str = "") -> dict[str, Any]:
+    from healer.drills import cluster
+
+    problems = cluster.cleanup(_settings(), model, _broken(broken_dir))
+    _outputs({"cleanup": problems})
+    if problems:
+        _fail("cleanup: " + "; ".join(problems))
+    return {"cleaned": True}
+
+
+def report_step(model: str = "", broken_dir: str = "", workflow_status: str = "") -> dict[str, Any]:
+    from healer.drills import cluster
+
+    report = cluster.report(_settings(), model, _broken(broken_dir), workflow_status)
+    print(report["text"])
+    _outputs({"report": report["result"] or {"text": report["text"]}})
+    return {"status": workflow_status}
+
+
+def _settings() -> Any:
+    from healer.settings import load_settings
+    from workflows.context import DEFAULT_CONFIG
+
+    return load_settings(os.environ.get("HEALER_CONFIG", DEFAULT_CONFIG))
+
+
+def _broken(broken_dir: str) -> Path:
+    if broken_dir:
+        return Path(broken_dir)
+    settings = _settings()
+    live = settings.live_repository_path
+    return (live or Path("/models")) / DEFAULT_BROKEN_SUBDIR
+
+
+def _outputs(values: dict[str, Any]) -> None:
+    from workflows.context import output_dir
+
+    directory = output_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, value in values.items():
+        (directory / name).write_text(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+
+
+def _fail(message: str) -> NoReturn:
+    """Fail the node with a one-line message (Argo shows the termination message as the node's)."""
+    _outputs({"termination-log": message[:4000]})
+    path = Path("/dev/termination-log")
+    if path.exists():
+        with contextlib.suppress(OSError):  # not writable outside a pod: the message is on stdout too
+            path.write_text(message[:4000])
+    print(message)
+    raise SystemExit(1)
+
+
+# ---- the Hera definitions --------------------------------------------------------------------------------
+
+
+def drill_deadline_s(options: TemplateOptions) -> int:
+    """The whole drill: the watch (the rollback's budget, the healing timeout's margin) and the cleanup."""
+    return 2 * options.deadline_s + 2 * STEP_DEADLINE_S
+
+
+def build_drill_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
+    from hera.workflows import Env, Parameter, Script, Step, Steps, WorkflowTemplate
+    from hera.workflows import models as m
+    from hera.workflows.script import RunnerScriptConstructor
+
+    from workflows.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR
+
+    def runner_script(name: str, source: Any, outputs: list[str], deadline_s: int) -> Script:
+        return Script(
+            name=name,
+            active_deadline_seconds=str(deadline_s),
+            source=source,
+            constructor=RunnerScriptConstructor(),
+            image=options.image,
+            image_pull_policy="IfNotPresent",
+            volume_mounts=[
+                m.VolumeMount(name="healer-config", mount_path=str(Path(DEFAULT_CONFIG).parent)),
+                *([m.VolumeMount(name="models", mount_path=options.models_mount_path)] if options.models_claim else []),
+            ],
+            env=[
+                Env(name="HEALER_CONFIG", value=DEFAULT_CONFIG),
+                Env(name="HEALER_OUTPUT_DIR", value=DEFAULT_OUTPUT_DIR),
+                Env(name="PYTHONUNBUFFERED", value="1"),
+            ],
+            outputs=[
+                Parameter(name=out, value_from=m.ValueFrom(path=f"{DEFAULT_OUTPUT_DIR}/{out}", default=""))
+                for out in outputs
+            ],
+            resources=m.ResourceRequirements(
+                requests={"cpu": m.Quantity("100m"), "memory": m.Quantity("128Mi")},
+                limits={"memory": m.Quantity("512Mi")},
+            ),
+        )
+
+    param = "{{{{workflow.parameters.{}}}}}".format
+    common = {"model": param("model"), "broken_dir": param("broken-dir")}
+    with WorkflowTemplate(
+        name=DRILL_TEMPLATE,
+        namespace=options.namespace,
+        entrypoint="drill",
+        on_exit="finish",
+        service_account_name=options.service_account,
+        active_deadline_seconds=drill_deadline_s(options),
+        arguments=[Parameter(name=name, value=value) for name, value in DRILL_PARAMETERS.items()],
+        # One drill per model at a time: the steps share a record in the model's folder.
+        synchronization=m.Synchronization(mutexes=[m.Mutex(name="healer-drill-{{workflow.parameters.model}}")]),
+        workflow_metadata=m.WorkflowMetadata(
+            labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "drill"},
+            labels_from={"healer.io/drill": m.LabelValueFrom(expression="workflow.parameters.scenario")},
+        ),
+        labels={"app.kubernetes.io/name": "healer"},
+        annotations={
+            "workflows.argoproj.io/description": (
+                "A chaos drill: break a model on purpose (the scenario), watch the sidecars detect it and the "
+                "rollback heal it, assert the expected outcome within rollback.deadline_s, then restore the "
+                "stable version whatever happened. Scenarios: `healer drill --list`."
+            ),
+        },
+        pod_gc=m.PodGC(strategy="OnPodSuccess"),
+        security_context=m.PodSecurityContext(
+            run_as_non_root=True, run_as_user=HEALER_UID, run_as_group=HEALER_UID, fs_group=HEALER_UID
+        ),
+        volumes=[
+            m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map)),
+            *(
+                [
+                    m.Volume(
+                        name="models",
+                        persistent_volume_claim=m.PersistentVolumeClaimVolumeSource(claim_name=options.models_claim),
+                    )
+                ]
+                if options.models_claim
+                else []
+            ),
+        ],
+        ttl_strategy=m.TTLStrategy(seconds_after_completion=30 * 24 * 3600),
+    ) as template:
+        watch = runner_script(
+            "inject-and-wait", inject_and_wait_step, ["injection", "observation"], options.deadline_s + STEP_DEADLINE_S
+        )
+        judge = runner_script("assert", assert_step, ["result"], STEP_DEADLINE_S)
+        clean = runner_script("cleanup", cleanup_step, ["cleanup"], STEP_DEADLINE_S)
+        tell = runner_script("report", report_step, ["report"], STEP_DEADLINE_S)
+        with Steps(name="drill"):
+            Step(name="inject-and-wait", template=watch, arguments={"scenario": param("scenario"), **common})
+            Step(name="assert", template=judge, arguments={"scenario": param("scenario"), **common})
+        with Steps(name="finish"):
+            # Both always run: whatever the drill did, the target ends on its stable version.
+            Step(name="cleanup", template=clean, arguments=common, continue_on=m.ContinueOn(failed=True))
+            Step(
+                name="report",
+                template=tell,
+                arguments={**common, "workflow_status": "{{workflow.status}}"},
+            )
+    return template
+
+
+def build_drill_cron(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
+    """A weekly drill of the default scenario, suspended until a person resumes it."""
+    from hera.workflows import CronWorkflow, Parameter
+    from hera.workflows import models as m
+
+    return CronWorkflow(
+        name=DRILL_CRON,
+        namespace=options.namespace,
+        schedules=[CRON_SCHEDULE],
+        cron_suspend=True,  # the CronWorkflow's own spec.suspend (Hera's `suspend` is the workflow's)
+        concurrency_policy="Forbid",
+        starting_deadline_seconds=600,
+        successful_jobs_history_limit=4,
+        failed_jobs_history_limit=8,
+        labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "drill"},
+        annotations={
+            "workflows.argoproj.io/description": (
+                "Runs the healer-drill template every week (wrong-weights by default). Suspended as rendered: "
+                "`argo cron resume healer-drill-weekly` turns it on."
+            ),
+        },
+        workflow_template_ref=m.WorkflowTemplateRef(name=DRILL_TEMPLATE),
+        arguments=[Parameter(name="scenario", value=DRILL_PARAMETERS["scenario"])],
+    )
+
+
+def render_drills(options: TemplateOptions = DEFAULT_OPTIONS) -> dict[str, str]:
+    """File name -> YAML for the drill's WorkflowTemplate and CronWorkflow."""
+    import yaml
+
+    header = "# Generated by `healer render`; do not edit. Source: workflows/drill.py\n"
+    return {
+        f"{DRILL_TEMPLATE}.yaml": header
+        + yaml.safe_dump(build_drill_template(options).to_dict(), sort_keys=False, width=120),
+        f"{DRILL_CRON}.yaml": header + yaml.safe_dump(build_drill_cron(options).to_dict(), sort_keys=False, width=120),
+    }
