@@ -1,4 +1,5 @@
-"""Footprint of `healer sidecar`: RSS and CPU while probing 3 models at 1 Hz for 60 s.
+"""Footprint of `healer sidecar`: RSS and CPU while probing 3 models at 1 Hz for 60 s, off-cluster
+and in-cluster.
 
 Starts a real tritonserver with three example models (linear_scorer, tiny_classifier and a copy of
 linear_scorer), runs `healer sidecar` as its own process against it, samples the sidecar's
@@ -6,20 +7,33 @@ linear_scorer), runs `healer sidecar` as its own process against it, samples the
 /proc/<pid>/stat at the start and the end of the window. No rollback happens: this is the cost of
 watching healthy models, which is what every Triton pod pays all day.
 
-    .venv/bin/python benchmarks/sidecar_footprint.py [--seconds 60] [--period 1.0]
+Two runs: off-cluster (no Kubernetes), and in-cluster settings: KUBERNETES_SERVICE_HOST set, a
+service-account token and CA, the Kubernetes client built at start-up (for Events, the diagnosis
+annotation and the draining rule's peer list, against a local HTTPS stand-in for the API server
+that answers the pod list and accepts patches and Events; it is not Kubernetes), and the draining
+rule on (its drain set read from the store at start-up). The run checks the sidecar logged that it
+built the client. A healthy pod makes no API call: it lists its peers only when it wants to drain.
+
+    .venv/bin/python benchmarks/sidecar_footprint.py [--seconds 60] [--period 1.0] [--only off|in]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -66,66 +80,166 @@ def prepare(scratch: Path, period: float, port: int) -> tuple[Path, dict[str, An
     return repo, document
 
 
+@contextmanager
+def api_stand_in(scratch: Path, seen: list[str]) -> Iterator[tuple[int, Path]]:
+    """An HTTPS stand-in for the API server: the pod list (this pod, Ready), patches and Events.
+    Yields its port and a service-account folder (token, ca.crt, namespace) for the sidecar."""
+    accounts = scratch / "serviceaccount"
+    accounts.mkdir()
+    key, cert = scratch / "api.key", accounts / "ca.crt"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    (accounts / "token").write_text("benchmark-token")
+    (accounts / "namespace").write_text("ml")
+    pods = {
+        "kind": "PodList",
+        "items": [
+            {
+                "metadata": {"name": name, "namespace": "ml", "annotations": {}},
+                "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]},
+            }
+            for name, ip in (("triton-0", "127.0.0.1"), ("triton-1", "127.0.0.2"))
+        ],
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            seen.append(f"{self.command} {self.path.split('?', 1)[0]}")
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.dumps(pods if self.command == "GET" else {"kind": "Status"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_PATCH = do_POST = _answer
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1], accounts
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def measure(
+    scratch: Path,
+    server_url: str,
+    document: dict[str, Any],
+    port: int,
+    seconds: float,
+    env: dict[str, str],
+    log_file: Path,
+) -> tuple[float, float, float, float, float]:
+    """Run the sidecar: (max RSS MiB, peak RSS MiB, CPU s, wall s, probe results)."""
+    document = {**document, "triton": {**document["triton"], "url": server_url}}
+    config = scratch / f"healer-{port}.yaml"
+    config.write_text(yaml.safe_dump(document))
+    sidecar = subprocess.Popen(
+        [str(Path(sys.executable).parent / "healer"), "--log-level", "info", "sidecar", "--config", str(config)],
+        stdout=log_file.open("wb"),
+        env={**os.environ, **env},
+    )
+    try:
+        # Warm-up: imports done and a first cycle probed (steady state is what a pod pays).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.2)
+        cpu_start, wall_start = cpu_seconds(sidecar.pid), time.monotonic()
+        samples = []
+        while time.monotonic() - wall_start < seconds:
+            samples.append(proc_status(sidecar.pid)["VmRSS"])
+            time.sleep(1.0)
+        cpu_used = cpu_seconds(sidecar.pid) - cpu_start
+        wall = time.monotonic() - wall_start
+        peak = proc_status(sidecar.pid)["VmHWM"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            metrics = r.read().decode()
+    finally:
+        sidecar.send_signal(signal.SIGTERM)
+        sidecar.wait(timeout=20)
+    probes = sum(
+        float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith("healer_probe_results_total{")
+    )
+    return max(samples) / 1024, peak / 1024, cpu_used, wall, probes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--period", type=float, default=1.0)
+    parser.add_argument("--only", choices=["off", "in"], help="run only the off-cluster or the in-cluster case")
     args = parser.parse_args()
     configure_logging(level="warning")
     scratch = Path(tempfile.mkdtemp(prefix="healer-footprint-"))
-    port = free_port()
-    repo, document = prepare(scratch, args.period, port)
+    ok = True
     try:
+        _repo, document = prepare(scratch, args.period, 0)
+        repo = scratch / "repo"
         with EmbeddedTriton(repo, load_models=["linear_scorer", "tiny_classifier", "linear_scorer_b"]) as server:
-            document["triton"]["url"] = server.url
-            (scratch / "healer.yaml").write_text(yaml.safe_dump(document))
-            sidecar = subprocess.Popen(
-                [
-                    str(Path(sys.executable).parent / "healer"),
-                    "--log-level",
-                    "warning",
-                    "sidecar",
-                    "--config",
-                    str(scratch / "healer.yaml"),
-                ],
-                stdout=subprocess.DEVNULL,
-            )
-            try:
-                # Warm-up: imports done and a first cycle probed (steady state is what a pod pays).
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    try:
-                        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-                            if r.status == 200:
-                                break
-                    except OSError:
-                        time.sleep(0.2)
-                cpu_start, wall_start = cpu_seconds(sidecar.pid), time.monotonic()
-                samples = []
-                while time.monotonic() - wall_start < args.seconds:
-                    samples.append(proc_status(sidecar.pid)["VmRSS"])
-                    time.sleep(1.0)
-                cpu_used = cpu_seconds(sidecar.pid) - cpu_start
-                wall = time.monotonic() - wall_start
-                peak = proc_status(sidecar.pid)["VmHWM"]
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    metrics = r.read().decode()
-            finally:
-                sidecar.send_signal(signal.SIGTERM)
-                sidecar.wait(timeout=20)
+            cases = [c for c in ("off", "in") if args.only in (None, c)]
+            for case in cases:
+                port = free_port()
+                doc = {**document, "sidecar": {**document["sidecar"], "listen": f"127.0.0.1:{port}"}}
+                if case == "off":
+                    result = measure(scratch, server.url, doc, port, args.seconds, {}, scratch / "off.log")
+                else:
+                    seen: list[str] = []
+                    with api_stand_in(scratch, seen) as (api_port, accounts):
+                        doc["sidecar"]["drain"] = {"peers": {"namespace": "ml", "selector": "app=triton"}}
+                        env = {
+                            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                            "KUBERNETES_SERVICE_PORT": str(api_port),
+                            "HEALER_SERVICE_ACCOUNT_DIR": str(accounts),
+                            "POD_NAME": "triton-0",
+                            "POD_NAMESPACE": "ml",
+                            "POD_IP": "127.0.0.1",
+                        }
+                        log = scratch / "in.log"
+                        result = measure(scratch, server.url, doc, port, args.seconds, env, log)
+                    if '"event": "kubernetes_api"' not in log.read_text():
+                        print("  the sidecar did not build its Kubernetes client: the in-cluster path was not taken")
+                        return 1
+                rss_mib, peak_mib, cpu_used, wall, probes = result
+                cpu_pct = 100.0 * cpu_used / wall
+                where = "off-cluster" if case == "off" else "in-cluster (Kubernetes client built, draining rule on)"
+                print(f"healer sidecar, {where}")
+                if case == "in":
+                    calls = (
+                        ", ".join(sorted(set(seen)))
+                        or "none: a healthy pod reads its peers only when it wants to drain"
+                    )
+                    print(f"  Kubernetes API calls while healthy: {len(seen)} ({calls})")
+                print(f"  3 models, period {args.period:g} s, {wall:.0f} s window, {probes:.0f} probe results")
+                print(f"  RSS max over the window: {rss_mib:6.1f} MiB (peak since start {peak_mib:.1f} MiB)")
+                print(f"  target: peak <= {RSS_TARGET_MIB:g} MiB")
+                share = f"{cpu_pct:.2f} % of one core (target <= {CPU_TARGET_PCT:g} %)"
+                print(f"  CPU: {cpu_used:.2f} s in {wall:.0f} s = {share}")
+                within = peak_mib <= RSS_TARGET_MIB and cpu_pct <= CPU_TARGET_PCT
+                print("  within the targets" if within else "  OVER a target")
+                ok = ok and within
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    probes = sum(
-        float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith("healer_probe_results_total{")
-    )
-    rss_mib, peak_mib = max(samples) / 1024, peak / 1024
-    cpu_pct = 100.0 * cpu_used / wall
-    print(f"healer sidecar, 3 models, period {args.period:g} s, {wall:.0f} s window, {probes:.0f} probe results")
-    print(f"  RSS max over the window: {rss_mib:6.1f} MiB (peak since start {peak_mib:.1f} MiB)")
-    print(f"  target: peak <= {RSS_TARGET_MIB:g} MiB")
-    print(f"  CPU: {cpu_used:.2f} s in {wall:.0f} s = {cpu_pct:.2f} % of one core (target <= {CPU_TARGET_PCT:g} %)")
-    ok = peak_mib <= RSS_TARGET_MIB and cpu_pct <= CPU_TARGET_PCT
-    print("  within the targets" if ok else "  OVER a target")
     return 0 if ok else 1
 
 
