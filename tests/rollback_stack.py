@@ -23,6 +23,9 @@ from healer.triton import TritonHttp
 from tests.conftest import EXAMPLES
 
 _names = itertools.count(1)
+# Setting a test up is not what is measured: on a busy 2-core machine a Python-backend stub has been
+# seen to take 65 s to initialise (tritonserver.log: ModelInstanceInitialize to "successfully loaded").
+SETUP_LOAD_TIMEOUT_S = 180
 
 VersionSource = tuple[str, str]  # ("good", "1") or ("broken", "nan")
 
@@ -45,7 +48,7 @@ def serve_versions(triton: TritonHttp, model: str, versions: list[int]) -> None:
     """Make Triton serve exactly these versions (a config override, as an operator would)."""
     config = triton.model_config(model)
     config["version_policy"] = {"specific": {"versions": versions}}
-    triton.load_model(model, config=json.dumps(config), timeout_s=60)
+    triton.load_model(model, config=json.dumps(config), timeout_s=SETUP_LOAD_TIMEOUT_S)
 
 
 def serve_latest(triton: TritonHttp, model: str, timeout_s: float = 30) -> None:
@@ -59,7 +62,7 @@ def serve_latest(triton: TritonHttp, model: str, timeout_s: float = 30) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{model} not unloaded within {timeout_s} s")
         time.sleep(0.05)
-    triton.load_model(model, timeout_s=60)
+    triton.load_model(model, timeout_s=SETUP_LOAD_TIMEOUT_S)
 
 
 class AlertReceiver:
@@ -183,12 +186,12 @@ def rollback_stack(
             deadline_s=deadline_s,
         )
         try:
-            triton.load_model(name, timeout_s=60)
+            triton.load_model(name, timeout_s=SETUP_LOAD_TIMEOUT_S)
             if stable:
                 serve_versions(triton, name, stable)
                 for version in stable:
                     promote(settings, triton, store, name, str(version), by="test")
-                triton.load_model(name, timeout_s=60)  # back to config.pbtxt: the newest version
+                triton.load_model(name, timeout_s=SETUP_LOAD_TIMEOUT_S)  # back to config.pbtxt: the newest version
             engine = local_engine(settings)
             yield RollbackStack(settings, triton, store, live, name, engine, alerts)
         finally:
