@@ -84,9 +84,8 @@ def prepare(scratch: Path, period: float, port: int) -> tuple[Path, dict[str, An
 def api_stand_in(scratch: Path, seen: list[str]) -> Iterator[tuple[int, Path]]:
     """An HTTPS stand-in for the API server: the pod list (this pod, Ready), patches and Events.
     Yields its port and a service-account folder (token, ca.crt, namespace) for the sidecar."""
-    accounts = scratch / "serviceaccount"
-    accounts.mkdir()
-    key, cert = scratch / "api.key", accounts / "ca.crt"
+    accounts = Path(tempfile.mkdtemp(dir=scratch, prefix="serviceaccount-"))
+    key, cert = accounts / "api.key", accounts / "ca.crt"
     subprocess.run(
         [
             *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"),
@@ -188,7 +187,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--period", type=float, default=1.0)
-    parser.add_argument("--only", choices=["off", "in"], help="run only the off-cluster or the in-cluster case")
+    parser.add_argument(
+        "--only",
+        choices=["off", "in", "in-drain"],
+        help="run one case: off-cluster, in-cluster, in-cluster with draining",
+    )
     args = parser.parse_args()
     configure_logging(level="warning")
     scratch = Path(tempfile.mkdtemp(prefix="healer-footprint-"))
@@ -197,7 +200,7 @@ def main() -> int:
         _repo, document = prepare(scratch, args.period, 0)
         repo = scratch / "repo"
         with EmbeddedTriton(repo, load_models=["linear_scorer", "tiny_classifier", "linear_scorer_b"]) as server:
-            cases = [c for c in ("off", "in") if args.only in (None, c)]
+            cases = [c for c in ("off", "in", "in-drain") if args.only in (None, c)]
             for case in cases:
                 port = free_port()
                 doc = {**document, "sidecar": {**document["sidecar"], "listen": f"127.0.0.1:{port}"}}
@@ -206,7 +209,8 @@ def main() -> int:
                 else:
                     seen: list[str] = []
                     with api_stand_in(scratch, seen) as (api_port, accounts):
-                        doc["sidecar"]["drain"] = {"peers": {"namespace": "ml", "selector": "app=triton"}}
+                        if case == "in-drain":
+                            doc["sidecar"]["drain"] = {"peers": {"namespace": "ml", "selector": "app=triton"}}
                         env = {
                             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
                             "KUBERNETES_SERVICE_PORT": str(api_port),
@@ -215,16 +219,20 @@ def main() -> int:
                             "POD_NAMESPACE": "ml",
                             "POD_IP": "127.0.0.1",
                         }
-                        log = scratch / "in.log"
+                        log = scratch / f"{case}.log"
                         result = measure(scratch, server.url, doc, port, args.seconds, env, log)
                     if '"event": "kubernetes_api"' not in log.read_text():
                         print("  the sidecar did not build its Kubernetes client: the in-cluster path was not taken")
                         return 1
                 rss_mib, peak_mib, cpu_used, wall, probes = result
                 cpu_pct = 100.0 * cpu_used / wall
-                where = "off-cluster" if case == "off" else "in-cluster (Kubernetes client built, draining rule on)"
+                where = {
+                    "off": "off-cluster",
+                    "in": "in-cluster (Kubernetes client built for Events and the diagnosis annotation)",
+                    "in-drain": "in-cluster with the draining rule on (its drain set read from the store at start-up)",
+                }[case]
                 print(f"healer sidecar, {where}")
-                if case == "in":
+                if case != "off":
                     calls = (
                         ", ".join(sorted(set(seen)))
                         or "none: a healthy pod reads its peers only when it wants to drain"
