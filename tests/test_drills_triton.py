@@ -5,10 +5,12 @@ and a real sidecar. Each run starts its own Triton on a scratch copy of the exam
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +40,10 @@ def drill_config(tmp: Path, **changes: Any) -> Path:
     return config
 
 
-def triton_processes() -> set[tuple[int, str]]:
-    """(pid, start time) of every tritonserver and Python-backend stub on the machine."""
+def triton_processes(tag: str) -> set[tuple[int, str]]:
+    """(pid, start time) of every tritonserver and Python-backend stub started under the environment
+    variable HEALER_TEST_RUN=<tag> (inherited by every child): other Tritons on the machine, from
+    other tests or a benchmark running meanwhile, are not this demo's."""
     found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -50,7 +54,12 @@ def triton_processes() -> set[tuple[int, str]]:
         except OSError:
             continue
         if any(name in command for name in TRITON_PROCESSES):
-            found.add((int(entry.name), start))
+            try:
+                environment = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"HEALER_TEST_RUN={tag}".encode() in environment:
+                found.add((int(entry.name), start))
     return found
 
 
@@ -69,10 +78,11 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     """`healer demo --drills <the fast subset>`, as `make demo` runs it, in its own process."""
     tmp = tmp_path_factory.mktemp("demo")
     config = drill_config(tmp)
-    before = triton_processes()
+    tag = uuid.uuid4().hex
     started = time.monotonic()
     run = subprocess.run(
         [HEALER, "demo", "--config", str(config), "--drills", *FAST, "--report", str(tmp / "report.html")],
+        env={**os.environ, "HEALER_TEST_RUN": tag},
         capture_output=True,
         text=True,
         timeout=600,
@@ -80,10 +90,10 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     )
     seconds = time.monotonic() - started
     deadline = time.monotonic() + 10  # a stopped group's last stub may take a moment to be reaped
-    leftover = triton_processes() - before
+    leftover = triton_processes(tag)
     while leftover and time.monotonic() < deadline:
         time.sleep(0.2)
-        leftover = triton_processes() - before
+        leftover = triton_processes(tag)
     return DemoRun(run.returncode, run.stdout, run.stderr, tmp / "report.html", leftover, seconds)
 
 
