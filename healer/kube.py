@@ -86,7 +86,7 @@ class TritonPod:
 
 @dataclass(frozen=True)
 class PodReadiness:
-    """A pod as the drain rule weighs it (healer/decisions.py ``may_drain``)."""
+    """A pod as the drain rule weighs it (healer/decisions.py ``drain_plan``)."""
 
     name: str
     ready: bool  # its Ready condition is True: the Service sends it traffic
