@@ -65,50 +65,36 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             self._slots.release()
 
 
-class SidecarServer:
-    """/livez, /readyz, /metrics, /status on a background thread."""
+class QuietHandler(BaseHTTPRequestHandler):
+    """One request per connection, reads bounded in time, no access log."""
 
-    def __init__(self, sidecar: Sidecar, listen: str, *, max_connections: int = MAX_CONNECTIONS) -> None:
+    timeout = READ_TIMEOUT_S  # per read: an idle or slow client loses its slot
+    protocol_version = "HTTP/1.0"  # one request per connection
+
+    def reply(self, code: int, body: str | bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+        data = body.encode() if isinstance(body, str) else body
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass  # probes hit these endpoints every few seconds; the access log is noise
+
+
+class BackgroundServer:
+    """A BoundedHTTPServer on ``listen`` (host:port, IPv4 or [IPv6]), served from a daemon thread."""
+
+    def __init__(self, listen: str, handler: type[BaseHTTPRequestHandler], max_connections: int, name: str) -> None:
         host, _, port = listen.rpartition(":")
-        owner = sidecar
-
-        class Handler(BaseHTTPRequestHandler):
-            timeout = READ_TIMEOUT_S  # per read: an idle or slow client loses its slot
-            protocol_version = "HTTP/1.0"  # one request per connection
-
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/livez":
-                    ok, detail = triton_live(owner.settings.triton.url, owner.settings.triton.timeout_s)
-                    self._reply(200 if ok else 503, f"{'ok' if ok else 'triton not live'}: {detail}\n")
-                elif path == "/readyz":
-                    ready, problems = owner.ready()
-                    body = "".join(f"{line}\n" for line in (["ok", *problems] if ready else problems))
-                    self._reply(200 if ready else 503, body)
-                elif path == "/metrics":
-                    self._reply(200, owner.metrics.expose(), "text/plain; version=0.0.4; charset=utf-8")
-                elif path == "/status":
-                    self._reply(200, json.dumps(owner.status(), indent=2) + "\n", "application/json")
-                else:
-                    self._reply(404, "not found\n")
-
-            def _reply(self, code: int, body: str, content_type: str = "text/plain; charset=utf-8") -> None:
-                data = body.encode()
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass  # probes hit these endpoints every few seconds; the access log is noise
-
-        family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-        server_class = type("SidecarHTTPServer", (BoundedHTTPServer,), {"address_family": family})
-        self.httpd = server_class((host.strip("[]") or "0.0.0.0", int(port)), Handler, max_connections)  # noqa: S104
+        host = host.strip("[]")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        server_class = type("ListeningServer", (BoundedHTTPServer,), {"address_family": family})
+        self.httpd = server_class((host or "0.0.0.0", int(port)), handler, max_connections)  # noqa: S104
         bound_host, bound_port = self.httpd.server_address[:2]
         self.address = f"{bound_host!s}:{bound_port}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="sidecar-http", daemon=True)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -116,3 +102,29 @@ class SidecarServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class SidecarServer(BackgroundServer):
+    """/livez, /readyz, /metrics, /status on a background thread."""
+
+    def __init__(self, sidecar: Sidecar, listen: str, *, max_connections: int = MAX_CONNECTIONS) -> None:
+        owner = sidecar
+
+        class Handler(QuietHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/livez":
+                    ok, detail = triton_live(owner.settings.triton.url, owner.settings.triton.timeout_s)
+                    self.reply(200 if ok else 503, f"{'ok' if ok else 'triton not live'}: {detail}\n")
+                elif path == "/readyz":
+                    ready, problems = owner.ready()
+                    body = "".join(f"{line}\n" for line in (["ok", *problems] if ready else problems))
+                    self.reply(200 if ready else 503, body)
+                elif path == "/metrics":
+                    self.reply(200, owner.metrics.expose(), "text/plain; version=0.0.4; charset=utf-8")
+                elif path == "/status":
+                    self.reply(200, json.dumps(owner.status(), indent=2) + "\n", "application/json")
+                else:
+                    self.reply(404, "not found\n")
+
+        super().__init__(listen, Handler, max_connections, "sidecar-http")

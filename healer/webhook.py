@@ -27,20 +27,18 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import ssl
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import structlog
 import yaml
 
-from healer.sidecar_http import MAX_CONNECTIONS, READ_TIMEOUT_S, BoundedHTTPServer
+from healer.sidecar_http import MAX_CONNECTIONS, READ_TIMEOUT_S, BackgroundServer, QuietHandler
 
 log = structlog.get_logger("healer.webhook")
 
@@ -309,16 +307,11 @@ class ReloadingTLS:
             return self._context
 
 
-class WebhookServer:
+class WebhookServer(BackgroundServer):
     """POST /mutate (AdmissionReview) and GET /healthz over TLS, on a bounded server."""
 
     def __init__(self, listen: str, tls: ReloadingTLS, config: InjectionConfig) -> None:
-        host, _, port = listen.rpartition(":")
-
-        class Handler(BaseHTTPRequestHandler):
-            timeout = READ_TIMEOUT_S
-            protocol_version = "HTTP/1.0"
-
+        class Handler(QuietHandler):
             def setup(self) -> None:
                 # The TLS handshake runs here, on the connection's own thread, under the read timeout.
                 self.request.settimeout(READ_TIMEOUT_S)
@@ -327,55 +320,33 @@ class WebhookServer:
 
             def do_GET(self) -> None:
                 if self.path.split("?", 1)[0] == "/healthz":
-                    self._reply(200, b"ok\n", "text/plain; charset=utf-8")
+                    self.reply(200, b"ok\n", "text/plain; charset=utf-8")
                 else:
-                    self._reply(404, b"not found\n", "text/plain; charset=utf-8")
+                    self.reply(404, b"not found\n", "text/plain; charset=utf-8")
 
             def do_POST(self) -> None:
                 if self.path.split("?", 1)[0] != "/mutate":
-                    self._reply(404, b"not found\n", "text/plain; charset=utf-8")
+                    self.reply(404, b"not found\n", "text/plain; charset=utf-8")
                     return
                 try:
                     length = int(self.headers.get("Content-Length", "-1"))
                 except ValueError:
                     length = -1
                 if length < 0:
-                    self._reply(411, b"Content-Length required\n", "text/plain; charset=utf-8")
+                    self.reply(411, b"Content-Length required\n", "text/plain; charset=utf-8")
                     return
                 if length > MAX_BODY_BYTES:
-                    self._reply(413, f"body over {MAX_BODY_BYTES} bytes\n".encode(), "text/plain; charset=utf-8")
+                    self.reply(413, f"body over {MAX_BODY_BYTES} bytes\n".encode(), "text/plain; charset=utf-8")
                     return
                 body = self.rfile.read(length)
                 try:
                     answer = review(body, config)
                 except BadReview as exc:
-                    self._reply(400, f"{exc}\n".encode(), "text/plain; charset=utf-8")
+                    self.reply(400, f"{exc}\n".encode(), "text/plain; charset=utf-8")
                     return
-                self._reply(200, json.dumps(answer).encode(), "application/json")
+                self.reply(200, json.dumps(answer).encode(), "application/json")
 
-            def _reply(self, code: int, data: bytes, content_type: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-        server_class = type("WebhookHTTPServer", (BoundedHTTPServer,), {"address_family": family})
-        self.httpd = server_class((host.strip("[]") or "0.0.0.0", int(port)), Handler, MAX_CONNECTIONS)  # noqa: S104
-        bound_host, bound_port = self.httpd.server_address[:2]
-        self.address = f"{bound_host!s}:{bound_port}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="webhook-https", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(listen, Handler, MAX_CONNECTIONS, "webhook-https")
 
 
 def serve(listen: str, cert: Path, key: Path, injection: Path, stop: threading.Event) -> None:
