@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, NoReturn
 
-from workflows.rollback import HEALER_UID, TemplateOptions
+from workflows.rollback import HEALER_UID, TemplateOptions, runner_script
 
 DRILL_TEMPLATE = "healer-drill"
 DRILL_CRON = "healer-drill-weekly"
@@ -128,38 +128,8 @@ def drill_deadline_s(options: TemplateOptions) -> int:
 
 
 def build_drill_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
-    from hera.workflows import Env, Parameter, Script, Step, Steps, WorkflowTemplate
+    from hera.workflows import Parameter, Step, Steps, WorkflowTemplate
     from hera.workflows import models as m
-    from hera.workflows.script import RunnerScriptConstructor
-
-    from workflows.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR
-
-    def runner_script(name: str, source: Any, outputs: list[str], deadline_s: int) -> Script:
-        return Script(
-            name=name,
-            active_deadline_seconds=str(deadline_s),
-            source=source,
-            constructor=RunnerScriptConstructor(),
-            image=options.image,
-            image_pull_policy="IfNotPresent",
-            volume_mounts=[
-                m.VolumeMount(name="healer-config", mount_path=str(Path(DEFAULT_CONFIG).parent)),
-                *([m.VolumeMount(name="models", mount_path=options.models_mount_path)] if options.models_claim else []),
-            ],
-            env=[
-                Env(name="HEALER_CONFIG", value=DEFAULT_CONFIG),
-                Env(name="HEALER_OUTPUT_DIR", value=DEFAULT_OUTPUT_DIR),
-                Env(name="PYTHONUNBUFFERED", value="1"),
-            ],
-            outputs=[
-                Parameter(name=out, value_from=m.ValueFrom(path=f"{DEFAULT_OUTPUT_DIR}/{out}", default=""))
-                for out in outputs
-            ],
-            resources=m.ResourceRequirements(
-                requests={"cpu": m.Quantity("100m"), "memory": m.Quantity("128Mi")},
-                limits={"memory": m.Quantity("512Mi")},
-            ),
-        )
 
     param = "{{{{workflow.parameters.{}}}}}".format
     common = {"model": param("model"), "broken_dir": param("broken-dir")}
@@ -205,11 +175,15 @@ def build_drill_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
         ttl_strategy=m.TTLStrategy(seconds_after_completion=30 * 24 * 3600),
     ) as template:
         watch = runner_script(
-            "inject-and-wait", inject_and_wait_step, ["injection", "observation"], options.deadline_s + STEP_DEADLINE_S
+            options,
+            "inject-and-wait",
+            inject_and_wait_step,
+            ["injection", "observation"],
+            options.deadline_s + STEP_DEADLINE_S,
         )
-        judge = runner_script("assert", assert_step, ["result"], STEP_DEADLINE_S)
-        clean = runner_script("cleanup", cleanup_step, ["cleanup"], STEP_DEADLINE_S)
-        tell = runner_script("report", report_step, ["report"], STEP_DEADLINE_S)
+        judge = runner_script(options, "assert", assert_step, ["result"], STEP_DEADLINE_S)
+        clean = runner_script(options, "cleanup", cleanup_step, ["cleanup"], STEP_DEADLINE_S)
+        tell = runner_script(options, "report", report_step, ["report"], STEP_DEADLINE_S)
         with Steps(name="drill"):
             Step(name="inject-and-wait", template=watch, arguments={"scenario": param("scenario"), **common})
             Step(name="assert", template=judge, arguments={"scenario": param("scenario"), **common})

@@ -211,50 +211,57 @@ def _write_outputs(directory: Path, values: dict[str, Any]) -> None:
 # ---- the Hera definition -------------------------------------------------------------------------------
 
 
+def runner_script(
+    options: TemplateOptions, name: str, source: Any, outputs: list[str], deadline_s: int | None = None
+) -> Any:
+    """A script step run by Hera's runner in the healer image, with the config, the live repository,
+    the output folder and the resources every healer step pod gets (the rollback's and the drill's)."""
+    from hera.workflows import Env, Parameter, Script
+    from hera.workflows import models as m
+    from hera.workflows.script import RunnerScriptConstructor
+
+    from workflows.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR
+
+    return Script(
+        name=name,
+        # Int-or-string in Argo's schema (a string there, like retryStrategy.limit).
+        active_deadline_seconds=None if deadline_s is None else str(deadline_s),
+        source=source,
+        constructor=RunnerScriptConstructor(),
+        image=options.image,
+        image_pull_policy="IfNotPresent",
+        volume_mounts=[
+            m.VolumeMount(name="healer-config", mount_path=str(Path(DEFAULT_CONFIG).parent)),
+            *([m.VolumeMount(name="models", mount_path=options.models_mount_path)] if options.models_claim else []),
+        ],
+        env=[
+            Env(name="HEALER_CONFIG", value=DEFAULT_CONFIG),
+            Env(name="HEALER_OUTPUT_DIR", value=DEFAULT_OUTPUT_DIR),
+            Env(name="PYTHONUNBUFFERED", value="1"),
+        ],
+        outputs=[
+            Parameter(name=out, value_from=m.ValueFrom(path=f"{DEFAULT_OUTPUT_DIR}/{out}", default=""))
+            for out in outputs
+        ],
+        resources=m.ResourceRequirements(
+            requests={"cpu": m.Quantity("100m"), "memory": m.Quantity("128Mi")},
+            limits={"memory": m.Quantity("512Mi")},
+        ),
+    )
+
+
 def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any:
     """The WorkflowTemplate as Hera objects."""
     from hera.workflows import (
-        Env,
         Parameter,
         RetryStrategy,
-        Script,
         Step,
         Steps,
         WorkflowTemplate,
     )
     from hera.workflows import models as m
-    from hera.workflows.script import RunnerScriptConstructor
 
     from healer.labels import label_value_expression
-    from workflows.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR
-
-    def runner_script(name: str, source: Any, outputs: list[str], deadline_s: int | None = None) -> Script:
-        return Script(
-            name=name,
-            # Int-or-string in Argo's schema (a string there, like retryStrategy.limit).
-            active_deadline_seconds=None if deadline_s is None else str(deadline_s),
-            source=source,
-            constructor=RunnerScriptConstructor(),
-            image=options.image,
-            image_pull_policy="IfNotPresent",
-            volume_mounts=[
-                m.VolumeMount(name="healer-config", mount_path=str(Path(DEFAULT_CONFIG).parent)),
-                *([m.VolumeMount(name="models", mount_path=options.models_mount_path)] if options.models_claim else []),
-            ],
-            env=[
-                Env(name="HEALER_CONFIG", value=DEFAULT_CONFIG),
-                Env(name="HEALER_OUTPUT_DIR", value=DEFAULT_OUTPUT_DIR),
-                Env(name="PYTHONUNBUFFERED", value="1"),
-            ],
-            outputs=[
-                Parameter(name=out, value_from=m.ValueFrom(path=f"{DEFAULT_OUTPUT_DIR}/{out}", default=""))
-                for out in outputs
-            ],
-            resources=m.ResourceRequirements(
-                requests={"cpu": m.Quantity("100m"), "memory": m.Quantity("128Mi")},
-                limits={"memory": m.Quantity("512Mi")},
-            ),
-        )
 
     param = "{{{{workflow.parameters.{}}}}}".format
     with WorkflowTemplate(
@@ -305,7 +312,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
         ],
         ttl_strategy=m.TTLStrategy(seconds_after_completion=7 * 24 * 3600),
     ) as template:
-        heal = runner_script("heal", heal_step, ["phases", "to-version", "files", "golden"])
+        heal = runner_script(options, "heal", heal_step, ["phases", "to-version", "files", "golden"])
         heal.retry_strategy = RetryStrategy(
             limit=str(options.retry_limit),
             retry_policy="Always",
@@ -315,7 +322,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
         )
         # The exit handler has its own deadline: a hung store write must not hold the run (and with it
         # Argo's per-model mutex) forever. Escalate alerts before it touches the store.
-        escalate = runner_script("escalate", escalate_step, ["alert"], deadline_s=ESCALATE_DEADLINE_S)
+        escalate = runner_script(options, "escalate", escalate_step, ["alert"], deadline_s=ESCALATE_DEADLINE_S)
         with Steps(name="rollback"):
             Step(
                 name="heal",
