@@ -9,13 +9,14 @@ mismatch, the restored version answers wrongly). The same functions run inside a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,18 @@ class StepContext:
         return root is not None and root.resolve() == self.live_repository.resolve()
 
 
+@contextlib.contextmanager
+def store_errors(ctx: StepContext, what: str) -> Iterator[None]:
+    """The store's failures as step errors: not reachable is temporary (a retry may help); anything
+    else the store, a ledger snapshot or the filesystem says is permanent, prefixed with ``what``."""
+    try:
+        yield
+    except StoreUnavailable as exc:
+        raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
+    except (StoreError, ValueError, OSError) as exc:  # an unreadable ledger snapshot, a vanished object
+        raise PermanentStepError(f"{what}: {exc}") from exc
+
+
 def unload(ctx: StepContext, model: str) -> dict[str, Any]:
     """Unload the model and wait until Triton's index says it is gone (unload returns before that)."""
     started = ctx.clock()
@@ -113,13 +126,9 @@ def unload(ctx: StepContext, model: str) -> dict[str, Any]:
 
 def choose_stable(ctx: StepContext, model: str, failing_version: str, requested: str = AUTO) -> StableRecord:
     """Which version to restore: the newest stable one that is neither failing nor quarantined."""
-    try:
+    with store_errors(ctx, f"store {ctx.store.location}"):
         ledger = ctx.store.ledger(model)
         available = ctx.store.versions(model)
-    except StoreUnavailable as exc:
-        raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
-    except (StoreError, ValueError, OSError) as exc:
-        raise PermanentStepError(f"store {ctx.store.location}: {exc}") from exc
     choice = choose_restore_version(
         ledger, failing_version=failing_version, available=available, requested=None if requested == AUTO else requested
     )
@@ -222,7 +231,7 @@ def record(ctx: StepContext, request: RollbackRequest, restored_version: str | N
         at=utc_now(),
         by=ACTOR,
     )
-    try:
+    with store_errors(ctx, f"record in {ctx.store.location}"):
         ledger = ctx.store.update_ledger(request.model, lambda current: current.with_quarantine(quarantine))
         audit_key = ctx.store.append_audit(
             request.model,
@@ -237,10 +246,6 @@ def record(ctx: StepContext, request: RollbackRequest, restored_version: str | N
                 "workflow": ctx.workflow_name,
             },
         )
-    except StoreUnavailable as exc:
-        raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
-    except (StoreError, ValueError, OSError) as exc:
-        raise PermanentStepError(f"record in {ctx.store.location}: {exc}") from exc
     return {"quarantined": request.from_version, "ledger_generation": ledger.generation, "audit": audit_key}
 
 
@@ -368,17 +373,14 @@ def acquire_model_lease(ctx: StepContext, model: str, holder: str) -> tuple[Any,
     # Bounded: every iteration returns, raises, or sleeps toward the deadline.
     while True:
         ctx.check_cancelled("waiting for the model's lease")
-        try:
-            return ctx.store.acquire_lease(model, holder, ttl_s), ctx.clock() - started
-        except LeaseHeld as exc:
-            if ctx.clock() >= deadline:
-                raise TransientStepError(
-                    f"another rollback of {model} holds its lease ({exc.holder}) past this rollback's deadline"
-                ) from exc
-        except StoreUnavailable as exc:
-            raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
-        except (StoreError, ValueError, OSError) as exc:
-            raise PermanentStepError(f"lease of {model} in {ctx.store.location}: {exc}") from exc
+        with store_errors(ctx, f"lease of {model} in {ctx.store.location}"):
+            try:
+                return ctx.store.acquire_lease(model, holder, ttl_s), ctx.clock() - started
+            except LeaseHeld as exc:
+                if ctx.clock() >= deadline:
+                    raise TransientStepError(
+                        f"another rollback of {model} holds its lease ({exc.holder}) past this rollback's deadline"
+                    ) from exc
         ctx.sleep(LEASE_POLL_S)
 
 
@@ -386,16 +388,13 @@ def renew_model_lease(ctx: StepContext, model: str, holder: str) -> Any:
     """Extend this rollback's lease (re-entrant for its holder); losing it stops the rollback."""
     from healer.store import LeaseHeld
 
-    try:
-        return ctx.store.acquire_lease(model, holder, lease_ttl_s(ctx.settings))
-    except LeaseHeld as exc:
-        raise PermanentStepError(
-            f"lost the lease of {model} to {exc.holder}: this rollback ran past it, another one took over"
-        ) from exc
-    except StoreUnavailable as exc:
-        raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
-    except (StoreError, ValueError, OSError) as exc:
-        raise PermanentStepError(f"lease of {model} in {ctx.store.location}: {exc}") from exc
+    with store_errors(ctx, f"lease of {model} in {ctx.store.location}"):
+        try:
+            return ctx.store.acquire_lease(model, holder, lease_ttl_s(ctx.settings))
+        except LeaseHeld as exc:
+            raise PermanentStepError(
+                f"lost the lease of {model} to {exc.holder}: this rollback ran past it, another one took over"
+            ) from exc
 
 
 def restore_replicas(
@@ -609,12 +608,8 @@ def escalate(
 
 
 def _stable_record(ctx: StepContext, model: str, version: str) -> StableRecord:
-    try:
+    with store_errors(ctx, f"store {ctx.store.location}"):
         record_ = ctx.store.ledger(model).stable_record(version)
-    except StoreUnavailable as exc:
-        raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
-    except (StoreError, ValueError, OSError) as exc:  # an unreadable ledger snapshot, a vanished object
-        raise PermanentStepError(f"store {ctx.store.location}: {exc}") from exc
     if record_ is None:
         raise PermanentStepError(f"{model} v{version} is not in the stable ledger")
     return record_
