@@ -18,6 +18,7 @@ import pytest
 
 from healer.embedded import free_port
 from healer.kube import KubeClient, KubeError, PodRef, TritonPod
+from tests.tls import self_signed
 
 
 class FakeApiServer:
@@ -154,28 +155,10 @@ def test_in_cluster_client_verifies_tls_with_the_cluster_ca_and_rereads_a_rotate
     """As in a pod: https to KUBERNETES_SERVICE_HOST, the CA from the service-account folder, and the
     projected token read on every call (the kubelet rotates it while the sidecar runs)."""
     import ssl
-    import subprocess
 
     from healer import kube
 
-    key, cert = tmp_path / "tls.key", tmp_path / "tls.crt"
-    openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-    subprocess.run(
-        [
-            *openssl,
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    cert, key = self_signed(tmp_path, "api")
     api = FakeApiServer(get_body={"kind": "PodList", "items": []})
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
@@ -195,13 +178,7 @@ def test_in_cluster_client_verifies_tls_with_the_cluster_ca_and_rereads_a_rotate
         assert [r["headers"]["authorization"] for r in api.requests] == ["Bearer first-token", "Bearer rotated-token"]
         # A server whose certificate the cluster CA did not sign is refused, not trusted.
         (accounts / "ca.crt").write_bytes(b"")
-        other_ca = tmp_path / "other.crt"
-        subprocess.run(
-            [*openssl, "-subj", "/CN=other", "-keyout", str(tmp_path / "other.key"), "-out", str(other_ca)],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        other_ca, _ = self_signed(tmp_path, "other")
         (accounts / "ca.crt").write_bytes(other_ca.read_bytes())
         with pytest.raises(KubeError, match="not reachable"):
             KubeClient.in_cluster(timeout_s=5).triton_pods("ml", "app=triton")

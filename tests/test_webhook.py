@@ -33,6 +33,7 @@ from healer.webhook import (
     load_injection_config,
     review,
 )
+from tests.tls import self_signed
 
 K8S_VERSION = "1.37.0"
 CONFIG = InjectionConfig(image="ghcr.io/healer-dev/healer:0.1.0")
@@ -231,20 +232,6 @@ def test_the_injection_config_file_is_checked_and_errors_name_file_and_key(tmp_p
 # ---- the server over real TLS ------------------------------------------------------------------------------
 
 
-def make_cert(directory: Path, name: str) -> tuple[Path, Path]:
-    key, cert = directory / f"{name}.key", directory / f"{name}.crt"
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}"),
-            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
-
-
 def https(server: WebhookServer, ca: Path, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes, str]:
     context = ssl.create_default_context(cafile=str(ca))
     host, port = server.address.rsplit(":", 1)
@@ -261,7 +248,7 @@ def https(server: WebhookServer, ca: Path, method: str, path: str, body: bytes |
 
 
 def test_the_server_answers_over_tls_refuses_junk_and_reloads_a_renewed_certificate(tmp_path: Path) -> None:
-    cert, key = make_cert(tmp_path, "first")
+    cert, key = self_signed(tmp_path, "first")
     serving_cert, serving_key = tmp_path / "tls.crt", tmp_path / "tls.key"
     serving_cert.write_bytes(cert.read_bytes())
     serving_key.write_bytes(key.read_bytes())
@@ -288,7 +275,7 @@ def test_the_server_answers_over_tls_refuses_junk_and_reloads_a_renewed_certific
             oversized.close()
         assert https(server, cert, "GET", "/nope")[0] == 404
         # cert-manager renews the certificate in place: the next connection gets the new one.
-        renewed_cert, renewed_key = make_cert(tmp_path, "renewed")
+        renewed_cert, renewed_key = self_signed(tmp_path, "renewed")
         time.sleep(0.01)
         serving_key.write_bytes(renewed_key.read_bytes())
         serving_cert.write_bytes(renewed_cert.read_bytes())
@@ -311,7 +298,7 @@ def test_healer_webhook_command_serves_until_sigterm(tmp_path: Path) -> None:
     import signal
     import sys
 
-    cert, key = make_cert(tmp_path, "cli")
+    cert, key = self_signed(tmp_path, "cli")
     injection = tmp_path / "injection.yaml"
     injection.write_text("image: ghcr.io/healer-dev/healer:0.1.0\n")
     from healer.embedded import free_port
@@ -346,7 +333,7 @@ def test_healer_webhook_command_serves_until_sigterm(tmp_path: Path) -> None:
 def test_healer_webhook_with_a_bad_injection_file_exits_64_naming_it(tmp_path: Path) -> None:
     from healer.cli import main
 
-    cert, key = make_cert(tmp_path, "bad")
+    cert, key = self_signed(tmp_path, "bad")
     injection = tmp_path / "injection.yaml"
     injection.write_text("prot: 80\n")
     args = ["webhook", "--listen", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key)]
