@@ -50,6 +50,34 @@ def request_reason(code: str, accepted: Set[str]) -> str:
     return SLOW if code == TIMEOUT and SLOW in accepted else WRONG_ANSWER
 
 
+# ---- when to probe next: the period, or fast confirmation -------------------------------------------------
+
+
+def models_to_confirm(
+    phases: Mapping[str, Phase], confirmed_this_period: Mapping[str, int], *, limit: int
+) -> frozenset[str]:
+    """Models answering wrong but not yet confirmed (``suspect``), each re-probed at most ``limit``
+    times between two full cycles: an inconclusive answer (a dead server) leaves a model suspect, and
+    must not turn confirmation into a tight loop."""
+    return frozenset(
+        name for name, phase in phases.items() if phase is Phase.SUSPECT and confirmed_this_period.get(name, 0) < limit
+    )
+
+
+def next_probe(
+    now: float, next_full_at: float, *, last_started: float, confirm_interval_s: float, suspects: frozenset[str]
+) -> tuple[float, frozenset[str] | None]:
+    """(seconds to wait, the models to probe then; None: every model, the regular cycle).
+
+    Suspect models are re-probed ``confirm_interval_s`` after the last probe started (at once when
+    that probe took longer: a slow or hanging answer is its own wait), when that comes before the
+    next full cycle; otherwise the full cycle (which probes them too) comes first."""
+    confirm_at = last_started + confirm_interval_s
+    if suspects and confirm_interval_s > 0 and confirm_at < next_full_at:
+        return max(0.0, confirm_at - now), suspects
+    return max(0.0, next_full_at - now), None
+
+
 # ---- probe results → one verdict per model ------------------------------------------------------------
 
 

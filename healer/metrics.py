@@ -109,6 +109,10 @@ class Registry:
 def sidecar_registry() -> Registry:
     registry = Registry()
     registry.counter("healer_probe_results_total", "Probe results by model, tier and status (pass, fail, error).")
+    registry.counter(
+        "healer_probe_confirmations_total",
+        "Re-probes of a model that answered wrong, between two periods (fast confirmation).",
+    )
     registry.histogram("healer_probe_latency_seconds", "Probe latency by model and tier.", LATENCY_BUCKETS)
     registry.gauge("healer_model_state", "1 for the state each model is in (healthy, suspect, healing, escalated).")
     registry.gauge("healer_model_serving", "1 when the pod may take traffic for the model (feeds /readyz).")

@@ -229,6 +229,10 @@ class SidecarSettings:
 
     listen: str = "0.0.0.0:8088"  # the pod's probes and Prometheus reach it from outside
     period_s: float = 5.0
+    # Fast confirmation: after a wrong answer, re-probe that model this often (not every period) until
+    # business.failure_threshold wrong answers in a row confirm it or a good answer clears it. The rule
+    # is unchanged (that many consecutive wrong answers); only the wait between them shrinks. 0: off.
+    confirm_interval_s: float = 0.2
     readiness: TierThresholds = TierThresholds(failure_threshold=2, success_threshold=1)
     business: TierThresholds = TierThresholds(failure_threshold=3, success_threshold=2)
     max_rollbacks: int = 3  # circuit breaker: rollbacks per model per window
@@ -352,6 +356,7 @@ def _parse_sidecar(reader: _Reader, raw: Any) -> SidecarSettings:
         optional={
             "listen",
             "period_s",
+            "confirm_interval_s",
             "readiness",
             "business",
             "max_rollbacks",
@@ -387,9 +392,20 @@ def _parse_sidecar(reader: _Reader, raw: Any) -> SidecarSettings:
         raise ConfigError(
             reader.source, f"{key}.fallback_to_local", f"must be true or false, got {_describe(fallback)}"
         )
+    period_s = reader.number(data.get("period_s", d.period_s), f"{key}.period_s", minimum=0.05)
+    confirm_interval_s = reader.number(
+        data.get("confirm_interval_s", d.confirm_interval_s), f"{key}.confirm_interval_s", minimum=0
+    )
+    if 0 < confirm_interval_s < 0.05 or confirm_interval_s > period_s:
+        raise ConfigError(
+            reader.source,
+            f"{key}.confirm_interval_s",
+            f"must be 0 (off) or between 0.05 and period_s ({period_s:g}), got {confirm_interval_s:g}",
+        )
     return SidecarSettings(
         listen=listen,
-        period_s=reader.number(data.get("period_s", d.period_s), f"{key}.period_s", minimum=0.05),
+        period_s=period_s,
+        confirm_interval_s=confirm_interval_s,
         readiness=thresholds("readiness", d.readiness),
         business=thresholds("business", d.business),
         max_rollbacks=reader.integer(data.get("max_rollbacks", d.max_rollbacks), f"{key}.max_rollbacks", minimum=1),

@@ -28,7 +28,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -46,7 +46,9 @@ from healer.decisions import (
     drain_plan,
     joins_existing_run,
     may_fall_back,
+    models_to_confirm,
     needs_asking,
+    next_probe,
     request_reason,
     verdict_for,
     with_readiness_threshold,
@@ -78,6 +80,7 @@ from healer.state import (
     RollbackSubmitted,
     SubmitRollback,
     Tick,
+    Verdict,
     summarise,
     transition,
 )
@@ -329,6 +332,7 @@ class Sidecar:
         self._lock = threading.Lock()
         self.states = {m.name: ModelState(model=m.name) for m in settings.models}
         self._readiness = dict.fromkeys(self.states, ReadinessStreak())
+        self._wrong_answers = dict.fromkeys(self.states, 0)  # since start-up, for /status (drills count them)
         self.last_results: dict[str, list[ProbeResult]] = {}
         self.triton_live = False
         self.cycles = 0
@@ -367,33 +371,55 @@ class Sidecar:
 
     # ---- the loop ------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, *, max_cycles: int | None = None) -> None:
-        """Probe every period until ``stop`` is set (or ``max_cycles`` cycles ran)."""
-        period = self.settings.sidecar.period_s
-        next_at = self.clock()
+        """Probe every period until ``stop`` is set (or ``max_cycles`` full cycles ran); between two
+        periods, re-probe the models that answered wrong (fast confirmation, ``confirm_interval_s``)."""
+        sidecar = self.settings.sidecar
+        next_full_at = self.clock()
+        only: frozenset[str] | None = None
+        confirmed: dict[str, int] = {}
         while not stop.is_set() and (max_cycles is None or self.cycles < max_cycles):
-            self.cycle()
-            next_at += period
-            delay = next_at - self.clock()
-            if delay < 0:  # a slow cycle: skip the missed ticks instead of bursting
-                next_at = self.clock()
-                delay = 0
+            started = self.clock()
+            self.cycle(only)
+            now = self.clock()
+            if only is None:
+                confirmed = {}
+                # A slow cycle: skip the missed ticks instead of bursting.
+                next_full_at = max(next_full_at + sidecar.period_s, now)
+            else:
+                for name in only:
+                    confirmed[name] = confirmed.get(name, 0) + 1
+            with self._lock:
+                phases = {name: state.phase for name, state in self.states.items()}
+            suspects = models_to_confirm(phases, confirmed, limit=sidecar.business.failure_threshold)
+            delay, only = next_probe(
+                now,
+                next_full_at,
+                last_started=started,
+                confirm_interval_s=sidecar.confirm_interval_s,
+                suspects=suspects,
+            )
             stop.wait(delay)
 
-    def cycle(self) -> None:
+    def cycle(self, only: Collection[str] | None = None) -> None:
         """One period: probe, then per model: watch the rollback, retry a submission, apply the verdict,
         let time pass (the healing timeout), keep alerts firing. Each step is contained on its own, so
-        an exception in one (an engine, the Kubernetes API, a bug) never skips the timeout that ends it."""
+        an exception in one (an engine, the Kubernetes API, a bug) never skips the timeout that ends it.
+
+        ``only``: a confirmation cycle, for these models alone (the regular cycle counts in ``cycles``)."""
         trace_id = uuid.uuid4().hex[:16]
+        models = [m for m in self.settings.models if only is None or m.name in only]
         with structlog.contextvars.bound_contextvars(trace_id=trace_id):
             now = self.clock()
             results: list[ProbeResult] | None = None
             try:
-                results = probe_all(self.settings, self.triton)
-                self._record_results(results, trace_id)
+                results = probe_all(self.settings, self.triton, only=only)
+                self._record_results(results, trace_id, partial=only is not None)
             except Exception:  # a bug in probing: no verdicts this cycle; rollbacks and timeouts still run
                 log.exception("probe_cycle_failed")
                 results = None
-            for model in self.settings.models:
+            for model in models:
+                if only is not None:
+                    self.metrics.inc("healer_probe_confirmations_total", {"model": model.name})
                 self._step(model, "poll_rollback", self._poll_rollback, model)
                 self._step(model, "retry_submission", self._retry_pending, model)
                 if results is not None:
@@ -406,7 +432,7 @@ class Sidecar:
             except Exception as exc:  # a bug: nothing learnt this cycle, and the pure rule still says what that means
                 log.exception("drain_decision_failed")
                 self._drain_without_a_view(_short(exc))
-            if results is not None:
+            if results is not None and only is None:
                 with self._lock:
                     self.cycles += 1
 
@@ -426,6 +452,9 @@ class Sidecar:
             del self._pending[model.name]  # escalated (or good again): nothing to submit
 
     def _apply_verdict(self, model: ModelSettings, probed: Probed) -> None:
+        if probed.verdict is Verdict.WRONG:
+            with self._lock:
+                self._wrong_answers[model.name] += 1
         self._apply(model, self._with_readiness_threshold(model.name, probed))
 
     def _with_readiness_threshold(self, model: str, probed: Probed) -> Probed:
@@ -814,7 +843,7 @@ class Sidecar:
         return self.wall() - (self.clock() - monotonic_at)
 
     # ---- observability -------------------------------------------------------------------------------
-    def _record_results(self, results: Sequence[ProbeResult], trace_id: str) -> None:
+    def _record_results(self, results: Sequence[ProbeResult], trace_id: str, *, partial: bool = False) -> None:
         by_model: dict[str, list[ProbeResult]] = {}
         for result in results:
             model = result.model or "-"
@@ -837,7 +866,8 @@ class Sidecar:
                 )
         live = any(r.tier is Tier.LIVENESS and r.passed for r in results)
         with self._lock:
-            self.last_results = by_model
+            # A confirmation cycle probed some models: the others keep their last results.
+            self.last_results = {**self.last_results, **by_model} if partial else by_model
             self.triton_live = live
         self.metrics.set("healer_triton_live", {}, 1.0 if live else 0.0)
 
@@ -1001,6 +1031,7 @@ class Sidecar:
                 entry = dict(summarise(state))
                 watching = self._watching.get(name)
                 entry["workflow"] = watching[2] if watching else (state.incident.workflow if state.incident else "")
+                entry["wrong_answers"] = self._wrong_answers[name]
                 entry["last"] = {
                     r.tier.value + (f"@v{r.version}" if r.version and r.tier is not Tier.LIVENESS else ""): {
                         "status": r.status.value,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from healer.settings import ModelSettings, Settings
 from healer.triton import TritonAPI, TritonError
@@ -15,8 +15,9 @@ EXIT_FAIL = 1
 EXIT_ERROR_ONLY = 2
 
 
-def probe_all(settings: Settings, triton: TritonAPI) -> list[ProbeResult]:
-    """All three tiers for every model: liveness once for the server, then per model and version.
+def probe_all(settings: Settings, triton: TritonAPI, *, only: Collection[str] | None = None) -> list[ProbeResult]:
+    """All three tiers for every model (or the models named in ``only``): liveness once for the
+    server, then per model and version.
 
     Contained per model: an exception while probing one model (a bug, an answer that does not convert)
     makes that model's results ``error`` (nothing learnt), and every other model is still probed."""
@@ -26,6 +27,8 @@ def probe_all(settings: Settings, triton: TritonAPI) -> list[ProbeResult]:
         liveness = ProbeResult(Tier.LIVENESS, Status.ERROR, None, None, 0.0, f"liveness probe raised: {_what(exc)}")
     results: list[ProbeResult] = []
     for model in settings.models:
+        if only is not None and model.name not in only:
+            continue
         results.append(dataclasses.replace(liveness, model=model.name, version=model.version))
         try:
             results += _probe_model(triton, model, liveness)

@@ -28,7 +28,9 @@ from healer.decisions import (
     failure_content,
     joins_existing_run,
     may_fall_back,
+    models_to_confirm,
     needs_asking,
+    next_probe,
     request_reason,
     timeout_status,
     verdict_for,
@@ -633,3 +635,37 @@ def test_with_readiness_threshold(
 )
 def test_alert_step(phase: Phase, since_sent: float, step: AlertStep) -> None:
     assert alert_step(phase, sent_at=1000.0, now=1000.0 + since_sent, resend_s=120.0) is step
+
+
+# ---- fast confirmation: when to probe next --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("phases", "confirmed", "expected"),
+    [
+        ({"a": Phase.SUSPECT, "b": Phase.HEALTHY}, {}, {"a"}),
+        ({"a": Phase.SUSPECT}, {"a": 2}, {"a"}),
+        ({"a": Phase.SUSPECT}, {"a": 3}, set()),  # the limit per period: no tight loop on a dead server
+        ({"a": Phase.HEALING, "b": Phase.ESCALATED, "c": Phase.HEALTHY}, {}, set()),  # decided: nothing to confirm
+    ],
+)
+def test_models_to_confirm(phases: dict[str, Phase], confirmed: dict[str, int], expected: set[str]) -> None:
+    assert models_to_confirm(phases, confirmed, limit=3) == expected
+
+
+@pytest.mark.parametrize(
+    ("started", "now", "suspects", "confirm_s", "expected"),
+    [
+        (10.0, 10.0, frozenset({"a"}), 0.2, (pytest.approx(0.2), frozenset({"a"}))),
+        (10.0, 10.05, frozenset({"a"}), 0.2, (pytest.approx(0.15), frozenset({"a"}))),  # from the probe's start
+        (10.0, 10.3, frozenset({"a"}), 0.2, (0.0, frozenset({"a"}))),  # a slow answer is its own wait
+        (10.85, 10.9, frozenset({"a"}), 0.2, (pytest.approx(0.1), None)),  # the full cycle first: it probes "a" too
+        (10.0, 10.0, frozenset(), 0.2, (1.0, None)),
+        (10.0, 10.0, frozenset({"a"}), 0.0, (1.0, None)),  # off
+        (12.0, 12.0, frozenset(), 0.2, (0.0, None)),  # late: the full cycle now
+    ],
+)
+def test_next_probe(
+    started: float, now: float, suspects: frozenset[str], confirm_s: float, expected: tuple[Any, Any]
+) -> None:
+    assert next_probe(now, 11.0, last_started=started, confirm_interval_s=confirm_s, suspects=suspects) == expected

@@ -56,6 +56,7 @@ def test_the_catalog_covers_every_breakage_of_the_issue_once() -> None:
         "stable-broken",
         "flapping",
         "one-off",
+        "one-in-five",
         "within-tolerance",
         "storm",
     ]
@@ -76,6 +77,7 @@ EXPECTED = {
     "stable-broken": Outcome.ESCALATED,
     "flapping": Outcome.BREAKER_OPEN,
     "one-off": Outcome.NO_ROLLBACK,
+    "one-in-five": Outcome.NO_ROLLBACK,
     "within-tolerance": Outcome.NO_ROLLBACK,
     "storm": Outcome.HEALED,
 }
@@ -95,8 +97,10 @@ def test_side_conditions_of_the_expectations() -> None:
     assert BY_NAME["storm"].replicas == 2 and BY_NAME["storm"].drain_rule
     for name in ("store-down", "stable-broken"):  # nothing restored: the served model stays loaded
         assert BY_NAME[name].expect.model_loaded
-    for name in ("one-off", "within-tolerance"):
+    for name in ("one-off", "one-in-five", "within-tolerance"):
         assert BY_NAME[name].expect.workflows == 0 and BY_NAME[name].expect.drained is False
+    # A "no rollback" drill proves something only if the model did answer wrong during it.
+    assert (BY_NAME["one-off"].expect.wrong_answers, BY_NAME["one-in-five"].expect.wrong_answers) == (1, 2)
     assert BY_NAME["triton-killed"].expect.workflows == 0
     assert BY_NAME["flapping"].max_rollbacks == BY_NAME["flapping"].expect.workflows == 2
 
@@ -224,11 +228,17 @@ JUDGE = [
             "budget: escalate 120.0 s > 90 s",
         ),
     ),
-    ("one-off ignored", "one-off", Observation(final_state="healthy"), ()),
+    ("one-off ignored", "one-off", Observation(final_state="healthy", wrong_answers=1), ()),
+    (
+        "one-off never answered wrong",
+        "one-off",
+        Observation(final_state="healthy"),
+        ("wrong answers: 0 seen, the drill needs 1 to prove anything",),
+    ),
     (
         "one-off rolled back",
         "one-off",
-        HEALED,
+        dataclasses.replace(HEALED, wrong_answers=1),
         (
             "outcome: expected no-rollback, got healed",
             "drain: the pod left the Service, and it should not have",
@@ -296,8 +306,12 @@ FINISHED = [
     ("nothing yet, a heal expected", "wrong-weights", Observation(final_state="healthy"), 30, False),
     ("nothing at the hard end", "wrong-weights", Observation(final_state="healthy"), 200, True),
     ("escalated", "store-down", Observation(escalate_s=8, workflows=("wf",)), 8, True),
-    ("one-off, quiet long enough", "one-off", Observation(final_state="healthy"), 2.5, True),
-    ("one-off, not yet quiet long enough", "one-off", Observation(final_state="healthy"), 2.4, False),
+    ("one-off, quiet long enough", "one-off", Observation(final_state="healthy", wrong_answers=1), 2.5, True),
+    ("one-off, not yet quiet long enough", "one-off", Observation(final_state="healthy", wrong_answers=1), 2.4, False),
+    ("one-off, no wrong answer yet", "one-off", Observation(final_state="healthy"), 20, False),
+    ("one-in-five, one of two", "one-in-five", Observation(final_state="healthy", wrong_answers=1), 20, False),
+    ("one-in-five, suspect now", "one-in-five", Observation(final_state="suspect", wrong_answers=2), 20, False),
+    ("one-in-five, seen twice", "one-in-five", Observation(final_state="healthy", wrong_answers=2), 20, True),
     ("one-off rolled back", "one-off", Observation(workflows=("wf",), final_state="healing"), 5, False),
     ("not live, quiet after it", "triton-killed", Observation(detect_s=0.5, not_live=True), 3.0, True),
     ("not live, too soon", "triton-killed", Observation(detect_s=0.5, not_live=True), 2.9, False),
@@ -369,7 +383,9 @@ def full_catalog_results() -> list[DrillResult]:
         Outcome.BREAKER_OPEN: dataclasses.replace(escalated, breaker_open=True, workflows=("wf-a", "wf-b")),
         Outcome.NOT_LIVE: Observation(detect_s=0.4, not_live=True, drained=True, marks=(Mark(0, "killed"),)),
         Outcome.DRAINED: Observation(detect_s=2.5, drained=True, final_state="healthy"),
-        Outcome.NO_ROLLBACK: Observation(final_state="healthy", marks=(Mark(0, "injected"), Mark(3, "end"))),
+        Outcome.NO_ROLLBACK: Observation(
+            final_state="healthy", wrong_answers=2, marks=(Mark(0, "injected"), Mark(3, "end"))
+        ),
     }
     results = [result(s.name, by_outcome[s.expect.outcome]) for s in CATALOG]
     results[4] = result("hang", dataclasses.replace(healed, restore_s=120.0))  # missed the budget
@@ -391,7 +407,7 @@ def test_rows_are_printed_with_fixed_columns_and_say_why_a_scenario_missed() -> 
     hang = results[4]
     assert report.row(hang).split()[7] == "NO"
     assert report.explain(hang) == ["  missed: budget: restore 120.0 s > 90 s"]
-    assert report.summary(results, 118.4) == "13/14 scenarios passed in 118 s"
+    assert report.summary(results, 118.4) == "14/15 scenarios passed in 118 s"
     assert exit_code(results) == 1 and exit_code(results[:4]) == 0
     assert report.starting(BY_NAME["nan"]) == "-> nan: a new version answers NaN (expect healed)"
 
@@ -464,7 +480,7 @@ def test_the_html_report_is_self_contained_and_shows_every_scenario() -> None:
     for scenario in CATALOG:
         assert {f"row-{scenario.name}", f"scenario-{scenario.name}", f"timeline-{scenario.name}"} <= ids
     assert "restore-chart" in ids
-    assert "13 of 14 scenarios passed" in text
+    assert "14 of 15 scenarios passed" in text
     assert "store not reachable &lt;&amp;&gt;" in text  # phase errors are escaped
     assert "budget 90 s" in text
 

@@ -1178,3 +1178,126 @@ def test_the_sidecar_command_refuses_a_drain_without_a_store(
     config = write_config(tmp_path, {"drain": drain, "fallback_to_local": False}, store=False)
     assert main(["sidecar", "--config", str(config)]) == EXIT_USAGE
     assert "store: is required by sidecar.drain" in capsys.readouterr().err
+
+
+# ---- fast confirmation ------------------------------------------------------------------------------------
+
+
+class FakeStop(threading.Event):
+    """``Sidecar.run``'s stop event on fake time: each wait moves the clock; set after ``until``."""
+
+    def __init__(self, clock: FakeClock, until: float) -> None:
+        super().__init__()
+        self.clock, self.until, self.waits = clock, until, []  # type: list[float]
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None and timeout >= 0
+        self.waits.append(round(timeout, 6))
+        self.clock.now += timeout
+        if self.clock.now >= self.until:
+            self.set()
+        return self.is_set()
+
+
+class CountingTriton(ScriptedTriton):
+    """Answers wrong to the requests ``wrong_at`` says (1-based count of golden requests)."""
+
+    def __init__(self, settings: Settings, wrong_at: Callable[[int], bool]) -> None:
+        super().__init__(settings)
+        self.requests, self.wrong_at, self.live = 0, wrong_at, True
+
+    def server_live(self) -> bool:
+        return self.live
+
+    def infer(self, *args: Any, **kwargs: Any) -> dict[str, OutputTensor]:
+        self.requests += 1
+        self.wrong = self.wrong_at(self.requests)
+        return super().infer(*args, **kwargs)
+
+
+def confirming(settings: Settings, *, threshold: int = 3, confirm_s: float = 0.2) -> Settings:
+    business = TierThresholds(failure_threshold=threshold, success_threshold=1)
+    return dataclasses.replace(
+        settings, sidecar=SidecarSettings(period_s=1.0, confirm_interval_s=confirm_s, business=business)
+    )
+
+
+def test_a_wrong_answer_is_confirmed_at_the_confirm_interval_not_the_period(settings: Settings) -> None:
+    engine = ScriptedEngine()
+    settings = confirming(settings)
+    triton = CountingTriton(settings, lambda n: n >= 3)  # broken from the third request on
+    clock = FakeClock()
+    sidecar = Sidecar(settings, triton, engine_factory=lambda: engine, clock=clock, wall=lambda: clock.now)
+    stop = FakeStop(clock, until=clock.now + 10)
+    start = clock.now
+    sidecar.run(stop)
+    # Two good periods, a wrong answer at t=2, confirmed by two re-probes 0.2 s apart: rolled back at t=2.4.
+    assert stop.waits[:4] == [1.0, 1.0, 0.2, 0.2]
+    assert len(engine.created) == 1 and engine.requests[0].reason == "wrong-answer"
+    assert sidecar.states["linear_scorer"].incident is not None
+    assert sidecar.states["linear_scorer"].incident.detected_at == pytest.approx(start + 2.4)
+    assert sidecar.metrics.value("healer_probe_confirmations_total", {"model": "linear_scorer"}) == 2
+    assert stop.waits[4:] == [0.6] + [1.0] * (len(stop.waits) - 5)  # back on the period once healing
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong_at"),
+    [("one-off", lambda n: n == 3), ("one in five", lambda n: n % 5 == 0), ("every other", lambda n: n % 2 == 0)],
+)
+def test_isolated_wrong_answers_are_re_probed_and_never_roll_back(
+    settings: Settings, name: str, wrong_at: Callable[[int], bool]
+) -> None:
+    engine = ScriptedEngine()
+    settings = confirming(settings, threshold=2)
+    triton = CountingTriton(settings, wrong_at)
+    clock = FakeClock()
+    sidecar = Sidecar(settings, triton, engine_factory=lambda: engine, clock=clock, wall=lambda: clock.now)
+    sidecar.run(FakeStop(clock, until=clock.now + 30))
+    assert engine.requests == [], name
+    assert sidecar.metrics.value("healer_probe_confirmations_total", {"model": "linear_scorer"}) >= 1
+    assert sidecar.states["linear_scorer"].phase in {Phase.HEALTHY, Phase.SUSPECT}
+    assert sidecar.ready()[0]
+
+
+def test_confirmation_is_bounded_while_nothing_is_learnt(settings: Settings) -> None:
+    # A wrong answer, then Triton stops answering liveness: the model stays suspect (an unknown verdict
+    # moves nothing), and is re-probed at most failure_threshold times per period, not in a tight loop.
+    settings = confirming(settings, threshold=3)
+    triton = CountingTriton(settings, lambda n: True)
+    clock = FakeClock()
+    sidecar = Sidecar(settings, triton, engine_factory=ScriptedEngine, clock=clock, wall=lambda: clock.now)
+    original = sidecar.cycle
+
+    def cycle(only: Any = None) -> None:
+        original(only)
+        triton.live = False  # down after the first answer
+
+    sidecar.cycle = cycle  # type: ignore[method-assign]
+    stop = FakeStop(clock, until=clock.now + 5)
+    sidecar.run(stop)
+    assert sidecar.states["linear_scorer"].phase is Phase.SUSPECT
+    assert stop.waits[:4] == [0.2, 0.2, 0.2, 0.4]  # three re-probes, then the rest of the period
+    assert sidecar.metrics.value("healer_probe_confirmations_total", {"model": "linear_scorer"}) == 3 * 5
+
+
+def test_confirmation_off(settings: Settings) -> None:
+    settings = confirming(settings, confirm_s=0)
+    triton = CountingTriton(settings, lambda n: True)
+    clock = FakeClock()
+    engine = ScriptedEngine()
+    sidecar = Sidecar(settings, triton, engine_factory=lambda: engine, clock=clock, wall=lambda: clock.now)
+    stop = FakeStop(clock, until=clock.now + 5)
+    sidecar.run(stop)
+    assert set(stop.waits) == {1.0}
+    assert sidecar.states["linear_scorer"].incident is not None
+    assert sidecar.states["linear_scorer"].incident.detected_at == pytest.approx(1002.0)  # the third period
+
+
+@pytest.mark.parametrize(("value", "error"), [(0.01, "between 0.05 and period_s"), (6, "between 0.05 and period_s")])
+def test_a_confirm_interval_outside_the_period_is_refused(tmp_path: Path, value: float, error: str) -> None:
+    from healer.settings import ConfigError, load_settings
+
+    with pytest.raises(ConfigError, match=rf"sidecar\.confirm_interval_s: must be 0 \(off\) or {error}"):
+        load_settings(write_config(tmp_path, {"period_s": 5, "confirm_interval_s": value}))
+    assert load_settings(write_config(tmp_path, {"confirm_interval_s": 0})).sidecar.confirm_interval_s == 0
+    assert SidecarSettings().confirm_interval_s == 0.2

@@ -30,7 +30,6 @@ class Injection(StrEnum):
     PUSH = "push"  # a new version from the broken variants, loaded: it serves
     PUSH_CONFIG = "push-config"  # a new version of good files with a broken config.pbtxt, loaded
     PUSH_WITHIN_TOLERANCE = "push-within-tolerance"  # a new version whose answers differ within tolerance
-    ONE_OFF = "one-off"  # a broken version serves beside the stable one for one probe, then is withdrawn
     DELETE_FILES = "delete-files"  # the served version's files deleted, then the model reloaded (a restart)
     KILL_TRITON = "kill-triton"  # SIGKILL to a Triton replica
     STORE_DOWN = "store-down"  # a broken push, then the store becomes unreachable (unmounted) for the rollback
@@ -60,6 +59,9 @@ class Expectation:
     workflows: int | None = None  # exactly this many distinct rollback workflows (None: any number)
     min_ready: int = 0  # at every sample, at least this many replicas answered /readyz 200
     model_loaded: bool = False  # at the end the model is still served on every live replica
+    # At least this many separate wrong answers were seen (a sidecar went suspect): a "no rollback"
+    # drill in which nothing ever answered wrong proves nothing.
+    wrong_answers: int = 0
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class Scenario:
     injection: Injection
     expect: Expectation
     why: str  # the expected behaviour, in words (the report shows it)
-    variant: str = ""  # examples/broken/<model>/<variant> (PUSH, ONE_OFF, FLAP, STORM, ...)
+    variant: str = ""  # examples/broken/<model>/<variant> (PUSH, FLAP, STORM, ...)
     replicas: int = 1  # Triton replicas the scenario needs (STORM: 2, one sidecar each)
     fast: bool = False  # part of `make test`'s subset
     max_rollbacks: int | None = None  # the circuit breaker's limit for this scenario (None: the config's)
@@ -195,12 +197,21 @@ CATALOG: tuple[Scenario, ...] = (
     ),
     Scenario(
         "one-off",
-        "one wrong answer: a broken version serves for a single probe, then is withdrawn",
-        Injection.ONE_OFF,
-        Expectation(Outcome.NO_ROLLBACK, drained=False, workflows=0),
-        "one bad answer is not an incident: failure_threshold consecutive ones are",
-        variant="nan",
+        "one wrong answer: a new version answers its first request wrong, then right",
+        Injection.PUSH,
+        Expectation(Outcome.NO_ROLLBACK, drained=False, workflows=0, wrong_answers=1),
+        "one bad answer is not an incident: it is re-probed at once (fast confirmation), and only "
+        "failure_threshold wrong answers in a row are",
+        variant="one_off",
         fast=True,
+    ),
+    Scenario(
+        "one-in-five",
+        "a new version answers every fifth request wrong",
+        Injection.PUSH,
+        Expectation(Outcome.NO_ROLLBACK, drained=False, workflows=0, wrong_answers=2),
+        "isolated wrong answers never add up: each is re-probed, the re-probe passes, the streak resets",
+        variant="one_in_five",
     ),
     Scenario(
         "within-tolerance",

@@ -146,6 +146,8 @@ def inject_and_wait(settings: Settings, scenario_name: str, model: str, broken: 
         raise DrillStepError(
             f"another drill of {target.model} has not been cleaned up ({record_path(target)}); run its cleanup first"
         )
+    views: list[SidecarView] = [HttpView(f"sidecar-{i}", url) for i, url in enumerate(where.sidecars)]
+    wrong_before = sample(views, target.model).wrong_answers  # before the push: the count starts here
     injected = Injected(stable_record(target))
     record: dict[str, Any] = {"scenario": scenario.name, "model": target.model, "stable": injected.stable.version}
     _write_record(target, record)
@@ -168,15 +170,16 @@ def inject_and_wait(settings: Settings, scenario_name: str, model: str, broken: 
         record["injected_wall"] = injected.wall
         injected.undo.clear()  # the exit handler undoes from the record, whichever pod runs it
         _write_record(target, record)
-    views: list[SidecarView] = [HttpView(f"sidecar-{i}", url) for i, url in enumerate(where.sidecars)]
-    observation = watch(target, scenario, views, injected)
+    observation = watch(target, scenario, views, injected, wrong_before=wrong_before)
     record["observation"] = observation_to_dict(observation)
     _write_record(target, record)
     injection = {k: record[k] for k in ("scenario", "model", "stable", "version", "injected_wall")}
     return {"injection": injection, "observation": record["observation"]}
 
 
-def watch(target: DrillTarget, scenario: Scenario, views: list[SidecarView], injected: Injected) -> Observation:
+def watch(
+    target: DrillTarget, scenario: Scenario, views: list[SidecarView], injected: Injected, *, wrong_before: int = 0
+) -> Observation:
     """Watch the sidecars and every replica's golden request from the injection until the outcome."""
     sidecar = target.settings.sidecar
     period = sidecar.period_s
@@ -184,7 +187,7 @@ def watch(target: DrillTarget, scenario: Scenario, views: list[SidecarView], inj
     give_up_s = target.settings.rollback.deadline_s + 60.0 + (sidecar.business.failure_threshold + 2) * period
     # The injection's moment on this pod's monotonic clock.
     at = time.monotonic() - (time.time() - injected.wall) if injected.wall else time.monotonic()
-    seen = Watch(at)
+    seen = Watch(at, wrong_before=wrong_before)
     golden = GoldenWatch(target.replicas, target.model_settings)
     try:
         while True:
@@ -290,6 +293,7 @@ def observation_to_dict(o: Observation) -> dict[str, Any]:
         "min_ready": o.min_ready,
         "model_loaded": o.model_loaded,
         "final_state": o.final_state,
+        "wrong_answers": o.wrong_answers,
         "marks": [[m.at_s, m.kind, m.text] for m in o.marks],
         "phases": [[p.workflow, p.name, p.start_s, p.end_s, p.outcome, p.error] for p in o.phases],
         "error": o.error,
@@ -308,6 +312,7 @@ def observation_from_dict(d: dict[str, Any]) -> Observation:
         min_ready=d.get("min_ready"),
         model_loaded=d.get("model_loaded"),
         final_state=str(d.get("final_state", "")),
+        wrong_answers=int(d.get("wrong_answers", 0) or 0),
         marks=tuple(Mark(float(m[0]), str(m[1]), str(m[2])) for m in d.get("marks") or ()),
         phases=tuple(
             PhaseSpan(str(p[0]), str(p[1]), float(p[2]), float(p[3]), str(p[4]), str(p[5]))

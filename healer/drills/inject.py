@@ -261,23 +261,6 @@ def push_and_serve(target: DrillTarget, source: Path, injected: Injected, urls: 
     return version
 
 
-def serve_beside_stable(target: DrillTarget, source: Path, injected: Injected) -> str:
-    """Push a version and serve it beside the stable one (both versions answer)."""
-    version = next_version(target)
-    put_version(target, version, source, injected)
-    stable = int(injected.stable.version)
-    both = pinned(injected.stable, target.model, [stable, int(version)])
-    injected.mark(load_everywhere(target, target.replicas, config=both, serving=version))
-    injected.version = version
-    return version
-
-
-def withdraw(target: DrillTarget, injected: Injected) -> None:
-    """Serve the stable version alone again (the pushed version is unloaded; no load needed)."""
-    stable = int(injected.stable.version)
-    load_everywhere(target, target.replicas, config=pinned(injected.stable, target.model, [stable]))
-
-
 def retrain_source(target: DrillTarget, injected: Injected) -> Path:
     """A "retrain" whose answers are within tolerance: the oldest other stable version's files (it passed
     its golden request when it was promoted), else the stable version's own."""

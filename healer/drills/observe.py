@@ -129,11 +129,12 @@ class Sample:
     workflows: list[str]
     breaker_open: bool
     bad_streak: int  # the largest bad streak seen
+    wrong_answers: int = 0  # wrong answers the sidecars counted since they started, all together
 
 
 def sample(views: Sequence[SidecarView], model: str) -> Sample:
     states, ready, live, workflows = [], [], [], []
-    breaker, streak = False, 0
+    breaker, streak, wrong = False, 0, 0
     for view in views:
         status = view.status()
         entry = status.get("models", {}).get(model, {}) if status else {}
@@ -144,15 +145,21 @@ def sample(views: Sequence[SidecarView], model: str) -> Sample:
             workflows.append(workflow)
         breaker = breaker or bool(entry.get("breaker_open", False))
         streak = max(streak, int(entry.get("bad_streak", 0) or 0))
+        wrong += int(entry.get("wrong_answers", 0) or 0)
         ready.append(view.readyz() == 200)
-    return Sample(states, ready, live, workflows, breaker, streak)
+    return Sample(states, ready, live, workflows, breaker, streak, wrong)
 
 
 class Watch:
     """Accumulates what a drill run saw, in seconds from the injection (``injected_at``, monotonic)."""
 
-    def __init__(self, injected_at: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, injected_at: float, *, wrong_before: int = 0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.injected_at = injected_at
+        # The sidecars' wrong-answer count sampled before the injection: what they count from there on
+        # is this run's (a transient suspect state can be shorter than a sample interval; a count cannot).
+        self.wrong_before = wrong_before
         self.clock = clock
         self.detect_s: float | None = None
         self.restore_s: float | None = None
@@ -169,7 +176,7 @@ class Watch:
         self.model_loaded: bool | None = None
         self.last: Sample | None = None
         self._healthy_again = False
-        self._suspected = False
+        self.wrong_answers = 0
 
     def now_s(self) -> float:
         return round(self.clock() - self.injected_at, 3)
@@ -188,9 +195,11 @@ class Watch:
                 self.workflows.append(workflow)
                 self.mark("submitted", workflow)
         acting = any(s in {"healing", "escalated"} for s in seen.states)
-        if "suspect" in seen.states and not self._suspected:
-            self._suspected = True
-            self.mark("suspect", f"a bad answer (streak {seen.bad_streak})")
+        wrong = max(0, seen.wrong_answers - self.wrong_before)
+        if wrong > self.wrong_answers:
+            if not acting:
+                self.mark("wrong-answer", f"wrong answer {wrong} (a sidecar's bad streak: {seen.bad_streak})")
+            self.wrong_answers = wrong
         if not all(seen.ready) and not self.drained:
             self.drained = True
             self.mark("drained", "a replica's /readyz answered 503")
@@ -227,6 +236,7 @@ class Watch:
             min_ready=self.min_ready,
             model_loaded=self.model_loaded,
             final_state=self.final_state,
+            wrong_answers=self.wrong_answers,
             marks=tuple(sorted(self.marks, key=lambda m: m.at_s)),
             phases=tuple(self.phases),
             error=self.error,

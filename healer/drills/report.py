@@ -114,8 +114,7 @@ MARK_COLOURS: Mapping[str, str] = {
     "restored": "#137333",
     "trusted": "#137333",
     "escalated": "#b3261e",
-    "withdrawn": "#5a6372",
-    "suspect": "#e37400",
+    "wrong-answer": "#e37400",
     "end": "#9aa0a6",
     "pushed-again": "#b3261e",
 }

@@ -34,11 +34,9 @@ from healer.drills.inject import (
     push_with_config,
     restore_stable,
     retrain_source,
-    serve_beside_stable,
     stable_record,
     tamper_stable,
     unmount_store,
-    withdraw,
 )
 from healer.drills.observe import GoldenWatch, HttpView, LocalView, SidecarView, Watch, sample
 from healer.drills.verdict import DrillResult, Observation, finished, judge, phase_spans
@@ -135,9 +133,10 @@ class DrillRunner:
             engine = self._engine(scenario, replicas)
             running = self._sidecars(scenario, replicas, engine)
             self._baseline(running)
+            before = sample([r.view for r in running], self.target.model)
             injected = Injected(stable_record(self.target))
             killed = self._inject(scenario, injected, replicas, extra)
-            watch = Watch(injected.at)
+            watch = Watch(injected.at, wrong_before=before.wrong_answers)
             if killed:
                 watch.mark("killed", f"SIGKILL to Triton {replicas[0]}")
             self._watch(scenario, watch, [r.view for r in running], replicas, injected)
@@ -276,8 +275,6 @@ class DrillRunner:
             push_with_config(target, target.variant(scenario.variant), injected)
         elif kind is Injection.PUSH_WITHIN_TOLERANCE:
             push_and_serve(target, retrain_source(target, injected), injected, replicas)
-        elif kind is Injection.ONE_OFF:
-            serve_beside_stable(target, target.variant(scenario.variant), injected)
         elif kind is Injection.DELETE_FILES:
             delete_served_files(target, injected, self.scratch / "backup" / scenario.name)
         elif kind is Injection.STORE_DOWN:
@@ -305,8 +302,6 @@ class DrillRunner:
             + 30.0
         )
         golden = GoldenWatch(replicas, self.target.model_settings)
-        origin = 0.0  # quiet time counts from here (the withdrawal of a one-off)
-        withdrawn = scenario.injection is not Injection.ONE_OFF
         pushes = 1
         flaps = scenario.max_rollbacks or self.settings.sidecar.max_rollbacks
         try:
@@ -315,10 +310,6 @@ class DrillRunner:
                 watch.see(seen)
                 if watch.workflows and watch.restore_s is None and golden.restored(injected.version):
                     watch.restored()
-                if not withdrawn and (seen.bad_streak >= 1 or watch.now_s() > quiet_s):
-                    withdraw(self.target, injected)
-                    withdrawn, origin = True, watch.now_s()
-                    watch.mark("withdrawn", f"v{injected.version} no longer served, after one bad answer")
                 if (
                     scenario.injection is Injection.FLAP
                     and pushes <= flaps
@@ -334,15 +325,8 @@ class DrillRunner:
                 flapping = scenario.injection is Injection.FLAP and watch.escalate_s is None
                 elapsed = watch.now_s()
                 if (
-                    withdrawn
-                    and not flapping
-                    and finished(
-                        scenario,
-                        watch.observation(),
-                        elapsed_s=elapsed - origin,
-                        quiet_s=quiet_s,
-                        give_up_s=give_up_s,
-                    )
+                    not flapping
+                    and finished(scenario, watch.observation(), elapsed_s=elapsed, quiet_s=quiet_s, give_up_s=give_up_s)
                 ) or elapsed >= give_up_s:
                     break
                 time.sleep(INTERVAL_S)

@@ -53,6 +53,7 @@ class Observation:
     min_ready: int | None = None  # fewest replicas answering /readyz 200 at any sample (None: not sampled)
     model_loaded: bool | None = None  # at the end, the model served on every live replica
     final_state: str = ""  # the sidecars' state of the model at the end (healthy, healing, ...)
+    wrong_answers: int = 0  # separate times a sidecar went suspect (a wrong answer after good ones)
     marks: tuple[Mark, ...] = ()
     phases: tuple[PhaseSpan, ...] = ()
     error: str = ""  # the drill itself failed (injection, set-up): the run proves nothing
@@ -109,6 +110,10 @@ def judge(scenario: Scenario, observation: Observation, budget_s: float) -> Verd
     if expect.min_ready and (observation.min_ready is None or observation.min_ready < expect.min_ready):
         seen = "never sampled" if observation.min_ready is None else f"{observation.min_ready} at the worst moment"
         missed.append(f"readiness: fewer than {expect.min_ready} replica(s) ready ({seen})")
+    if observation.wrong_answers < expect.wrong_answers:
+        missed.append(
+            f"wrong answers: {observation.wrong_answers} seen, the drill needs {expect.wrong_answers} to prove anything"
+        )
     if expect.model_loaded and observation.model_loaded is not True:
         missed.append("served model: not loaded at the end (it must stay loaded when nothing is restored)")
     which = scenario.budgeted
@@ -125,7 +130,8 @@ def finished(
     scenario: Scenario, observation: Observation, *, elapsed_s: float, quiet_s: float, give_up_s: float
 ) -> bool:
     """Is there nothing more to wait for? ``quiet_s``: how long "nothing happens" must last to count
-    (no rollback after a one-off, none after Triton died); ``give_up_s``: the hard end."""
+    (no rollback after a one-off, none after Triton died), once the wrong answers the scenario needs
+    were seen; ``give_up_s``: the hard end."""
     o = observation
     expected = scenario.expect.outcome
     if elapsed_s >= give_up_s or o.error or o.escalate_s is not None:
@@ -138,7 +144,8 @@ def finished(
     elif expected in {Outcome.NOT_LIVE, Outcome.DRAINED}:
         done = o.detect_s is not None and elapsed_s >= o.detect_s + quiet_s
     else:
-        done = elapsed_s >= quiet_s
+        seen_enough = o.wrong_answers >= scenario.expect.wrong_answers and o.final_state == "healthy"
+        done = elapsed_s >= quiet_s and seen_enough
     return done
 
 

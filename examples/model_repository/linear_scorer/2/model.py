@@ -2,8 +2,9 @@
 
 head "linear": the output is y. head "softmax": outputs softmax(y) and argmax(y).
 Weights live in params.json next to this file, so versions of a model differ only
-by their parameters, as retrained versions do. ``extra_latency_ms`` is a drill knob
-that makes a version slow without changing its answers.
+by their parameters, as retrained versions do. Drill knobs: ``extra_latency_ms`` makes a
+version slow without changing its answers; ``wrong_every`` (every Nth request) and
+``wrong_once_at`` (the Nth request only) make some answers wrong (negated), the rest right.
 """
 
 import json
@@ -23,6 +24,9 @@ class TritonPythonModel:
         self.bias = np.asarray(params["bias"], dtype=np.float32)
         self.head = params.get("head", "linear")
         self.extra_latency_s = float(params.get("extra_latency_ms", 0)) / 1000.0
+        self.wrong_every = int(params.get("wrong_every", 0))
+        self.wrong_once_at = int(params.get("wrong_once_at", 0))
+        self.requests = 0
         self.input_name = config["input"][0]["name"]
         self.output_names = [output["name"] for output in config["output"]]
 
@@ -31,6 +35,9 @@ class TritonPythonModel:
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy().astype(np.float32)
             logits = x @ self.weights + self.bias
+            self.requests += 1
+            if self.requests == self.wrong_once_at or (self.wrong_every and self.requests % self.wrong_every == 0):
+                logits = -logits
             if self.head == "softmax":
                 shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
                 values = [
