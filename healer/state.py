@@ -14,6 +14,8 @@ fake time. Rules that keep it from doing harm:
 * a single bad answer never triggers a rollback (``failure_threshold`` consecutive ones do);
 * at most ``max_rollbacks`` rollbacks per model per ``window_s``; beyond that the breaker is open:
   no rollback, the model stays drained, and an escalation says why;
+* a run that succeeded while this replica still answers wrong (failure_threshold times in a row) is
+  a new occurrence, rolled back again (the breaker counts it), not left to the healing timeout;
 * one escalation per incident: the first of a failed run, no outcome in time, or an open breaker
   escalates; whatever comes after it (a late failure, a run that vanished) changes nothing.
 """
@@ -211,6 +213,19 @@ def _on_good(state: ModelState, event: Probed, policy: Policy) -> tuple[ModelSta
 
 
 def _on_wrong(state: ModelState, event: Probed, policy: Policy) -> tuple[ModelState, list[Action]]:
+    if state.phase is Phase.HEALING and state.rollback_succeeded_at is not None:
+        # The run reported success, yet this replica answers wrong: it took the broken version after
+        # the run had planned it (a push still rolling out), or the restore did not hold. Waiting for
+        # good answers would only run into the healing timeout: failure_threshold wrong answers in a
+        # row are a new occurrence (its run gets the next name; the breaker counts it).
+        bad = state.bad_streak + 1
+        first_bad_at = event.at if bad == 1 or state.first_bad_at is None else state.first_bad_at
+        state = dataclasses.replace(
+            state, bad_streak=bad, good_streak=0, first_bad_at=first_bad_at, last_reason=event.detail
+        )
+        if bad < policy.failure_threshold:
+            return state, []
+        return _detected(state, event, policy, first_bad_at=first_bad_at)
     if state.phase in {Phase.HEALING, Phase.ESCALATED}:
         # Already acting (or a person is): keep draining, wait for the outcome.
         return dataclasses.replace(state, good_streak=0, last_reason=event.detail), []
@@ -221,6 +236,13 @@ def _on_wrong(state: ModelState, event: Probed, policy: Policy) -> tuple[ModelSt
     )
     if bad < policy.failure_threshold:
         return state, []
+    return _detected(state, event, policy, first_bad_at=first_bad_at)
+
+
+def _detected(
+    state: ModelState, event: Probed, policy: Policy, *, first_bad_at: float
+) -> tuple[ModelState, list[Action]]:
+    """failure_threshold wrong answers in a row: roll back, unless the circuit breaker is open."""
     version = event.version or "unknown"
     incident = Incident(
         key=incident_key(state.model, version, event.content),
@@ -246,6 +268,7 @@ def _on_wrong(state: ModelState, event: Probed, policy: Policy) -> tuple[ModelSt
         phase=Phase.HEALING,
         incident=incident,
         healing_since=event.at,
+        rollback_succeeded_at=None,
         rollbacks=(*recent, event.at),
         breaker_open=False,
     )

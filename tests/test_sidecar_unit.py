@@ -1301,3 +1301,26 @@ def test_a_confirm_interval_outside_the_period_is_refused(tmp_path: Path, value:
         load_settings(write_config(tmp_path, {"period_s": 5, "confirm_interval_s": value}))
     assert load_settings(write_config(tmp_path, {"confirm_interval_s": 0})).sidecar.confirm_interval_s == 0
     assert SidecarSettings().confirm_interval_s == 0.2
+
+
+def test_a_replica_still_wrong_after_the_run_succeeded_submits_the_next_run(settings: Settings) -> None:
+    # The run healed the replicas it planned; this one loaded the broken version afterwards (a push
+    # still rolling out) and joined the run before it ended. It must not wait out the healing timeout.
+    business = TierThresholds(failure_threshold=2, success_threshold=1)
+    settings = dataclasses.replace(settings, sidecar=SidecarSettings(period_s=1.0, business=business))
+    engine = ScriptedEngine()
+    sidecar, triton, clock = make(settings, engine)
+    triton.wrong = True
+    for _ in range(2):
+        sidecar.cycle()
+        clock.now += 1
+    assert len(engine.created) == 1
+    engine.phase = "Succeeded"
+    sidecar.cycle()  # the success is seen, and a wrong answer after it
+    clock.now += 1
+    assert len(engine.created) == 1
+    sidecar.cycle()  # a second wrong answer in a row: the same incident's next run
+    assert len(set(engine.created)) == 2
+    assert [r.incident for r in engine.requests[-1:]] == [engine.requests[0].incident + "-r2"]
+    assert sidecar.states["linear_scorer"].phase is Phase.HEALING
+    assert sidecar.status()["models"]["linear_scorer"]["workflow"] == engine.created[-1]

@@ -464,7 +464,7 @@ def test_success_near_the_deadline_is_not_escalated_as_no_outcome() -> None:
 def test_success_without_good_answers_in_time_escalates() -> None:
     """A rollback reported as succeeded whose model still answers wrongly must not stay drained silently."""
     before = healing()
-    state, actions = run(before, [RollbackFinished(at=40, succeeded=True), wrong(50), good(60), wrong(70)])
+    state, actions = run(before, [RollbackFinished(at=40, succeeded=True), wrong(50), good(60), wrong(70), good(80)])
     assert (state.phase, actions) == (Phase.HEALING, [])
     state, actions = run(state, [Tick(at=40 + POLICY.rollback_timeout_s)])
     assert (state.phase, actions) == (Phase.HEALING, [])
@@ -474,6 +474,34 @@ def test_success_without_good_answers_in_time_escalates() -> None:
     assert actions == [Escalate(before.incident, state.last_reason)]
     assert "succeeded" in state.last_reason
     assert "no outcome" not in state.last_reason
+
+
+def test_wrong_answers_after_a_succeeded_run_are_a_new_occurrence() -> None:
+    """This replica took the broken version after the run had planned it (a push still rolling out):
+    failure_threshold wrong answers in a row after the success roll back again, not the healing timeout."""
+    before = healing()
+    state, actions = run(before, [RollbackFinished(at=40, succeeded=True), wrong(41), wrong(41.2)])
+    assert (state.phase, state.bad_streak, actions) == (Phase.HEALING, 2, [])
+    state, actions = run(state, [wrong(41.4)])
+    assert (state.phase, kinds(actions)) == (Phase.HEALING, [SubmitRollback])
+    assert state.rollback_succeeded_at is None and state.healing_since == 41.4
+    assert state.incident is not None and before.incident is not None
+    assert state.incident.key == before.incident.key  # the same broken model: its run gets the next name
+    assert (state.incident.first_bad_at, state.incident.detected_at) == (41, 41.4)
+    assert state.rollbacks == (T_DETECT, 41.4)  # the breaker counts it
+
+
+def test_wrong_answers_after_a_succeeded_run_open_the_breaker_at_its_limit() -> None:
+    policy = dataclasses.replace(POLICY, max_rollbacks=1)
+    state, _ = run(healing(), [RollbackFinished(at=40, succeeded=True)], policy)
+    state, actions = run(state, [wrong(41), wrong(42), wrong(43)], policy)
+    assert (state.phase, kinds(actions), state.breaker_open) == (Phase.ESCALATED, [Escalate], True)
+
+
+def test_wrong_answers_while_the_run_is_going_are_not_counted() -> None:
+    before = healing()
+    state, actions = run(before, [wrong(40 + i) for i in range(10)])
+    assert (state.phase, state.bad_streak, actions) == (Phase.HEALING, before.bad_streak, [])
 
 
 def test_good_answers_while_the_rollback_runs_wait_for_its_outcome() -> None:
