@@ -149,5 +149,16 @@ build argo "$ARGO_VERSION" "$argo_ldflags" "$argo_modfile" \
   argo=github.com/argoproj/argo-workflows/v4/cmd/argo \
   workflow-controller=github.com/argoproj/argo-workflows/v4/cmd/workflow-controller
 
+# Helm (tests/e2e/test_helm.py lints, renders and installs deploy/helm/healer with it). As helm's own
+# Makefile does, the ldflags stamp its version and the Kubernetes version `helm template` and `helm
+# lint` assume without a cluster (1.<client-go minor>), read from the wrapper's go.mod.
+helm_k8s_minor="$(sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$here/helm/go.mod")"
+helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+helm_ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+for package in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  helm_ldflags+=" -X $package.k8sVersionMajor=1 -X $package.k8sVersionMinor=$helm_k8s_minor"
+done
+build helm "$HELM_VERSION" "$helm_ldflags" "" helm=helm.sh/helm/v3/cmd/helm
+
 log "all components ready in $((SECONDS - total_started)) s"
 echo "ETCD_BIN=$cache/etcd-$ETCD_VERSION/bin KUBERNETES_BIN=$cache/kubernetes-$KUBERNETES_VERSION/bin ARGO_BIN=$argo_dest/bin"

@@ -44,6 +44,17 @@ tool (
 )
 MOD
 
+# Helm: its CLI (tests/e2e/test_helm.py lints, renders and installs the chart with it).
+cat >"$here/helm/go.mod" <<MOD
+module healer.e2e/helm
+
+$go_line
+
+require helm.sh/helm/v3 $HELM_VERSION
+
+tool helm.sh/helm/v3/cmd/helm
+MOD
+
 # Each wrapper's go.sum starts from the upstream module's own go.sum (its maintainers' checksums;
 # the checksum database does not know every pseudo-version they pin), and tidy keeps what is used.
 seed() { # component module@version
@@ -55,7 +66,8 @@ seed() { # component module@version
 seed etcd "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
 seed kubernetes "k8s.io/kubernetes@$KUBERNETES_VERSION"
 seed argo "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION"
-for component in etcd kubernetes argo; do
+seed helm "helm.sh/helm/v3@$HELM_VERSION"
+for component in etcd kubernetes argo helm; do
   (cd "$here/$component" && go mod tidy)
 done
 echo "wrappers updated; commit e2e/*/go.mod e2e/*/go.sum"
