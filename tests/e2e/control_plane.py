@@ -34,6 +34,8 @@ from healer.processes import ManagedServer, free_port
 ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = ROOT / "e2e" / "versions.env"
 CRD_DIR = ROOT / "tests" / "vendor" / "argo" / "crds"
+# healer's keys for Argo's ConfigMap (the UI's list columns and links), merged in as an operator would.
+UI_CONFIG = ROOT / "deploy" / "argo" / "workflow-controller-configmap.yaml"
 ARGO_NAMESPACE = "argo"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -562,7 +564,11 @@ class ControlPlane:
             "kind": "ConfigMap",
             "metadata": {"name": "workflow-controller-configmap"},
             # Metrics and telemetry would listen on fixed ports on every interface.
-            "data": {"metricsConfig": "enabled: false\n", "telemetryConfig": "enabled: false\n"},
+            "data": {
+                "metricsConfig": "enabled: false\n",
+                "telemetryConfig": "enabled: false\n",
+                **load_yaml_documents(UI_CONFIG)[0]["data"],  # before argo-server starts: it reads them once
+            },
         }
         api.create(config_map, namespace=ARGO_NAMESPACE)
         secret = {
