@@ -160,5 +160,36 @@ for package in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
 done
 build helm "$HELM_VERSION" "$helm_ldflags" "" helm=helm.sh/helm/v3/cmd/helm
 
+# CustomResourceDefinitions the chart's optional objects need (cert-manager's Issuer and Certificate,
+# the Prometheus Operator's PodMonitor and PrometheusRule), for tests/e2e/test_helm.py to install
+# before `helm install`. Taken from the projects' Go modules (cert-manager's deploy/crds, "for
+# development and testing"; the operator's example/prometheus-operator-crd), checked against
+# e2e/crds/go.sum; cached in $cache/crds-<versions>/. Nothing is compiled.
+crds_dest="$cache/crds-cert-manager-$CERT_MANAGER_VERSION-prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
+if [ ! -f "$crds_dest/.complete" ]; then
+  need_go
+  crds_dirs="$(cd "$here/crds" && go mod download -json "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION" \
+    "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" |
+    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  cert_manager_dir="$(printf '%s\n' "$crds_dirs" | grep '/cert-manager@')"
+  operator_dir="$(printf '%s\n' "$crds_dirs" | grep '/prometheus-operator@')"
+  [ -n "$cert_manager_dir" ] && [ -n "$operator_dir" ] || { log "could not download the CRD modules"; exit 1; }
+  rm -rf "$crds_dest.tmp"
+  mkdir -p "$crds_dest.tmp"
+  for crd in issuers clusterissuers certificates certificaterequests; do
+    cp "$cert_manager_dir/deploy/crds/cert-manager.io_$crd.yaml" "$crds_dest.tmp/"
+  done
+  for crd in podmonitors servicemonitors prometheusrules; do
+    cp "$operator_dir/example/prometheus-operator-crd/monitoring.coreos.com_$crd.yaml" "$crds_dest.tmp/"
+  done
+  chmod u+w "$crds_dest.tmp"/*.yaml
+  touch "$crds_dest.tmp/.complete"
+  rm -rf "$crds_dest"
+  mv "$crds_dest.tmp" "$crds_dest"
+  log "CRDs: cert-manager $CERT_MANAGER_VERSION, Prometheus Operator $PROMETHEUS_OPERATOR_VERSION into $crds_dest"
+else
+  log "CRDs: cached in $crds_dest"
+fi
+
 log "all components ready in $((SECONDS - total_started)) s"
 echo "ETCD_BIN=$cache/etcd-$ETCD_VERSION/bin KUBERNETES_BIN=$cache/kubernetes-$KUBERNETES_VERSION/bin ARGO_BIN=$argo_dest/bin"
