@@ -115,7 +115,10 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
         "healer runs list -o name",
     ),
     "sidecar": ("HEALER_CONFIG=/etc/healer/healer.yaml healer sidecar --listen 0.0.0.0:8080",),
-    "render": ("healer render --out deploy/argo", "healer render --namespace ml --deadline 120"),
+    "render": (
+        "healer render --out deploy/argo --chart deploy/helm/healer   (the repository's copies)",
+        "healer render --namespace ml --deadline 120",
+    ),
     "webhook": (
         "healer webhook --tls-cert /tls/tls.crt --tls-key /tls/tls.key --injection /etc/healer-webhook/injection.yaml",
     ),
@@ -284,6 +287,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     render.add_argument("--namespace", help="namespace of the WorkflowTemplate: Triton's (default: ml)")
     render.add_argument(
         "--deadline", type=int, metavar="SECONDS", help="activeDeadlineSeconds of a rollback (default 90)"
+    )
+    render.add_argument(
+        "--chart",
+        metavar="DIR",
+        help="also write the same files into the Helm chart at DIR, under files/argo/ (the chart sets their "
+        "namespace and image from its values)",
     )
 
     promote = command("promote", "record a version as stable (only if it passes its golden request now)")
@@ -578,14 +587,22 @@ def _cmd_render(args: argparse.Namespace) -> int:
         deadline_s=args.deadline or defaults.deadline_s,
     )
     rendered = render_all(options)
-    if not args.out:
+    if not args.out and not args.chart:
         print("\n---\n".join(rendered.values()), end="")
         return 0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in rendered.items():
-        (out / name).write_text(text)
-        print(f"wrote {out / name}")
+    # Helm reads only files inside the chart (.Files.Get), so the chart carries its own copies.
+    targets = [Path(args.out)] if args.out else []
+    if args.chart:
+        chart = Path(args.chart)
+        if not (chart / "Chart.yaml").is_file():
+            print(f"healer: render: --chart {chart}: no Chart.yaml there", file=sys.stderr)
+            return EXIT_USAGE
+        targets.append(chart / "files" / "argo")
+    for out in targets:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in rendered.items():
+            (out / name).write_text(text)
+            print(f"wrote {out / name}")
     return 0
 
 

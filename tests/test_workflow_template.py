@@ -23,6 +23,7 @@ from workflows.rollback import LABELS_FROM_PARAMETERS, PARAMETERS, TemplateOptio
 ROOT = Path(__file__).resolve().parents[1]
 VENDORED_ARGO = ROOT / "tests" / "vendor" / "argo"  # Argo v4.1.2, see its README
 COMMITTED = ROOT / "deploy" / "argo"
+CHART = ROOT / "deploy" / "helm" / "healer"  # its files/argo/ are copies of the render
 
 
 @pytest.fixture(scope="module")
@@ -107,13 +108,26 @@ def test_schema_check_catches_a_broken_template(workflow_template_schema: dict[s
 
 
 def test_committed_yaml_equals_a_fresh_render(tmp_path: Path) -> None:
-    assert main(["render", "--out", str(tmp_path)]) == 0
-    fresh = sorted(p.name for p in tmp_path.iterdir())
-    assert fresh == sorted(p.name for p in COMMITTED.iterdir())
-    for name in fresh:
-        assert (COMMITTED / name).read_text() == (tmp_path / name).read_text(), (
-            f"deploy/argo/{name} is stale: run `healer render --out deploy/argo`"
-        )
+    """deploy/argo/ and the Helm chart's copies (files/argo/, which the chart loads) are what
+    `healer render --out deploy/argo --chart deploy/helm/healer` writes now."""
+    out, chart = tmp_path / "argo", tmp_path / "chart"
+    chart.mkdir()
+    shutil.copy(CHART / "Chart.yaml", chart / "Chart.yaml")
+    assert main(["render", "--out", str(out), "--chart", str(chart)]) == 0
+    command = "healer render --out deploy/argo --chart deploy/helm/healer"
+    for committed, fresh_dir in ((COMMITTED, out), (CHART / "files" / "argo", chart / "files" / "argo")):
+        fresh = sorted(p.name for p in fresh_dir.iterdir())
+        assert fresh == sorted(p.name for p in committed.iterdir()), f"{committed}: run `{command}`"
+        for name in fresh:
+            assert (committed / name).read_text() == (fresh_dir / name).read_text(), (
+                f"{committed.relative_to(ROOT)}/{name} is stale: run `{command}`"
+            )
+
+
+def test_render_into_a_chart_needs_a_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "--chart", str(tmp_path)]) == 64
+    assert "no Chart.yaml there" in capsys.readouterr().err
+    assert not (tmp_path / "files").exists()
 
 
 def test_fields_the_design_relies_on_are_present() -> None:
