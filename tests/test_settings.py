@@ -114,7 +114,7 @@ def test_example_config_loads() -> None:
 
     linear = settings.model("linear_scorer").golden
     assert linear.latency_slo_ms == 100.0
-    assert linear.timeout_s == 2.0
+    assert linear.timeout_s == 0.5
     (features,) = linear.inputs
     assert (features.name, features.datatype, features.shape) == ("FEATURES", "FP32", (2, 4))
     assert features.values.dtype == np.float32

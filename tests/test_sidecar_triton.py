@@ -280,7 +280,11 @@ def test_killed_triton_fails_livez_and_submits_nothing(example_settings: Setting
             engine_factory=lambda: built.append("engine") or local_engine(settings),
         )  # type: ignore[func-returns-value]
         with Running(sidecar) as running:
-            running.wait_for(lambda s: s["cycles"] >= 1 and s["triton_live"], 10)
+            # Healthy first (a slow answer on a loaded machine would leave it suspect, and prove nothing).
+            running.wait_for(
+                lambda s: s["cycles"] >= 1 and s["triton_live"] and s["models"]["linear_scorer"]["state"] == "healthy",
+                10,
+            )
             assert http_get(running.base + "/livez")[0] == 200
             server.kill()
             running.wait_for(lambda s: not s["triton_live"] and s["cycles"] >= 5, 15)
