@@ -233,3 +233,124 @@ def test_the_sidecar_and_the_rollback_pods_write_as_one_user() -> None:
     healer = next(c for c in pod["containers"] if c["name"] == "healer")
     rendered = yaml.safe_load((ROOT / "deploy" / "argo" / "healer-rollback.yaml").read_text())
     assert healer["securityContext"]["runAsUser"] == rendered["spec"]["securityContext"]["runAsUser"] == HEALER_UID
+
+
+# ---- the Helm chart (without helm: tests/e2e/test_helm.py renders and installs it) --------------------------
+
+CHART = ROOT / "deploy" / "helm" / "healer"
+TRITON_EXAMPLE = ROOT / "deploy" / "examples" / "triton-deployment.yaml"
+
+
+def granted(docs: list[dict[str, Any]], account: tuple[str, str]) -> set[tuple[str, str, str, str]]:
+    """(namespace, verb, resource, group) the Roles bound to a service account allow, in every
+    namespace a RoleBinding names it (the chart binds the sidecar in Triton's and Argo's namespaces)."""
+    rules = []
+    for binding in docs:
+        if binding["kind"] != "RoleBinding" or not any(
+            s["kind"] == "ServiceAccount" and (s["namespace"], s["name"]) == account for s in binding["subjects"]
+        ):
+            continue
+        namespace = binding["metadata"]["namespace"]
+        [role] = [
+            d
+            for d in docs
+            if d["kind"] == "Role"
+            and d["metadata"]["namespace"] == namespace
+            and d["metadata"]["name"] == binding["roleRef"]["name"]
+        ]
+        rules += [(namespace, rule) for rule in role["rules"]]
+    return {
+        (namespace, v, r, g)
+        for namespace, rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def test_granted_reads_bindings_across_namespaces() -> None:
+    """The helper the chart's RBAC test relies on: a binding elsewhere counts in its own namespace."""
+    docs: list[dict[str, Any]] = [
+        {"kind": "Role", "metadata": {"namespace": "b", "name": "r"}, "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]},
+        {"kind": "RoleBinding", "metadata": {"namespace": "b", "name": "x"}, "roleRef": {"name": "r"},
+         "subjects": [{"kind": "ServiceAccount", "namespace": "a", "name": "sa"}]},
+    ]  # fmt: skip
+    assert granted(docs, ("a", "sa")) == {("b", "list", "pods", "")}
+    assert granted(docs, ("b", "sa")) == set()
+
+
+def test_the_chart_is_versioned_with_the_package_and_defaults_to_the_rendered_image() -> None:
+    import tomllib
+
+    from workflows.rollback import TemplateOptions
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert chart["version"] == chart["appVersion"] == version
+    image = yaml.safe_load((CHART / "values.yaml").read_text())["image"]
+    default_image = f"{image['repository']}:{image['tag'] or chart['appVersion']}"
+    assert default_image == TemplateOptions().image
+    for name in ("healer-rollback.yaml", "healer-drill.yaml"):
+        rendered = yaml.safe_load((CHART / "files" / "argo" / name).read_text())
+        assert {t["script"]["image"] for t in rendered["spec"]["templates"] if "script" in t} == {default_image}
+
+
+def test_the_chart_and_the_image_run_as_the_user_the_workflows_run_as() -> None:
+    import re
+
+    from workflows.rollback import HEALER_UID
+
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    uid = re.search(r'define "healer\.uid" -}}\s*(\d+)', helpers)
+    assert uid is not None and int(uid.group(1)) == HEALER_UID
+
+
+def test_the_webhook_calls_no_kubernetes_api() -> None:
+    """The chart gives the webhook's pod no token (automountServiceAccountToken: false) and its
+    ServiceAccount no Role: importing the webhook's server loads no API client at all."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, healer.webhook, healer.cli; "
+        "print(' '.join(m for m in sys.modules if m.split('.')[0] in {'kubernetes', 'hera', 'requests'} "
+        "or m in {'healer.kube', 'healer.engines.argo', 'healer.engines.local'}))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert loaded.stdout.strip() == ""
+    webhook_sources = [ROOT / "healer" / "webhook.py", ROOT / "healer" / "sidecar_http.py"]
+    assert kube_calls(*webhook_sources) == set()
+
+
+def test_the_example_triton_deployment_opts_in_as_the_webhook_expects() -> None:
+    import jsonpatch
+
+    from healer.webhook import INJECT, INJECTED, READINESS, SIDECAR, InjectionConfig, injection_patch
+
+    docs = documents(TRITON_EXAMPLE)
+    for document in docs:
+        kubernetes_validate.validate(document, K8S_VERSION, strict=True)
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["labels"][INJECT] == "true"  # the chart's objectSelector
+    assert template["metadata"]["annotations"][READINESS] == "sidecar"
+    spec = template["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    triton = next(c for c in spec["containers"] if c["name"] == "triton")
+    assert "--model-control-mode=explicit" in triton["args"] and "startupProbe" in triton
+    # What the API server stores once the webhook has answered: the sidecar added, readiness through it.
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {**template["metadata"], "namespace": "ml"}, "spec": spec}
+    config = InjectionConfig(image="ghcr.io/healer-dev/healer:0.1.0")
+    mutated = jsonpatch.apply_patch(pod, injection_patch(pod, config))
+    kubernetes_validate.validate(mutated, K8S_VERSION, strict=True)
+    containers = {c["name"]: c for c in mutated["spec"]["containers"]}
+    assert set(containers) == {"triton", SIDECAR} and INJECTED in mutated["metadata"]["annotations"]
+    assert containers["triton"]["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": config.port}
+    assert containers["triton"]["livenessProbe"] == triton["livenessProbe"]  # never touched
+    assert injection_patch(mutated, config) == []  # injected once
+    assert (
+        spec["terminationGracePeriodSeconds"]
+        > yaml.safe_load((CHART / "values.yaml").read_text())["config"]["sidecar"]["termination_grace_s"]
+    )

@@ -1,0 +1,113 @@
+{{/*
+Shared names and labels. Objects are named after the release (the monitoring templates use
+<release>-webhook for the webhook Deployment). healer-config, healer-rollback and the claim keep the
+names the WorkflowTemplates and the injected sidecar refer to (workflows/rollback.py TemplateOptions,
+healer/webhook.py InjectionConfig).
+*/}}
+
+{{- define "healer.labels" -}}
+app.kubernetes.io/name: healer
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
+{{- end }}
+
+{{- define "healer.webhook.selectorLabels" -}}
+app.kubernetes.io/name: healer
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: webhook
+{{- end }}
+
+{{- define "healer.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{- define "healer.webhook.name" -}}
+{{ .Release.Name }}-webhook
+{{- end }}
+
+{{- define "healer.webhook.secretName" -}}
+{{- if .Values.certificates.certManager.enabled -}}
+{{ .Release.Name }}-webhook-tls
+{{- else -}}
+{{ required "certificates.secretName: the webhook's TLS Secret (tls.crt, tls.key) is required when certificates.certManager.enabled is false" .Values.certificates.secretName }}
+{{- end }}
+{{- end }}
+
+{{/* The namespaces whose pods may be injected: webhook.namespaces, or triton.namespace. */}}
+{{- define "healer.injectionNamespaces" -}}
+{{- if .Values.webhook.namespaces -}}
+{{ toYaml .Values.webhook.namespaces }}
+{{- else -}}
+{{ toYaml (list .Values.triton.namespace) }}
+{{- end }}
+{{- end }}
+
+{{/* The namespaces that get the healer-config ConfigMap: Triton's and Argo's (once if the same). */}}
+{{- define "healer.configNamespaces" -}}
+{{ toYaml (list .Values.triton.namespace .Values.argo.namespace | uniq) }}
+{{- end }}
+
+{{/*
+healer.yaml: .Values.config with the keys the chart derives from the other values. A derived key
+set in .Values.config is an error, so a value is never silently overridden.
+*/}}
+{{- define "healer.config" -}}
+{{- $config := deepCopy .Values.config -}}
+{{- $rollback := $config.rollback | default dict -}}
+{{- $sidecar := $config.sidecar | default dict -}}
+{{- range $key := list "store" "live_repository" -}}
+{{- if hasKey $config $key -}}
+{{- fail (printf "config.%s: set by the chart from modelRepository; remove it from config" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- range $key := list "engine" "state_dir" "argo" "replicas" -}}
+{{- if hasKey $rollback $key -}}
+{{- fail (printf "config.rollback.%s: set by the chart (argo, triton, sidecar.stateDir); remove it from config" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- if hasKey $sidecar "listen" -}}
+{{- fail "config.sidecar.listen: set by the chart from sidecar.port; remove it from config" -}}
+{{- end -}}
+{{- if not $config.models -}}
+{{- fail "config.models: list the models the sidecar checks, each with its golden request" -}}
+{{- end -}}
+{{- $repo := .Values.modelRepository -}}
+{{- if eq $repo.type "nfs" -}}
+{{- $_ := set $config "store" (dict "filesystem" (dict "root" $repo.mountPath)) -}}
+{{- else if eq $repo.type "s3" -}}
+{{- $s3 := dict "bucket" (required "modelRepository.s3.bucket: required with modelRepository.type s3" $repo.s3.bucket) -}}
+{{- with $repo.s3.prefix }}{{ $_ := set $s3 "prefix" . }}{{ end -}}
+{{- with $repo.s3.region }}{{ $_ := set $s3 "region" . }}{{ end -}}
+{{- with $repo.s3.endpointUrl }}{{ $_ := set $s3 "endpoint_url" . }}{{ end -}}
+{{- $_ := set $s3 "connect_timeout_s" $repo.s3.connectTimeoutSeconds -}}
+{{- $_ := set $s3 "read_timeout_s" $repo.s3.readTimeoutSeconds -}}
+{{- $_ := set $config "store" (dict "s3" $s3) -}}
+{{- $_ := set $config "live_repository" $repo.mountPath -}}
+{{- else -}}
+{{- fail (printf "modelRepository.type: nfs or s3, got %q" $repo.type) -}}
+{{- end -}}
+{{- $_ := set $rollback "engine" "argo" -}}
+{{- $_ := set $rollback "state_dir" .Values.sidecar.stateDir -}}
+{{- $_ := set $rollback "argo" (dict "host" .Values.argo.server "namespace" .Values.argo.namespace "token_file" "/var/run/secrets/kubernetes.io/serviceaccount/token" "verify_ssl" .Values.argo.verifySSL) -}}
+{{- $_ := set $rollback "replicas" (dict "namespace" .Values.triton.namespace "selector" .Values.triton.selector "port" (int .Values.triton.port)) -}}
+{{- $_ := set $config "rollback" $rollback -}}
+{{- $_ := set $sidecar "listen" (printf "0.0.0.0:%d" (int .Values.sidecar.port)) -}}
+{{- if $sidecar.drain -}}
+{{- if or (hasKey $sidecar.drain "peers") (hasKey $sidecar.drain "peer_urls") -}}
+{{- fail "config.sidecar.drain.peers: set by the chart (triton.namespace, triton.selector); remove peers and peer_urls from config" -}}
+{{- end -}}
+{{- $_ := set $sidecar.drain "peers" (dict "namespace" .Values.triton.namespace "selector" .Values.triton.selector) -}}
+{{- end -}}
+{{- $_ := set $config "sidecar" $sidecar -}}
+{{- /* Helm holds numbers as float64 and writes 1e-07 for 1.0e-7, which YAML 1.1 (PyYAML, healer's
+loader) reads as a string: give such exponents a fraction (1.0e-07). Quoted strings are untouched. */ -}}
+{{- regexReplaceAll "(?m)((?:^|: |- )[ ]*)(-?[0-9]+)(e[-+]?[0-9]+)$" (toYaml $config) "${1}${2}.0${3}" -}}
+{{- end }}
+
+{{/* The image's user (Dockerfile USER, workflows/rollback.py HEALER_UID): the sidecar, the rollback's
+pods and the webhook run as it; the sidecar and the rollback's pods write the same files. */}}
+{{- define "healer.uid" -}}
+10001
+{{- end }}
