@@ -233,8 +233,11 @@ def test_small_floats_reach_healer_yaml_as_numbers(tmp_path: Path) -> None:
         ({"config.store.filesystem.root": "/x"}, "config.store: set by the chart"),
         ({"config.rollback.argo.host": "x"}, "config.rollback.argo: set by the chart"),
         ({"modelRepository.type": "s3"}, "modelRepository.s3.bucket: required"),
-        ({"modelRepository.type": "gcs"}, 'modelRepository.type: nfs or s3, got "gcs"'),
-        ({"webhook.failurePolicy": "Never"}, 'webhook.failurePolicy: Ignore or Fail, got "Never"'),
+        # values.schema.json: types, choices and misspelt keys, before any template runs
+        ({"modelRepository.type": "gcs"}, "at '/modelRepository/type': value must be one of 'nfs', 's3'"),
+        ({"webhook.failurePolicy": "Never"}, "at '/webhook/failurePolicy': value must be one of 'Ignore', 'Fail'"),
+        ({"webhook.timeoutSeconds": "60"}, "at '/webhook/timeoutSeconds'"),
+        ({"webhok.enabled": "false"}, "additional properties 'webhok' not allowed"),
         ({"certificates.certManager.enabled": "false"}, "certificates.secretName"),
         (
             {"certificates.certManager.enabled": "false", "certificates.secretName": "tls"},
