@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from healer.state import Phase, Probed, Verdict
+from healer.state import ModelState, Phase, Probed, Verdict
 from probes.result import ProbeResult, Status, Tier
 
 # ---- business failure codes ---------------------------------------------------------------------------
@@ -53,14 +53,25 @@ def request_reason(code: str, accepted: Set[str]) -> str:
 # ---- when to probe next: the period, or fast confirmation -------------------------------------------------
 
 
+# Latency failures are not fast-confirmed: a slow or timed-out answer mostly samples a load spike (a
+# GC pause, a noisy neighbour, every replica at once), and re-probing at once samples the same spike;
+# the period is what tells a slow model from a slow moment. A wrong value, a NaN or the model's own
+# error is a property of the version served: re-probing at once is meaningful.
+LATENCY_CODES = frozenset({SLOW, TIMEOUT})
+
+
 def models_to_confirm(
-    phases: Mapping[str, Phase], confirmed_this_period: Mapping[str, int], *, limit: int
+    states: Mapping[str, ModelState], confirmed_this_period: Mapping[str, int], *, limit: int
 ) -> frozenset[str]:
-    """Models answering wrong but not yet confirmed (``suspect``), each re-probed at most ``limit``
-    times between two full cycles: an inconclusive answer (a dead server) leaves a model suspect, and
-    must not turn confirmation into a tight loop."""
+    """Models answering wrong but not yet confirmed (``suspect``, not on a latency failure), each
+    re-probed at most ``limit`` times between two full cycles: an inconclusive answer (a dead server)
+    leaves a model suspect, and must not turn confirmation into a tight loop."""
     return frozenset(
-        name for name, phase in phases.items() if phase is Phase.SUSPECT and confirmed_this_period.get(name, 0) < limit
+        name
+        for name, state in states.items()
+        if state.phase is Phase.SUSPECT
+        and state.bad_code not in LATENCY_CODES
+        and confirmed_this_period.get(name, 0) < limit
     )
 
 

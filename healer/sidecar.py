@@ -389,8 +389,8 @@ class Sidecar:
                 for name in only:
                     confirmed[name] = confirmed.get(name, 0) + 1
             with self._lock:
-                phases = {name: state.phase for name, state in self.states.items()}
-            suspects = models_to_confirm(phases, confirmed, limit=sidecar.business.failure_threshold)
+                states = dict(self.states)
+            suspects = models_to_confirm(states, confirmed, limit=sidecar.business.failure_threshold)
             delay, only = next_probe(
                 now,
                 next_full_at,
@@ -417,6 +417,7 @@ class Sidecar:
             except Exception:  # a bug in probing: no verdicts this cycle; rollbacks and timeouts still run
                 log.exception("probe_cycle_failed")
                 results = None
+            serving_before = self._serving_flags()
             for model in models:
                 if only is not None:
                     self.metrics.inc("healer_probe_confirmations_total", {"model": model.name})
@@ -424,17 +425,27 @@ class Sidecar:
                 self._step(model, "retry_submission", self._retry_pending, model)
                 if results is not None:
                     mine = [r for r in results if r.model == model.name]
-                    self._step(model, "verdict", self._apply_verdict, model, verdict_for(mine, now))
+                    verdict = verdict_for(mine, now)
+                    if only is not None and verdict.verdict is Verdict.NOT_READY:
+                        # Readiness counts full cycles: confirmation must not drain a reloading model faster.
+                        verdict = dataclasses.replace(verdict, verdict=Verdict.UNKNOWN)
+                    self._step(model, "verdict", self._apply_verdict, model, verdict)
                 self._step(model, "tick", self._apply, model, Tick(self.clock()))
                 self._step(model, "alert", self._keep_alert_firing, model.name)
             try:
-                self._decide_drain()
+                # A confirmation cycle decides the drain only when it changed what a model may serve.
+                if only is None or self._serving_flags() != serving_before:
+                    self._decide_drain()
             except Exception as exc:  # a bug: nothing learnt this cycle, and the pure rule still says what that means
                 log.exception("drain_decision_failed")
                 self._drain_without_a_view(_short(exc))
             if results is not None and only is None:
                 with self._lock:
                     self.cycles += 1
+
+    def _serving_flags(self) -> dict[str, bool]:
+        with self._lock:
+            return {name: state.serving for name, state in self.states.items()}
 
     @staticmethod
     def _step(model: ModelSettings, what: str, action: Callable[..., None], *args: Any) -> None:

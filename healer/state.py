@@ -14,8 +14,9 @@ fake time. Rules that keep it from doing harm:
 * a single bad answer never triggers a rollback (``failure_threshold`` consecutive ones do);
 * at most ``max_rollbacks`` rollbacks per model per ``window_s``; beyond that the breaker is open:
   no rollback, the model stays drained, and an escalation says why;
-* a run that succeeded while this replica still answers wrong (failure_threshold times in a row) is
-  a new occurrence, rolled back again (the breaker counts it), not left to the healing timeout;
+* a run that succeeded while this replica still serves the failing version and answers wrong
+  (failure_threshold times in a row, probed after the success) is a new occurrence, rolled back
+  again (the breaker counts it); the restored version answering wrong escalates at once;
 * one escalation per incident: the first of a failed run, no outcome in time, or an open breaker
   escalates; whatever comes after it (a late failure, a run that vanished) changes nothing.
 """
@@ -87,6 +88,7 @@ class ModelState:
     rollbacks: tuple[float, ...] = ()  # start times of rollbacks inside the breaker window
     breaker_open: bool = False
     last_reason: str = ""
+    bad_code: str = ""  # the failure code of the current bad streak (wrong-answer, slow, timeout, ...)
 
     @property
     def serving(self) -> bool:
@@ -213,29 +215,49 @@ def _on_good(state: ModelState, event: Probed, policy: Policy) -> tuple[ModelSta
 
 
 def _on_wrong(state: ModelState, event: Probed, policy: Policy) -> tuple[ModelState, list[Action]]:
-    if state.phase is Phase.HEALING and state.rollback_succeeded_at is not None:
-        # The run reported success, yet this replica answers wrong: it took the broken version after
-        # the run had planned it (a push still rolling out), or the restore did not hold. Waiting for
-        # good answers would only run into the healing timeout: failure_threshold wrong answers in a
-        # row are a new occurrence (its run gets the next name; the breaker counts it).
-        bad = state.bad_streak + 1
-        first_bad_at = event.at if bad == 1 or state.first_bad_at is None else state.first_bad_at
-        state = dataclasses.replace(
-            state, bad_streak=bad, good_streak=0, first_bad_at=first_bad_at, last_reason=event.detail
-        )
-        if bad < policy.failure_threshold:
-            return state, []
-        return _detected(state, event, policy, first_bad_at=first_bad_at)
+    succeeded_at = state.rollback_succeeded_at
+    if state.phase is Phase.HEALING and succeeded_at is not None and event.at > succeeded_at:
+        return _wrong_after_success(state, event, policy)
     if state.phase in {Phase.HEALING, Phase.ESCALATED}:
         # Already acting (or a person is): keep draining, wait for the outcome.
         return dataclasses.replace(state, good_streak=0, last_reason=event.detail), []
     bad = state.bad_streak + 1
     first_bad_at = state.first_bad_at if state.first_bad_at is not None else event.at
     state = dataclasses.replace(
-        state, phase=Phase.SUSPECT, bad_streak=bad, good_streak=0, first_bad_at=first_bad_at, last_reason=event.detail
+        state,
+        phase=Phase.SUSPECT,
+        bad_streak=bad,
+        good_streak=0,
+        first_bad_at=first_bad_at,
+        last_reason=event.detail,
+        bad_code=event.reason_code,
     )
     if bad < policy.failure_threshold:
         return state, []
+    return _detected(state, event, policy, first_bad_at=first_bad_at)
+
+
+def _wrong_after_success(state: ModelState, event: Probed, policy: Policy) -> tuple[ModelState, list[Action]]:
+    """The run reported success, yet this replica answers wrong (probed after the success was seen).
+    Waiting for good answers would only run into the healing timeout. After failure_threshold in a row:
+    the failing version still served here means the replica took the broken push after the run had
+    planned it (a push still rolling out): a new occurrence, rolled back again (its run gets the next
+    name; the breaker counts it). Any other version answering wrong (the restored one: a node, a
+    driver, the golden data) is not something another rollback can fix: escalate, now."""
+    bad = state.bad_streak + 1
+    first_bad_at = event.at if bad == 1 or state.first_bad_at is None else state.first_bad_at
+    state = dataclasses.replace(
+        state, bad_streak=bad, good_streak=0, first_bad_at=first_bad_at, last_reason=event.detail
+    )
+    if bad < policy.failure_threshold:
+        return state, []
+    incident = state.incident
+    if incident is not None and event.version not in {incident.version, None}:
+        why = (
+            f"the rollback succeeded but {state.model} v{event.version} still answers wrong "
+            f"{bad} times in a row: {event.detail}"
+        )
+        return dataclasses.replace(state, phase=Phase.ESCALATED, last_reason=why), [Escalate(incident, why)]
     return _detected(state, event, policy, first_bad_at=first_bad_at)
 
 

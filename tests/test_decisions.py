@@ -38,7 +38,7 @@ from healer.decisions import (
     wrong_answer_code,
 )
 from healer.engines import REASONS
-from healer.state import Phase, Probed, Verdict
+from healer.state import ModelState, Phase, Probed, Verdict
 from probes.result import ProbeResult, Status, Tier
 
 # --- a golden request that timed out -------------------------------------------------------------------
@@ -640,17 +640,24 @@ def test_alert_step(phase: Phase, since_sent: float, step: AlertStep) -> None:
 # ---- fast confirmation: when to probe next --------------------------------------------------------------
 
 
+def _state(phase: Phase, code: str = "wrong-answer") -> ModelState:
+    return ModelState(model="m", phase=phase, bad_code=code)
+
+
 @pytest.mark.parametrize(
-    ("phases", "confirmed", "expected"),
+    ("states", "confirmed", "expected"),
     [
-        ({"a": Phase.SUSPECT, "b": Phase.HEALTHY}, {}, {"a"}),
-        ({"a": Phase.SUSPECT}, {"a": 2}, {"a"}),
-        ({"a": Phase.SUSPECT}, {"a": 3}, set()),  # the limit per period: no tight loop on a dead server
-        ({"a": Phase.HEALING, "b": Phase.ESCALATED, "c": Phase.HEALTHY}, {}, set()),  # decided: nothing to confirm
+        ({"a": _state(Phase.SUSPECT), "b": _state(Phase.HEALTHY, "")}, {}, {"a"}),
+        ({"a": _state(Phase.SUSPECT, "non-finite"), "b": _state(Phase.SUSPECT, "model-error")}, {}, {"a", "b"}),
+        ({"a": _state(Phase.SUSPECT)}, {"a": 2}, {"a"}),
+        ({"a": _state(Phase.SUSPECT)}, {"a": 3}, set()),  # the limit per period: no tight loop on a dead server
+        # Latency failures wait for the period: re-probing at once would sample the same load spike.
+        ({"a": _state(Phase.SUSPECT, "slow"), "b": _state(Phase.SUSPECT, "timeout")}, {}, set()),
+        ({"a": _state(Phase.HEALING), "b": _state(Phase.ESCALATED), "c": _state(Phase.HEALTHY)}, {}, set()),
     ],
 )
-def test_models_to_confirm(phases: dict[str, Phase], confirmed: dict[str, int], expected: set[str]) -> None:
-    assert models_to_confirm(phases, confirmed, limit=3) == expected
+def test_models_to_confirm(states: dict[str, ModelState], confirmed: dict[str, int], expected: set[str]) -> None:
+    assert models_to_confirm(states, confirmed, limit=3) == expected
 
 
 @pytest.mark.parametrize(

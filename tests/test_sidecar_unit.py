@@ -1316,11 +1316,99 @@ def test_a_replica_still_wrong_after_the_run_succeeded_submits_the_next_run(sett
         clock.now += 1
     assert len(engine.created) == 1
     engine.phase = "Succeeded"
-    sidecar.cycle()  # the success is seen, and a wrong answer after it
-    clock.now += 1
-    assert len(engine.created) == 1
+    for _ in range(2):  # the success is seen (that cycle's probe is older news), then a wrong answer
+        sidecar.cycle()
+        clock.now += 1
+    assert len(engine.created) == 1 and sidecar.states["linear_scorer"].bad_streak == 1
     sidecar.cycle()  # a second wrong answer in a row: the same incident's next run
     assert len(set(engine.created)) == 2
     assert [r.incident for r in engine.requests[-1:]] == [engine.requests[0].incident + "-r2"]
     assert sidecar.states["linear_scorer"].phase is Phase.HEALING
     assert sidecar.status()["models"]["linear_scorer"]["workflow"] == engine.created[-1]
+
+
+def test_a_slow_answer_waits_for_the_period_not_the_confirm_interval(settings: Settings) -> None:
+    settings = confirming(settings)
+    triton = CountingTriton(settings, lambda n: False)
+    clock = FakeClock()
+    engine = ScriptedEngine()
+    sidecar = Sidecar(settings, triton, engine_factory=lambda: engine, clock=clock, wall=lambda: clock.now)
+    original = triton.infer
+
+    def slow_after_two(*args: Any, **kwargs: Any) -> dict[str, OutputTensor]:
+        answer = original(*args, **kwargs)
+        if triton.requests > 2:  # over the 100 ms SLO (measured on the real clock): correct but slow
+            time.sleep(0.12)
+            clock.now += 0.12
+        return answer
+
+    triton.infer = slow_after_two  # type: ignore[method-assign]
+    stop = FakeStop(clock, until=clock.now + 6)
+    sidecar.run(stop)
+    assert sidecar.metrics.value("healer_probe_confirmations_total", {"model": "linear_scorer"}) == 0
+    incident = sidecar.states["linear_scorer"].incident
+    assert incident is not None and incident.reason == "slow"
+    assert incident.detected_at - incident.first_bad_at == pytest.approx(2.0)  # three periods, as without confirmation
+
+
+class ConfirmTriton(CountingTriton):
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings, lambda n: False)
+        self.golden_by_model = {m.name: m.golden for m in settings.models}
+        self.broken: set[str] = set()
+        self.ready = True
+        self.asked: list[str] = []
+
+    def model_version_ready(self, model: str, version: str) -> bool:
+        return self.ready or model not in self.broken
+
+    def infer(
+        self, model: str, version: str, inputs: Sequence[TensorSpec], output_names: Sequence[str], timeout_s: float
+    ) -> dict[str, OutputTensor]:
+        self.asked.append(model)
+        outputs = {}
+        for expected in self.golden_by_model[model].outputs:
+            values = np.array(expected.tensor.values, copy=True)
+            if model in self.broken:
+                values = values + 100
+            outputs[expected.tensor.name] = OutputTensor(expected.tensor.name, expected.tensor.datatype, values)
+        return outputs
+
+
+def test_a_confirmation_cycle_probes_only_the_suspect_model_and_keeps_the_others_results(
+    example_settings: Settings,
+) -> None:
+    business = TierThresholds(failure_threshold=3, success_threshold=1)
+    settings = dataclasses.replace(
+        example_settings, sidecar=SidecarSettings(period_s=1.0, confirm_interval_s=0.2, business=business)
+    )
+    triton = ConfirmTriton(settings)
+    clock = FakeClock()
+    sidecar = Sidecar(settings, triton, engine_factory=ScriptedEngine, clock=clock, wall=lambda: clock.now)
+    sidecar.cycle()
+    other = next(m.name for m in settings.models if m.name != "linear_scorer")
+    triton.broken, triton.asked = {"linear_scorer"}, []
+    sidecar.cycle()  # a full cycle: the first wrong answer
+    assert triton.asked == ["linear_scorer", other] and sidecar.cycles == 2
+    kept = sidecar.status()["models"][other]["last"]
+    triton.asked = []
+    sidecar.cycle(only=frozenset({"linear_scorer"}))
+    assert triton.asked == ["linear_scorer"]  # the other model is not probed again
+    assert sidecar.cycles == 2  # confirmation cycles are not periods
+    assert sidecar.status()["models"][other]["last"] == kept  # its last results are kept, not dropped
+    assert sidecar.status()["models"]["linear_scorer"]["wrong_answers"] == 2
+    assert sidecar.states["linear_scorer"].bad_streak == 2
+
+
+def test_a_model_not_ready_during_confirmation_is_judged_by_the_next_full_cycle(settings: Settings) -> None:
+    settings = confirming(settings)
+    triton = ConfirmTriton(settings)
+    clock = FakeClock()
+    sidecar = Sidecar(settings, triton, engine_factory=ScriptedEngine, clock=clock, wall=lambda: clock.now)
+    triton.broken = {"linear_scorer"}
+    sidecar.cycle()
+    triton.ready = False  # reloading
+    for _ in range(3):
+        sidecar.cycle(only=frozenset({"linear_scorer"}))
+    state = sidecar.states["linear_scorer"]
+    assert (state.phase, state.not_ready, sidecar.ready()[0]) == (Phase.SUSPECT, False, True)

@@ -491,6 +491,23 @@ def test_wrong_answers_after_a_succeeded_run_are_a_new_occurrence() -> None:
     assert state.rollbacks == (T_DETECT, 41.4)  # the breaker counts it
 
 
+def test_a_verdict_probed_before_the_success_was_seen_is_not_counted() -> None:
+    # The cycle probes, then polls the run: a probe taken while the run was still restoring is older news.
+    state, actions = run(healing(), [RollbackFinished(at=40, succeeded=True), wrong(39.9), wrong(40), wrong(39)])
+    assert (state.phase, state.bad_streak, actions) == (Phase.HEALING, 0, [])
+
+
+def test_the_restored_version_answering_wrong_escalates_at_once() -> None:
+    before = healing()
+    state, _ = run(before, [RollbackFinished(at=40, succeeded=True), wrong(41, version="1"), wrong(42, version="1")])
+    assert state.phase is Phase.HEALING
+    state, actions = run(state, [wrong(43, version="1")])
+    assert before.incident is not None
+    assert state.phase is Phase.ESCALATED and actions == [Escalate(before.incident, state.last_reason)]
+    assert "v1 still answers wrong 3 times in a row" in state.last_reason
+    assert state.rollbacks == (T_DETECT,)  # no second rollback of a known-good version
+
+
 def test_wrong_answers_after_a_succeeded_run_open_the_breaker_at_its_limit() -> None:
     policy = dataclasses.replace(POLICY, max_rollbacks=1)
     state, _ = run(healing(), [RollbackFinished(at=40, succeeded=True)], policy)

@@ -147,6 +147,9 @@ def inject_and_wait(settings: Settings, scenario_name: str, model: str, broken: 
             f"another drill of {target.model} has not been cleaned up ({record_path(target)}); run its cleanup first"
         )
     views: list[SidecarView] = [HttpView(f"sidecar-{i}", url) for i, url in enumerate(where.sidecars)]
+    silent = [view.name for view in views if not view.status()]
+    if silent:  # its wrong answers could not be told apart from this drill's
+        raise DrillStepError(f"sidecar(s) {', '.join(silent)} did not answer /status before the injection")
     wrong_before = sample(views, target.model).wrong_answers  # before the push: the count starts here
     injected = Injected(stable_record(target))
     record: dict[str, Any] = {"scenario": scenario.name, "model": target.model, "stable": injected.stable.version}

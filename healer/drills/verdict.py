@@ -53,7 +53,7 @@ class Observation:
     min_ready: int | None = None  # fewest replicas answering /readyz 200 at any sample (None: not sampled)
     model_loaded: bool | None = None  # at the end, the model served on every live replica
     final_state: str = ""  # the sidecars' state of the model at the end (healthy, healing, ...)
-    wrong_answers: int = 0  # separate times a sidecar went suspect (a wrong answer after good ones)
+    wrong_answers: int = 0  # wrong answers the sidecars counted after the injection (all of them together)
     marks: tuple[Mark, ...] = ()
     phases: tuple[PhaseSpan, ...] = ()
     error: str = ""  # the drill itself failed (injection, set-up): the run proves nothing
