@@ -118,7 +118,8 @@ def sidecar_registry() -> Registry:
     registry.gauge("healer_model_serving", "1 when the pod may take traffic for the model (feeds /readyz).")
     registry.counter(
         "healer_rollbacks_total",
-        "Rollbacks by model and outcome (submitted, joined, fallback_local, succeeded, failed, escalated).",
+        "Rollbacks by model and outcome "
+        "(submitted, joined, fallback_local, not_submitted, succeeded, failed, escalated).",
     )
     registry.histogram(
         "healer_time_to_detect_seconds", "First bad answer to the decision to roll back.", INCIDENT_BUCKETS

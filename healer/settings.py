@@ -136,7 +136,7 @@ class StoreSettings:
 class AlertSettings:
     webhook_url: str | None = None  # Alertmanager base URL; alerts go to <url>/api/v2/alerts
     timeout_s: float = 5.0
-    runbook_url: str = "https://github.com/healer/healer/blob/main/runbooks/rollback-escalated.md"
+    runbook_url: str = "https://github.com/healer-dev/healer/blob/main/runbooks/rollback-escalated.md"
 
 
 @dataclass(frozen=True)
