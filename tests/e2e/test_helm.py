@@ -424,11 +424,14 @@ def test_helm_install_with_cert_manager_and_monitoring(with_crds: ControlPlane, 
     create_namespaces(plane, triton, argo)
     overrides = {"triton.namespace": triton, "argo.namespace": argo, "webhook.namespaces[0]": triton}
     started = time.monotonic()
-    helm.helm(
+    installed = helm.helm(
         "install", release, str(helm.CHART), f"--namespace={namespace}", "--create-namespace",
         *helm.value_args(VALUES["values-s3"], overrides), kubeconfig=kubeconfig(plane), timeout=180,
     )  # fmt: skip
     print(f"helm install: {time.monotonic() - started:.1f} s")
+    # NOTES.txt: where the pods are injected and how to see the templates
+    assert f'healer.io/inject: "true" in {triton}' in installed.stdout
+    assert f"argo template list -n {argo}" in installed.stdout
     listed = helm.helm("list", f"--namespace={namespace}", "--output=json", kubeconfig=kubeconfig(plane)).stdout
     assert '"status":"deployed"' in listed.replace(" ", "")
     api = plane.api()
