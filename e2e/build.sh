@@ -52,6 +52,7 @@ stamp_of() { # component flags...
     cat "$here/$component"/go.mod "$here/$component"/go.sum
     [ -f "$here/$component/main.go" ] && cat "$here/$component/main.go"
     printf '%s\n' "$@" "$GOFLAGS" "$CGO_ENABLED"
+    if [ -n "${stamp_extra:-}" ]; then printf '%s\n' "$stamp_extra"; fi # what else a build embeds (Argo's UI)
     go env GOVERSION GOOS GOARCH 2>/dev/null || true
   } | sha256sum | cut -d' ' -f1
 }
@@ -115,29 +116,107 @@ for package in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
 done
 build kubernetes "$KUBERNETES_VERSION" "$k8s_ldflags" "" kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver
 
-# The Argo module ships without its web UI (ui/dist/app is built by yarn and is not in the module),
-# and the server embeds it. The go command never lets a build change the module cache (nor overlay
-# a file in it), so the build uses a copy of the module, taken from the cache after `go mod
-# download` checked it against e2e/argo/go.sum, with a placeholder page where the UI would be, as
-# upstream's own STATIC_FILES=false build does; a generated go.mod (-modfile) points at that copy.
+# Argo's web UI: ui/ in Argo's module (React and TypeScript, bundled by webpack), which argo-server
+# embeds (ui/embed.go: //go:embed dist/app) and the module ships unbuilt. Built as upstream's `make
+# ui/dist/app/index.html` does (yarn 1, Argo's own yarn.lock, the npm registry), with Node.js >= 20
+# (ui/package.json's engines). Its one dependency no registry serves, argo-ui (a git URL in
+# package.json), is the copy in e2e/argo/argo-ui (see e2e/argo/README.md), installed with `file:`.
+# Cached in $cache/argo-ui-<version>/app, keyed by a stamp; sets argo_ui_app and argo_ui_stamp.
+argo_ui_commit="54f36c723d9a0e5d3386689298cbb9c27767fa00"
+yarn_version="1.22.22"
+build_argo_ui() { # ARGO_MODULE_DIR
+  local module="$1" dest="$cache/argo-ui-$ARGO_VERSION" node_version
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    log "Node.js and npm are not installed: Argo's web UI (embedded in argo-server) needs Node.js >= 20"
+    log "and npm (e.g. apt-get install nodejs npm). 'make test' does not need them."
+    exit 3
+  fi
+  node_version="$(node --version)"
+  if [ "$(printf '%s\n%s\n' v20 "$node_version" | sort -V | head -n1)" != v20 ]; then
+    log "Node.js $node_version is too old: Argo's web UI needs Node.js >= 20."
+    exit 3
+  fi
+  argo_ui_stamp="$({
+    cat "$module/ui/package.json" "$module/ui/yarn.lock"
+    (cd "$here/argo/argo-ui" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+    printf '%s\n' "$ARGO_VERSION" "$node_version" "$yarn_version"
+    declare -f build_argo_ui
+  } | sha256sum | cut -d' ' -f1)"
+  argo_ui_app="$dest/app"
+  if [ -f "$argo_ui_app/index.html" ] && [ "$(cat "$dest/.stamp" 2>/dev/null)" = "$argo_ui_stamp" ]; then
+    log "argo-ui $ARGO_VERSION: cached in $argo_ui_app"
+    return 0
+  fi
+  mkdir -p "$cache"
+  exec 8>"$cache/.lock-argo-ui-$ARGO_VERSION"
+  flock 8 # another build of the UI (a parallel run) finishes first
+  if [ -f "$argo_ui_app/index.html" ] && [ "$(cat "$dest/.stamp" 2>/dev/null)" = "$argo_ui_stamp" ]; then
+    exec 8>&-
+    return 0
+  fi
+  local spec="git+https://github.com/argoproj/argo-ui.git#$argo_ui_commit"
+  if ! grep -qF "\"argo-ui\": \"$spec\"" "$module/ui/package.json"; then
+    log "Argo $ARGO_VERSION's ui/package.json does not pin argo-ui at $argo_ui_commit: update e2e/argo/argo-ui"
+    exit 1
+  fi
+  local started=$SECONDS work yarn="$cache/.tools/yarn-$yarn_version/node_modules/.bin/yarn"
+  if [ ! -x "$yarn" ]; then
+    npm install --prefix "$cache/.tools/yarn-$yarn_version" --no-audit --no-fund --loglevel=error \
+      "yarn@$yarn_version" >&2
+  fi
+  work="$(mktemp -d "$cache/.build-argo-ui-XXXXXX")"
+  # webpack also copies ../api/openapi-spec/swagger.json and ../api/jsonschema/schema.json
+  cp -R "$module/ui" "$module/api" "$work/"
+  chmod -R u+w "$work"
+  local vendored
+  vendored="$(realpath --relative-to="$work/ui" "$here/argo/argo-ui")" # as yarn writes file: keys
+  sed -i "s|\"$spec\"|\"file:$vendored\"|" "$work/ui/package.json"
+  sed -i -e "s|^\"argo-ui@$spec\":\$|\"argo-ui@file:$vendored\":|" -e "\|^  resolved \"$spec\"\$|d" "$work/ui/yarn.lock"
+  grep -qF "\"argo-ui@file:$vendored\":" "$work/ui/yarn.lock" || { log "could not point yarn.lock at e2e/argo/argo-ui"; exit 1; }
+  log "argo-ui $ARGO_VERSION: yarn install and webpack (first run only; nice -n 19; log in $work/yarn.log)"
+  # ui/.yarnrc keeps --frozen-lockfile: yarn.lock decides every version. yarn's cache stays for the
+  # next build. webpack fits in Node's default heap (peak memory: see the README).
+  if ! (cd "$work/ui" &&
+    YARN_CACHE_FOLDER="$cache/.yarn-cache" nice -n 19 "$yarn" install --non-interactive --network-timeout 600000 &&
+    nice -n 19 "$yarn" build) >"$work/yarn.log" 2>&1; then
+    tail -n 40 "$work/yarn.log" >&2
+    log "argo-ui $ARGO_VERSION: the build failed (log: $work/yarn.log)"
+    exit 1
+  fi
+  rm -rf "$dest"
+  mkdir -p "$dest"
+  mv "$work/ui/dist/app" "$argo_ui_app"
+  echo "$argo_ui_stamp" >"$dest/.stamp"
+  rm -rf "$work"
+  exec 8>&-
+  log "argo-ui $ARGO_VERSION: built in $((SECONDS - started)) s into $argo_ui_app"
+}
+
+# The build uses a copy of Argo's module with the UI in ui/dist/app: the go command never lets a build
+# change the module cache (nor overlay a file in it). The copy is taken from the cache after `go mod
+# download` checked it against e2e/argo/go.sum; a generated go.mod (-modfile) points at it, and the
+# UI's stamp joins the build's, so a cached build without this UI is rebuilt.
 argo_modfile=""
 argo_ldflags="-s -w -X github.com/argoproj/argo-workflows/v4.version=$ARGO_VERSION"
 argo_ldflags+=" -X github.com/argoproj/argo-workflows/v4.buildDate=1970-01-01T00:00:00Z"
 argo_dest="$cache/argo-$ARGO_VERSION"
 argo_source="$cache/.argo-source-$ARGO_VERSION"
 argo_modfile="$cache/.argo-build-$ARGO_VERSION/go.mod"
+argo_ui_stamp=""
 if ! { [ -x "$argo_dest/bin/argo" ] && [ -x "$argo_dest/bin/workflow-controller" ]; } || have_go; then
   need_go
   argo_dir="$(cd "$here/argo" && go mod download -json "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION" |
     sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
   [ -n "$argo_dir" ] || { log "could not download github.com/argoproj/argo-workflows/v4@$ARGO_VERSION"; exit 1; }
-  if [ ! -f "$argo_source/ui/dist/app/index.html" ]; then
+  build_argo_ui "$argo_dir"
+  if [ "$(cat "$argo_source/.ui-stamp" 2>/dev/null)" != "$argo_ui_stamp" ]; then
     rm -rf "$argo_source" "$argo_source.tmp"
     cp -R "$argo_dir" "$argo_source.tmp"
     chmod -R u+w "$argo_source.tmp"
-    mkdir -p "$argo_source.tmp/ui/dist/app"
-    printf '<!doctype html><title>Argo</title><p>Built without the web UI (healer e2e tier).</p>\n' \
-      >"$argo_source.tmp/ui/dist/app/index.html"
+    rm -rf "$argo_source.tmp/ui/dist/app"
+    mkdir -p "$argo_source.tmp/ui/dist"
+    cp -R "$argo_ui_app" "$argo_source.tmp/ui/dist/app"
+    echo "$argo_ui_stamp" >"$argo_source.tmp/.ui-stamp"
     mv "$argo_source.tmp" "$argo_source"
   fi
   mkdir -p "$(dirname "$argo_modfile")"
@@ -145,7 +224,7 @@ if ! { [ -x "$argo_dest/bin/argo" ] && [ -x "$argo_dest/bin/workflow-controller"
     >"$argo_modfile"
   cp "$here/argo/go.sum" "${argo_modfile%.mod}.sum"
 fi
-build argo "$ARGO_VERSION" "$argo_ldflags" "$argo_modfile" \
+stamp_extra="${argo_ui_stamp:+argo-ui $argo_ui_stamp}" build argo "$ARGO_VERSION" "$argo_ldflags" "$argo_modfile" \
   argo=github.com/argoproj/argo-workflows/v4/cmd/argo \
   workflow-controller=github.com/argoproj/argo-workflows/v4/cmd/workflow-controller
 

@@ -1,0 +1,6 @@
+import {addons} from '@storybook/addons';
+import argo from './Argo';
+
+addons.setConfig({
+    theme: argo,
+});

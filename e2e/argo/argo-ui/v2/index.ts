@@ -1,0 +1,3 @@
+export * from './components';
+export * from './shared';
+export * from './utils';

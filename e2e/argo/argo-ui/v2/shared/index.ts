@@ -1,0 +1,2 @@
+export * from './context/theme';
+export * from './keypress';
