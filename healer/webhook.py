@@ -69,6 +69,13 @@ class InjectionConfig:
     requests: Mapping[str, str] = field(default_factory=lambda: {"cpu": "20m", "memory": "96Mi"})
     limits: Mapping[str, str] = field(default_factory=lambda: {"memory": "256Mi"})
     token_expiration_s: int = 3600
+    # The pod's own volume that holds the model repository (Triton's), mounted into the sidecar too:
+    # with a filesystem store (NFS) the sidecar's drain set, ledger reads and in-pod fallback need it.
+    # "": nothing mounted (an S3 store). A pod without that volume is not injected (a warning says why).
+    models_volume: str = ""
+    models_mount_path: str = "/models"
+    # Secrets whose keys become the sidecar's environment (envFrom), e.g. the S3 credentials.
+    env_from_secrets: tuple[str, ...] = ()
 
 
 _CONFIG_KEYS = {
@@ -80,6 +87,9 @@ _CONFIG_KEYS = {
     "requests",
     "limits",
     "token_expiration_s",
+    "models_volume",
+    "models_mount_path",
+    "env_from_secrets",
 }
 
 
@@ -95,15 +105,7 @@ def load_injection_config(path: Path) -> InjectionConfig:
         raise InjectionConfigError(f"{path}: {unknown[0]}: unknown key (known: {', '.join(sorted(_CONFIG_KEYS))})")
     if not isinstance(document.get("image"), str) or not document["image"]:
         raise InjectionConfigError(f"{path}: image: required, the healer image to inject")
-    for key in ("port", "run_as_user", "token_expiration_s"):
-        if key in document and (not isinstance(document[key], int) or isinstance(document[key], bool)):
-            raise InjectionConfigError(f"{path}: {key}: must be an integer, got {document[key]!r}")
-    if "port" in document and not 1 <= document["port"] <= 65535:
-        raise InjectionConfigError(f"{path}: port: must be 1..65535, got {document['port']}")
-    for key in ("requests", "limits"):
-        value = document.get(key)
-        if value is not None and not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
-            raise InjectionConfigError(f"{path}: {key}: must map resource names to quantities as strings")
+    _check_types(path, document)
     defaults = InjectionConfig(image=document["image"])
     return InjectionConfig(
         image=document["image"],
@@ -114,7 +116,30 @@ def load_injection_config(path: Path) -> InjectionConfig:
         requests=dict(document.get("requests") or defaults.requests),
         limits=dict(document.get("limits") or defaults.limits),
         token_expiration_s=int(document.get("token_expiration_s", defaults.token_expiration_s)),
+        models_volume=str(document.get("models_volume", defaults.models_volume)),
+        models_mount_path=str(document.get("models_mount_path", defaults.models_mount_path)),
+        env_from_secrets=tuple(document.get("env_from_secrets") or ()),
     )
+
+
+def _check_types(path: Path, document: Mapping[str, Any]) -> None:
+    for key in ("port", "run_as_user", "token_expiration_s"):
+        if key in document and (not isinstance(document[key], int) or isinstance(document[key], bool)):
+            raise InjectionConfigError(f"{path}: {key}: must be an integer, got {document[key]!r}")
+    if "port" in document and not 1 <= document["port"] <= 65535:
+        raise InjectionConfigError(f"{path}: port: must be 1..65535, got {document['port']}")
+    for key in ("requests", "limits"):
+        value = document.get(key)
+        if value is not None and not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+            raise InjectionConfigError(f"{path}: {key}: must map resource names to quantities as strings")
+    for key in ("models_volume", "models_mount_path"):
+        if key in document and not isinstance(document[key], str):
+            raise InjectionConfigError(f"{path}: {key}: must be a string, got {document[key]!r}")
+    if not str(document.get("models_mount_path", "/")).startswith("/"):
+        raise InjectionConfigError(f"{path}: models_mount_path: must be an absolute path")
+    secrets = document.get("env_from_secrets") or []
+    if not isinstance(secrets, list) or not all(isinstance(name, str) and name for name in secrets):
+        raise InjectionConfigError(f"{path}: env_from_secrets: must be a list of Secret names")
 
 
 # ---- the patch (pure) ----------------------------------------------------------------------------------
@@ -138,7 +163,15 @@ def sidecar_container(config: InjectionConfig) -> dict[str, Any]:
     def field_env(name: str, path: str) -> dict[str, Any]:
         return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
-    return {
+    mounts: list[dict[str, Any]] = [
+        {"name": "healer-config", "mountPath": "/etc/healer", "readOnly": True},
+        {"name": "healer-runs", "mountPath": config.state_dir},
+        {"name": "healer-tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir of its own
+        {"name": "healer-kube-api", "mountPath": SERVICE_ACCOUNT_MOUNT, "readOnly": True},
+    ]
+    if config.models_volume:
+        mounts.append({"name": config.models_volume, "mountPath": config.models_mount_path})
+    container: dict[str, Any] = {
         "name": SIDECAR,
         "image": config.image,
         "args": ["healer", "sidecar", "--config", "/etc/healer/healer.yaml"],
@@ -149,12 +182,7 @@ def sidecar_container(config: InjectionConfig) -> dict[str, Any]:
             field_env("POD_IP", "status.podIP"),
         ],
         "livenessProbe": {"tcpSocket": {"port": "healer"}, "periodSeconds": 10},
-        "volumeMounts": [
-            {"name": "healer-config", "mountPath": "/etc/healer", "readOnly": True},
-            {"name": "healer-runs", "mountPath": config.state_dir},
-            {"name": "healer-tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir of its own
-            {"name": "healer-kube-api", "mountPath": SERVICE_ACCOUNT_MOUNT, "readOnly": True},
-        ],
+        "volumeMounts": mounts,
         "resources": {"requests": dict(config.requests), "limits": dict(config.limits)},
         "securityContext": {
             "runAsNonRoot": True,
@@ -164,6 +192,9 @@ def sidecar_container(config: InjectionConfig) -> dict[str, Any]:
             "capabilities": {"drop": ["ALL"]},
         },
     }
+    if config.env_from_secrets:
+        container["envFrom"] = [{"secretRef": {"name": name}} for name in config.env_from_secrets]
+    return container
 
 
 def sidecar_volumes(config: InjectionConfig) -> list[dict[str, Any]]:
@@ -202,6 +233,11 @@ def injection_patch(pod: Mapping[str, Any], config: InjectionConfig) -> list[dic
     clash = [v["name"] for v in volumes if v["name"] in taken]
     if clash:
         raise ValueError(f"the pod already has volumes named {', '.join(clash)}")
+    if config.models_volume and config.models_volume not in taken:
+        raise ValueError(
+            f"the pod has no volume {config.models_volume!r} (the model repository the sidecar mounts at "
+            f"{config.models_mount_path}): name Triton's model volume so, or change the injection's models_volume"
+        )
     if spec.get("volumes") is None:
         patch.append({"op": "add", "path": "/spec/volumes", "value": volumes})
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import http.client
 import json
 import ssl
@@ -135,6 +136,29 @@ def test_an_opted_in_pod_gets_the_sidecar_and_stays_a_valid_pod() -> None:
     assert mutated["spec"]["containers"][0] == pod["spec"]["containers"][0]
 
 
+def test_with_a_filesystem_store_the_sidecar_mounts_the_pods_model_volume_and_takes_secrets_as_env() -> None:
+    config = dataclasses.replace(CONFIG, models_volume="models", env_from_secrets=("healer-s3",))
+    pod = triton_pod()
+    mutated = apply(pod, review(admission_review(pod), config))
+    kubernetes_validate.validate(
+        {**mutated, "metadata": {**mutated["metadata"], "name": "triton-7d9f-abcde"}}, K8S_VERSION, strict=True
+    )
+    healer = mutated["spec"]["containers"][1]
+    assert {"name": "models", "mountPath": "/models"} in healer["volumeMounts"]  # read-write: drain set, fallback
+    assert healer["envFrom"] == [{"secretRef": {"name": "healer-s3"}}]
+    assert [v["name"] for v in mutated["spec"]["volumes"]].count("models") == 1  # the pod's own volume
+
+
+def test_a_pod_without_the_model_volume_is_not_injected_and_told_why() -> None:
+    pod = triton_pod()
+    pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if v["name"] != "models"]
+    pod["spec"]["containers"][0]["volumeMounts"] = []
+    answer = review(admission_review(pod), dataclasses.replace(CONFIG, models_volume="models"))
+    assert answer["response"]["allowed"] is True and "patch" not in answer["response"]  # never blocks the pod
+    [warning] = answer["response"]["warnings"]
+    assert "the pod has no volume 'models'" in warning
+
+
 def test_injecting_twice_gives_the_same_pod() -> None:
     once = apply(triton_pod(), review(admission_review(triton_pod()), CONFIG))
     again = review(admission_review(once), CONFIG)
@@ -223,6 +247,8 @@ def test_the_injection_config_file_is_checked_and_errors_name_file_and_key(tmp_p
         ("image: x\nprot: 80\n", "prot: unknown key"),
         ("image: x\nport: 70000\n", "port: must be 1..65535"),
         ("- a\n", "must be a mapping"),
+        ("image: x\nmodels_mount_path: models\n", "models_mount_path: must be an absolute path"),
+        ("image: x\nenv_from_secrets: healer-s3\n", "env_from_secrets: must be a list of Secret names"),
     ]:
         path.write_text(text)
         with pytest.raises(InjectionConfigError, match=f"{path}: .*{says}|{path}: {says}"):
