@@ -26,7 +26,7 @@ from healer.sidecar_http import SidecarServer
 from healer.state import Phase
 from healer.store import FilesystemBlobs, ModelStore
 from healer.triton import TritonHttp
-from tests.argo_server import ArgoServer
+from tests.argo_faults import ArgoFaults
 from tests.rollback_stack import RollbackStack, rollback_stack, serve_latest, version_source
 
 PERIOD_S = 1.0
@@ -299,9 +299,10 @@ def test_killed_triton_fails_livez_and_submits_nothing(example_settings: Setting
 
 
 def test_fifty_sidecars_seeing_one_broken_model_cause_one_workflow(stack_factory: Any) -> None:
-    """50 replicas detect the same incident at once; Argo (the swagger-enforcing stand-in) gets one create,
-    the other 49 collide on the deterministic name (409) and join."""
-    with stack_factory() as stack, ArgoServer() as argo:
+    """50 replicas detect the same incident at once: one create wins, the other 49 collide on the
+    deterministic name (409) and join. The 50 simultaneous creates go to a fault injector
+    (tests/argo_faults.py), not to Argo; the real Argo's 409 join is in tests/e2e/test_argo.py."""
+    with stack_factory() as stack, ArgoFaults() as argo:
         settings = sidecar_settings(stack, business=TierThresholds(failure_threshold=1, success_threshold=1))
         push_broken_version(stack, 3, "raises")
         sidecars = [
