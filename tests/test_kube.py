@@ -1,52 +1,53 @@
-"""The Kubernetes edge against a local API-server stand-in (no kube-apiserver can run here).
+"""The Kubernetes edge (healer/kube.py) without an API server: its failure paths, over real HTTP
+against a fault injector, and what needs no server at all.
 
-The stand-in records requests; Event bodies are validated against Kubernetes' own schema
-(kubernetes-validate, v1.37) so the shape we send is what a real API server accepts.
+What the real API server accepts and answers (the merge patch, Events, the pod listing that reports
+terminating pods, pod readiness, RBAC refusals, TLS with the cluster CA, a rotated token) is tested
+in ``make e2e``: tests/e2e/test_kube_edge.py and tests/e2e/test_kube_in_cluster.py.
 """
 
 from __future__ import annotations
 
-import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 
-from healer.embedded import free_port
-from healer.kube import KubeClient, KubeError, PodRef, TritonPod
+from healer import kube
+from healer.kube import KubeClient, KubeError, PodRef
+from healer.processes import free_port
 from tests.tls import self_signed
 
 
-class FakeApiServer:
-    def __init__(self, status: int = 200, get_body: dict[str, Any] | None = None) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.status = status
-        self.get_body = get_body
+class ApiFaults:
+    """A fault injector, not the API server: every request gets the same scripted answer (a status
+    and a body as is), optionally after a delay, or the connection is dropped (``status=0``). It is
+    for what the real API server will not do on cue: 5xx, a body that is not JSON, a hang."""
+
+    def __init__(self, status: int = 200, body: bytes = b"{}", delay_s: float = 0.0) -> None:
+        self.status, self.body, self.delay_s = status, body, delay_s
+        self.requests: list[tuple[str, str]] = []
+        self._stopping = threading.Event()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def _handle(self) -> None:
-                length = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(length)) if length else None
-                outer.requests.append(
-                    {
-                        "method": self.command,
-                        "path": self.path,
-                        "headers": {k.lower(): v for k, v in self.headers.items()},
-                        "body": body,
-                    }
-                )
-                answer = outer.get_body if self.command == "GET" and outer.get_body is not None else body
-                payload = json.dumps(answer or {"kind": "Status"}).encode()
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.requests.append((self.command, self.path))
+                if outer.delay_s and outer._stopping.wait(outer.delay_s):
+                    return
+                if outer.status == 0:
+                    self.close_connection = True
+                    return
                 self.send_response(outer.status)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
+                self.send_header("Content-Length", str(len(outer.body)))
                 self.end_headers()
-                self.wfile.write(payload)
+                self.wfile.write(outer.body)
 
             do_PATCH = do_POST = do_GET = _handle
 
@@ -54,53 +55,66 @@ class FakeApiServer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
+        self._stopping.set()
         self.server.shutdown()
         self.server.server_close()
 
 
 @pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    server = FakeApiServer()
+def faults() -> Iterator[ApiFaults]:
+    server = ApiFaults()
     yield server
     server.close()
 
 
-def test_annotate_pod_sends_a_merge_patch_of_annotations_only(api: FakeApiServer) -> None:
-    client = KubeClient.for_host(api.url, token="t0k")  # noqa: S106 - a test token
-    client.annotate_pod(PodRef("ml", "triton-0"), {"healer.io/diagnosis": "keep", "healer.io/incident": "inc-1"})
-    [request] = api.requests
-    assert request["method"] == "PATCH"
-    assert request["path"] == "/api/v1/namespaces/ml/pods/triton-0"
-    assert request["headers"]["content-type"] == "application/merge-patch+json"
-    assert request["headers"]["authorization"] == "Bearer t0k"
-    assert request["body"] == {
-        "metadata": {"annotations": {"healer.io/diagnosis": "keep", "healer.io/incident": "inc-1"}}
-    }
-
-
-def test_pod_event_is_a_valid_kubernetes_event(api: FakeApiServer) -> None:
-    KubeClient.for_host(api.url).pod_event(
-        PodRef("ml", "triton-0"), reason="RollbackStarted", message="linear_scorer v3 → stable", event_type="Warning"
+def test_an_error_status_is_a_kube_error_with_the_status_message_and_is_not_retried(faults: ApiFaults) -> None:
+    faults.status = 503
+    faults.body = (
+        b'{"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "etcdserver: leader changed"}'
     )
-    [request] = api.requests
-    assert request["method"] == "POST" and request["path"] == "/api/v1/namespaces/ml/events"
-    event = request["body"]
-    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "triton-0", "namespace": "ml"}
-    assert event["reason"] == "RollbackStarted" and event["type"] == "Warning"
-    kubernetes_validate.validate({**event, "apiVersion": "v1", "kind": "Event"}, "1.37.0", strict=True)
+    client = KubeClient.for_host(faults.url, timeout_s=2)
+    with pytest.raises(KubeError, match=r"annotate: HTTP 503 .*: etcdserver: leader changed"):
+        client.annotate_pod(PodRef("ml", "triton-0"), {"healer.io/diagnosis": "keep"})
+    assert faults.requests == [("PATCH", "/api/v1/namespaces/ml/pods/triton-0")]  # tried once: no retry storm
+
+    faults.status, faults.body = 500, b"<html><body>upstream connect error</body></html>"  # a proxy's page
+    with pytest.raises(KubeError, match=r"event: HTTP 500 .*upstream connect error"):
+        client.pod_event(PodRef("ml", "triton-0"), reason="RollbackStarted", message="m")
 
 
-def test_api_errors_and_outages_are_kube_errors() -> None:
-    refusing = FakeApiServer(status=403)
-    try:
-        with pytest.raises(KubeError, match="HTTP 403"):
-            KubeClient.for_host(refusing.url).annotate_pod(PodRef("ml", "p"), {"a": "b"})
-    finally:
-        refusing.close()
+def test_an_answer_that_is_not_what_was_asked_for_is_a_kube_error(
+    faults: ApiFaults, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = KubeClient.for_host(faults.url, timeout_s=2)
+    faults.body = b"<html>Sign in</html>"
+    with pytest.raises(KubeError, match="not JSON"):
+        client.triton_pods("ml", "app=triton")
+    faults.body = b'{"kind": "Status"}'
+    with pytest.raises(KubeError, match="no items list"):
+        client.pod_readiness("ml", "app=triton")
+    faults.body = b'{"kind": "PodList", "items": []}' + b" " * 200
+    monkeypatch.setattr(kube, "MAX_RESPONSE_BYTES", 100)
+    with pytest.raises(KubeError, match="larger than 100 bytes"):
+        client.triton_pods("ml", "app=triton")
+
+
+def test_a_hung_api_server_is_a_kube_error_within_the_timeout(faults: ApiFaults) -> None:
+    faults.delay_s = 5.0
+    started = time.monotonic()
+    with pytest.raises(KubeError, match="not reachable"):
+        KubeClient.for_host(faults.url, timeout_s=0.3).triton_pods("ml", "app=triton")
+    assert time.monotonic() - started < 1.5
+
+
+def test_a_dropped_connection_and_a_down_api_server_are_kube_errors(faults: ApiFaults) -> None:
+    faults.status = 0
+    with pytest.raises(KubeError, match="not reachable"):
+        KubeClient.for_host(faults.url, timeout_s=2).pod_event(PodRef("ml", "p"), reason="X", message="y")
     with pytest.raises(KubeError, match="not reachable"):
         KubeClient.for_host(f"http://127.0.0.1:{free_port()}", timeout_s=1).pod_event(
             PodRef("ml", "p"), reason="X", message="y"
@@ -115,84 +129,25 @@ def test_pod_reference_parsing(text: str, expected: PodRef) -> None:
     assert PodRef.parse(text, default_namespace="default-ns") == expected
 
 
-def test_triton_pods_lists_by_selector_with_phase_ip_and_termination() -> None:
-    def pod(name: str, phase: str, ip: str | None, deleting: bool = False) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"name": name, "namespace": "ml"}
-        if deleting:
-            metadata["deletionTimestamp"] = "2026-11-30T10:00:00Z"
-        return {"metadata": metadata, "status": {"phase": phase, "podIP": ip}}
-
-    pods = {
-        "apiVersion": "v1",
-        "kind": "PodList",
-        "metadata": {},
-        "items": [
-            pod("triton-b", "Running", "10.0.0.2"),
-            pod("triton-a", "Running", "10.0.0.1"),
-            pod("triton-c", "Pending", None),
-            pod("triton-d", "Running", "10.0.0.4", deleting=True),
-        ],
-    }
-    server = FakeApiServer(get_body=pods)
-    try:
-        found = KubeClient.for_host(server.url).triton_pods("ml", "app.kubernetes.io/name=triton")
-    finally:
-        server.close()
-    assert found == [
-        TritonPod("triton-a", "10.0.0.1", "Running", terminating=False),
-        TritonPod("triton-b", "10.0.0.2", "Running", terminating=False),
-        TritonPod("triton-c", "", "Pending", terminating=False),
-        TritonPod("triton-d", "10.0.0.4", "Running", terminating=True),
-    ]
-    [request] = server.requests
-    assert request["method"] == "GET"
-    assert request["path"] == "/api/v1/namespaces/ml/pods?labelSelector=app.kubernetes.io%2Fname%3Dtriton"
-
-
-def test_in_cluster_client_verifies_tls_with_the_cluster_ca_and_rereads_a_rotated_token(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """As in a pod: https to KUBERNETES_SERVICE_HOST, the CA from the service-account folder, and the
-    projected token read on every call (the kubelet rotates it while the sidecar runs)."""
-    import ssl
-
-    from healer import kube
-
-    cert, key = self_signed(tmp_path, "api")
-    api = FakeApiServer(get_body={"kind": "PodList", "items": []})
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    api.server.socket = context.wrap_socket(api.server.socket, server_side=True)
-    try:
-        accounts = tmp_path / "serviceaccount"
-        accounts.mkdir()
-        (accounts / "ca.crt").write_bytes(cert.read_bytes())
-        (accounts / "token").write_text("first-token\n")
-        monkeypatch.setattr(kube, "SERVICE_ACCOUNT_DIR", accounts)
-        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", api.url.rsplit(":", 1)[1])
-        client = KubeClient.in_cluster(timeout_s=5)
-        assert client.triton_pods("ml", "app=triton") == []
-        (accounts / "token").write_text("rotated-token\n")
-        client.annotate_pod(PodRef("ml", "triton-0"), {"a": "b"})
-        assert [r["headers"]["authorization"] for r in api.requests] == ["Bearer first-token", "Bearer rotated-token"]
-        # A server whose certificate the cluster CA did not sign is refused, not trusted.
-        (accounts / "ca.crt").write_bytes(b"")
-        other_ca, _ = self_signed(tmp_path, "other")
-        (accounts / "ca.crt").write_bytes(other_ca.read_bytes())
-        with pytest.raises(KubeError, match="not reachable"):
-            KubeClient.in_cluster(timeout_s=5).triton_pods("ml", "app=triton")
-    finally:
-        api.close()
-
-
 def test_in_cluster_without_a_token_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from healer import kube
-
     monkeypatch.setattr(kube, "SERVICE_ACCOUNT_DIR", tmp_path)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     with pytest.raises(KubeError, match="automountServiceAccountToken"):
         KubeClient.in_cluster()
+
+
+def test_a_token_that_vanishes_under_a_running_client_is_a_kube_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, _ = self_signed(tmp_path, "cluster-ca")
+    (tmp_path / "ca.crt").write_bytes(cert.read_bytes())
+    (tmp_path / "token").write_text("t0k\n")
+    monkeypatch.setattr(kube, "SERVICE_ACCOUNT_DIR", tmp_path)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    client = KubeClient.in_cluster()
+    (tmp_path / "token").unlink()
+    with pytest.raises(KubeError, match="cannot read the service-account token"):  # before any request
+        client.annotate_pod(PodRef("ml", "triton-0"), {"a": "b"})
 
 
 def test_every_call_the_client_makes_is_declared_for_the_rbac_tests() -> None:
