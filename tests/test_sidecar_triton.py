@@ -1,4 +1,4 @@
-"""The sidecar on the embedded stack: real Triton, filesystem store, LocalEngine (and the Argo stand-in)."""
+"""The sidecar on the embedded stack: real Triton, filesystem store, LocalEngine (and an Argo fault injector)."""
 
 from __future__ import annotations
 
