@@ -148,6 +148,9 @@ class Handover(StrEnum):
     PRESENT_WHEN_ASKED = "present-when-asked"  # asked again: it exists (the next cycle's submit joins it)
     UNANSWERED_WHEN_ASKED = "unanswered-when-asked"  # asked again: still no answer
     REJECTED = "rejected"  # the engine answered no (bad request, forbidden, too many earlier runs)
+    # The engine answered 404 to the create: its WorkflowTemplate is not installed (or was deleted),
+    # so nothing was started. An installation fault must not leave a broken model: fall back.
+    TEMPLATE_MISSING = "template-missing"
     UNEXPECTED = "unexpected"  # anything else the engine raised: whether it started is unknown
 
 
@@ -160,7 +163,12 @@ def may_fall_back(handover: Handover) -> bool:
     """Run the rollback in the pod (LocalEngine) only when the primary certainly did not start it:
     two rollbacks of one model must never race (a create whose answer was lost may have started one).
     Every other outcome is retried next cycle, and the healing timeout escalates if none is taken."""
-    return handover in {Handover.NOT_BUILT, Handover.NOT_DELIVERED, Handover.ABSENT_WHEN_ASKED}
+    return handover in {
+        Handover.NOT_BUILT,
+        Handover.NOT_DELIVERED,
+        Handover.ABSENT_WHEN_ASKED,
+        Handover.TEMPLATE_MISSING,
+    }
 
 
 def joins_existing_run(*, done: bool, succeeded: bool) -> bool:

@@ -577,6 +577,8 @@ class Sidecar:
         except EngineUnavailable as exc:
             handover = Handover.MAYBE_DELIVERED if exc.maybe_delivered else Handover.NOT_DELIVERED
             return _Attempt(handover, engine, error=str(exc))
+        except EngineNotFound as exc:  # 404 to the create: no template, nothing started
+            return _Attempt(Handover.TEMPLATE_MISSING, engine, error=str(exc))
         except EngineError as exc:  # refused, or too many earlier runs of this incident
             return _Attempt(Handover.REJECTED, engine, error=str(exc))
         except Exception as exc:

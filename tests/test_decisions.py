@@ -171,6 +171,7 @@ HANDOVER_TABLE: dict[Handover, tuple[bool, bool]] = {
     Handover.PRESENT_WHEN_ASKED: (False, False),  # it exists: the next cycle joins it
     Handover.UNANSWERED_WHEN_ASKED: (False, False),  # unknown: never two rollbacks
     Handover.REJECTED: (False, False),  # the engine said no: retried, then escalated
+    Handover.TEMPLATE_MISSING: (False, True),  # 404 to the create: nothing was started
     Handover.UNEXPECTED: (False, False),  # a bug or an unmapped error: unknown whether it started
 }
 

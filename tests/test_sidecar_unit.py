@@ -176,6 +176,16 @@ def test_fallback_when_the_primary_certainly_did_not_take_it(settings: Settings)
     assert sidecar.metrics.value("healer_rollbacks_total", {"model": "linear_scorer", "outcome": "fallback_local"}) == 1
 
 
+def test_fallback_when_the_primary_has_no_template(settings: Settings) -> None:
+    # Argo answers 404 to the create: its WorkflowTemplate is not installed, nothing was started.
+    primary = ScriptedEngine(submit_errors=[EngineNotFound("Argo refused to submit (HTTP 404): template not found")])
+    fallback = ScriptedEngine()
+    sidecar, triton, _clock = make(settings, primary, fallback)
+    triton.wrong = True
+    sidecar.cycle()
+    assert len(fallback.created) == 1
+
+
 def test_fallback_after_asking_again_finds_no_workflow(settings: Settings) -> None:
     primary = ScriptedEngine(submit_errors=[EngineUnavailable("read timed out", maybe_delivered=True)])
     fallback = ScriptedEngine()
