@@ -47,3 +47,18 @@ def test_the_exit_handler_has_its_own_deadline_in_argo_and_in_the_local_engine(t
     engine = LocalEngine(template, lambda: None, tmp_path)  # type: ignore[arg-type,return-value]
     assert engine._scripts["escalate"].deadline_s == ESCALATE_DEADLINE_S
     assert engine._scripts["heal"].deadline_s is None  # bounded by the workflow's deadline instead
+
+
+def test_the_failures_argo_passes_are_read_in_both_encodings() -> None:
+    """{{workflow.failures}} arrives as the JSON list (LocalEngine) or, from Argo v4.1.4, as a JSON
+    string of it (seen against the real controller in tests/e2e/test_argo_ui.py)."""
+    import json
+
+    from workflows.rollback import _parse_failures
+
+    failures = [{"displayName": "heal(0)", "message": "Step exceeded its deadline", "phase": "Failed"}]
+    group = {"displayName": "[0]", "message": "child 'healer-rollback-x-1' failed", "phase": "Failed"}
+    assert _parse_failures(json.dumps([group, *failures])) == failures  # the group only points at it
+    assert _parse_failures(json.dumps(json.dumps([group, *failures]))) == failures
+    assert _parse_failures("not json") == [{"displayName": "workflow", "message": "not json"}]
+    assert _parse_failures("") == []

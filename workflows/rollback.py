@@ -17,6 +17,7 @@ the deadline, the mutex, the retry strategy and the exit handler from it).
 # No `from __future__ import annotations` here: Hera reads the step functions' annotations as types.
 import contextlib
 import json
+import re
 import signal
 import sys
 import threading
@@ -176,13 +177,23 @@ def _stop_on_sigterm(cancelled: threading.Event) -> None:
         signal.signal(signal.SIGTERM, lambda _signum, _frame: cancelled.set())
 
 
+_CHILD_FAILED = re.compile(r"child '[^']*' failed")
+
+
 def _parse_failures(failures: str) -> list[dict[str, Any]]:
-    # Argo's {{workflow.failures}} is a JSON list of {displayName, message, templateName, phase, ...}.
+    # Argo's {{workflow.failures}} is a JSON list of {displayName, message, templateName, phase, ...};
+    # Argo v4.1.4 hands it to a step's input encoded once more, as a JSON string of that list (seen in
+    # tests/e2e/test_argo_ui.py); the LocalEngine passes the list itself.
     try:
         parsed = json.loads(failures) if failures else []
+        if isinstance(parsed, str):
+            parsed = json.loads(parsed)
     except ValueError:
         return [{"displayName": "workflow", "message": failures}]
-    return [p for p in parsed if isinstance(p, dict)] if isinstance(parsed, list) else []
+    if not isinstance(parsed, list):
+        return []
+    # A group's "child '<node>' failed" only points at a failure listed in its own right.
+    return [p for p in parsed if isinstance(p, dict) and not _CHILD_FAILED.fullmatch(str(p.get("message", "")))]
 
 
 TERMINATION_LOG = "termination-log"

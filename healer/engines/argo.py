@@ -67,17 +67,19 @@ def title(request: RollbackRequest) -> str:
 
 
 def description(request: RollbackRequest) -> str:
-    """Markdown for the Argo UI: what is being rolled back, why, and where it was seen."""
+    """Markdown for the Argo UI: why (the reason and the probe's own words), what is being rolled
+    back, and where it was seen. Why comes first: the workflow list shows only the first words, on
+    one line, beside the Model and Reason columns (deploy/argo/workflow-controller-configmap.yaml);
+    a row's drawer shows it all."""
     to_version = "newest stable version (auto)" if request.to_version == AUTO else _version(request.to_version)
+    why = f"**{request.reason}**" + (f": {_markdown_text(request.detail)}" if request.detail else "")
     lines = [
+        why,
         f"**Model** `{request.model}`: {_version(request.from_version)} → {to_version}",
-        f"**Reason** {request.reason}",
         f"**Incident** `{request.incident}`",
     ]
     if request.pod:
         lines.append(f"**Detected by pod** `{request.pod}`")
-    if request.detail:
-        lines.append(f"**Detail** {_markdown_text(request.detail)}")
     return "\n\n".join(lines)
 
 
