@@ -76,16 +76,15 @@ def models_to_confirm(
 
 
 def next_probe(
-    now: float, next_full_at: float, *, last_started: float, confirm_interval_s: float, suspects: frozenset[str]
+    now: float, next_full_at: float, *, confirm_interval_s: float, suspects: frozenset[str]
 ) -> tuple[float, frozenset[str] | None]:
     """(seconds to wait, the models to probe then; None: every model, the regular cycle).
 
-    Suspect models are re-probed ``confirm_interval_s`` after the last probe started (at once when
-    that probe took longer: a slow or hanging answer is its own wait), when that comes before the
-    next full cycle; otherwise the full cycle (which probes them too) comes first."""
-    confirm_at = last_started + confirm_interval_s
-    if suspects and confirm_interval_s > 0 and confirm_at < next_full_at:
-        return max(0.0, confirm_at - now), suspects
+    Suspect models are re-probed ``confirm_interval_s`` after the last answer (a gap, so a glitch has
+    time to pass), when that comes before the next full cycle; otherwise the full cycle (which probes
+    them too) comes first."""
+    if suspects and confirm_interval_s > 0 and now + confirm_interval_s < next_full_at:
+        return confirm_interval_s, suspects
     return max(0.0, next_full_at - now), None
 
 

@@ -378,7 +378,6 @@ class Sidecar:
         only: frozenset[str] | None = None
         confirmed: dict[str, int] = {}
         while not stop.is_set() and (max_cycles is None or self.cycles < max_cycles):
-            started = self.clock()
             self.cycle(only)
             now = self.clock()
             if only is None:
@@ -392,11 +391,7 @@ class Sidecar:
                 states = dict(self.states)
             suspects = models_to_confirm(states, confirmed, limit=sidecar.business.failure_threshold)
             delay, only = next_probe(
-                now,
-                next_full_at,
-                last_started=started,
-                confirm_interval_s=sidecar.confirm_interval_s,
-                suspects=suspects,
+                now, next_full_at, confirm_interval_s=sidecar.confirm_interval_s, suspects=suspects
             )
             stop.wait(delay)
 
