@@ -208,7 +208,13 @@ if ! { [ -x "$argo_dest/bin/argo" ] && [ -x "$argo_dest/bin/workflow-controller"
   argo_dir="$(cd "$here/argo" && go mod download -json "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION" |
     sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
   [ -n "$argo_dir" ] || { log "could not download github.com/argoproj/argo-workflows/v4@$ARGO_VERSION"; exit 1; }
-  build_argo_ui "$argo_dir"
+  if ! command -v node >/dev/null 2>&1 && [ -f "$cache/argo-ui-$ARGO_VERSION/app/index.html" ]; then
+    argo_ui_app="$cache/argo-ui-$ARGO_VERSION/app" # built before: usable without Node.js
+    argo_ui_stamp="$(cat "$cache/argo-ui-$ARGO_VERSION/.stamp")"
+    log "argo-ui $ARGO_VERSION: cached in $argo_ui_app (Node.js not available to check the stamp)"
+  else
+    build_argo_ui "$argo_dir"
+  fi
   if [ "$(cat "$argo_source/.ui-stamp" 2>/dev/null)" != "$argo_ui_stamp" ]; then
     rm -rf "$argo_source" "$argo_source.tmp"
     cp -R "$argo_dir" "$argo_source.tmp"
