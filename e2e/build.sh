@@ -5,7 +5,7 @@
 #
 # Binaries are cached outside the repository, keyed by component and version:
 #   ${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}/<component>-<version>/bin/
-# so only the first run pays (about 20 minutes on 2 cores; see README). A cached component is not
+# so only the first run pays (about 35 minutes on 2 cores with Argo's web UI and Helm; see README). A cached component is not
 # rebuilt unless its wrapper module or build flags change (a stamp records their digest).
 #
 # Prints the bin directories on the last line as KEY=PATH pairs. Exit 3: Go is missing or too old.

@@ -14,7 +14,8 @@ No kubelet runs here, so the test does the kubelet's part (pod status) and the w
 (the task result): no container ever runs, and the step code and its real outputs are not
 exercised. What is real: Argo's controller walking the nodes through their phases, argo-server in
 client auth mode, and the UI that a person opens, with the list columns and links from
-deploy/argo/workflow-controller-configmap.yaml. Screenshots go to docs/screenshots/.
+deploy/argo/workflow-controller-configmap.yaml. Screenshots go to docs/screenshots/ with
+HEALER_UPDATE_SCREENSHOTS=1, else to a temporary folder.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -52,7 +54,13 @@ pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)"),
 ]
 
-SCREENSHOTS = ROOT / "docs" / "screenshots"
+# The README's screenshots are rewritten only when asked (HEALER_UPDATE_SCREENSHOTS=1 make e2e): every
+# run's timestamps differ, and a test run must not leave the checkout modified.
+SCREENSHOTS = (
+    ROOT / "docs" / "screenshots"
+    if os.environ.get("HEALER_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.mkdtemp(prefix="healer-argo-ui-"))
+)
 TEMPLATE = yaml.safe_load((ROOT / "deploy" / "argo" / "healer-rollback.yaml").read_text())
 DEADLINE_S = int(TEMPLATE["spec"]["activeDeadlineSeconds"])
 WORKFLOWS = "/apis/argoproj.io/v1alpha1/namespaces/ml/workflows"
