@@ -146,6 +146,9 @@ class ArgoSettings:
     token_file: Path | None = None  # e.g. a projected service-account token
     verify_ssl: bool = True
     request_timeout_s: float = 5.0
+    # The CA that signed argo-server's certificate (Argo's default one is self-signed); None: the
+    # system's CAs. Ignored when verify_ssl is false.
+    ca_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -568,7 +571,7 @@ def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
         a = reader.mapping(
             data["argo"],
             f"{key}.argo",
-            optional={"host", "namespace", "token_file", "verify_ssl", "request_timeout_s"},
+            optional={"host", "namespace", "token_file", "verify_ssl", "request_timeout_s", "ca_file"},
         )
         host = reader.string(a.get("host", argo.host), f"{key}.argo.host")
         if not host.startswith(("http://", "https://")):
@@ -586,6 +589,7 @@ def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
             request_timeout_s=reader.number(
                 a.get("request_timeout_s", argo.request_timeout_s), f"{key}.argo.request_timeout_s", minimum=0.001
             ),
+            ca_file=reader.path(a["ca_file"], f"{key}.argo.ca_file") if a.get("ca_file") else None,
         )
     alert = d.alert
     if data.get("alert") is not None:

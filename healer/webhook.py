@@ -107,7 +107,7 @@ def load_injection_config(path: Path) -> InjectionConfig:
         raise InjectionConfigError(f"{path}: image: required, the healer image to inject")
     _check_types(path, document)
     defaults = InjectionConfig(image=document["image"])
-    return InjectionConfig(
+    config = InjectionConfig(
         image=document["image"],
         config_map=str(document.get("config_map", defaults.config_map)),
         port=int(document.get("port", defaults.port)),
@@ -120,6 +120,12 @@ def load_injection_config(path: Path) -> InjectionConfig:
         models_mount_path=str(document.get("models_mount_path", defaults.models_mount_path)),
         env_from_secrets=tuple(document.get("env_from_secrets") or ()),
     )
+    # Two mounts at one path make every injected pod invalid: the API server would refuse them all.
+    paths = [m["mountPath"].rstrip("/") for m in sidecar_container(config)["volumeMounts"]]
+    taken = sorted({p for p in paths if paths.count(p) > 1})
+    if taken:
+        raise InjectionConfigError(f"{path}: state_dir/models_mount_path: {taken[0]} is mounted twice in the sidecar")
+    return config
 
 
 def _check_types(path: Path, document: Mapping[str, Any]) -> None:
@@ -190,6 +196,7 @@ def sidecar_container(config: InjectionConfig) -> dict[str, Any]:
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},  # Pod Security "restricted" asks it per container
         },
     }
     if config.env_from_secrets:

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -32,6 +33,7 @@ from healer.engines.argo import ArgoEngine, label_value
 from tests.argo_faults import ArgoFaults, free_port
 
 NAMESPACE = "healer"
+TOKEN = "test-token"  # noqa: S105 - a test value
 REQUEST = RollbackRequest(
     model="linear_scorer",
     from_version="3",
@@ -301,3 +303,47 @@ def test_importing_the_engine_does_not_import_hera() -> None:
     code = "import sys, healer.engines.argo; print(sorted(m for m in ('hera', 'requests') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30)
     assert result.stdout.strip() == "[]"
+
+
+def test_an_argo_server_certificate_that_fails_verification_was_certainly_not_delivered(tmp_path: Path) -> None:
+    """Argo's default certificate is self-signed: without its CA the handshake stops before any request,
+    so the sidecar may fall back to the in-pod engine; with ``rollback.argo.ca_file`` the handshake passes."""
+    import http.server
+    import ssl
+
+    from tests.tls import self_signed
+
+    cert, key = self_signed(tmp_path, "argo-server")
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.path)
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    host = f"https://127.0.0.1:{server.server_address[1]}"
+    try:
+        with (
+            ArgoEngine(host, "ml", token=TOKEN, request_timeout_s=5) as engine,
+            pytest.raises(EngineUnavailable) as raised,
+        ):
+            engine.submit(REQUEST)
+        assert raised.value.maybe_delivered is False and "CERTIFICATE_VERIFY_FAILED" in str(raised.value)
+        assert seen == []
+        trusted = ArgoEngine(host, "ml", token=TOKEN, verify_ssl=str(cert), request_timeout_s=5)
+        with trusted, pytest.raises(EngineUnavailable, match="HTTP 503"):
+            trusted.submit(REQUEST)
+        assert len(seen) == 1  # the CA given: the request went through
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -249,6 +249,8 @@ def test_the_injection_config_file_is_checked_and_errors_name_file_and_key(tmp_p
         ("- a\n", "must be a mapping"),
         ("image: x\nmodels_mount_path: models\n", "models_mount_path: must be an absolute path"),
         ("image: x\nenv_from_secrets: healer-s3\n", "env_from_secrets: must be a list of Secret names"),
+        ("image: x\nstate_dir: /tmp\n", "/tmp is mounted twice"),
+        ("image: x\nmodels_volume: models\nmodels_mount_path: /etc/healer/\n", "/etc/healer is mounted twice"),
     ]:
         path.write_text(text)
         with pytest.raises(InjectionConfigError, match=f"{path}: .*{says}|{path}: {says}"):

@@ -157,7 +157,14 @@ def build_drill_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
         },
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         security_context=m.PodSecurityContext(
-            run_as_non_root=True, run_as_user=HEALER_UID, run_as_group=HEALER_UID, fs_group=HEALER_UID
+            run_as_non_root=True,
+            run_as_user=HEALER_UID,
+            run_as_group=HEALER_UID,
+            fs_group=HEALER_UID,
+            # Only the volume root's owner is checked: a recursive chown of a large model repository
+            # on every pod start (where the volume driver applies fsGroup) would eat the deadline.
+            fs_group_change_policy="OnRootMismatch",
+            seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
         ),
         volumes=[
             m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map)),

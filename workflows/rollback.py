@@ -306,7 +306,14 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
         # in-pod fallback does: the same non-root uid (the healer image's), so files one writes the
         # other can replace (an NFS export may squash root, and 0755 directories admit one owner).
         security_context=m.PodSecurityContext(
-            run_as_non_root=True, run_as_user=HEALER_UID, run_as_group=HEALER_UID, fs_group=HEALER_UID
+            run_as_non_root=True,
+            run_as_user=HEALER_UID,
+            run_as_group=HEALER_UID,
+            fs_group=HEALER_UID,
+            # Only the volume root's owner is checked: a recursive chown of a large model repository
+            # on every pod start (where the volume driver applies fsGroup) would eat the deadline.
+            fs_group_change_policy="OnRootMismatch",
+            seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
         ),
         volumes=[
             m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map)),

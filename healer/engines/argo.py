@@ -167,7 +167,7 @@ class ArgoEngine:
         *,
         token: str | None = None,
         token_provider: Callable[[], str] | None = None,
-        verify_ssl: bool = True,
+        verify_ssl: bool | str = True,  # or the path of a CA bundle (requests' ``verify``)
         request_timeout_s: float = 5.0,
         poll_interval_s: float = 1.0,
         template_name: str = TEMPLATE_NAME,
@@ -195,7 +195,7 @@ class ArgoEngine:
         self._sleep = sleep
         self._service = WorkflowsService(
             host=self.host,
-            verify_ssl=verify_ssl,
+            verify_ssl=verify_ssl,  # type: ignore[arg-type]  # requests' verify: a bool or a CA bundle path
             token=token,
             namespace=namespace,
             session=_timeout_session(request_timeout_s, token_provider),
@@ -341,9 +341,11 @@ def _never_connected(exc: BaseException) -> bool:
     """Whether the request failed before a connection to Argo was made, so it certainly was not delivered:
     the host name did not resolve, the connection was refused or unreachable, or connecting timed out.
 
-    A failure after connecting (a reset, a read timeout, a TLS error) may follow a request Argo received.
+    A failure after connecting (a reset, a read timeout, a TLS error) may follow a request Argo received;
+    a server certificate that fails verification does not: the handshake stops before any request.
     """
     import socket
+    import ssl
 
     from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
 
@@ -356,6 +358,8 @@ def _never_connected(exc: BaseException) -> bool:
         seen.add(id(current))
         # urllib3's NewConnectionError (and its NameResolutionError) subclass ConnectTimeoutError.
         if isinstance(current, ConnectTimeoutError | socket.gaierror | ConnectionRefusedError):
+            return True
+        if isinstance(current, ssl.SSLCertVerificationError):
             return True
         if isinstance(current, MaxRetryError):
             todo.append(current.reason)

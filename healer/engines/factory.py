@@ -34,7 +34,7 @@ def argo_engine(settings: Settings, *, request_timeout_s: float | None = None) -
         argo.namespace,
         # Read per request: a projected service-account token is rotated under the running sidecar.
         token_provider=(lambda: token_file.read_text().strip()) if token_file is not None else None,
-        verify_ssl=argo.verify_ssl,
+        verify_ssl=str(argo.ca_file) if argo.verify_ssl and argo.ca_file is not None else argo.verify_ssl,
         request_timeout_s=request_timeout_s or argo.request_timeout_s,
     )
 

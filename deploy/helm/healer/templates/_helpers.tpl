@@ -90,7 +90,12 @@ set in .Values.config is an error, so a value is never silently overridden.
 {{- end -}}
 {{- $_ := set $rollback "engine" "argo" -}}
 {{- $_ := set $rollback "state_dir" .Values.sidecar.stateDir -}}
-{{- $_ := set $rollback "argo" (dict "host" .Values.argo.server "namespace" .Values.argo.namespace "token_file" "/var/run/secrets/kubernetes.io/serviceaccount/token" "verify_ssl" .Values.argo.verifySSL) -}}
+{{- $argo := dict "host" .Values.argo.server "namespace" .Values.argo.namespace "token_file" "/var/run/secrets/kubernetes.io/serviceaccount/token" "verify_ssl" .Values.argo.verifySSL -}}
+{{- if .Values.argo.caBundle -}}
+{{- /* Written beside healer.yaml in healer-config (templates/config.yaml), mounted at /etc/healer. */ -}}
+{{- $_ := set $argo "ca_file" "/etc/healer/argo-ca.crt" -}}
+{{- end -}}
+{{- $_ := set $rollback "argo" $argo -}}
 {{- $_ := set $rollback "replicas" (dict "namespace" .Values.triton.namespace "selector" .Values.triton.selector "port" (int .Values.triton.port)) -}}
 {{- $_ := set $config "rollback" $rollback -}}
 {{- $_ := set $sidecar "listen" (printf "0.0.0.0:%d" (int .Values.sidecar.port)) -}}
