@@ -76,6 +76,8 @@ class InjectionConfig:
     models_mount_path: str = "/models"
     # Secrets whose keys become the sidecar's environment (envFrom), e.g. the S3 credentials.
     env_from_secrets: tuple[str, ...] = ()
+    # Pull secrets the pod needs for the healer image (a private registry), added to the pod's own.
+    image_pull_secrets: tuple[str, ...] = ()
 
 
 _CONFIG_KEYS = {
@@ -90,6 +92,7 @@ _CONFIG_KEYS = {
     "models_volume",
     "models_mount_path",
     "env_from_secrets",
+    "image_pull_secrets",
 }
 
 
@@ -119,6 +122,7 @@ def load_injection_config(path: Path) -> InjectionConfig:
         models_volume=str(document.get("models_volume", defaults.models_volume)),
         models_mount_path=str(document.get("models_mount_path", defaults.models_mount_path)),
         env_from_secrets=tuple(document.get("env_from_secrets") or ()),
+        image_pull_secrets=tuple(document.get("image_pull_secrets") or ()),
     )
     # Two mounts at one path make every injected pod invalid: the API server would refuse them all.
     paths = [m["mountPath"].rstrip("/") for m in sidecar_container(config)["volumeMounts"]]
@@ -143,9 +147,10 @@ def _check_types(path: Path, document: Mapping[str, Any]) -> None:
             raise InjectionConfigError(f"{path}: {key}: must be a string, got {document[key]!r}")
     if not str(document.get("models_mount_path", "/")).startswith("/"):
         raise InjectionConfigError(f"{path}: models_mount_path: must be an absolute path")
-    secrets = document.get("env_from_secrets") or []
-    if not isinstance(secrets, list) or not all(isinstance(name, str) and name for name in secrets):
-        raise InjectionConfigError(f"{path}: env_from_secrets: must be a list of Secret names")
+    for key in ("env_from_secrets", "image_pull_secrets"):
+        secrets = document.get(key) or []
+        if not isinstance(secrets, list) or not all(isinstance(name, str) and name for name in secrets):
+            raise InjectionConfigError(f"{path}: {key}: must be a list of Secret names")
 
 
 # ---- the patch (pure) ----------------------------------------------------------------------------------
@@ -249,6 +254,14 @@ def injection_patch(pod: Mapping[str, Any], config: InjectionConfig) -> list[dic
         patch.append({"op": "add", "path": "/spec/volumes", "value": volumes})
     else:
         patch += [{"op": "add", "path": "/spec/volumes/-", "value": v} for v in volumes]
+    if config.image_pull_secrets:
+        pulls = spec.get("imagePullSecrets")
+        have = {p.get("name") for p in pulls or [] if isinstance(p, dict)}
+        missing = [{"name": name} for name in config.image_pull_secrets if name not in have]
+        if pulls is None:
+            patch.append({"op": "add", "path": "/spec/imagePullSecrets", "value": missing})
+        else:
+            patch += [{"op": "add", "path": "/spec/imagePullSecrets/-", "value": p} for p in missing]
     annotations = metadata.get("annotations")
     if annotations is None:
         patch.append({"op": "add", "path": "/metadata/annotations", "value": {INJECTED: SIDECAR}})

@@ -149,6 +149,16 @@ def test_with_a_filesystem_store_the_sidecar_mounts_the_pods_model_volume_and_ta
     assert [v["name"] for v in mutated["spec"]["volumes"]].count("models") == 1  # the pod's own volume
 
 
+def test_the_healer_images_pull_secrets_are_added_to_the_pods_own() -> None:
+    config = dataclasses.replace(CONFIG, image_pull_secrets=("regcred", "mirror"))
+    bare = apply(triton_pod(), review(admission_review(triton_pod()), config))
+    assert bare["spec"]["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
+    pod = triton_pod()
+    pod["spec"]["imagePullSecrets"] = [{"name": "mirror"}]
+    mutated = apply(pod, review(admission_review(pod), config))
+    assert mutated["spec"]["imagePullSecrets"] == [{"name": "mirror"}, {"name": "regcred"}]  # none twice
+
+
 def test_a_pod_without_the_model_volume_is_not_injected_and_told_why() -> None:
     pod = triton_pod()
     pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if v["name"] != "models"]
