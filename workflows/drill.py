@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, NoReturn
 
-from workflows.rollback import HEALER_UID, TemplateOptions, runner_script
+from workflows.rollback import TemplateOptions, runner_script, step_pod_security
 
 DRILL_TEMPLATE = "healer-drill"
 DRILL_CRON = "healer-drill-weekly"
@@ -156,16 +156,7 @@ def build_drill_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
             ),
         },
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
-        security_context=m.PodSecurityContext(
-            run_as_non_root=True,
-            run_as_user=HEALER_UID,
-            run_as_group=HEALER_UID,
-            fs_group=HEALER_UID,
-            # Only the volume root's owner is checked: a recursive chown of a large model repository
-            # on every pod start (where the volume driver applies fsGroup) would eat the deadline.
-            fs_group_change_policy="OnRootMismatch",
-            seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
-        ),
+        security_context=step_pod_security(),
         volumes=[
             m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map)),
             *(

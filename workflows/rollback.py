@@ -222,6 +222,22 @@ def _write_outputs(directory: Path, values: dict[str, Any]) -> None:
 # ---- the Hera definition -------------------------------------------------------------------------------
 
 
+def step_pod_security() -> Any:
+    """The rollback's and the drill's step pods: the healer image's non-root uid (the sidecar's too)."""
+    from hera.workflows import models as m
+
+    return m.PodSecurityContext(
+        run_as_non_root=True,
+        run_as_user=HEALER_UID,
+        run_as_group=HEALER_UID,
+        fs_group=HEALER_UID,
+        # Only the volume root's owner is checked: a recursive chown of a large model repository
+        # on every pod start (where the volume driver applies fsGroup) would eat the deadline.
+        fs_group_change_policy="OnRootMismatch",
+        seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
+    )
+
+
 def runner_script(
     options: TemplateOptions, name: str, source: Any, outputs: list[str], deadline_s: int | None = None
 ) -> Any:
@@ -305,16 +321,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
         # The rollback's pods write the live repository and the store's ledger, as the sidecar's
         # in-pod fallback does: the same non-root uid (the healer image's), so files one writes the
         # other can replace (an NFS export may squash root, and 0755 directories admit one owner).
-        security_context=m.PodSecurityContext(
-            run_as_non_root=True,
-            run_as_user=HEALER_UID,
-            run_as_group=HEALER_UID,
-            fs_group=HEALER_UID,
-            # Only the volume root's owner is checked: a recursive chown of a large model repository
-            # on every pod start (where the volume driver applies fsGroup) would eat the deadline.
-            fs_group_change_policy="OnRootMismatch",
-            seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
-        ),
+        security_context=step_pod_security(),
         volumes=[
             m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map)),
             *(

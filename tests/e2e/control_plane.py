@@ -21,6 +21,7 @@ import ssl
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -608,3 +609,18 @@ def wait_for(predicate: Any, *, timeout_s: float, interval_s: float = 0.5, what:
             return last
         time.sleep(interval_s)
     raise AssertionError(f"{what} not reached within {timeout_s:g} s (last: {last!r})")
+
+
+def workflow_in(plane: ControlPlane, name: str, namespace: str = "ml") -> dict[str, Any]:
+    """A Workflow as the API server stores it (the controller's status included)."""
+    found: dict[str, Any] = plane.api().get(f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows/{name}")
+    return found
+
+
+def pods_of_workflow(plane: ControlPlane, name: str, namespace: str = "ml") -> list[dict[str, Any]]:
+    """The pods the controller created for a Workflow."""
+    selector = urllib.parse.quote(f"workflows.argoproj.io/workflow={name}")
+    found: list[dict[str, Any]] = plane.api().get(f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")[
+        "items"
+    ]
+    return found

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,7 @@ import yaml
 
 from healer.engines import RollbackRequest
 from healer.engines.argo import ArgoEngine
-from tests.e2e.control_plane import ROOT, ControlPlane, wait_for
+from tests.e2e.control_plane import ROOT, ControlPlane, pods_of_workflow, wait_for, workflow_in
 
 pytestmark = pytest.mark.e2e
 
@@ -55,16 +54,11 @@ def pair(control_plane: ControlPlane, rollback_template: dict[str, Any], sidecar
 
 
 def workflow(control_plane: ControlPlane, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = control_plane.api().get(f"/apis/argoproj.io/v1alpha1/namespaces/ml/workflows/{name}")
-    return found
+    return workflow_in(control_plane, name)
 
 
 def pods_of(control_plane: ControlPlane, name: str) -> list[dict[str, Any]]:
-    selector = urllib.parse.quote(f"workflows.argoproj.io/workflow={name}")
-    pods: list[dict[str, Any]] = control_plane.api().get(f"/api/v1/namespaces/ml/pods?labelSelector={selector}")[
-        "items"
-    ]
-    return pods
+    return pods_of_workflow(control_plane, name)
 
 
 def test_second_rollback_of_a_model_waits_on_its_mutex(control_plane: ControlPlane, pair: Pair) -> None:

@@ -10,14 +10,13 @@ queues a second drill of the same model, and the CronWorkflow stays suspended as
 from __future__ import annotations
 
 import json
-import urllib.parse
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.e2e.conftest import ArgoCli
-from tests.e2e.control_plane import ROOT, ControlPlane, wait_for
+from tests.e2e.control_plane import ROOT, ControlPlane, pods_of_workflow, wait_for, workflow_in
 
 pytestmark = pytest.mark.e2e
 
@@ -34,16 +33,11 @@ def drill_template(shipped_manifests: ControlPlane, argo_cli: ArgoCli) -> dict[s
 
 
 def workflow(control_plane: ControlPlane, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = control_plane.api().get(f"/apis/argoproj.io/v1alpha1/namespaces/ml/workflows/{name}")
-    return found
+    return workflow_in(control_plane, name)
 
 
 def pods_of(control_plane: ControlPlane, name: str) -> list[dict[str, Any]]:
-    selector = urllib.parse.quote(f"workflows.argoproj.io/workflow={name}")
-    found: list[dict[str, Any]] = control_plane.api().get(f"/api/v1/namespaces/ml/pods?labelSelector={selector}")[
-        "items"
-    ]
-    return found
+    return pods_of_workflow(control_plane, name)
 
 
 def submit(argo_cli: ArgoCli, scenario: str) -> str:
