@@ -81,6 +81,7 @@ def test_promote_rollback_and_inspect_from_the_command_line(
 
 def test_render_prints_yaml_without_a_config(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render"]) == 0
-    # One YAML stream: the rollback's and the drill's WorkflowTemplates, the drill's CronWorkflow.
+    # One YAML stream: the rollback's and the drill's WorkflowTemplates, the drill's CronWorkflow, and
+    # the keys healer adds to Argo's workflow-controller-configmap (the UI's columns and links).
     documents = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [d["kind"] for d in documents] == ["WorkflowTemplate", "WorkflowTemplate", "CronWorkflow"]
+    assert [d["kind"] for d in documents] == ["WorkflowTemplate", "WorkflowTemplate", "CronWorkflow", "ConfigMap"]
