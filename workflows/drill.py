@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, NoReturn
 
-from workflows.rollback import TemplateOptions, runner_script, step_pod_security
+from workflows.rollback import TemplateOptions, runner_script, step_pod_security, step_volumes
 
 DRILL_TEMPLATE = "healer-drill"
 DRILL_CRON = "healer-drill-weekly"
@@ -157,19 +157,7 @@ def build_drill_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
         },
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         security_context=step_pod_security(),
-        volumes=[
-            m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map)),
-            *(
-                [
-                    m.Volume(
-                        name="models",
-                        persistent_volume_claim=m.PersistentVolumeClaimVolumeSource(claim_name=options.models_claim),
-                    )
-                ]
-                if options.models_claim
-                else []
-            ),
-        ],
+        volumes=step_volumes(options),
         ttl_strategy=m.TTLStrategy(seconds_after_completion=30 * 24 * 3600),
     ) as template:
         watch = runner_script(

@@ -222,6 +222,17 @@ def _write_outputs(directory: Path, values: dict[str, Any]) -> None:
 # ---- the Hera definition -------------------------------------------------------------------------------
 
 
+def step_volumes(options: TemplateOptions) -> list[Any]:
+    """The rollback's and the drill's step pods: healer.yaml, and the model repository's claim if any."""
+    from hera.workflows import models as m
+
+    volumes = [m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map))]
+    if options.models_claim:
+        claim = m.PersistentVolumeClaimVolumeSource(claim_name=options.models_claim)
+        volumes.append(m.Volume(name="models", persistent_volume_claim=claim))
+    return volumes
+
+
 def step_pod_security() -> Any:
     """The rollback's and the drill's step pods: the healer image's non-root uid (the sidecar's too)."""
     from hera.workflows import models as m
@@ -322,19 +333,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
         # in-pod fallback does: the same non-root uid (the healer image's), so files one writes the
         # other can replace (an NFS export may squash root, and 0755 directories admit one owner).
         security_context=step_pod_security(),
-        volumes=[
-            m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map)),
-            *(
-                [
-                    m.Volume(
-                        name="models",
-                        persistent_volume_claim=m.PersistentVolumeClaimVolumeSource(claim_name=options.models_claim),
-                    )
-                ]
-                if options.models_claim
-                else []
-            ),
-        ],
+        volumes=step_volumes(options),
         ttl_strategy=m.TTLStrategy(seconds_after_completion=7 * 24 * 3600),
     ) as template:
         heal = runner_script(options, "heal", heal_step, ["phases", "to-version", "files", "golden"])
