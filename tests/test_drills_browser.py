@@ -14,6 +14,16 @@ from healer.drills.catalog import CATALOG
 from tests.test_drills_catalog import full_catalog_results
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Headless, no sandbox (tests run as root), nothing Chromium would fetch or sync on its own.
+HEADLESS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium; .ci/run installs it)"
 )
@@ -26,13 +36,7 @@ def open_in_chromium(page: Path, profile: Path) -> tuple[str, list[str]]:
     run = subprocess.run(
         [
             CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
+            *HEADLESS,
             f"--user-data-dir={profile}",
             "--host-resolver-rules=MAP * ~NOTFOUND",  # nothing outside the file may load
             "--enable-logging=stderr",

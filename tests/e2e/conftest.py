@@ -161,3 +161,14 @@ def rollback_template(shipped_manifests: ControlPlane, argo_cli: ArgoCli) -> dic
 def argo_ca(control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> None:
     """requests (under Hera) verifies the Argo Server's certificate against the test CA."""
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(control_plane.pki.ca))
+
+
+@pytest.fixture
+def engine(control_plane: ControlPlane, sidecar_token: str, argo_ca: None) -> Iterator[Any]:
+    """The ArgoEngine as the sidecar runs it: its token, authorised by the shipped Role."""
+    from healer.engines.argo import ArgoEngine
+
+    with ArgoEngine(
+        control_plane.argo_url, "ml", token=sidecar_token, verify_ssl=True, request_timeout_s=10, poll_interval_s=0.5
+    ) as argo:
+        yield argo

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -39,14 +38,6 @@ UI_LIST_FIELDS = ",".join(
         "items.spec.arguments",
     ]
 )
-
-
-@pytest.fixture
-def engine(control_plane: ControlPlane, sidecar_token: str, argo_ca: None) -> Iterator[ArgoEngine]:
-    with ArgoEngine(
-        control_plane.argo_url, "ml", token=sidecar_token, verify_ssl=True, request_timeout_s=10, poll_interval_s=0.5
-    ) as argo:
-        yield argo
 
 
 def ui_list(control_plane: ControlPlane, token: str, *selectors: str) -> dict[str, Any]:

@@ -28,7 +28,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -45,10 +44,10 @@ from healer.engines import RollbackRequest
 from healer.engines.argo import ArgoEngine, title
 from healer.state import incident_key
 from tests.e2e.control_plane import ROOT, UI_CONFIG, ControlPlane, load_yaml_documents, versions, wait_for
+from tests.test_drills_browser import CHROMIUM, HEADLESS
 from workflows.rollback import RUNBOOK_BASE_URL, _parse_failures
 from workflows.steps import PHASES, PhaseReport
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)"),
@@ -294,13 +293,7 @@ class Browser:
         self.process = subprocess.Popen(
             [
                 CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
+                *HEADLESS,
                 f"--user-data-dir={profile}",
                 # The test CA is not in Chromium's store; this is argo-server on loopback with the CA made at start.
                 "--ignore-certificate-errors",

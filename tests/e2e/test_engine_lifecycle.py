@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,35 +23,23 @@ from healer.engines.argo import TITLE_ANNOTATION, ArgoEngine
 from healer.engines.factory import argo_engine
 from healer.labels import label_value
 from healer.settings import ArgoSettings, RollbackSettings, Settings, TritonSettings
-from tests.e2e.control_plane import ControlPlane, wait_for
+from tests.e2e.control_plane import ControlPlane, pods_of_workflow, wait_for, workflow_in
 
 pytestmark = pytest.mark.e2e
 
 WORKFLOWS = "/apis/argoproj.io/v1alpha1/namespaces/ml/workflows"
 
 
-@pytest.fixture
-def engine(control_plane: ControlPlane, sidecar_token: str, argo_ca: None) -> Iterator[ArgoEngine]:
-    """The engine as the sidecar runs it: its token, authorised by the shipped Role."""
-    with ArgoEngine(
-        control_plane.argo_url, "ml", token=sidecar_token, verify_ssl=True, request_timeout_s=10, poll_interval_s=0.5
-    ) as argo:
-        yield argo
-
-
 def stored(control_plane: ControlPlane, name: str) -> dict[str, Any]:
     """The Workflow as the API server stores it (read as the admin, not through the engine)."""
-    found: dict[str, Any] = control_plane.api().get(f"{WORKFLOWS}/{name}")
-    return found
+    return workflow_in(control_plane, name)
 
 
 def heal_pod(control_plane: ControlPlane, name: str) -> dict[str, Any]:
     """The pod Argo created for the workflow's heal step (once it exists)."""
 
     def find() -> dict[str, Any] | None:
-        pods = control_plane.api().get(
-            f"/api/v1/namespaces/ml/pods?labelSelector=workflows.argoproj.io%2Fworkflow%3D{name}"
-        )["items"]
+        pods = pods_of_workflow(control_plane, name)
         return next((p for p in pods if "-heal-" in p["metadata"]["name"]), None)
 
     pod: dict[str, Any] = wait_for(find, timeout_s=60, what=f"the heal pod of {name}")
