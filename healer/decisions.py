@@ -171,12 +171,87 @@ def may_fall_back(handover: Handover) -> bool:
 
 
 def joins_existing_run(*, done: bool, succeeded: bool) -> bool:
-    """A run with this incident's name exists: join it, unless it Succeeded. A run that succeeded
-    healed this incident once, and the same broken files came back: a new occurrence, so the next
-    suffix is used. A running one is this incident's; a Failed one is joined too (it escalates): a
-    new run per replica that detects late would only fail the same way, each with its own alert.
-    No clock is compared: the engine's and this pod's do not agree."""
+    """A run of this occurrence exists (the engine joined it: ``joins_same_occurrence``): join it,
+    unless it Succeeded. A run that succeeded healed this incident once, and the same broken files
+    came back: a new occurrence, so the next suffix is used. A running one is this incident's; a
+    Failed one is joined too (it escalates): a new run per replica that detects late would only fail
+    the same way, each with its own alert. No clock of this pod is compared: the engine has already
+    compared the run's age on its own clock."""
     return not (done and succeeded)
+
+
+# ---- a name clash: the same occurrence, or an earlier one -------------------------------------------------
+#
+# A run's name is deterministic per (model, failing version, failure content), so that the replicas
+# that detect one occurrence collide on one name and join one run. The same broken version can come
+# back days later (re-pushed after an unquarantine, or after a rollback that failed on a store outage
+# since fixed): its name then clashes with the earlier occurrence's finished run, and joining that
+# Failed run would escalate at once without trying to restore. So a clash is joined only when the
+# existing run is young enough to be this occurrence's, on the engine's own clock (the run's creation
+# time and the engine's current time, both from the engine: this pod's clock may differ from it).
+
+HEALING_MARGIN_S = 60.0  # the sidecar waits this much past the rollback's deadline for an outcome
+
+
+def healing_timeout_s(deadline_s: float) -> float:
+    """How long a sidecar waits, from a detection, for the rollback's outcome (and keeps trying to hand
+    it to an engine) before it escalates: the rollback's deadline plus a margin for queueing and polling."""
+    return deadline_s + HEALING_MARGIN_S
+
+
+def same_occurrence_window_s(deadline_s: float) -> float:
+    """How old a finished run may be and still be this occurrence's: twice the healing timeout.
+
+    A run is created when the first replica of an occurrence submits. Every other replica of that
+    occurrence submits within its own healing timeout of its own detection (after that it escalates
+    without submitting), and replicas detect one occurrence within about a healing timeout of each
+    other (they serve the same push; one that detects later than that finds the first already
+    escalated). Twice the healing timeout (300 s with the default 90 s deadline) covers both, with room
+    for the skew between the engine's clocks. An earlier occurrence is hours or days older: a bad push,
+    a person's unquarantine and a re-push do not fit in five minutes."""
+    return 2 * healing_timeout_s(deadline_s)
+
+
+@dataclass(frozen=True)
+class JoinDecision:
+    join: bool
+    why: str  # for the log line: which rule decided
+
+
+def joins_same_occurrence(
+    *, done: bool, created_at: float | None, engine_now: float | None, window_s: float
+) -> JoinDecision:
+    """A run with the wanted name exists: join it (this occurrence's), or start anew under a successor
+    name (an earlier occurrence's)? ``created_at`` and ``engine_now`` are seconds on the engine's clock
+    (None: the engine did not say).
+
+    * Not done: joined, whatever its age. It has not given up, and it was asked for exactly this
+      rollback (same model, version and failure content), so it restores what is live when it runs; a
+      second run would only queue behind it on the model's mutex. One stuck for good (its engine gone)
+      ends in the healing timeout's escalation, which says "no outcome": never a silent non-rollback.
+    * Done, and created within ``window_s`` of the engine's now: this occurrence's, joined (a Failed
+      one escalates; a Succeeded one is for ``joins_existing_run``). A creation time a little in the
+      future is clock skew between the engine's clocks: young.
+    * Done, and older: an earlier occurrence's. Not joined.
+    * Done, and its age unknown: not joined either. The two ways to be wrong are not alike. Joining an
+      earlier occurrence's Failed run escalates at once and nothing restores the model: a broken
+      version stays live until a person acts. Starting anew on this occurrence's own finished run costs
+      one more rollback of the same model: the model's mutex (Argo's, the LocalEngine's) and the store's
+      lease serialise it behind the first, fetch-stable picks the same stable version, and the successor
+      name is derived from the existing run, so every late replica converges on one extra run, not one
+      each. Bounded and visible, against unbounded and silent: start anew.
+    """
+    if not done:
+        return JoinDecision(True, "still running: this occurrence's run (or one that restores what is live)")
+    if created_at is None or engine_now is None:
+        missing = "creation time" if created_at is None else "current time"
+        return JoinDecision(False, f"finished, and the engine did not tell its {missing}: not joined (do no harm)")
+    age_s = engine_now - created_at
+    if age_s <= window_s:
+        return JoinDecision(
+            True, f"finished, created {max(age_s, 0.0):.0f} s ago (within {window_s:g} s): this occurrence's"
+        )
+    return JoinDecision(False, f"finished, created {age_s:.0f} s ago (> {window_s:g} s): an earlier occurrence")
 
 
 # ---- draining without emptying the Service ------------------------------------------------------------

@@ -26,12 +26,15 @@ from healer.decisions import (
     drain_decision,
     drain_plan,
     failure_content,
+    healing_timeout_s,
     joins_existing_run,
+    joins_same_occurrence,
     may_fall_back,
     models_to_confirm,
     needs_asking,
     next_probe,
     request_reason,
+    same_occurrence_window_s,
     timeout_status,
     verdict_for,
     with_readiness_threshold,
@@ -197,6 +200,50 @@ def test_handover_decisions(handover: Handover) -> None:
 )
 def test_joins_existing_run(done: bool, succeeded: bool, joins: bool) -> None:
     assert joins_existing_run(done=done, succeeded=succeeded) is joins
+
+
+# --- a name clash: join the same occurrence only -------------------------------------------------------
+
+CREATED = 1_700_000_000.0
+WINDOW = 300.0
+
+# (case, done, created_at, engine_now) -> joins
+OCCURRENCE_TABLE: list[tuple[str, bool, float | None, float | None, bool]] = [
+    ("running, young", False, CREATED, CREATED + 10, True),
+    (
+        "running, days old: it has not given up, a second run would queue behind it",
+        False,
+        CREATED,
+        CREATED + 3 * 86400,
+        True,
+    ),
+    ("running, age unknown", False, None, None, True),
+    ("finished, young: a replica that detected late", True, CREATED, CREATED + 30, True),
+    ("finished, at the window's edge", True, CREATED, CREATED + WINDOW, True),
+    ("finished, past the window: an earlier occurrence", True, CREATED, CREATED + WINDOW + 1, False),
+    ("finished, days old: the same broken version came back", True, CREATED, CREATED + 3 * 86400, False),
+    ("finished, created in the future: skew between the engine's clocks", True, CREATED, CREATED - 5, True),
+    ("finished, no creation time", True, None, CREATED, False),
+    ("finished, no current time (no Date header)", True, CREATED, None, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "done", "created_at", "engine_now", "joins"), OCCURRENCE_TABLE, ids=[c[0] for c in OCCURRENCE_TABLE]
+)
+def test_joins_same_occurrence(
+    case: str, done: bool, created_at: float | None, engine_now: float | None, joins: bool
+) -> None:
+    decision = joins_same_occurrence(done=done, created_at=created_at, engine_now=engine_now, window_s=WINDOW)
+    assert decision.join is joins, decision.why
+    assert decision.why
+
+
+def test_the_same_occurrence_window_comes_from_the_rollback_deadline() -> None:
+    # The sidecar's healing timeout: the deadline plus its margin (150 s by default); the window: twice that.
+    assert healing_timeout_s(90.0) == 150.0
+    assert same_occurrence_window_s(90.0) == 300.0
+    assert same_occurrence_window_s(600.0) == 2 * healing_timeout_s(600.0)
 
 
 # --- draining without emptying the Service: the drain set ----------------------------------------------
