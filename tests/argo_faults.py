@@ -9,18 +9,24 @@ concurrent creates of one name, exactly one of which wins while the others get 4
 
 It keeps workflows by name, answers a create (409 if the name is taken) and a get (404 if
 unknown) in grpc-gateway's error shape, and records every request. It validates nothing: a body
-Argo would refuse is taken here.
+Argo would refuse is taken here. Like the API server it gives each workflow it creates a uid and a
+creationTimestamp, and like any Go server it dates each answer (the Date header), both from its
+own ``clock`` (settable: a test moves the server's time, not the client's), and it can be made to
+leave either out.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import datetime as dt
 import json
 import re
 import socket
 import threading
-from collections.abc import Mapping
+import time
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -46,6 +52,7 @@ class _Fault:
     status: int  # 0: drop the connection without answering
     message: str
     raw: bytes | None  # answer this body as is (e.g. a proxy's HTML page) instead of grpc-gateway JSON
+    method: str | None = None  # only requests of this method (None: any)
 
 
 class ArgoFaults:
@@ -61,6 +68,8 @@ class ArgoFaults:
         self._connections: set[socket.socket] = set()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.clock: Callable[[], float] = time.time  # the server's: creationTimestamp and the Date header
+        self.send_date = True  # False: answer without a Date header (as a proxy that strips it would)
 
     # -- life cycle -----------------------------------------------------------------------------
 
@@ -110,12 +119,19 @@ class ArgoFaults:
     # -- faults ---------------------------------------------------------------------------------
 
     def fail_next(
-        self, count: int, status: int = 503, message: str = "injected fault", raw: bytes | None = None
+        self,
+        count: int,
+        status: int = 503,
+        message: str = "injected fault",
+        raw: bytes | None = None,
+        *,
+        method: str | None = None,
     ) -> None:
-        """Answer the next ``count`` requests with ``status`` (after recording them): a grpc-gateway
-        error body with ``message``, or ``raw`` as is. Status 0 drops the connection unanswered."""
+        """Answer the next ``count`` requests (of ``method``, if given) with ``status`` (after recording
+        them): a grpc-gateway error body with ``message``, or ``raw`` as is. Status 0 drops the
+        connection unanswered."""
         with self._lock:
-            self._faults.append(_Fault(count, status, message, raw))
+            self._faults.append(_Fault(count, status, message, raw, method))
 
     def set_delay(self, seconds: float) -> None:
         """Hold every answer for ``seconds`` (0 to stop); a stopping server cuts the wait short."""
@@ -132,6 +148,15 @@ class ArgoFaults:
             [wf] = [wf for (_, wf_name), wf in self._workflows.items() if wf_name == name]
             wf["status"] = {"phase": phase}
 
+    def set_created(self, name: str, timestamp: str | None) -> None:
+        """Rewrite a workflow's creationTimestamp (None: drop it)."""
+        with self._lock:
+            [wf] = [wf for (_, wf_name), wf in self._workflows.items() if wf_name == name]
+            if timestamp is None:
+                wf["metadata"].pop("creationTimestamp", None)
+            else:
+                wf["metadata"]["creationTimestamp"] = timestamp
+
     # -- request handling -------------------------------------------------------------------------
 
     def handle(self, method: str, path: str, headers: Mapping[str, str], raw_body: bytes) -> tuple[int, bytes]:
@@ -142,7 +167,7 @@ class ArgoFaults:
             body = None
         with self._lock:
             self.requests.append(RecordedRequest(method, path, dict(headers), body))
-            fault = next((f for f in self._faults if f.remaining > 0), None)
+            fault = next((f for f in self._faults if f.remaining > 0 and f.method in (None, method)), None)
             if fault is not None:
                 fault.remaining -= 1
         if self._delay_s and self._stopping.wait(self._delay_s):
@@ -164,7 +189,10 @@ class ArgoFaults:
             if (namespace, name) in self._workflows:
                 return _error(409, f'workflows.argoproj.io "{name}" already exists')
             stored = copy.deepcopy(workflow)
-            stored.setdefault("metadata", {})["namespace"] = namespace
+            metadata = stored.setdefault("metadata", {})
+            metadata["namespace"] = namespace
+            metadata["uid"] = str(uuid.uuid4())
+            metadata["creationTimestamp"] = rfc3339(self.clock())
             stored["status"] = {"phase": "Pending"}
             self._workflows[(namespace, name)] = stored
             return 200, json.dumps(stored).encode()
@@ -179,6 +207,11 @@ class ArgoFaults:
     def _register(self, connection: socket.socket, present: bool) -> None:
         with self._lock:
             (self._connections.add if present else self._connections.discard)(connection)
+
+
+def rfc3339(seconds: float) -> str:
+    """The API server's timestamp format (whole seconds, UTC)."""
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _error(status: int, message: str) -> tuple[int, bytes]:
@@ -207,6 +240,14 @@ class _Handler(BaseHTTPRequestHandler):
             super().finish()
         finally:
             self.faults._register(self.connection, False)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        return super().date_time_string(self.faults.clock() if timestamp is None else timestamp)
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword.lower() == "date" and not self.faults.send_date:
+            return
+        super().send_header(keyword, value)
 
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)

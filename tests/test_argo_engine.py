@@ -347,3 +347,183 @@ def test_an_argo_server_certificate_that_fails_verification_was_certainly_not_de
     finally:
         server.shutdown()
         server.server_close()
+
+
+# -- a name clash: join the same occurrence only (the run's age on the server's clock) ---------------
+
+DAYS = 86400.0
+
+
+class ServerTime:
+    """The server's clock (creationTimestamp, the Date header): moved by the test, not by sleeping.
+    The client's clock is left alone: the engine must not read it for a run's age."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def server_time(server: ArgoFaults) -> ServerTime:
+    clock = ServerTime()
+    server.clock = clock
+    return clock
+
+
+def test_a_failed_run_of_an_earlier_occurrence_is_not_joined(
+    server: ArgoFaults, server_time: ServerTime, engine: ArgoEngine
+) -> None:
+    """The same broken version back three days later: a new run, not a join of the old Failed one
+    (joined, the sidecar would escalate at once without trying to restore)."""
+    first = engine.submit(REQUEST)
+    server.set_phase(first.name, "Failed")
+    server_time.now += 3 * DAYS
+
+    again = engine.submit(REQUEST)
+
+    assert again.created
+    assert again.name != first.name
+    assert len(again.name) <= 63  # a label value on the workflow's pods
+    assert len(server.workflows()) == 2
+    # Another replica detecting the same new occurrence derives the same successor, and joins it.
+    with ArgoEngine(server.url, NAMESPACE, request_timeout_s=2.0) as replica:
+        assert replica.submit(REQUEST) == Submission(again.name, created=False)
+    assert len(server.workflows()) == 2
+
+
+def test_a_failed_run_of_this_occurrence_is_joined(
+    server: ArgoFaults, server_time: ServerTime, engine: ArgoEngine
+) -> None:
+    """A replica that detects late, after the first replica's run already failed: it joins (and escalates)."""
+    first = engine.submit(REQUEST)
+    server.set_phase(first.name, "Failed")
+    server_time.now += 60
+
+    assert engine.submit(REQUEST) == Submission(first.name, created=False)
+    assert len(server.workflows()) == 1
+
+
+def test_a_run_still_going_is_joined_however_old(
+    server: ArgoFaults, server_time: ServerTime, engine: ArgoEngine
+) -> None:
+    first = engine.submit(REQUEST)
+    server.set_phase(first.name, "Running")
+    server_time.now += 3 * DAYS
+
+    assert engine.submit(REQUEST) == Submission(first.name, created=False)
+
+
+def test_the_window_is_the_engines_setting(server: ArgoFaults, server_time: ServerTime) -> None:
+    with ArgoEngine(server.url, NAMESPACE, request_timeout_s=2.0, join_window_s=30) as short:
+        first = short.submit(REQUEST)
+        server.set_phase(first.name, "Failed")
+        server_time.now += 31
+        assert short.submit(REQUEST).created
+
+
+def test_without_a_date_header_a_finished_run_is_not_joined(
+    server: ArgoFaults, server_time: ServerTime, engine: ArgoEngine
+) -> None:
+    """The engine cannot tell the run's age (a proxy stripped the Date header): do no harm, start anew
+    (a duplicate rollback is serialised by the model's mutex; an old Failed run joined restores nothing)."""
+    from structlog.testing import capture_logs
+
+    first = engine.submit(REQUEST)
+    server.set_phase(first.name, "Failed")
+    server.send_date = False
+
+    with capture_logs() as logs:
+        again = engine.submit(REQUEST)
+
+    assert again.created and again.name != first.name
+    [line] = [entry for entry in logs if entry["event"] == "earlier_run_not_joined"]
+    assert line["workflow"] == first.name and line["successor"] == again.name
+    assert "current time" in line["why"]
+    # Still one successor: a second replica, no Date either, finds it going and joins it.
+    with ArgoEngine(server.url, NAMESPACE, request_timeout_s=2.0) as replica:
+        assert replica.submit(REQUEST) == Submission(again.name, created=False)
+
+
+def test_without_a_creation_time_a_finished_run_is_not_joined(
+    server: ArgoFaults, server_time: ServerTime, engine: ArgoEngine
+) -> None:
+    first = engine.submit(REQUEST)
+    server.set_phase(first.name, "Succeeded")
+    server.set_created(first.name, None)
+
+    again = engine.submit(REQUEST)
+    assert again.created and again.name != first.name
+
+
+def test_each_earlier_occurrence_has_its_successor(
+    server: ArgoFaults, server_time: ServerTime, engine: ArgoEngine
+) -> None:
+    """Three occurrences days apart, each rollback failed: three runs, each joined by its own replicas."""
+    names = []
+    for _occurrence in range(3):
+        submission = engine.submit(REQUEST)
+        assert submission.created
+        names.append(submission.name)
+        server.set_phase(submission.name, "Failed")
+        server_time.now += 2 * DAYS
+    assert len(set(names)) == 3
+    assert names[0] == workflow_name(REQUEST)
+
+
+def test_concurrent_replicas_of_a_new_occurrence_start_one_run(server: ArgoFaults, server_time: ServerTime) -> None:
+    with ArgoEngine(server.url, NAMESPACE, request_timeout_s=5.0) as first:
+        old = first.submit(REQUEST).name
+    server.set_phase(old, "Failed")
+    server_time.now += 3 * DAYS
+    threads = 20
+    engines = [ArgoEngine(server.url, NAMESPACE, request_timeout_s=5.0) for _ in range(threads)]
+    barrier = threading.Barrier(threads)
+    results: list[Submission | BaseException] = []
+
+    def submit(index: int) -> None:
+        barrier.wait()
+        try:
+            results.append(engines[index].submit(REQUEST))
+        except BaseException as exc:  # collected, asserted below
+            results.append(exc)
+
+    workers = [threading.Thread(target=submit, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=20)
+    for each in engines:
+        each.close()
+
+    assert all(isinstance(r, Submission) for r in results), results
+    submissions = [r for r in results if isinstance(r, Submission)]
+    assert len(submissions) == threads
+    assert sum(1 for r in submissions if r.created) == 1
+    assert len({r.name for r in submissions}) == 1 and submissions[0].name != old
+    assert len(server.workflows()) == 2
+
+
+def test_a_clash_whose_run_cannot_be_read_may_have_been_delivered(
+    server: ArgoFaults, server_time: ServerTime, engine: ArgoEngine
+) -> None:
+    """409, then the GET of the existing run fails (a 503 alone says "not applied"): a run of that name
+    exists, maybe this occurrence's and going, so the rollback must not be handed to another engine."""
+    engine.submit(REQUEST)
+    server.fail_next(1, status=503, message="etcd leader changed", method="GET")
+
+    with pytest.raises(EngineUnavailable, match="etcd leader changed") as raised:
+        engine.submit(REQUEST)
+    assert raised.value.maybe_delivered is True
+    assert len(server.workflows()) == 1
+
+
+def test_a_run_deleted_between_the_clash_and_the_read_is_created_again(
+    server: ArgoFaults, server_time: ServerTime, engine: ArgoEngine
+) -> None:
+    """Argo's TTL deletes the old run just after the 409: its name is free again, and taken."""
+    server.fail_next(1, status=409, message="already exists", method="POST")  # then the GET finds none
+
+    assert engine.submit(REQUEST) == Submission(workflow_name(REQUEST), created=True)
+    assert len(server.workflows()) == 1

@@ -21,6 +21,9 @@ DONE_PHASES = frozenset({"Succeeded", "Failed", "Error"})
 # Short codes: they become Kubernetes label values (<= 63 chars, [A-Za-z0-9_.-]).
 REASONS = frozenset({"wrong-answer", "non-finite", "model-error", "slow", "timeout", "not-ready", "manual"})
 AUTO = "auto"
+# Runs of earlier occurrences of one incident that a submission steps past (each finished, each older
+# than the same-occurrence window) before it gives up: Argo keeps a finished rollback for 7 days.
+MAX_EARLIER_OCCURRENCES = 20
 
 
 class EngineError(Exception):
@@ -88,10 +91,16 @@ class RollbackRequest:
         }
 
 
-def workflow_name(request: RollbackRequest) -> str:
-    """One deterministic name per incident: a second submission collides (409) and joins the first."""
+def workflow_name(request: RollbackRequest, *, after: str = "") -> str:
+    """One deterministic name per incident: a second submission collides (409) and joins the first.
+
+    ``after``: the uid of an earlier occurrence's run that held the name (healer/decisions.py
+    ``joins_same_occurrence``): the successor's name, the same for every replica that finds that run,
+    so the replicas of the new occurrence still collide and join. As long as the first (<= 57 chars:
+    Argo labels the workflow's pods with its name)."""
     slug = re.sub(r"[^a-z0-9-]+", "-", request.model.lower()).strip("-")[:30].strip("-") or "model"
-    digest = hashlib.sha256(f"{request.model}\0{request.incident}".encode()).hexdigest()[:10]
+    key = f"{request.model}\0{request.incident}" + (f"\0{after}" if after else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     return f"{TEMPLATE_NAME}-{slug}-{digest}"
 
 

@@ -3,7 +3,10 @@
 Each rollback is a Workflow that references the ``healer-rollback`` WorkflowTemplate by
 ``workflowTemplateRef``. Its name is deterministic per incident (``workflow_name``), so a second
 submission of the same incident is answered 409 AlreadyExists by Argo and joins the first: that is
-the deduplication across pods and threads (a mutex would only queue the duplicates).
+the deduplication across pods and threads (a mutex would only queue the duplicates). A 409 joins only
+the same occurrence: the existing run's creationTimestamp against the Argo Server's clock (the Date
+of its answer), healer/decisions.py ``joins_same_occurrence``; an earlier occurrence's finished run
+is stepped past to a successor name derived from its uid, the same for every replica.
 
 Hera and requests are imported when an engine is built, not with this module: a sidecar that never
 talks to Argo does not pay for them.
@@ -11,14 +14,22 @@ talks to Argo does not pay for them.
 
 from __future__ import annotations
 
+import datetime as dt
+import email.utils
 import re
+import threading
 import time
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import structlog
+
+from healer.decisions import joins_same_occurrence
 from healer.engines import (
     AUTO,
+    DONE_PHASES,
+    MAX_EARLIER_OCCURRENCES,
     TEMPLATE_NAME,
     EngineNotFound,
     EngineRejected,
@@ -36,6 +47,8 @@ if TYPE_CHECKING:
     from hera.workflows.models import Workflow
 
 __all__ = ["ArgoEngine", "label_value", "label_value_expression"]
+
+log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
@@ -83,9 +96,14 @@ def description(request: RollbackRequest) -> str:
     return "\n\n".join(lines)
 
 
-def _timeout_session(timeout_s: float, token_provider: Callable[[], str] | None = None) -> requests.Session:
+def _timeout_session(
+    timeout_s: float,
+    token_provider: Callable[[], str] | None = None,
+    on_response: Callable[[requests.Response], None] | None = None,
+) -> requests.Session:
     """The one transport seam under Hera's service: every request gets a timeout (Hera passes none)
-    and, with ``token_provider``, a fresh bearer token (projected service-account tokens rotate)."""
+    and, with ``token_provider``, a fresh bearer token (projected service-account tokens rotate);
+    ``on_response`` sees each answer (Hera keeps only its body: the Date header is the server's clock)."""
     import requests
 
     class TimeoutSession(requests.Session):
@@ -94,7 +112,10 @@ def _timeout_session(timeout_s: float, token_provider: Callable[[], str] | None 
                 kwargs["timeout"] = timeout_s
             if token_provider is not None:
                 kwargs["headers"] = {**(kwargs.get("headers") or {}), "Authorization": f"Bearer {token_provider()}"}
-            return super().request(method, url, *args, **kwargs)
+            response = super().request(method, url, *args, **kwargs)
+            if on_response is not None:
+                on_response(response)
+            return response
 
     return TimeoutSession()
 
@@ -120,6 +141,25 @@ def _time(value: Any) -> str | None:
         return None
     moment = getattr(value, "root", value)
     return str(moment.isoformat().replace("+00:00", "Z"))
+
+
+def _epoch(value: Any) -> float | None:
+    """A Hera ``Time`` (the API server's creationTimestamp) in seconds since the epoch; None if unset."""
+    moment = getattr(value, "root", value)
+    if not isinstance(moment, dt.datetime):
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def _http_date(value: str | None) -> float | None:
+    """An HTTP Date header (RFC 9110: always GMT) in seconds since the epoch; None if absent or garbled."""
+    if not value:
+        return None
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).timestamp()
 
 
 def _outputs(workflow: Workflow) -> dict[str, str]:
@@ -173,6 +213,7 @@ class ArgoEngine:
         template_name: str = TEMPLATE_NAME,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        join_window_s: float | None = None,  # None: healer/decisions.py same_occurrence_window_s(default deadline)
     ) -> None:
         if not host.startswith(("http://", "https://")):
             raise ValueError(f"Argo host must start with http:// or https://, got {host!r}")
@@ -182,6 +223,13 @@ class ArgoEngine:
             raise ValueError("template_name must not be empty")
         if request_timeout_s <= 0 or poll_interval_s <= 0:
             raise ValueError("request_timeout_s and poll_interval_s must be positive")
+        if join_window_s is None:
+            from healer.decisions import same_occurrence_window_s
+            from healer.settings import RollbackSettings
+
+            join_window_s = same_occurrence_window_s(RollbackSettings().deadline_s)
+        if join_window_s < 0:
+            raise ValueError("join_window_s must not be negative")
         from hera.workflows import WorkflowsService
 
         # Hera joins paths with urljoin: without a trailing slash, a path prefix (an ingress at
@@ -191,14 +239,16 @@ class ArgoEngine:
         self.template_name = template_name
         self.request_timeout_s = request_timeout_s
         self.poll_interval_s = poll_interval_s
+        self.join_window_s = join_window_s
         self._clock = clock
         self._sleep = sleep
+        self._answered = threading.local()  # .date: the Date header of this thread's last answer
         self._service = WorkflowsService(
             host=self.host,
             verify_ssl=verify_ssl,  # type: ignore[arg-type]  # requests' verify: a bool or a CA bundle path
             token=token,
             namespace=namespace,
-            session=_timeout_session(request_timeout_s, token_provider),
+            session=_timeout_session(request_timeout_s, token_provider, self._note_answer),
         )
 
     def close(self) -> None:
@@ -210,8 +260,9 @@ class ArgoEngine:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def workflow(self, request: RollbackRequest) -> Workflow:
-        """The Workflow ``submit`` creates for ``request`` (public so it can be shown or linted)."""
+    def workflow(self, request: RollbackRequest, *, after: str = "") -> Workflow:
+        """The Workflow ``submit`` creates for ``request`` (public so it can be shown or linted);
+        ``after``: the uid of an earlier occurrence's run (``workflow_name``)."""
         from hera.workflows.models import (
             Arguments,
             ObjectMeta,
@@ -232,7 +283,7 @@ class ArgoEngine:
             api_version="argoproj.io/v1alpha1",
             kind="Workflow",
             metadata=ObjectMeta(
-                name=workflow_name(request),
+                name=workflow_name(request, after=after),
                 namespace=self.namespace,
                 labels={LABEL_PREFIX + key: label_value(value) for key, value in labels.items()},
                 annotations={TITLE_ANNOTATION: title(request), DESCRIPTION_ANNOTATION: description(request)},
@@ -246,22 +297,77 @@ class ArgoEngine:
         )
 
     def submit(self, request: RollbackRequest) -> Submission:
-        """Create the incident's workflow, or join it if it exists (Argo answers 409).
+        """Create the incident's workflow, or join it if it exists (Argo answers 409) and is this
+        occurrence's (``_joins``); an earlier occurrence's finished run is stepped past to its
+        successor name, where the same holds.
 
-        One attempt, no retry: ``EngineUnavailable`` after a timeout does not prove that nothing was
-        created, but submitting again is safe (the same name collides and joins).
+        No retry: ``EngineUnavailable`` after a timeout does not prove that nothing was created, but
+        submitting again is safe (the same name collides and joins).
         """
+        after = ""
+        for _attempt in range(MAX_EARLIER_OCCURRENCES + 1):
+            workflow = self.workflow(request, after=after)
+            name = workflow.metadata.name
+            assert name is not None
+            try:
+                created = self._create(workflow)
+            except _Conflict:
+                try:
+                    joined, after = self._joins(request, name)
+                except EngineNotFound:
+                    continue  # deleted since the 409 (its TTL ran out): the name is free again
+                if joined:
+                    return Submission(name, created=False)
+                continue
+            return Submission(created.metadata.name or name, created=True)
+        raise EngineRejected(
+            f"{MAX_EARLIER_OCCURRENCES} runs of earlier occurrences of incident {request.incident} "
+            f"(from {workflow_name(request)}); not submitting more"
+        )
+
+    def _create(self, workflow: Workflow) -> Workflow:
         from hera.workflows.models import WorkflowCreateRequest
 
-        workflow = self.workflow(request)
-        name = workflow.metadata.name
-        assert name is not None
         create = WorkflowCreateRequest(namespace=self.namespace, workflow=workflow)
+        return self._call(f"create workflow {workflow.metadata.name}", lambda: self._service.create_workflow(create))
+
+    def _joins(self, request: RollbackRequest, name: str) -> tuple[bool, str]:
+        """Whether the run that holds ``name`` is this occurrence's; if not, the ``after`` of its
+        successor. Its age is read from Argo alone: its creationTimestamp (the API server's) against
+        the Date of the answer that carried it (the Argo Server's); this pod's clock may differ."""
         try:
-            created = self._call(f"create workflow {name}", lambda: self._service.create_workflow(create))
-        except _Conflict:
-            return Submission(name, created=False)
-        return Submission(created.metadata.name or name, created=True)
+            existing, server_now = self._read_dated(name)
+        except EngineUnavailable as exc:
+            # A run of this name exists, maybe this occurrence's and going: not safe to hand elsewhere.
+            raise EngineUnavailable(str(exc), maybe_delivered=True) from exc
+        status = existing.status
+        phase = (status.phase if status else None) or "Pending"
+        created_at = _epoch(existing.metadata.creation_timestamp)
+        decision = joins_same_occurrence(
+            done=phase in DONE_PHASES, created_at=created_at, engine_now=server_now, window_s=self.join_window_s
+        )
+        if decision.join:
+            return True, ""
+        # Every replica that finds this run derives the same successor: its uid, else its own times.
+        after = existing.metadata.uid or _time(existing.metadata.creation_timestamp) or name
+        unknown_age = created_at is None or server_now is None
+        (log.warning if unknown_age else log.info)(
+            "earlier_run_not_joined",
+            workflow=name,
+            phase=phase,
+            successor=workflow_name(request, after=after),
+            why=decision.why,
+        )
+        return False, after
+
+    def _read_dated(self, name: str) -> tuple[Workflow, float | None]:
+        """The workflow and the Argo Server's time when it answered (None: no usable Date header)."""
+        self._answered.date = None
+        workflow = self._call(f"get workflow {name}", lambda: self._service.get_workflow(name))
+        return workflow, _http_date(self._answered.date)
+
+    def _note_answer(self, response: requests.Response) -> None:
+        self._answered.date = response.headers.get("Date")
 
     def status(self, name: str) -> RunStatus:
         """The workflow's phase, message, times and output parameters (one GET)."""
