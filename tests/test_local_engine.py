@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable, RollbackRequest
+from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable, RollbackRequest, Submission
 from healer.engines.local import LocalEngine
 from workflows import context as step_context
 from workflows import rollback
@@ -180,3 +180,113 @@ def test_a_new_engine_lists_the_runs_it_marked_orphaned(tmp_path: Path, recorder
     assert [r["metadata"]["name"] for r in engine.orphaned] == [name]
     assert engine.orphaned[0]["status"]["phase"] == "Error"
     assert engine_with(tmp_path, lambda **_: {}, recorder).orphaned == []  # marked once
+
+
+# -- a name clash: join the same occurrence only (the record's age on this engine's clock) -----------
+
+DAYS = 86400.0
+
+
+class WallClock:
+    """The engine's wall clock (its records' creationTimestamp, and "now"): moved, never slept on."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def failing_heal(**_: str) -> dict[str, str]:
+    raise SystemExit(1)  # not the transient code: Failed, no retry
+
+
+def test_a_failed_run_of_an_earlier_occurrence_is_not_joined(tmp_path: Path, recorder: Recorder) -> None:
+    """The same broken version back three days later: a new run, not a join of the old Failed one."""
+    wall = WallClock()
+    engine = engine_with(tmp_path, failing_heal, recorder, wall_clock=wall)
+    first = engine.submit(REQUEST)
+    assert engine.wait(first.name, 30).phase == "Failed"
+    wall.now += 3 * DAYS
+
+    again = engine.submit(REQUEST)
+
+    assert again.created and again.name != first.name
+    assert engine.wait(again.name, 30).phase == "Failed"  # it ran (and failed alike, here)
+    assert recorder.calls == ["escalate", "escalate"]
+    # Another process of this pod (same state directory) on the same occurrence joins the successor.
+    replica = engine_with(tmp_path, failing_heal, recorder, wall_clock=wall)
+    assert replica.submit(REQUEST) == Submission(again.name, created=False)
+
+
+def test_a_failed_run_of_this_occurrence_is_joined(tmp_path: Path, recorder: Recorder) -> None:
+    wall = WallClock()
+    engine = engine_with(tmp_path, failing_heal, recorder, wall_clock=wall)
+    first = engine.submit(REQUEST)
+    assert engine.wait(first.name, 30).phase == "Failed"
+    wall.now += 60
+
+    assert engine.submit(REQUEST) == Submission(first.name, created=False)
+
+
+def test_the_window_is_the_engines_setting(tmp_path: Path, recorder: Recorder) -> None:
+    wall = WallClock()
+    engine = engine_with(tmp_path, failing_heal, recorder, wall_clock=wall, join_window_s=30)
+    first = engine.submit(REQUEST)
+    engine.wait(first.name, 30)
+    wall.now += 31
+    assert engine.submit(REQUEST).created
+
+
+def test_a_finished_record_without_a_creation_time_is_not_joined(tmp_path: Path, recorder: Recorder) -> None:
+    """A record the engine cannot date (written by hand, or by an older healer): do no harm, start anew."""
+    import json
+
+    from structlog.testing import capture_logs
+
+    engine = engine_with(tmp_path, failing_heal, recorder, wall_clock=WallClock())
+    first = engine.submit(REQUEST)
+    engine.wait(first.name, 30)
+    path = tmp_path / "runs" / f"{first.name}.json"
+    record = json.loads(path.read_text())
+    del record["metadata"]["creationTimestamp"]
+    path.write_text(json.dumps(record))
+
+    with capture_logs() as logs:
+        again = engine.submit(REQUEST)
+
+    assert again.created and again.name != first.name
+    [line] = [entry for entry in logs if entry["event"] == "earlier_run_not_joined"]
+    assert line["workflow"] == first.name and "creation time" in line["why"]
+    assert line["log_level"] == "warning"
+
+
+def test_concurrent_submits_of_a_new_occurrence_start_one_run(tmp_path: Path, recorder: Recorder) -> None:
+    wall = WallClock()
+    engine = engine_with(tmp_path, failing_heal, recorder, wall_clock=wall)
+    old = engine.submit(REQUEST).name
+    engine.wait(old, 30)
+    wall.now += 3 * DAYS
+    threads = 20
+    barrier = threading.Barrier(threads)
+    results: list[Submission | BaseException] = []
+
+    def submit() -> None:
+        barrier.wait()
+        try:
+            results.append(engine.submit(REQUEST))
+        except BaseException as exc:  # collected, asserted below
+            results.append(exc)
+
+    workers = [threading.Thread(target=submit) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=20)
+
+    submissions = [r for r in results if isinstance(r, Submission)]
+    assert len(submissions) == threads, results
+    assert sum(1 for r in submissions if r.created) == 1
+    assert len({r.name for r in submissions}) == 1 and submissions[0].name != old
+    assert engine.drain(10) == []
+    assert len(engine.list_runs()) == 2

@@ -34,7 +34,10 @@ from typing import Any
 
 import structlog
 
+from healer.decisions import joins_same_occurrence, same_occurrence_window_s
 from healer.engines import (
+    DONE_PHASES,
+    MAX_EARLIER_OCCURRENCES,
     TEMPLATE_NAME,
     EngineNotFound,
     EngineRejected,
@@ -69,6 +72,21 @@ class _Cancelled(Exception):
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _timestamp(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _epoch(text: Any) -> float | None:
+    """A record's RFC 3339 timestamp in seconds since the epoch; None if absent or not one."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).timestamp()
 
 
 def _duration_s(text: str | None) -> float:
@@ -106,6 +124,8 @@ class LocalEngine:
         *,
         mutex_wait_s: float = DEFAULT_MUTEX_WAIT_S,
         poll_interval_s: float = 0.02,
+        wall_clock: Callable[[], float] = time.time,  # its records' creationTimestamp, and a run's age
+        join_window_s: float | None = None,  # None: healer/decisions.py same_occurrence_window_s(default deadline)
     ) -> None:
         self._model = template.build()  # the Argo model Hera renders: what Argo itself would run
         self._context_factory = context_factory
@@ -117,6 +137,14 @@ class LocalEngine:
         self._step_dir.mkdir(exist_ok=True)
         self._mutex_wait_s = mutex_wait_s
         self._poll_interval_s = poll_interval_s
+        if join_window_s is None:
+            from healer.settings import RollbackSettings
+
+            join_window_s = same_occurrence_window_s(RollbackSettings().deadline_s)
+        if join_window_s < 0:
+            raise ValueError("join_window_s must not be negative")
+        self.join_window_s = join_window_s
+        self._wall_clock = wall_clock
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()  # cancel_all() was called
@@ -139,10 +167,29 @@ class LocalEngine:
 
     # ---- RollbackEngine --------------------------------------------------------------------------
     def submit(self, request: RollbackRequest) -> Submission:
+        """Start the incident's run, or join the one of that name if it is this occurrence's (``_joins``);
+        an earlier occurrence's finished run is stepped past to its successor name (``workflow_name``)."""
         if self._stopping.is_set():
             raise EngineUnavailable("the local engine is stopping: no new run", maybe_delivered=False)
-        name = workflow_name(request)
         parameters = {**self.defaults, **request.parameters()}
+        after = ""
+        for _attempt in range(MAX_EARLIER_OCCURRENCES + 1):
+            name = workflow_name(request, after=after)
+            if self._create(name, request, parameters):
+                return Submission(name=name, created=True)
+            try:
+                joined, after = self._joins(request, name)
+            except EngineNotFound:
+                continue  # removed since (someone cleaned the state directory): the name is free again
+            if joined:
+                return Submission(name=name, created=False)
+        raise EngineRejected(
+            f"{MAX_EARLIER_OCCURRENCES} runs of earlier occurrences of incident {request.incident} "
+            f"(from {workflow_name(request)}) in {self.state_dir}; not submitting more"
+        )
+
+    def _create(self, name: str, request: RollbackRequest, parameters: dict[str, str]) -> bool:
+        """Record and start the run ``name``; False if a record of that name exists."""
         record = self._new_record(name, request, parameters)
         # Exclusive create of a complete file (link() fails if the name exists): one run per incident
         # name across threads and processes, and never a half-written record that blocks the name.
@@ -152,14 +199,39 @@ class LocalEngine:
                 json.dump(record, handle, indent=2)
             os.link(temp, self._record_path(name))
         except FileExistsError:
-            return Submission(name=name, created=False)
+            return False
         finally:
             os.unlink(temp)
         thread = threading.Thread(target=self._execute, args=(name, parameters), name=f"rollback-{name}", daemon=True)
         with self._lock:
             self._threads[name] = thread
         thread.start()
-        return Submission(name=name, created=True)
+        return True
+
+    def _joins(self, request: RollbackRequest, name: str) -> tuple[bool, str]:
+        """Whether the run recorded as ``name`` is this occurrence's; if not, the ``after`` of its
+        successor. Its age: the record's creationTimestamp against this engine's wall clock (the one
+        that wrote it: the processes that share a state directory share a host)."""
+        record = self.get(name)
+        metadata = record.get("metadata") or {}
+        phase = (record.get("status") or {}).get("phase") or "Pending"
+        created_text = metadata.get("creationTimestamp")
+        created_at = _epoch(created_text)
+        decision = joins_same_occurrence(
+            done=phase in DONE_PHASES, created_at=created_at, engine_now=self._wall_clock(), window_s=self.join_window_s
+        )
+        if decision.join:
+            return True, ""
+        # Every process that finds this record derives the same successor: its uid, else its own times.
+        after = str(metadata.get("uid") or created_text or name)
+        (log.warning if created_at is None else log.info)(
+            "earlier_run_not_joined",
+            workflow=name,
+            phase=phase,
+            successor=workflow_name(request, after=after),
+            why=decision.why,
+        )
+        return False, after
 
     def status(self, name: str) -> RunStatus:
         record = self.get(name)
@@ -566,7 +638,7 @@ class LocalEngine:
             "metadata": {
                 "name": name,
                 "uid": str(uuid.uuid4()),
-                "creationTimestamp": _now(),
+                "creationTimestamp": _timestamp(self._wall_clock()),
                 "labels": {
                     "healer.io/model": request.model,
                     "healer.io/from-version": request.from_version,
