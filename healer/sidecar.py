@@ -44,6 +44,7 @@ from healer.decisions import (
     alert_step,
     drain_decision,
     drain_plan,
+    healing_timeout_s,
     joins_existing_run,
     may_fall_back,
     models_to_confirm,
@@ -111,9 +112,10 @@ def _short(exc: BaseException) -> str:
 
 def submit_incident(engine: RollbackEngine, request: RollbackRequest) -> tuple[Submission, str]:
     """One workflow per incident, fleet-wide. The name is deterministic per incident key, so N
-    sidecars collide (409) and join. A run of the same key that Succeeded healed an earlier
-    occurrence (the same broken files came back): use the next suffix. A running or failed run is
-    joined (healer/decisions.py ``joins_existing_run``): no clock is compared."""
+    sidecars collide (409) and join. The engine joins only a run of this occurrence (on its own
+    clock: healer/decisions.py ``joins_same_occurrence``) and steps past an earlier occurrence's
+    finished run. A joined run that Succeeded healed an earlier occurrence (the same broken files
+    came back): use the next suffix. A running or failed one is joined (``joins_existing_run``)."""
     for n in range(1, MAX_INCIDENT_RUNS + 1):
         attempt = request if n == 1 else dataclasses.replace(request, incident=f"{request.incident}-r{n}")
         submission = engine.submit(attempt)
@@ -327,7 +329,7 @@ class Sidecar:
             success_threshold=sc.business.success_threshold,
             max_rollbacks=sc.max_rollbacks,
             window_s=sc.window_s,
-            rollback_timeout_s=settings.rollback.deadline_s + 60,
+            rollback_timeout_s=healing_timeout_s(settings.rollback.deadline_s),  # also the engines' join window's
         )
         self._lock = threading.Lock()
         self.states = {m.name: ModelState(model=m.name) for m in settings.models}

@@ -10,6 +10,7 @@ tests/e2e/test_argo.py and tests/e2e/test_engine_lifecycle.py.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -30,6 +31,7 @@ from healer.engines import (
     workflow_name,
 )
 from healer.engines.argo import ArgoEngine, label_value
+from healer.settings import Settings
 from tests.argo_faults import ArgoFaults, free_port
 
 NAMESPACE = "healer"
@@ -527,3 +529,18 @@ def test_a_run_deleted_between_the_clash_and_the_read_is_created_again(
 
     assert engine.submit(REQUEST) == Submission(workflow_name(REQUEST), created=True)
     assert len(server.workflows()) == 1
+
+
+def test_the_engine_built_from_settings_takes_its_window_from_the_rollback_deadline(example_settings: Settings) -> None:
+    from healer.decisions import healing_timeout_s
+    from healer.engines.factory import argo_engine
+
+    rollback = dataclasses.replace(
+        example_settings.rollback,
+        deadline_s=600.0,
+        argo=dataclasses.replace(example_settings.rollback.argo, host="http://127.0.0.1:9", namespace=NAMESPACE),
+    )
+    engine = argo_engine(dataclasses.replace(example_settings, rollback=rollback))
+    assert isinstance(engine, ArgoEngine)
+    with engine:
+        assert engine.join_window_s == 2 * healing_timeout_s(600.0) == 1320.0

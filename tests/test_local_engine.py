@@ -4,6 +4,7 @@ handler still alerts). The step functions are replaced by recorders, as in test_
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import threading
 import time
@@ -16,6 +17,7 @@ import pytest
 
 from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable, RollbackRequest, Submission
 from healer.engines.local import LocalEngine
+from healer.settings import Settings
 from workflows import context as step_context
 from workflows import rollback
 from workflows.rollback import EXIT_TRANSIENT, build_rollback_template
@@ -290,3 +292,14 @@ def test_concurrent_submits_of_a_new_occurrence_start_one_run(tmp_path: Path, re
     assert len({r.name for r in submissions}) == 1 and submissions[0].name != old
     assert engine.drain(10) == []
     assert len(engine.list_runs()) == 2
+
+
+def test_the_engine_built_from_settings_takes_its_window_from_the_rollback_deadline(
+    example_settings: Settings, tmp_path: Path
+) -> None:
+    from healer.decisions import healing_timeout_s
+    from healer.engines.factory import local_engine
+
+    rollback = dataclasses.replace(example_settings.rollback, deadline_s=600.0, state_dir=tmp_path / "runs")
+    engine = local_engine(dataclasses.replace(example_settings, rollback=rollback))
+    assert engine.join_window_s == 2 * healing_timeout_s(600.0) == 1320.0

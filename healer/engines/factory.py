@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from healer.decisions import same_occurrence_window_s
 from healer.engines import RollbackEngine
 from healer.settings import Settings
 
@@ -19,7 +20,10 @@ def local_engine(settings: Settings) -> LocalEngine:
 
     options = TemplateOptions(deadline_s=max(1, round(settings.rollback.deadline_s)))
     return LocalEngine(
-        build_rollback_template(options), lambda: context_from_settings(settings), settings.rollback.state_dir
+        build_rollback_template(options),
+        lambda: context_from_settings(settings),
+        settings.rollback.state_dir,
+        join_window_s=same_occurrence_window_s(settings.rollback.deadline_s),
     )
 
 
@@ -36,6 +40,8 @@ def argo_engine(settings: Settings, *, request_timeout_s: float | None = None) -
         token_provider=(lambda: token_file.read_text().strip()) if token_file is not None else None,
         verify_ssl=str(argo.ca_file) if argo.verify_ssl and argo.ca_file is not None else argo.verify_ssl,
         request_timeout_s=request_timeout_s or argo.request_timeout_s,
+        # A 409 joins a run only if it is this occurrence's: created within this window (healer/decisions.py).
+        join_window_s=same_occurrence_window_s(settings.rollback.deadline_s),
     )
 
 
