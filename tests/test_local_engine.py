@@ -303,3 +303,22 @@ def test_the_engine_built_from_settings_takes_its_window_from_the_rollback_deadl
     rollback = dataclasses.replace(example_settings.rollback, deadline_s=600.0, state_dir=tmp_path / "runs")
     engine = local_engine(dataclasses.replace(example_settings, rollback=rollback))
     assert engine.join_window_s == 2 * healing_timeout_s(600.0) == 1320.0
+
+
+def test_the_sidecar_submits_again_for_an_earlier_occurrence_and_joins_this_ones(
+    tmp_path: Path, recorder: Recorder
+) -> None:
+    """What the sidecar makes of it (healer/sidecar.py submit_incident): "submitted", so it waits for
+    a rollback, where before it "joined" the old Failed run and escalated without restoring."""
+    from healer.sidecar import submit_incident
+
+    wall = WallClock()
+    engine = engine_with(tmp_path, failing_heal, recorder, wall_clock=wall)
+    first, how = submit_incident(engine, REQUEST)
+    assert how == "submitted"
+    engine.wait(first.name, 30)
+    wall.now += 60
+    assert submit_incident(engine, REQUEST) == (Submission(first.name, created=False), "joined")  # a late replica
+    wall.now += 3 * DAYS
+    again, how = submit_incident(engine, REQUEST)
+    assert how == "submitted" and again.name != first.name
