@@ -161,6 +161,11 @@ class ReplicaSettings:
 
 
 ROLLBACK_ORDERS = ("swap", "unload-first")
+# rollback.deadline_s at most: the budget is 90 s by design, and the deadline also sizes the rollback's
+# lease (deadline + unload + 2 x load + margin, workflows/steps.py) and its workflow's
+# activeDeadlineSeconds. A deadline of hours is a typo or a misunderstanding; it would keep a dead
+# rollback's lease, and with it every later rollback of that model, for as long. An hour is generous.
+MAX_DEADLINE_S = 3600
 
 
 @dataclass(frozen=True)
@@ -293,6 +298,95 @@ def hash_inputs(inputs: Sequence[TensorSpec]) -> str:
     return digest.hexdigest()
 
 
+# ---- addresses and URLs: the one check of every key that holds one ------------------------------------
+
+URL_SCHEMES = ("http://", "https://")
+# A Triton on this machine binds every address of its port by default (--http-address 0.0.0.0).
+_WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "*"})  # noqa: S104 - host names compared, nothing bound
+_LOOPBACK_HOSTS = frozenset({"localhost", "ip6-localhost", "::1"})
+_USERINFO = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/?#]*@")
+
+
+def redact_url(text: str) -> str:
+    """``text`` with any ``user:password@`` replaced by ``***@``: what an error or a log may repeat."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def parse_address(text: str, *, url: bool) -> tuple[str, int | None]:
+    """(host, port) of an address setting; ValueError says what is wrong (never repeating credentials).
+
+    ``url``: an http(s) URL (a path is allowed; no port: the scheme's, None); otherwise ``host:port``
+    with no scheme and no path (triton.url, sidecar.listen). Credentials are refused wherever they
+    appear: a URL is logged, printed by `healer probe` and shown in /status."""
+    shown = redact_url(text)
+    if url:
+        if not text.startswith(URL_SCHEMES):
+            raise ValueError(f"must start with http:// or https://, got {shown!r}")
+        authority = re.split(r"[/?#]", text.split("://", 1)[1], maxsplit=1)[0]
+    elif "://" in text or "/" in text or ":" not in text:
+        raise ValueError(f"must be host:port without a scheme or path, got {shown!r}")
+    else:
+        authority = text
+    if "@" in authority:
+        raise ValueError(
+            f"must not carry credentials (user:password@): they would be written to logs and output; got {shown!r}"
+        )
+    host, port = _host_and_port(authority, shown)
+    if not host:
+        raise ValueError(f"has no host, got {shown!r}")
+    if re.search(r"\s", host):
+        raise ValueError(f"has a space in its host, got {shown!r}")
+    if port is None:
+        if not url:
+            raise ValueError(f"must be host:port without a scheme or path, got {shown!r}")
+        return host, None
+    if not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536:
+        raise ValueError(f"port must be a number from 1 to 65535, got {port!r} in {shown!r}")
+    return host, int(port)
+
+
+def _host_and_port(authority: str, shown: str) -> tuple[str, str | None]:
+    """``host[:port]`` or ``[v6][:port]`` split, the port as written (None: none)."""
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0:
+            raise ValueError(f"has an unclosed '[' in its host, got {shown!r}")
+        host, rest = authority[1:end], authority[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"must have ':port' right after the ']' of an IPv6 address, got {shown!r}")
+        port = rest[1:] if rest else None
+    else:
+        host, colon, port_text = authority.rpartition(":")
+        host, port = (host, port_text) if colon else (authority, None)
+        if ":" in host:
+            raise ValueError(f"must write an IPv6 address in brackets ([::1]:8000), got {shown!r}")
+    return host, port
+
+
+def check_listen(settings: Settings, listen: str | None = None) -> None:
+    """ValueError unless the sidecar can listen at ``listen`` (default: sidecar.listen; `healer sidecar
+    --listen`): host:port, and not Triton's own port. That is triton.url's port when that Triton runs on this
+    machine (a loopback or wildcard host: it binds every address) or at the same host, and
+    rollback.replicas.port, Triton's port in the pods the sidecar runs in. healer.yaml names no gRPC or
+    metrics port of Triton: there is nothing else to compare with."""
+    listen = settings.sidecar.listen if listen is None else listen
+    triton_url = settings.triton.url
+    replicas_port = settings.rollback.replicas.port if settings.rollback.replicas is not None else None
+    host, port = parse_address(listen, url=False)
+    triton_host, triton_port = parse_address(triton_url, url=False)
+    local = triton_host in _WILDCARD_HOSTS or triton_host in _LOOPBACK_HOSTS or triton_host.startswith("127.")
+    if port == triton_port and (local or triton_host == host):
+        raise ValueError(
+            f"port {port} is Triton's (triton.url {triton_url!r}): the sidecar cannot listen where Triton does, "
+            f"got {listen!r}"
+        )
+    if port == replicas_port:
+        raise ValueError(
+            f"port {port} is Triton's HTTP port in the replica pods (rollback.replicas.port), where the sidecar "
+            f"runs beside it, got {listen!r}"
+        )
+
+
 def load_settings(path: str | Path) -> Settings:
     """Read and validate a healer YAML file. Raises ConfigError naming the file and key."""
     path = Path(path)
@@ -339,7 +433,8 @@ def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
                 f"duplicate model {model.name!r} (also models[{seen[model.name]}])",
             )
         seen[model.name] = i
-    return Settings(
+    sidecar_raw = root["sidecar"] if root.get("sidecar") is not None else {}
+    settings = Settings(
         source=source,
         triton=triton,
         models=models,
@@ -347,8 +442,14 @@ def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
         store=store,
         live_repository=live,
         rollback=rollback,
-        sidecar=_parse_sidecar(reader, root["sidecar"] if root.get("sidecar") is not None else {}),
+        sidecar=_parse_sidecar(reader, sidecar_raw),
     )
+    try:
+        check_listen(settings)
+    except ValueError as exc:
+        given = "" if "listen" in sidecar_raw else " (the default)"
+        raise ConfigError(source, "sidecar.listen", f"{exc}{given}") from None
+    return settings
 
 
 def _parse_sidecar(reader: _Reader, raw: Any) -> SidecarSettings:
@@ -372,10 +473,7 @@ def _parse_sidecar(reader: _Reader, raw: Any) -> SidecarSettings:
         },
     )
     d = SidecarSettings()
-    listen = reader.string(data.get("listen", d.listen), f"{key}.listen")
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(reader.source, f"{key}.listen", f"must be host:port, got {listen!r}")
+    listen = reader.address(data.get("listen", d.listen), f"{key}.listen", url=False)
 
     def thresholds(name: str, default: TierThresholds) -> TierThresholds:
         if data.get(name) is None:
@@ -455,11 +553,7 @@ def _parse_drain(reader: _Reader, raw: Any) -> DrainSettings:
         )
     urls = []
     for i, url in enumerate(reader.sequence(data.get("peer_urls") or [], f"{key}.peer_urls")):
-        if not reader.string(url, f"{key}.peer_urls[{i}]").startswith(("http://", "https://")):
-            raise ConfigError(
-                reader.source, f"{key}.peer_urls[{i}]", f"must start with http:// or https://, got {url!r}"
-            )
-        urls.append(url.rstrip("/"))
+        urls.append(reader.address(url, f"{key}.peer_urls[{i}]", url=True).rstrip("/"))
     if data.get("peer_urls") is not None and not urls:
         raise ConfigError(reader.source, f"{key}.peer_urls", "must list at least one sidecar URL")
     return DrainSettings(
@@ -508,12 +602,8 @@ def _parse_store(reader: _Reader, raw: Any) -> StoreSettings:
     )
     defaults = S3Settings(bucket="-")
     endpoint = s3.get("endpoint_url")
-    if endpoint is not None and not reader.string(endpoint, "store.s3.endpoint_url").startswith(
-        ("http://", "https://")
-    ):
-        raise ConfigError(
-            reader.source, "store.s3.endpoint_url", f"must start with http:// or https://, got {endpoint!r}"
-        )
+    if endpoint is not None:
+        endpoint = reader.address(endpoint, "store.s3.endpoint_url", url=True)
     return StoreSettings(
         s3=S3Settings(
             bucket=reader.string(s3["bucket"], "store.s3.bucket"),
@@ -573,9 +663,7 @@ def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
             f"{key}.argo",
             optional={"host", "namespace", "token_file", "verify_ssl", "request_timeout_s", "ca_file"},
         )
-        host = reader.string(a.get("host", argo.host), f"{key}.argo.host")
-        if not host.startswith(("http://", "https://")):
-            raise ConfigError(reader.source, f"{key}.argo.host", f"must start with http:// or https://, got {host!r}")
+        host = reader.address(a.get("host", argo.host), f"{key}.argo.host", url=True)
         verify = a.get("verify_ssl", argo.verify_ssl)
         if not isinstance(verify, bool):
             raise ConfigError(
@@ -595,23 +683,39 @@ def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
     if data.get("alert") is not None:
         al = reader.mapping(data["alert"], f"{key}.alert", optional={"webhook_url", "timeout_s", "runbook_url"})
         url = al.get("webhook_url")
-        if url is not None and not reader.string(url, f"{key}.alert.webhook_url").startswith(("http://", "https://")):
-            raise ConfigError(
-                reader.source, f"{key}.alert.webhook_url", f"must start with http:// or https://, got {url!r}"
-            )
         alert = AlertSettings(
-            webhook_url=url,
+            webhook_url=reader.address(url, f"{key}.alert.webhook_url", url=True) if url is not None else None,
             timeout_s=reader.number(al.get("timeout_s", alert.timeout_s), f"{key}.alert.timeout_s", minimum=0.001),
-            runbook_url=reader.string(al.get("runbook_url", alert.runbook_url), f"{key}.alert.runbook_url"),
+            runbook_url=reader.address(al.get("runbook_url", alert.runbook_url), f"{key}.alert.runbook_url", url=True),
+        )
+    deadline_s = reader.number(data.get("deadline_s", d.deadline_s), f"{key}.deadline_s", minimum=1)
+    if deadline_s > MAX_DEADLINE_S:
+        raise ConfigError(
+            reader.source,
+            f"{key}.deadline_s",
+            f"must be at most {MAX_DEADLINE_S} s (a rollback's budget is 90 s by design; its lease and its "
+            f"workflow last about this long), got {deadline_s:g}",
+        )
+
+    phases = {
+        name: reader.number(data.get(name, default), f"{key}.{name}", minimum=0.1)
+        for name, default in (("unload_timeout_s", d.unload_timeout_s), ("load_timeout_s", d.load_timeout_s))
+    }
+    # Each is one phase of the rollback: longer than the whole of it is a contradiction. A key the
+    # file gives is named before a default it contradicts.
+    late = sorted((n for n, v in phases.items() if v > deadline_s), key=lambda n: n not in data)
+    if late:
+        name = late[0]
+        raise ConfigError(
+            reader.source,
+            f"{key}.{name}",
+            f"must be at most {key}.deadline_s ({deadline_s:g} s): the {name.split('_')[0]} is part of the "
+            f"rollback, got {phases[name]:g}{'' if name in data else ' (the default)'}",
         )
     return RollbackSettings(
-        deadline_s=reader.number(data.get("deadline_s", d.deadline_s), f"{key}.deadline_s", minimum=1),
-        unload_timeout_s=reader.number(
-            data.get("unload_timeout_s", d.unload_timeout_s), f"{key}.unload_timeout_s", minimum=0.1
-        ),
-        load_timeout_s=reader.number(
-            data.get("load_timeout_s", d.load_timeout_s), f"{key}.load_timeout_s", minimum=0.1
-        ),
+        deadline_s=deadline_s,
+        unload_timeout_s=phases["unload_timeout_s"],
+        load_timeout_s=phases["load_timeout_s"],
         poll_interval_s=reader.number(
             data.get("poll_interval_s", d.poll_interval_s), f"{key}.poll_interval_s", minimum=0.001
         ),
@@ -627,9 +731,7 @@ def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
 def _parse_triton(reader: _Reader, raw: Any) -> TritonSettings:
     data = reader.mapping(raw, "triton", optional={"url", "timeout_s"})
     defaults = TritonSettings()
-    url = reader.string(data.get("url", defaults.url), "triton.url")
-    if "://" in url or "/" in url or ":" not in url:
-        raise ConfigError(reader.source, "triton.url", f"must be host:port without a scheme or path, got {url!r}")
+    url = reader.address(data.get("url", defaults.url), "triton.url", url=False)
     timeout_s = reader.number(data.get("timeout_s", defaults.timeout_s), "triton.timeout_s", minimum=0.001)
     return TritonSettings(url=url, timeout_s=timeout_s)
 
@@ -987,6 +1089,15 @@ class _Reader:
         if raw < minimum:
             raise self.fail(key, f"must be >= {minimum:g}, got {raw:g}")
         return cast(raw)
+
+    def address(self, raw: Any, key: str, *, url: bool) -> str:
+        """A host:port (``url`` False) or an http(s) URL, checked by ``parse_address``."""
+        text = self.string(raw, key)
+        try:
+            parse_address(text, url=url)
+        except ValueError as exc:
+            raise self.fail(key, str(exc)) from None
+        return text
 
     def path(self, raw: Any, key: str) -> Path:
         path = Path(self.string(raw, key)).expanduser()

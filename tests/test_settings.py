@@ -894,3 +894,219 @@ def test_the_cluster_example_never_drains_the_last_replica() -> None:
 )
 def test_sidecar_errors(tmp_path: Path, sidecar: dict[str, Any], problem: str) -> None:
     assert _error(tmp_path, _config(sidecar=sidecar)) == problem
+
+
+# --- URLs, ports and timeouts that cannot work (issue 15, item 11) ------------------------------------
+
+
+def _in(key: str, value: Any) -> dict[str, Any]:
+    """A config with ``value`` at the dotted ``key`` (sidecar.drain.peer_urls, rollback.alert.webhook_url...)."""
+    *parents, last = key.split(".")
+    section: dict[str, Any] = {}
+    document = _config(**{parents[0]: section}) if parents else _config()
+    for name in parents[1:]:
+        section = section.setdefault(name, {})
+    section[last] = value
+    if key.startswith("sidecar.drain."):
+        section.setdefault("set", "replicas")
+    if key.startswith("store.s3."):
+        section.setdefault("bucket", "b")
+        document["live_repository"] = "/models"
+    return document
+
+
+# Every URL-valued key, with a good value of its kind: the same checks apply to all of them.
+URL_KEYS = {
+    "triton.url": "triton:8000",
+    "sidecar.drain.peer_urls": "http://triton-0:8088",
+    "rollback.argo.host": "https://argo-server.argo:2746",
+    "rollback.alert.webhook_url": "http://alertmanager.monitoring:9093",
+    "rollback.alert.runbook_url": "https://github.com/healer-dev/healer/blob/main/runbooks/rollback-escalated.md",
+    "store.s3.endpoint_url": "http://minio.storage:9000",
+}
+
+
+def _url_doc(key: str, url: str) -> dict[str, Any]:
+    return _in(key, [url] if key.endswith("peer_urls") else url)
+
+
+def _shown_key(key: str) -> str:
+    return f"{key}[0]" if key.endswith("peer_urls") else key
+
+
+@pytest.mark.parametrize("key", URL_KEYS)
+def test_every_url_key_accepts_a_good_url(tmp_path: Path, key: str) -> None:
+    _load(tmp_path, _url_doc(key, URL_KEYS[key]))
+
+
+def _swap_port(url: str, port: str) -> str:
+    scheme, sep, rest = url.rpartition("://")
+    host = rest.split("/")[0].rsplit(":", 1)[0]
+    return f"{scheme}{sep}{host}:{port}"
+
+
+@pytest.mark.parametrize("port", ["abc", "99999", "65536", "0", "", "８０"])
+@pytest.mark.parametrize("key", URL_KEYS)
+def test_every_url_key_refuses_a_port_that_is_not_1_to_65535(tmp_path: Path, key: str, port: str) -> None:
+    url = _swap_port(URL_KEYS[key], port)
+    assert _error(tmp_path, _url_doc(key, url)) == (
+        f"<file>: {_shown_key(key)}: port must be a number from 1 to 65535, got {port!r} in {url!r}"
+    )
+
+
+@pytest.mark.parametrize("key", URL_KEYS)
+def test_every_url_key_refuses_credentials_and_never_repeats_them(tmp_path: Path, key: str) -> None:
+    good = URL_KEYS[key]
+    scheme, sep, rest = good.rpartition("://")
+    url = f"{scheme}{sep}alice:s3cr3t@{rest}"
+    shown = f"{scheme}{sep}***@{rest}"
+    message = _error(tmp_path, _url_doc(key, url))
+    assert message == (
+        f"<file>: {_shown_key(key)}: must not carry credentials (user:password@): they would be written to "
+        f"logs and output; got {shown!r}"
+    )
+    assert "s3cr3t" not in message and "alice" not in message
+
+
+@pytest.mark.parametrize(
+    ("key", "url", "problem"),
+    [
+        ("triton.url", ":8000", "has no host, got ':8000'"),
+        ("triton.url", "::1:8000", "must write an IPv6 address in brackets ([::1]:8000), got '::1:8000'"),
+        ("triton.url", "[::1:8000", "has an unclosed '[' in its host, got '[::1:8000'"),
+        ("triton.url", "tri ton:8000", "has a space in its host, got 'tri ton:8000'"),
+        ("rollback.alert.webhook_url", "http://:9093", "has no host, got 'http://:9093'"),
+        ("rollback.argo.host", "https://", "has no host, got 'https://'"),
+        # The credentials are hidden even when something else is what is wrong.
+        (
+            "triton.url",
+            "http://bob:pw@triton:8000",
+            "must be host:port without a scheme or path, got 'http://***@triton:8000'",
+        ),
+        (
+            "rollback.alert.webhook_url",
+            "bob:pw@am:9093",
+            "must start with http:// or https://, got '***@am:9093'",
+        ),
+        (
+            "store.s3.endpoint_url",
+            "http://bob:pw@minio:abc",
+            "must not carry credentials (user:password@): they would be written to logs and output; "
+            "got 'http://***@minio:abc'",
+        ),
+    ],
+)
+def test_bad_urls_are_refused_naming_the_key(tmp_path: Path, key: str, url: str, problem: str) -> None:
+    assert _error(tmp_path, _url_doc(key, url)) == f"<file>: {_shown_key(key)}: {problem}"
+
+
+@pytest.mark.parametrize(
+    ("key", "url"),
+    [
+        ("triton.url", "[::1]:8000"),
+        ("triton.url", "10.0.0.7:8000"),
+        ("rollback.alert.webhook_url", "http://[fd00::7]:9093/"),
+        ("rollback.argo.host", "https://argo.example.com/argo"),  # behind a path-routing proxy
+        ("rollback.alert.webhook_url", "https://alertmanager.example.com"),  # the scheme's port
+        ("sidecar.drain.peer_urls", "http://triton-1.triton.ml.svc.cluster.local:8088/"),
+    ],
+)
+def test_good_urls_are_accepted(tmp_path: Path, key: str, url: str) -> None:
+    _load(tmp_path, _url_doc(key, url))
+
+
+@pytest.mark.parametrize(
+    ("listen", "problem"),
+    [
+        ("0.0.0.0:abc", "port must be a number from 1 to 65535, got 'abc' in '0.0.0.0:abc'"),
+        ("0.0.0.0:70000", "port must be a number from 1 to 65535, got '70000' in '0.0.0.0:70000'"),
+        (":8088", "has no host, got ':8088'"),
+        ("http://0.0.0.0:8088", "must be host:port without a scheme or path, got 'http://0.0.0.0:8088'"),
+    ],
+)
+def test_sidecar_listen_is_an_address_like_triton_url(tmp_path: Path, listen: str, problem: str) -> None:
+    assert _error(tmp_path, _config(sidecar={"listen": listen})) == f"<file>: sidecar.listen: {problem}"
+
+
+@pytest.mark.parametrize(
+    ("triton", "listen"),
+    [
+        ("127.0.0.1:8000", "0.0.0.0:8000"),
+        ("127.0.0.1:8000", "127.0.0.1:8000"),
+        ("localhost:8000", "127.0.0.1:8000"),
+        ("[::1]:8000", "[::]:8000"),
+        ("0.0.0.0:8000", "10.0.0.7:8000"),  # Triton binds every address by default: a local Triton owns the port
+        ("10.0.0.7:8000", "10.0.0.7:8000"),
+    ],
+)
+def test_the_sidecar_may_not_listen_on_tritons_port(tmp_path: Path, triton: str, listen: str) -> None:
+    document = _config(triton={"url": triton}, sidecar={"listen": listen})
+    assert _error(tmp_path, document) == (
+        f"<file>: sidecar.listen: port 8000 is Triton's (triton.url {triton!r}): the sidecar cannot listen "
+        f"where Triton does, got {listen!r}"
+    )
+
+
+def test_the_sidecar_may_not_listen_on_tritons_port_in_the_replica_pods(tmp_path: Path) -> None:
+    document = _config(
+        triton={"url": "127.0.0.1:8000"},
+        rollback={"replicas": {"namespace": "ml", "selector": "app=triton", "port": 9000}},
+        sidecar={"listen": "0.0.0.0:9000"},
+    )
+    assert _error(tmp_path, document) == (
+        "<file>: sidecar.listen: port 9000 is Triton's HTTP port in the replica pods (rollback.replicas.port), "
+        "where the sidecar runs beside it, got '0.0.0.0:9000'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("triton", "listen"),
+    [
+        ("127.0.0.1:8000", "0.0.0.0:8088"),  # the defaults
+        ("triton.ml:8088", "0.0.0.0:8088"),  # a remote Triton: its port is not this machine's
+        ("10.0.0.7:8000", "10.0.0.8:8000"),
+    ],
+)
+def test_other_ports_or_a_remote_triton_do_not_collide(tmp_path: Path, triton: str, listen: str) -> None:
+    assert _load(tmp_path, _config(triton={"url": triton}, sidecar={"listen": listen})).sidecar.listen == listen
+
+
+@pytest.mark.parametrize(
+    ("rollback", "problem"),
+    [
+        (
+            {"deadline_s": 5, "load_timeout_s": 600},
+            "rollback.load_timeout_s: must be at most rollback.deadline_s (5 s): the load is part of the rollback, "
+            "got 600",
+        ),
+        (
+            {"deadline_s": 20, "unload_timeout_s": 30, "load_timeout_s": 10},
+            "rollback.unload_timeout_s: must be at most rollback.deadline_s (20 s): the unload is part of the "
+            "rollback, got 30",
+        ),
+        (
+            {"deadline_s": 20, "unload_timeout_s": 10},
+            "rollback.load_timeout_s: must be at most rollback.deadline_s (20 s): the load is part of the rollback, "
+            "got 60 (the default)",
+        ),
+        (
+            {"deadline_s": 36000},
+            "rollback.deadline_s: must be at most 3600 s (a rollback's budget is 90 s by design; its lease and "
+            "its workflow last about this long), got 36000",
+        ),
+        (
+            {"deadline_s": 1e300},
+            "rollback.deadline_s: must be at most 3600 s (a rollback's budget is 90 s by design; its lease and "
+            "its workflow last about this long), got 1e+300",
+        ),
+    ],
+)
+def test_contradictory_rollback_timeouts_are_refused(tmp_path: Path, rollback: dict[str, Any], problem: str) -> None:
+    assert _error(tmp_path, _config(rollback=rollback)) == f"<file>: {problem}"
+
+
+def test_timeouts_that_fit_the_deadline_are_accepted(tmp_path: Path) -> None:
+    loaded = _load(tmp_path, _config(rollback={"deadline_s": 3600, "unload_timeout_s": 3600, "load_timeout_s": 60}))
+    assert (loaded.rollback.deadline_s, loaded.rollback.unload_timeout_s) == (3600, 3600)
+    short = _load(tmp_path, _config(rollback={"deadline_s": 10, "unload_timeout_s": 5, "load_timeout_s": 10}))
+    assert short.rollback.load_timeout_s == 10
