@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from healer.settings import ConfigError, Settings, load_settings
+from healer.settings import MAX_DEADLINE_S, ConfigError, Settings, check_listen, load_settings, parse_address
 
 EXIT_USAGE = 64  # bad arguments or configuration (sysexits EX_USAGE); 0/1/2 are the probe verdicts
 EXIT_REFUSED = 3  # promote refused, rollback did not succeed
@@ -46,23 +46,23 @@ EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
     "drill": (
         (0, "every scenario that ran got its expected outcome within the budget"),
         (1, "at least one scenario missed its expected outcome or the budget"),
-        (EXIT_USAGE, "bad arguments or configuration, or the target could not be set up"),
+        (EXIT_USAGE, "bad arguments or configuration (a model not in it), or the target could not be set up"),
     ),
     "promote": (
         (0, "promoted"),
         (EXIT_REFUSED, "refused: quarantined, not served, or its golden request did not pass"),
-        (EXIT_USAGE, "bad arguments or configuration (no store)"),
+        (EXIT_USAGE, "bad arguments or configuration (no store, a model not in it, a bad version)"),
     ),
     "store": (
         (0, "listed; quarantine lifted"),
         (1, "unquarantine: the version is not quarantined"),
         (EXIT_REFUSED, "the store could not be read or written"),
-        (EXIT_USAGE, "bad arguments or configuration (no store, a bad model name or version)"),
+        (EXIT_USAGE, "bad arguments or configuration (no store, a model not in it, a bad name or version)"),
     ),
     "rollback": (
         (0, "the rollback succeeded: the stable version is restored and verified"),
         (EXIT_REFUSED, "not submitted, failed, or not finished within --wait"),
-        (EXIT_USAGE, "bad arguments or configuration"),
+        (EXIT_USAGE, "bad arguments or configuration (a model not in it, a bad version)"),
     ),
     "runs": (
         (0, "listed or shown"),
@@ -165,6 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"healer: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    problem = _named_problem(settings, args)
+    if problem is not None:
+        command = " ".join(filter(None, (args.command, getattr(args, "store_command", None))))
+        print(f"healer: {command}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     handlers = {
         "probe": _cmd_probe,
         "demo": _cmd_demo,
@@ -176,6 +181,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sidecar": _cmd_sidecar,
     }
     return handlers[args.command](settings, args)
+
+
+# The arguments that name a model or a version, wherever a command takes them (MODEL, VERSION,
+# FROM_VERSION, drill --model): checked once, in main, before any command acts on them.
+NAMED_ARGUMENTS = ("model", "version", "from_version")
+
+
+def _named_problem(settings: Settings, args: argparse.Namespace) -> str | None:
+    """What is wrong with the model and version the command line names, or None. The name rules
+    first (healer.store.check_name: a model name and a version number that cannot steer a path), then
+    the configuration: a command acts only on a model of the config's models, never on a name it was
+    only given (a rollback of it would quarantine, escalate and alert about a model nobody runs)."""
+    from healer.store import check_name
+
+    model = getattr(args, "model", None)
+    version = getattr(args, "version", None) or getattr(args, "from_version", None)
+    if model is None:
+        return None
+    try:
+        check_name(model, version)
+    except ValueError as exc:
+        return str(exc)
+    configured = [m.name for m in settings.models]
+    if model not in configured:
+        return f"unknown model {model!r}: {settings.source} configures {', '.join(configured)}"
+    return None
 
 
 def _cmd_webhook(args: argparse.Namespace) -> int:
@@ -462,6 +493,11 @@ def _print_data(data: Any, output: str) -> None:
 
 def _cmd_probe(settings: Settings, args: argparse.Namespace) -> int:
     if args.url:
+        try:
+            parse_address(args.url, url=False)  # as triton.url is checked: a port, no credentials to print
+        except ValueError as exc:
+            print(f"healer: probe: --url: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         settings = dataclasses.replace(settings, triton=dataclasses.replace(settings.triton, url=args.url))
     return _probe_and_print(settings, settings.triton.url, output=args.output)
 
@@ -581,6 +617,13 @@ def _cmd_render(args: argparse.Namespace) -> int:
     from workflows.rollback import TemplateOptions, render_all
 
     defaults = TemplateOptions()
+    if args.deadline is not None and not 1 <= args.deadline <= MAX_DEADLINE_S:
+        print(
+            f"healer: render: --deadline: must be from 1 to {MAX_DEADLINE_S} seconds (as rollback.deadline_s), "
+            f"got {args.deadline}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     options = TemplateOptions(
         image=args.image or defaults.image,
         namespace=args.namespace or defaults.namespace,
@@ -729,14 +772,9 @@ class _NotQuarantined(Exception):
 def _cmd_store_unquarantine(settings: Settings, args: argparse.Namespace) -> int:
     """Lift a quarantine: the ledger first (the truth), then the audit record, then the files."""
     from healer.ledger import Ledger
-    from healer.store import StoreError, check_name, quarantined_copies, utc_now
+    from healer.store import StoreError, quarantined_copies, utc_now
 
-    model, version, reason = args.model, args.version, args.reason.strip()
-    try:
-        check_name(model, version)
-    except ValueError as exc:
-        print(f"healer: store unquarantine: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    model, version, reason = args.model, args.version, args.reason.strip()  # names checked in main
     if not reason:
         print("healer: store unquarantine: --reason must say why the version is safe again", file=sys.stderr)
         return EXIT_USAGE
@@ -916,6 +954,22 @@ def _drain_peers(settings: Settings, kube_client: Any) -> Any:
     return HttpPeers(pod_identity(), drain.peer_urls, timeout_s=drain.timeout_s)
 
 
+def _sidecar_problem(settings: Settings, args: argparse.Namespace) -> str | None:
+    """Why the sidecar cannot start with these settings and arguments, or None."""
+    if args.listen:
+        try:  # as sidecar.listen is checked when the file is read
+            check_listen(settings, args.listen)
+        except ValueError as exc:
+            return f"sidecar: --listen: {exc}"
+    if settings.store is None and (settings.rollback.engine == "local" or settings.sidecar.fallback_to_local):
+        return (
+            f"{settings.source}: store: is required to roll back in the pod (engine local or sidecar.fallback_to_local)"
+        )
+    if settings.store is None and settings.sidecar.drain is not None:
+        return f"{settings.source}: store: is required by sidecar.drain (the replica set's drain set lives there)"
+    return None
+
+
 def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
     import signal
     import threading
@@ -926,18 +980,9 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
     from healer.sidecar_http import SidecarServer
     from healer.triton import TritonHttp
 
-    if settings.store is None and (settings.rollback.engine == "local" or settings.sidecar.fallback_to_local):
-        print(
-            f"healer: {settings.source}: store: is required to roll back in the pod (engine local or "
-            "sidecar.fallback_to_local)",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    if settings.store is None and settings.sidecar.drain is not None:
-        print(
-            f"healer: {settings.source}: store: is required by sidecar.drain (the replica set's drain set lives there)",
-            file=sys.stderr,
-        )
+    problem = _sidecar_problem(settings, args)
+    if problem is not None:
+        print(f"healer: {problem}", file=sys.stderr)
         return EXIT_USAGE
     submit_bound = min(settings.rollback.argo.request_timeout_s, settings.sidecar.argo_submit_timeout_s)
 
