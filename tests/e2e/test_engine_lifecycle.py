@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from healer.engines import TEMPLATE_NAME, EngineNotFound, EngineRejected, RollbackRequest, workflow_name
+from healer.engines import TEMPLATE_NAME, EngineNotFound, EngineRejected, RollbackRequest, Submission, workflow_name
 from healer.engines.argo import TITLE_ANNOTATION, ArgoEngine
 from healer.engines.factory import argo_engine
 from healer.labels import label_value
@@ -254,14 +254,12 @@ def test_a_rollback_that_succeeds_reports_its_outputs_and_frees_the_model(
     wait_for(lambda: engine.status(queued).phase == "Running", timeout_s=60, what="the queued rollback runs")
 
 
-def test_a_rollback_whose_heal_step_fails_names_the_step_and_escalates(
-    control_plane: ControlPlane, rollback_template: dict[str, Any], engine: ArgoEngine
-) -> None:
-    request = RollbackRequest(model="e2e_failure", from_version="4", incident="inc-failure-1")
-    name = engine.submit(request).name
+def heal_fails(control_plane: ControlPlane, name: str, message: str) -> None:
+    """The workflow's heal step ends with exit code 1 (not 75: that alone is retried), and its exit
+    handler's escalate step then succeeds: the workflow ends Failed."""
     pod = heal_pod(control_plane, name)
     executor_reports(control_plane, pod, {})
-    kubelet_ends(control_plane, pod, exit_code=1, message="golden request #2 still wrong")  # 75 alone is retried
+    kubelet_ends(control_plane, pod, exit_code=1, message=message)
 
     def escalate_pod() -> dict[str, Any] | None:
         pods = control_plane.api().get(
@@ -274,8 +272,56 @@ def test_a_rollback_whose_heal_step_fails_names_the_step_and_escalates(
     executor_reports(control_plane, escalate, {"alert": ""})
     kubelet_ends(control_plane, escalate, exit_code=0)
 
+
+def test_a_rollback_whose_heal_step_fails_names_the_step_and_escalates(
+    control_plane: ControlPlane, rollback_template: dict[str, Any], engine: ArgoEngine
+) -> None:
+    request = RollbackRequest(model="e2e_failure", from_version="4", incident="inc-failure-1")
+    name = engine.submit(request).name
+    heal_fails(control_plane, name, "golden request #2 still wrong")
+
     failed = engine.wait(name, timeout_s=60)
     assert failed.phase == "Failed" and failed.done and not failed.succeeded, failed
     assert "golden request #2 still wrong" in failed.message
     assert "heal" in failed.message  # the failed step is named, not only "child ... failed"
     assert workflow_name(request) == name
+
+
+def test_a_failed_run_is_joined_by_its_own_occurrence_and_stepped_past_by_a_later_one(
+    control_plane: ControlPlane, rollback_template: dict[str, Any], engine: ArgoEngine, sidecar_token: str
+) -> None:
+    """On a 409 the engine reads the run's age from Argo alone: the API server's creationTimestamp
+    against the Argo Server's Date header, both real here. Within the window (a replica that detected
+    late) the Failed run is joined; past it (the same broken version back later) a successor is
+    created, and a second replica of that later occurrence joins the successor, not the old run."""
+    request = RollbackRequest(model="e2e_occurrence", from_version="4", incident="inc-occurrence-1")
+    first = engine.submit(request)
+    assert first.created
+    heal_fails(control_plane, first.name, "the store did not answer")
+    assert engine.wait(first.name, timeout_s=60).phase == "Failed"
+
+    # This occurrence (the default window, 300 s): joined. Had the Argo Server sent no Date, the age
+    # would be unknown and a finished run not joined: so this also shows the real Date is read.
+    assert engine.submit(request) == Submission(first.name, created=False)
+
+    # A later occurrence. The API server's clock cannot be moved, so the window shrinks instead (1 s
+    # stands for the default 300 s) and the run is let age past it: the one real wait here, < 3 s.
+    created = dt.datetime.fromisoformat(stored(control_plane, first.name)["metadata"]["creationTimestamp"])
+    time.sleep(max(0.0, created.timestamp() + 2.5 - time.time()))  # creationTimestamp and Date: whole seconds
+
+    def replica() -> ArgoEngine:
+        return ArgoEngine(
+            control_plane.argo_url, "ml", token=sidecar_token, verify_ssl=True, request_timeout_s=10, join_window_s=1
+        )
+
+    with replica() as later, replica() as other:
+        again = later.submit(request)
+        assert again.created and again.name != first.name
+        assert other.submit(request) == Submission(again.name, created=False)  # the same successor, joined
+
+    successor = stored(control_plane, again.name)
+    assert successor["metadata"]["labels"]["healer.io/incident"] == "inc-occurrence-1"
+    assert {p["name"]: p.get("value") for p in successor["spec"]["arguments"]["parameters"]}["from-version"] == "4"
+    assert stored(control_plane, first.name)["status"]["phase"] == "Failed"  # the old run is left as it was
+    # The successor is a rollback like any other: the controller takes it up (the model's mutex is free).
+    wait_for(lambda: engine.status(again.name).phase == "Running", timeout_s=60, what="the successor runs")
