@@ -215,8 +215,9 @@ class DrainSettings:
     settle_s: float = 10.0  # no longer used (the drain set orders admissions): accepted so older files load
     keep_decision_s: float = 60.0  # peers or drain set unreadable: keep a drain this long, then serve
     timeout_s: float = 2.0  # one peer /status read (peer_urls; read in parallel)
-    # The drain set's name in the store, shared by the pods of one replica set (None: derived from
-    # peers' namespace and selector, or "default" with peer_urls).
+    # The drain set's name in the store, shared by the pods of one replica set and by no other set
+    # (None: derived from peers' namespace and selector; with peer_urls a file must give it, see
+    # _parse_drain, and only settings built in code, e.g. a drill's scratch set, fall back to "default").
     set_name: str | None = None
     store_timeout_s: float = 5.0  # the longest one read-decide-write of the drain set may hold the probe loop
 
@@ -556,6 +557,20 @@ def _parse_drain(reader: _Reader, raw: Any) -> DrainSettings:
         urls.append(reader.address(url, f"{key}.peer_urls[{i}]", url=True).rstrip("/"))
     if data.get("peer_urls") is not None and not urls:
         raise ConfigError(reader.source, f"{key}.peer_urls", "must list at least one sidecar URL")
+    # With peer_urls the file must name the drain set. Nothing in it says which replica set this is:
+    # a fixed name ("default", as before) is shared by every such set writing to the store, and one
+    # set's writer prunes the other's drained pod (not among its peers), so the other's second pod
+    # drains too. A name derived from the URLs would differ between sets, but it changes with the
+    # list: while a rollout changes peer_urls, old and new pods of one set would use two drain sets and
+    # could both drain. Only a person knows the set's lasting name. (With peers, namespace and
+    # selector are the set's identity and stay put as it scales: the name is derived from them.)
+    if urls and data.get("set") is None:
+        raise ConfigError(
+            reader.source,
+            f"{key}.set",
+            "is required with peer_urls: name the replica set's drain set (the same name in every pod of "
+            "the set, a different one in every other set sharing the store)",
+        )
     return DrainSettings(
         min_ready=reader.integer(data.get("min_ready", d.min_ready), f"{key}.min_ready", minimum=1),
         peers=peers,

@@ -858,10 +858,16 @@ def test_sidecar_drain_with_kubernetes_peers(tmp_path: Path) -> None:
 
 
 def test_sidecar_drain_with_peer_urls(tmp_path: Path) -> None:
-    drain = {"peer_urls": ["http://triton-0:8088/", "http://triton-1:8088"], "settle_s": 1, "keep_decision_s": 5}
+    drain = {
+        "peer_urls": ["http://triton-0:8088/", "http://triton-1:8088"],
+        "settle_s": 1,
+        "keep_decision_s": 5,
+        "set": "triton",  # required with peer_urls (tests/test_drain_set_names.py)
+    }
     loaded = _load(tmp_path, _config(sidecar={"drain": drain})).sidecar.drain
     assert loaded is not None and loaded.peers is None
     assert loaded.peer_urls == ("http://triton-0:8088", "http://triton-1:8088")
+    assert loaded.drain_set == "triton"
     assert (loaded.min_ready, loaded.settle_s, loaded.keep_decision_s) == (1, 1.0, 5.0)
 
 
@@ -886,7 +892,7 @@ def test_the_cluster_example_never_drains_the_last_replica() -> None:
             "<file>: sidecar.drain.peer_urls[0]: must start with http:// or https://, got 'triton-0:8088'",
         ),
         (
-            {"drain": {"peer_urls": ["http://x"], "min_ready": 0}},
+            {"drain": {"peer_urls": ["http://x"], "min_ready": 0, "set": "s"}},
             "<file>: sidecar.drain.min_ready: must be >= 1, got 0",
         ),
         ({"drain": {"peers": {"namespace": "ml"}}}, "<file>: sidecar.drain.peers.selector: is required"),

@@ -386,7 +386,7 @@ def test_healer_sidecar_command_serves_endpoints_logs_json_and_stops_on_sigterm(
     }
     port = free_port()
     # The drain rule with this sidecar as its only peer: wired from the config, visible in /status.
-    drain = {"peer_urls": [f"http://127.0.0.1:{port}"], "settle_s": 0.2}
+    drain = {"peer_urls": [f"http://127.0.0.1:{port}"], "settle_s": 0.2, "set": "triton"}
     document["sidecar"] = {"listen": f"127.0.0.1:{port}", "period_s": 0.2, "drain": drain}
     (tmp_path / "token").write_text("s3cr3t-argo-token\n")
     config = tmp_path / "healer.yaml"

@@ -1184,7 +1184,7 @@ def test_the_sidecar_command_refuses_a_drain_without_a_store(
 ) -> None:
     from healer.cli import EXIT_USAGE, main
 
-    drain = {"peer_urls": ["http://127.0.0.1:9"]}
+    drain = {"peer_urls": ["http://127.0.0.1:9"], "set": "triton"}
     config = write_config(tmp_path, {"drain": drain, "fallback_to_local": False}, store=False)
     assert main(["sidecar", "--config", str(config)]) == EXIT_USAGE
     assert "store: is required by sidecar.drain" in capsys.readouterr().err
