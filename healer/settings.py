@@ -25,6 +25,9 @@ import yaml
 MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 # Triton's version directories are positive integers.
 VERSION_PATTERN = re.compile(r"^[1-9][0-9]{0,18}\Z")
+# The version a rollback names when the failing one was never seen (a model failing before any version
+# answered, healer/state.py): it is healed, but it is no Triton version (no files move for it).
+UNKNOWN_VERSION = "unknown"
 
 # KServe v2 / Triton datatypes and the numpy dtype each one travels as.
 DATATYPES: Mapping[str, npt.DTypeLike] = {

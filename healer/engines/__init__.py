@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from healer.settings import UNKNOWN_VERSION, VERSION_PATTERN
+
 TEMPLATE_NAME = "healer-rollback"
 DONE_PHASES = frozenset({"Succeeded", "Failed", "Error"})
 # Short codes: they become Kubernetes label values (<= 63 chars, [A-Za-z0-9_.-]).
@@ -76,6 +78,17 @@ class RollbackRequest:
             raise ValueError(f"reason must be one of {sorted(REASONS)}, got {self.reason!r}")
         if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?", self.incident):
             raise ValueError(f"incident must be a label-safe id, got {self.incident!r}")
+        # Versions become paths and ledger records: a name like "../../2" must never reach the ledger as
+        # a quarantine that `healer store unquarantine` (which takes version numbers only) cannot lift.
+        if self.from_version != UNKNOWN_VERSION and not VERSION_PATTERN.match(self.from_version):
+            raise ValueError(
+                f"from_version must be a version number (a positive integer) or {UNKNOWN_VERSION!r}, "
+                f"got {self.from_version!r}"
+            )
+        if self.to_version != AUTO and not VERSION_PATTERN.match(self.to_version):
+            raise ValueError(
+                f"to_version must be a version number (a positive integer) or {AUTO!r}, got {self.to_version!r}"
+            )
 
     def parameters(self) -> dict[str, str]:
         """The workflow's parameters, by the names the WorkflowTemplate declares."""
