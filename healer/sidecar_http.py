@@ -1,107 +1,363 @@
-"""The sidecar's HTTP endpoints: /livez, /readyz, /metrics, /status, on a bounded server.
+"""The sidecar's HTTP endpoints (/livez, /readyz, /metrics, /status) on a listener slow clients cannot starve.
 
-Bounded because the listener is reachable from the pod network (the kubelet's probes and
-Prometheus come from outside the pod): at most ``MAX_CONNECTIONS`` requests are served at once and
-further connections are closed at once rather than queued; each connection is one request
-(HTTP/1.0, no keep-alive) and every read times out after ``READ_TIMEOUT_S``. A flood can make the
-endpoints answer slowly or refuse, never exhaust the sidecar's memory or threads, and never touch
-Triton: Triton's liveness is probed by the kubelet on Triton's own port, not through the sidecar.
+The listener is reachable from the pod network (the kubelet's probes and Prometheus come from outside
+the pod), and Triton's readinessProbe goes through ``/readyz``: a listener that a few slow clients can
+fill would take every Triton pod out of the Service at once, whatever the draining rule says. The
+webhook (healer/webhook.py) serves on the same listener, where an unanswered AdmissionReview is a
+Triton pod created without its sidecar. So:
+
+* one asyncio event loop on a daemon thread accepts and reads every connection; a connection costs a
+  few kB of buffers, not a thread, and accepting never waits for anything;
+* each request has a **total** deadline (``REQUEST_DEADLINE_S``: TLS handshake, request line, headers
+  and body together), not a per-read timeout: a client that sends one byte a second loses its
+  connection after that long, however it paces its bytes;
+* at most ``MAX_CONNECTIONS`` connections are open at once; a new one over the cap closes the
+  connection that has been reading its request the longest (a slow client by definition: a probe
+  sends its request in one packet and is read within a millisecond), so a flood of any size cannot
+  keep a new connection out, and refuses only if every open connection is past its request;
+* the answers that need no work are written from the loop at once: ``/readyz`` is the verdict the
+  sidecar's loop keeps (``Sidecar.ready()`` reads memory under a lock held only for memory) and
+  ``/livez`` the liveness tier of the last cycle; no I/O, nothing queued in front of them. The others
+  (``/metrics``, ``/status``, the webhook's ``/mutate``) run on a small thread pool, so a slow one
+  never holds up a probe;
+* writing the answer has its own deadline (``WRITE_DEADLINE_S``): a client that does not read loses
+  its connection. Bodies (the webhook's) are capped per request and in total (``BODY_BUDGET_BYTES``
+  buffered at once), so a flood cannot exhaust the memory either.
+
+One request per connection (answered HTTP/1.0, ``Connection: close``). Triton is never touched:
+its liveness is probed by the kubelet on Triton's own port, not through the sidecar.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import json
 import socket
+import ssl
 import threading
-import urllib.error
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+import structlog
+
+from probes.result import Tier
 
 if TYPE_CHECKING:
     from healer.sidecar import Sidecar
 
-MAX_CONNECTIONS = 16
-READ_TIMEOUT_S = 2.0
+log = structlog.get_logger("healer.http")
+
+MAX_CONNECTIONS = 256  # open at once; over it, the slowest reader is closed (a few kB each)
+REQUEST_DEADLINE_S = 2.0  # the whole request: TLS handshake, request line, headers, body
+WRITE_DEADLINE_S = 2.0  # the whole answer
+WORK_DEADLINE_S = 10.0  # a pool job (/status, /metrics, /mutate): far over what any takes
+LINE_LIMIT = 8192  # the request line and each header line
+HEAD_LIMIT = 16384  # the request line and all headers together
+MAX_HEADERS = 64
+BODY_BUDGET_BYTES = 16 << 20  # request bodies buffered at once, all connections together
+WORKERS = 2
+
+TEXT = "text/plain; charset=utf-8"
 
 
-def triton_live(url: str, timeout_s: float) -> tuple[bool, str]:
-    """The liveness tier for /livez, over plain urllib (safe from any thread)."""
-    try:
-        with urllib.request.urlopen(f"http://{url}/v2/health/live", timeout=timeout_s) as response:
-            return response.status == 200, f"HTTP {response.status}"
-    except urllib.error.HTTPError as exc:
-        return False, f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError) as exc:
-        return False, f"not answering: {getattr(exc, 'reason', exc)}"
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str  # without the query
+    headers: dict[str, str]  # names lower-cased
+    body: bytes = b""
 
 
-class BoundedHTTPServer(ThreadingHTTPServer):
-    """A ThreadingHTTPServer with a cap on concurrent connections: over it, a connection is closed."""
+@dataclass(frozen=True)
+class Response:
+    code: int
+    body: bytes
+    content_type: str = TEXT
 
-    daemon_threads = True
-    request_queue_size = MAX_CONNECTIONS
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], limit: int) -> None:
-        super().__init__(address, handler)
-        self._slots = threading.BoundedSemaphore(limit)
-        self.refused = 0  # connections closed because every slot was taken
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.refused += 1
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+    @classmethod
+    def text(cls, code: int, body: str) -> Response:
+        return cls(code, body.encode())
 
 
-class QuietHandler(BaseHTTPRequestHandler):
-    """One request per connection, reads bounded in time, no access log."""
+Handler = Callable[[Request], Response]
+Inline = Callable[[Request], "Response | None"]
 
-    timeout = READ_TIMEOUT_S  # per read: an idle or slow client loses its slot
-    protocol_version = "HTTP/1.0"  # one request per connection
 
-    def reply(self, code: int, body: str | bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-        data = body.encode() if isinstance(body, str) else body
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+class _Refused(Exception):
+    """The request is answered with this response before it was read in full (400, 411, 413, ...)."""
 
-    def log_message(self, *args: Any) -> None:
-        pass  # probes hit these endpoints every few seconds; the access log is noise
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.body.decode(errors="replace"))
+        self.response = response
+
+
+@dataclass
+class ListenerStats:
+    """What the listener did about clients that do not behave (for tests and people)."""
+
+    answered: int = 0
+    timed_out: int = 0  # the request was not in within REQUEST_DEADLINE_S
+    evicted: int = 0  # closed while still reading, to make room for a new connection
+    refused: int = 0  # over the cap with no connection to evict: closed at once
+    open_now: int = 0
+
+
+@dataclass(eq=False)
+class _Connection:
+    writer: asyncio.StreamWriter
+    since: float
+    reading: bool = True
+    buffered: int = 0
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
 class BackgroundServer:
-    """A BoundedHTTPServer on ``listen`` (host:port, IPv4 or [IPv6]), served from a daemon thread."""
+    """The listener on ``listen`` (host:port, IPv4 or [IPv6]), served from a daemon thread.
 
-    def __init__(self, listen: str, handler: type[BaseHTTPRequestHandler], max_connections: int, name: str) -> None:
+    ``inline`` answers on the event loop (it must not block: in-memory verdicts only) or returns None;
+    ``handler`` then answers on the thread pool. ``tls`` gives the SSL context for each new connection
+    (None: plain HTTP). ``max_body`` bytes at most per request body (0: no method with a body)."""
+
+    def __init__(
+        self,
+        listen: str,
+        *,
+        handler: Handler,
+        inline: Inline | None = None,
+        name: str,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+        max_body: int = 0,
+        max_connections: int = MAX_CONNECTIONS,
+        request_deadline_s: float = REQUEST_DEADLINE_S,
+        workers: int = WORKERS,
+    ) -> None:
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        server_class = type("ListeningServer", (BoundedHTTPServer,), {"address_family": family})
-        self.httpd = server_class((host or "0.0.0.0", int(port)), handler, max_connections)  # noqa: S104
-        bound_host, bound_port = self.httpd.server_address[:2]
-        self.address = f"{bound_host!s}:{bound_port}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name=name, daemon=True)
+        self._sock = socket.create_server((host or "0.0.0.0", int(port)), family=family, backlog=128)  # noqa: S104
+        bound_host, bound_port = self._sock.getsockname()[:2]
+        self.address = f"[{bound_host}]:{bound_port}" if family == socket.AF_INET6 else f"{bound_host}:{bound_port}"
+        self._handler, self._inline, self._tls, self._max_body = handler, inline, tls, max_body
+        self._cap, self._deadline_s = max_connections, request_deadline_s
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-work")
+        self._open: dict[_Connection, None] = {}  # insertion order: the oldest first
+        self._buffered = 0
+        self.stats = ListenerStats()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
+    # ---- life cycle (any thread) ------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
+        if not self._started.wait(timeout=10.0):
+            raise RuntimeError(f"{self._thread.name}: the listener did not start within 10 s")
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
+                loop.call_soon_threadsafe(stopping.set)
+            self._thread.join(timeout=10.0)
+        self._sock.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _serve(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except Exception:  # the listener's own failure: said, and the probes fail (the kubelet sees it)
+            log.exception("listener_failed", listener=self._thread.name)
+        finally:
+            self._started.set()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        server = await asyncio.start_server(self._accepted, sock=self._sock, limit=LINE_LIMIT)
+        self._started.set()
+        async with server:
+            await self._stopping.wait()
+        for connection in list(self._open):
+            if connection.task is not None:
+                connection.task.cancel()
+
+    # ---- one connection (the event loop) -----------------------------------------------------------
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        if len(self._open) >= self._cap:
+            victim = next((c for c in self._open if c.reading), None)
+            if victim is None:
+                self.stats.refused += 1
+                writer.transport.abort()
+                return
+            self.stats.evicted += 1
+            self._forget(victim)
+            victim.writer.transport.abort()
+            if victim.task is not None:
+                victim.task.cancel()
+        connection = _Connection(writer, loop.time(), task=asyncio.current_task())
+        self._open[connection] = None
+        self.stats.open_now = len(self._open)
+        try:
+            await self._exchange(connection, reader, writer)
+        except asyncio.CancelledError:
+            pass  # evicted, or the server stopping
+        except (OSError, ssl.SSLError, EOFError, asyncio.IncompleteReadError):
+            pass  # the client went away or spoke no TLS: nobody to answer
+        except Exception:  # a bug in the listener: said, and this connection closed; the others go on
+            log.exception("connection_failed", listener=self._thread.name)
+        finally:
+            self._forget(connection)
+            writer.transport.abort()
+
+    def _forget(self, connection: _Connection) -> None:
+        self._open.pop(connection, None)
+        self._buffered -= connection.buffered
+        connection.buffered = 0
+        self.stats.open_now = len(self._open)
+
+    async def _exchange(
+        self, connection: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            async with asyncio.timeout(self._deadline_s):
+                if self._tls is not None:
+                    await writer.start_tls(self._tls())
+                request = await self._read(connection, reader)
+        except TimeoutError:
+            self.stats.timed_out += 1
+            return  # no answer: the client was too slow to be worth one
+        except _Refused as refused:
+            connection.reading = False
+            await self._write(writer, refused.response)
+            return
+        connection.reading = False
+        response = self._inline(request) if self._inline is not None else None
+        if response is None:
+            job = asyncio.get_running_loop().run_in_executor(self._pool, self._handler, request)
+            try:
+                async with asyncio.timeout(WORK_DEADLINE_S):
+                    response = await job
+            except TimeoutError:
+                response = Response.text(503, "timed out\n")
+            except Exception:
+                log.exception("handler_failed", listener=self._thread.name, path=request.path)
+                response = Response.text(500, "internal error\n")
+            finally:
+                self._forget_body(connection)
+        await self._write(writer, response)
+
+    def _forget_body(self, connection: _Connection) -> None:
+        self._buffered -= connection.buffered
+        connection.buffered = 0
+
+    async def _read(self, connection: _Connection, reader: asyncio.StreamReader) -> Request:
+        line = await _line(reader)
+        if not line:
+            raise EOFError
+        parts = line.decode("latin-1").split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            raise _Refused(Response.text(400, "bad request line\n"))
+        method, target = parts[0], parts[1]
+        headers: dict[str, str] = {}
+        size = len(line)
+        for _ in range(MAX_HEADERS + 1):
+            line = await _line(reader)
+            if not line:
+                raise EOFError
+            if line in (b"\r\n", b"\n"):
+                break
+            size += len(line)
+            if size > HEAD_LIMIT:
+                raise _Refused(Response.text(431, "request headers too large\n"))
+            name, colon, value = line.decode("latin-1").partition(":")
+            if not colon or not name or name != name.strip():
+                raise _Refused(Response.text(400, "bad header line\n"))
+            key, value = name.lower(), value.strip()
+            if key in headers and key == "content-length" and headers[key] != value:
+                raise _Refused(Response.text(400, "conflicting Content-Length\n"))
+            headers[key] = value
+        else:
+            raise _Refused(Response.text(431, f"over {MAX_HEADERS} headers\n"))
+        body = b""
+        if method in {"POST", "PUT", "PATCH"}:
+            body = await self._body(connection, reader, headers)
+        return Request(method, target.split("?", 1)[0], headers, body)
+
+    async def _body(self, connection: _Connection, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+        if "transfer-encoding" in headers or "content-length" not in headers:
+            raise _Refused(Response.text(411, "Content-Length required\n"))
+        raw = headers["content-length"]
+        if not raw.isdigit():
+            raise _Refused(Response.text(400, "bad Content-Length\n"))
+        length = int(raw)
+        if length > self._max_body:
+            raise _Refused(Response.text(413, f"body over {self._max_body} bytes\n"))
+        chunks: list[bytes] = []
+        while length > 0:
+            chunk = await reader.read(min(length, 65536))
+            if not chunk:
+                raise EOFError
+            # Bytes as they arrive, not as declared: a client that declares 1 MiB and trickles it holds little.
+            connection.buffered += len(chunk)
+            self._buffered += len(chunk)
+            if self._buffered > BODY_BUDGET_BYTES:
+                raise _Refused(Response.text(503, "too many request bodies at once: retry\n"))
+            chunks.append(chunk)
+            length -= len(chunk)
+        return b"".join(chunks)
+
+    async def _write(self, writer: asyncio.StreamWriter, response: Response) -> None:
+        reason = HTTPStatus(response.code).phrase if response.code in HTTPStatus._value2member_map_ else ""
+        head = (
+            f"HTTP/1.0 {response.code} {reason}\r\nServer: healer\r\nContent-Type: {response.content_type}\r\n"
+            f"Content-Length: {len(response.body)}\r\nConnection: close\r\n\r\n"
+        ).encode("latin-1")
+        writer.transport.set_write_buffer_limits(high=0)  # drain() then waits for every byte to be sent
+        try:
+            async with asyncio.timeout(WRITE_DEADLINE_S):
+                writer.write(head + response.body)
+                await writer.drain()
+                self.stats.answered += 1
+                if writer.transport.get_extra_info("sslcontext") is not None:
+                    writer.close()  # TLS close_notify, bounded by the same deadline
+                    await writer.wait_closed()
+                elif writer.can_write_eof():
+                    writer.write_eof()
+        except TimeoutError:
+            pass  # the client does not read: it loses the connection
+
+
+async def _line(reader: asyncio.StreamReader) -> bytes:
+    try:
+        return await reader.readline()
+    except ValueError as exc:  # over LINE_LIMIT without a newline
+        raise _Refused(Response.text(431, f"a line over {LINE_LIMIT} bytes\n")) from exc
+
+
+# ---- the sidecar's endpoints ---------------------------------------------------------------------------
+
+
+def readyz(owner: Sidecar) -> Response:
+    ready, problems = owner.ready()
+    return Response.text(
+        200 if ready else 503, "".join(f"{line}\n" for line in (["ok", *problems] if ready else problems))
+    )
+
+
+def livez(owner: Sidecar) -> Response:
+    """The liveness tier as the sidecar's loop last probed it (every ``period_s``): no I/O here."""
+    if owner.cycles == 0:
+        return Response.text(503, "triton not live: no probe cycle completed yet\n")
+    if owner.triton_live:
+        return Response.text(200, "ok: live at the last probe cycle\n")
+    reasons = [r.reason for results in owner.last_results.values() for r in results if r.tier is Tier.LIVENESS]
+    return Response.text(503, f"triton not live: {next((r for r in reasons if r), 'the liveness tier failed')}\n")
 
 
 class SidecarServer(BackgroundServer):
@@ -110,21 +366,20 @@ class SidecarServer(BackgroundServer):
     def __init__(self, sidecar: Sidecar, listen: str, *, max_connections: int = MAX_CONNECTIONS) -> None:
         owner = sidecar
 
-        class Handler(QuietHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/livez":
-                    ok, detail = triton_live(owner.settings.triton.url, owner.settings.triton.timeout_s)
-                    self.reply(200 if ok else 503, f"{'ok' if ok else 'triton not live'}: {detail}\n")
-                elif path == "/readyz":
-                    ready, problems = owner.ready()
-                    body = "".join(f"{line}\n" for line in (["ok", *problems] if ready else problems))
-                    self.reply(200 if ready else 503, body)
-                elif path == "/metrics":
-                    self.reply(200, owner.metrics.expose(), "text/plain; version=0.0.4; charset=utf-8")
-                elif path == "/status":
-                    self.reply(200, json.dumps(owner.status(), indent=2) + "\n", "application/json")
-                else:
-                    self.reply(404, "not found\n")
+        def inline(request: Request) -> Response | None:
+            if request.method != "GET":
+                return Response.text(405, "GET only\n")
+            if request.path == "/readyz":
+                return readyz(owner)
+            if request.path == "/livez":
+                return livez(owner)
+            if request.path in {"/metrics", "/status"}:
+                return None  # the thread pool: they build a whole document
+            return Response.text(404, "not found\n")
 
-        super().__init__(listen, Handler, max_connections, "sidecar-http")
+        def handler(request: Request) -> Response:
+            if request.path == "/metrics":
+                return Response(200, owner.metrics.expose().encode(), "text/plain; version=0.0.4; charset=utf-8")
+            return Response(200, (json.dumps(owner.status(), indent=2) + "\n").encode(), "application/json")
+
+        super().__init__(listen, handler=handler, inline=inline, name="sidecar-http", max_connections=max_connections)

@@ -38,7 +38,7 @@ from typing import Any
 import structlog
 import yaml
 
-from healer.sidecar_http import MAX_CONNECTIONS, READ_TIMEOUT_S, BackgroundServer, QuietHandler
+from healer.sidecar_http import BackgroundServer, Request, Response
 
 log = structlog.get_logger("healer.webhook")
 
@@ -49,6 +49,9 @@ TRITON_CONTAINER = "healer.io/triton-container"  # which container is Triton (de
 SIDECAR = "healer"
 MAX_BODY_BYTES = 1 << 20  # a Pod's AdmissionReview is a few kB; the API server caps objects at ~3 MB
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+# The whole request, TLS handshake and a body up to MAX_BODY_BYTES included: the API server sends a
+# review in milliseconds; a client slower than this loses its connection (webhook.timeoutSeconds: 5).
+REQUEST_DEADLINE_S = 3.0
 
 
 class InjectionConfigError(ValueError):
@@ -364,45 +367,35 @@ class ReloadingTLS:
 
 
 class WebhookServer(BackgroundServer):
-    """POST /mutate (AdmissionReview) and GET /healthz over TLS, on a bounded server."""
+    """POST /mutate (AdmissionReview) and GET /healthz over TLS, on the listener slow clients cannot
+    starve (healer/sidecar_http.py): a total deadline per request, TLS handshake included; reviews
+    are answered on a small thread pool, never behind a slow client."""
 
     def __init__(self, listen: str, tls: ReloadingTLS, config: InjectionConfig) -> None:
-        class Handler(QuietHandler):
-            def setup(self) -> None:
-                # The TLS handshake runs here, on the connection's own thread, under the read timeout.
-                self.request.settimeout(READ_TIMEOUT_S)
-                self.request = tls.context().wrap_socket(self.request, server_side=True)
-                super().setup()
+        def inline(request: Request) -> Response | None:
+            if request.method == "GET":
+                return Response.text(200, "ok\n") if request.path == "/healthz" else Response.text(404, "not found\n")
+            if request.method != "POST":
+                return Response.text(405, "GET /healthz or POST /mutate\n")
+            return None if request.path == "/mutate" else Response.text(404, "not found\n")
 
-            def do_GET(self) -> None:
-                if self.path.split("?", 1)[0] == "/healthz":
-                    self.reply(200, b"ok\n", "text/plain; charset=utf-8")
-                else:
-                    self.reply(404, b"not found\n", "text/plain; charset=utf-8")
+        def handler(request: Request) -> Response:
+            try:
+                answer = review(request.body, config)
+            except BadReview as exc:
+                return Response.text(400, f"{exc}\n")
+            return Response(200, json.dumps(answer).encode(), "application/json")
 
-            def do_POST(self) -> None:
-                if self.path.split("?", 1)[0] != "/mutate":
-                    self.reply(404, b"not found\n", "text/plain; charset=utf-8")
-                    return
-                try:
-                    length = int(self.headers.get("Content-Length", "-1"))
-                except ValueError:
-                    length = -1
-                if length < 0:
-                    self.reply(411, b"Content-Length required\n", "text/plain; charset=utf-8")
-                    return
-                if length > MAX_BODY_BYTES:
-                    self.reply(413, f"body over {MAX_BODY_BYTES} bytes\n".encode(), "text/plain; charset=utf-8")
-                    return
-                body = self.rfile.read(length)
-                try:
-                    answer = review(body, config)
-                except BadReview as exc:
-                    self.reply(400, f"{exc}\n".encode(), "text/plain; charset=utf-8")
-                    return
-                self.reply(200, json.dumps(answer).encode(), "application/json")
-
-        super().__init__(listen, Handler, MAX_CONNECTIONS, "webhook-https")
+        super().__init__(
+            listen,
+            handler=handler,
+            inline=inline,
+            name="webhook-https",
+            tls=tls.context,
+            max_body=MAX_BODY_BYTES,
+            request_deadline_s=REQUEST_DEADLINE_S,
+            workers=4,
+        )
 
 
 def serve(listen: str, cert: Path, key: Path, injection: Path, stop: threading.Event) -> None:

@@ -376,3 +376,68 @@ def test_healer_webhook_with_a_bad_injection_file_exits_64_naming_it(tmp_path: P
     injection.write_text("prot: 80\n")
     args = ["webhook", "--listen", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key)]
     assert main([*args, "--injection", str(injection)]) == 64
+
+
+# ---- do no harm: slow clients, hostile reviews, port clashes (issue 15) ----------------------------------
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Any:
+    cert, key = self_signed(tmp_path, "webhook")
+    server = WebhookServer("127.0.0.1:0", ReloadingTLS(cert, key), CONFIG)
+    server.start()
+    try:
+        yield server, cert
+    finally:
+        server.stop()
+
+
+def test_every_admission_review_is_answered_within_a_second_while_64_slow_clients_flood_the_port(
+    tls_server: Any,
+) -> None:
+    """Issue 15.2: with failurePolicy Ignore, an unanswered review is a Triton pod without the sidecar.
+    64 TLS connections each send a header line per second for 10 s (reconnecting when closed); ten
+    AdmissionReviews during the flood are all answered, each within 1 s."""
+    from tests.flood import SlowFlood
+
+    server, cert = tls_server
+    context = ssl.create_default_context(cafile=str(cert))
+    with SlowFlood(
+        server.address,
+        connections=64,
+        every_s=1.0,
+        duration_s=10.0,
+        request_line=b"POST /mutate HTTP/1.1\r\n",
+        tls=context,
+    ) as flood:
+        flood.wait_open(64, timeout_s=4.0)
+        time.sleep(1.0)
+        answers: list[tuple[int | str, float]] = []
+        flooding = []
+        for _ in range(10):
+            flooding.append(flood.open_now)
+            started = time.monotonic()
+            try:
+                status: int | str = https(server, cert, "POST", "/mutate", admission_review(triton_pod()))[0]
+            except OSError as exc:
+                status = type(exc).__name__
+            answers.append((status, round(time.monotonic() - started, 3)))
+            time.sleep(0.3)
+    print(
+        f"/mutate under 64 slow TLS clients: {answers}; flood open at each review {flooding}, "
+        f"connects {flood.connects}; {server.stats}"
+    )
+    assert [status for status, _ in answers] == [200] * 10
+    assert max(seconds for _, seconds in answers) < 1.0
+
+
+def test_a_tls_client_trickling_its_request_loses_the_connection_after_the_total_deadline(tls_server: Any) -> None:
+    from healer.webhook import REQUEST_DEADLINE_S
+    from tests.flood import trickle
+
+    server, cert = tls_server
+    context = ssl.create_default_context(cafile=str(cert))
+    data = b"POST /mutate HTTP/1.1\r\nX-Slow: " + b"a" * 200
+    held = trickle(server.address, data, every_s=0.5, give_up_s=REQUEST_DEADLINE_S + 6.0, tls=context)
+    print(f"a one-byte-per-0.5 s TLS client held its connection {held:.2f} s (deadline {REQUEST_DEADLINE_S} s)")
+    assert held < REQUEST_DEADLINE_S + 2.0
