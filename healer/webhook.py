@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import ssl
 import threading
 import time
@@ -52,6 +53,10 @@ SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 # The whole request, TLS handshake and a body up to MAX_BODY_BYTES included: the API server sends a
 # review in milliseconds; a client slower than this loses its connection (webhook.timeoutSeconds: 5).
 REQUEST_DEADLINE_S = 3.0
+# Triton's readinessProbe on /readyz (README "Probes"): a pod leaves the Service at most
+# period × failures after /readyz turns 503; one missed answer alone never unreadies it.
+READINESS_PERIOD_S = 2
+READINESS_FAILURES = 2
 
 
 class InjectionConfigError(ValueError):
@@ -236,12 +241,71 @@ def sidecar_volumes(config: InjectionConfig) -> list[dict[str, Any]]:
     ]
 
 
+_TRITON_PORT_FLAG = re.compile(r"^--(?:http|grpc|metrics)-port(?:=(\d+))?$")
+
+
+def _ports_in_use(container: Mapping[str, Any]) -> set[int]:
+    """The TCP ports a container listens on in the pod's network namespace: its declared ports, and
+    Triton's --http-port/--grpc-port/--metrics-port (often not declared)."""
+    ports = {
+        p.get("containerPort")
+        for p in container.get("ports") or []
+        if isinstance(p, Mapping) and str(p.get("protocol") or "TCP") == "TCP"
+    }
+    words = [str(w) for w in [*(container.get("command") or []), *(container.get("args") or [])]]
+    for i, word in enumerate(words):
+        if match := _TRITON_PORT_FLAG.match(word):
+            value = match.group(1) or (words[i + 1] if i + 1 < len(words) else "")
+            if value.isdigit():
+                ports.add(int(value))
+    return {p for p in ports if isinstance(p, int)}
+
+
+def port_clash(spec: Mapping[str, Any], port: int) -> str:
+    """Who already listens on ``port`` beside the sidecar ("" if nobody): an app container, or a
+    sidecar-style init container (restartPolicy Always: it runs the whole pod's life). A plain init
+    container has finished before the sidecar starts."""
+    running = [("container", c) for c in spec.get("containers") or []]
+    running += [("init container", c) for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    for what, container in running:
+        if port in _ports_in_use(container):
+            return f"{what} {container.get('name')!r} already uses port {port}"
+    return ""
+
+
+def _check_pod(spec: Mapping[str, Any]) -> None:
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers or not all(isinstance(c, Mapping) for c in containers):
+        # Invalid as it is: the API server's validation says what is wrong, not a patch that cannot
+        # apply (a 500), nor one that makes a pod whose only container is healer.
+        raise ValueError("the pod has no containers array (a list of containers) to add the sidecar to")
+
+
+def _check_port(spec: Mapping[str, Any], port: int) -> None:
+    if spec.get("hostNetwork") is True:
+        raise ValueError(
+            f"hostNetwork: the sidecar's port {port} would be the node's, shared with every pod and "
+            "process there and outside any NetworkPolicy"
+        )
+    if clash := port_clash(spec, port):
+        raise ValueError(
+            f"{clash}, the sidecar's port: a second listener there would crash-loop and its probes hit the "
+            "other; free the port or change the injection's port"
+        )
+
+
 def injection_patch(pod: Mapping[str, Any], config: InjectionConfig) -> list[dict[str, Any]]:
-    """The JSONPatch (RFC 6902) that injects the sidecar; [] when there is nothing to do."""
-    if not wants_injection(pod) or already_injected(pod):
+    """The JSONPatch (RFC 6902) that injects the sidecar; [] when there is nothing to do.
+
+    Raises ValueError (why) for a pod it must not change: the caller admits it as it is, with a warning."""
+    if not wants_injection(pod):
         return []
     spec = pod.get("spec") or {}
     metadata = pod.get("metadata") or {}
+    _check_pod(spec)
+    if already_injected(pod):
+        return []
+    _check_port(spec, config.port)
     patch: list[dict[str, Any]] = [{"op": "add", "path": "/spec/containers/-", "value": sidecar_container(config)}]
     volumes = sidecar_volumes(config)
     taken = {v.get("name") for v in spec.get("volumes") or []}
@@ -271,15 +335,34 @@ def injection_patch(pod: Mapping[str, Any], config: InjectionConfig) -> list[dic
     else:
         patch.append({"op": "add", "path": f"/metadata/annotations/{_pointer(INJECTED)}", "value": SIDECAR})
     if str((annotations or {}).get(READINESS)) == "sidecar":
-        triton_name = str((annotations or {}).get(TRITON_CONTAINER) or "triton")
-        containers = spec.get("containers") or []
-        index = next((i for i, c in enumerate(containers) if c.get("name") == triton_name), None)
-        if index is None:
-            raise ValueError(f"{READINESS}: sidecar, but the pod has no container named {triton_name!r}")
-        probe = {"httpGet": {"path": "/readyz", "port": config.port}, "periodSeconds": 5, "timeoutSeconds": 3}
-        # "add" replaces an existing member: the same op whether the container had a probe or not.
-        patch.append({"op": "add", "path": f"/spec/containers/{index}/readinessProbe", "value": probe})
+        patch.append(_readiness_patch(spec, annotations or {}, config))
     return patch
+
+
+def _readiness_patch(
+    spec: Mapping[str, Any], annotations: Mapping[str, Any], config: InjectionConfig
+) -> dict[str, Any]:
+    """Triton's readinessProbe on the sidecar's /readyz (README "Probes": why these numbers)."""
+    triton_name = str(annotations.get(TRITON_CONTAINER) or "triton")
+    containers = spec.get("containers") or []
+    index = next((i for i, c in enumerate(containers) if c.get("name") == triton_name), None)
+    if index is None:
+        raise ValueError(f"{READINESS}: sidecar, but the pod has no container named {triton_name!r}")
+    # "add" replaces an existing member: the same op whether the container had a probe or not.
+    return {"op": "add", "path": f"/spec/containers/{index}/readinessProbe", "value": readiness_probe(config.port)}
+
+
+def readiness_probe(port: int | str) -> dict[str, Any]:
+    """Every 2 s, out of the Service after 2 misses in a row (at most ~4 s after /readyz turns 503,
+    plus the sidecar's own confirmation), back after 1 success. A single lost answer (a slow node,
+    a dropped packet) does not unready the pod; failureThreshold 1 would."""
+    return {
+        "httpGet": {"path": "/readyz", "port": port},
+        "periodSeconds": READINESS_PERIOD_S,
+        "timeoutSeconds": 1,
+        "failureThreshold": READINESS_FAILURES,
+        "successThreshold": 1,
+    }
 
 
 def _pointer(key: str) -> str:
@@ -294,8 +377,10 @@ def review(body: bytes, config: InjectionConfig) -> dict[str, Any]:
     """The AdmissionReview response for one request body (pure)."""
     try:
         document = json.loads(body)
+    except RecursionError as exc:
+        raise BadReview("not JSON this webhook reads: nested too deep") from exc
     except ValueError as exc:
-        raise BadReview(f"not JSON: {exc}") from exc
+        raise BadReview(f"not JSON: {str(exc)[:200]}") from exc
     if not isinstance(document, dict) or document.get("kind") != "AdmissionReview":
         raise BadReview("not an AdmissionReview")
     if document.get("apiVersion") != "admission.k8s.io/v1":
@@ -305,13 +390,25 @@ def review(body: bytes, config: InjectionConfig) -> dict[str, Any]:
         raise BadReview("request.uid is missing")
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
     answer = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
-    kind = request.get("kind") or {}
+    try:
+        _mutate(request, response, config)
+    except Exception as exc:  # a request shaped like no API server sends: admitted as it is, said why
+        log.warning("review_unreadable", uid=request["uid"], error=f"{type(exc).__name__}: {str(exc)[:200]}")
+        response.pop("patch", None)
+        response.pop("patchType", None)
+        response["warnings"] = [f"healer: sidecar not injected: the request could not be read ({type(exc).__name__})"]
+    return answer
+
+
+def _mutate(request: Mapping[str, Any], response: dict[str, Any], config: InjectionConfig) -> None:
+    kind = request.get("kind")
+    kind = kind if isinstance(kind, Mapping) else {}
     if (kind.get("group"), kind.get("kind")) != ("", "Pod") or request.get("operation") != "CREATE":
-        return answer  # not ours to change
+        return  # not ours to change
     pod = request.get("object")
     meta = pod.get("metadata") if isinstance(pod, dict) else None
     name = (meta.get("name") or meta.get("generateName") or "") if isinstance(meta, dict) else ""
-    where = f"{request.get('namespace', '?')}/{name}"
+    where = f"{request.get('namespace', '?')}/{name}"[:300]
     try:
         if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
             raise ValueError("the request's object is not a Pod")
@@ -320,12 +417,11 @@ def review(body: bytes, config: InjectionConfig) -> dict[str, Any]:
         # Never block a pod because of healer: admit it as it is, and say why it has no sidecar.
         log.warning("not_injected", pod=where, uid=request["uid"], error=str(exc))
         response["warnings"] = [f"healer: sidecar not injected: {exc}"]
-        return answer
+        return
     if patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
         log.info("injected", pod=where, uid=request["uid"], dry_run=bool(request.get("dryRun")))
-    return answer
 
 
 # ---- the HTTPS server ----------------------------------------------------------------------------------

@@ -441,3 +441,218 @@ def test_a_tls_client_trickling_its_request_loses_the_connection_after_the_total
     held = trickle(server.address, data, every_s=0.5, give_up_s=REQUEST_DEADLINE_S + 6.0, tls=context)
     print(f"a one-byte-per-0.5 s TLS client held its connection {held:.2f} s (deadline {REQUEST_DEADLINE_S} s)")
     assert held < REQUEST_DEADLINE_S + 2.0
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"volumes": []},
+        {"containers": None},
+        {"containers": []},
+        {"containers": {"name": "triton"}},
+    ],
+    ids=["no-containers-key", "containers-null", "containers-empty", "containers-not-a-list"],
+)
+def test_a_pod_without_a_containers_array_is_admitted_unmutated_for_the_api_server_to_refuse(spec: Any) -> None:
+    """Issue 15.7: an `add /spec/containers/-` patch on a pod without the array cannot apply (the API
+    server answers 500), and a patch that made one would turn an invalid pod into a healer-only pod."""
+    pod = {**triton_pod(), "spec": {"serviceAccountName": "triton", **spec}}
+    answer = review(admission_review(pod), CONFIG)
+    assert answer["response"]["allowed"] is True and "patch" not in answer["response"]
+    [warning] = answer["response"]["warnings"]
+    assert "containers" in warning and warning.startswith("healer: sidecar not injected")
+
+
+def with_container(pod: dict[str, Any], where: str, container: dict[str, Any]) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["spec"].setdefault(where, []).append(container)
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("pod", "says"),
+    [
+        (
+            with_container(
+                triton_pod(), "containers", {"name": "app", "image": "app", "ports": [{"containerPort": 8088}]}
+            ),
+            "container 'app' already uses port 8088",
+        ),
+        (
+            with_container(
+                triton_pod(),
+                "initContainers",
+                {"name": "proxy", "image": "envoy", "restartPolicy": "Always", "ports": [{"containerPort": 8088}]},
+            ),
+            "init container 'proxy' already uses port 8088",
+        ),
+        (
+            {
+                **triton_pod(),
+                "spec": {
+                    **triton_pod()["spec"],
+                    "containers": [
+                        {**triton_pod()["spec"]["containers"][0], "args": ["tritonserver", "--http-port=8088"]}
+                    ],
+                },
+            },
+            "container 'triton' already uses port 8088",
+        ),
+        (
+            {
+                **triton_pod(),
+                "spec": {
+                    **triton_pod()["spec"],
+                    "containers": [
+                        {**triton_pod()["spec"]["containers"][0], "args": ["tritonserver", "--metrics-port", "8088"]}
+                    ],
+                },
+            },
+            "container 'triton' already uses port 8088",
+        ),
+        ({**triton_pod(), "spec": {**triton_pod()["spec"], "hostNetwork": True}}, "hostNetwork"),
+    ],
+    ids=["app-container", "sidecar-init-container", "triton-http-port-arg", "triton-metrics-port-arg", "host-network"],
+)
+def test_a_pod_that_already_uses_the_sidecars_port_is_admitted_without_a_sidecar_and_told_which(
+    pod: dict[str, Any], says: str
+) -> None:
+    """Issue 15.6: a second listener on 8088 crash-loops the sidecar ("Address already in use"), and
+    its TCP liveness check would hit the app. Skipped, with a warning naming the container and port."""
+    answer = review(admission_review(pod), CONFIG)
+    assert answer["response"]["allowed"] is True and "patch" not in answer["response"]
+    [warning] = answer["response"]["warnings"]
+    assert says in warning and warning.startswith("healer: sidecar not injected"), warning
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"name": "setup", "image": "busybox", "ports": [{"containerPort": 8088}]},  # done before the sidecar starts
+        {
+            "name": "dns",
+            "image": "dns",
+            "restartPolicy": "Always",
+            "ports": [{"containerPort": 8088, "protocol": "UDP"}],
+        },
+    ],
+    ids=["plain-init-container", "udp"],
+)
+def test_ports_that_cannot_clash_with_the_sidecars_do_not_stop_the_injection(other: dict[str, Any]) -> None:
+    pod = with_container(triton_pod(), "initContainers", other)
+    answer = review(admission_review(pod), CONFIG)
+    assert "patch" in answer["response"], answer["response"].get("warnings")
+
+
+def hostile_bodies() -> list[tuple[str, bytes]]:
+    """Malformed and hostile AdmissionReviews: wrong types at every level, deep nesting, odd bytes."""
+    base = json.loads(admission_review(triton_pod()))
+    shapes: list[tuple[str, Any]] = []
+    junk: list[Any] = [None, True, 0, -1, 1.5e308, "x", "", [], {}, [1, "a"], {"a": {"b": []}}]
+    for key in ("kind", "object", "operation", "namespace", "dryRun", "uid", "resource", "userInfo"):
+        for i, value in enumerate(junk):
+            shapes.append((f"request.{key}={i}", {**base, "request": {**base["request"], key: value}}))
+    for i, value in enumerate(junk):
+        shapes.append((f"request={i}", {**base, "request": value}))
+        obj = copy.deepcopy(base["request"]["object"])
+        for key in ("metadata", "spec"):
+            shapes.append(
+                (f"object.{key}={i}", {**base, "request": {**base["request"], "object": {**obj, key: value}}})
+            )
+        for key in ("containers", "volumes", "initContainers", "imagePullSecrets", "hostNetwork"):
+            spec = {**obj["spec"], key: value}
+            shapes.append(
+                (f"spec.{key}={i}", {**base, "request": {**base["request"], "object": {**obj, "spec": spec}}})
+            )
+        for key in ("labels", "annotations"):
+            meta = {**obj["metadata"], key: value}
+            shapes.append(
+                (f"metadata.{key}={i}", {**base, "request": {**base["request"], "object": {**obj, "metadata": meta}}})
+            )
+        containers = [{**obj["spec"]["containers"][0], "ports": value}, value]
+        spec = {**obj["spec"], "containers": containers}
+        shapes.append((f"container={i}", {**base, "request": {**base["request"], "object": {**obj, "spec": spec}}}))
+        readiness = {
+            **obj["metadata"],
+            "annotations": {"healer.io/readiness": "sidecar", "healer.io/triton-container": value},
+        }
+        shapes.append(
+            (
+                f"triton-container={i}",
+                {**base, "request": {**base["request"], "object": {**obj, "metadata": readiness}}},
+            )
+        )
+    bodies = [(name, json.dumps(shape).encode()) for name, shape in shapes]
+    deep = 100_000
+    bodies += [
+        ("deep-list", b"[" * deep + b"]" * deep),
+        ("deep-object", b'{"a":' * deep + b"1" + b"}" * deep),
+        (
+            "deep-in-object",
+            json.dumps(base).encode().replace(b'"oldObject": null', b'"oldObject": ' + b"[" * deep + b"]" * deep),
+        ),
+        ("not-utf8", b"\xff\xfe\x00{"),
+        ("nan", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": NaN}'),
+        ("empty", b""),
+        ("array", b"[]"),
+        ("huge-number", b"1" + b"0" * 5000),
+    ]
+    return bodies
+
+
+def test_hostile_reviews_get_an_answer_never_a_dropped_connection() -> None:
+    """Issue 15.8, pure: what raised before (RecursionError, AttributeError) is a 400 or an admission."""
+    from healer.webhook import BadReview
+
+    for name, body in hostile_bodies():
+        try:
+            answer = review(body, CONFIG)
+        except BadReview:
+            continue
+        response = answer["response"]
+        assert response["allowed"] is True, name
+        json.dumps(answer)  # what the server writes
+
+
+def test_every_hostile_review_gets_an_http_answer_from_the_running_server(tls_server: Any) -> None:
+    """Issue 15.8, over TLS: each malformed body is answered (200 allowed, or 400), and the server
+    goes on answering well-formed reviews."""
+    server, cert = tls_server
+    answers: dict[str, int | str] = {}
+    for name, body in hostile_bodies():
+        try:
+            status, payload, _ = https(server, cert, "POST", "/mutate", body)
+        except (OSError, http.client.HTTPException) as exc:
+            status = type(exc).__name__
+        else:
+            if status == 200:
+                assert json.loads(payload)["response"]["allowed"] is True, name
+        answers[name] = status
+    dropped = {name: status for name, status in answers.items() if status not in (200, 400)}
+    print(
+        f"{len(answers)} hostile reviews: {sum(s == 200 for s in answers.values())} admitted, "
+        f"{sum(s == 400 for s in answers.values())} refused 400, dropped {dropped}"
+    )
+    assert dropped == {}
+    assert https(server, cert, "POST", "/mutate", admission_review(triton_pod()))[0] == 200
+
+
+def test_the_readiness_probe_through_the_sidecar_survives_one_missed_answer_and_still_drains_promptly() -> None:
+    """Issue 15.2: failureThreshold 1 lets a single lost answer take the pod out of the Service; the
+    drain must still take effect within a few seconds of /readyz turning 503. The injected probe and
+    the hand-written manifest's agree."""
+    import yaml
+
+    pod = triton_pod(readiness=True)
+    injected = apply(pod, review(admission_review(pod), CONFIG))["spec"]["containers"][0]["readinessProbe"]
+    manifest = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes" / "triton-with-healer.yaml"
+    deployment = next(d for d in yaml.safe_load_all(manifest.read_text()) if d and d["kind"] == "Deployment")
+    by_hand = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "triton")
+    for probe in (injected, by_hand["readinessProbe"]):
+        assert probe["httpGet"]["path"] == "/readyz"
+        assert probe["failureThreshold"] >= 2  # one miss is not a drain
+        assert probe["periodSeconds"] * probe["failureThreshold"] <= 6  # out of the Service within ~6 s
+        assert probe["timeoutSeconds"] <= probe["periodSeconds"]
+    assert {k: v for k, v in injected.items() if k != "httpGet"} == {
+        k: v for k, v in by_hand["readinessProbe"].items() if k != "httpGet"
+    }
