@@ -226,21 +226,65 @@ def _thaw(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class PutBack:
+    """What an ``unload-first`` swap unloaded on one replica, written into the lease *before* the
+    unload: if the swap is killed between the unload and the load, whoever takes the lease next
+    loads these versions again with this config, so a model that was loaded is never left unloaded."""
+
+    replica: str  # host:port of that Triton
+    versions: tuple[int, ...]
+    config: Mapping[str, Any]  # the config Triton served them with (JSON form)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"replica": self.replica, "versions": list(self.versions), "config": _thaw(self.config)}
+
+    @classmethod
+    def from_dict(cls, document: Any, *, where: str) -> PutBack:
+        try:
+            replica, versions, config = document["replica"], document["versions"], document["config"]
+        except (KeyError, TypeError) as exc:
+            raise LedgerFormatError(f"{where}: put_back: not a put-back record: {exc}") from exc
+        if not isinstance(replica, str) or not replica:
+            raise LedgerFormatError(f"{where}: put_back.replica: expected host:port, got {replica!r}")
+        if not isinstance(versions, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in versions):
+            raise LedgerFormatError(f"{where}: put_back.versions: expected a list of version numbers, got {versions!r}")
+        if not isinstance(config, dict):
+            raise LedgerFormatError(f"{where}: put_back.config: expected a model config object")
+        return cls(replica=replica, versions=tuple(versions), config=config)
+
+
+@dataclass(frozen=True)
 class LeaseSnapshot:
     """One generation of a model's lease: who holds it until when (unix wall-clock seconds).
 
+    The lease belongs to an *incident*: every attempt of the same incident (an Argo retry, a rerun,
+    the sidecar's fallback) takes it over at once from an earlier attempt, which then loses it at
+    its next renewal (fencing by holder). Its TTL is short and renewed while the holder works, so a
+    dead holder's lease frees itself in seconds (``workflows/steps.py`` LEASE_TTL_S).
+
     Clock skew: ``expires_at`` is written by the holder from its own wall clock and compared by
-    others against theirs, so the pods' clocks must agree within a few seconds (NTP). The TTL a
-    holder asks for should be its rollback deadline plus a margin that covers that skew.
+    others against theirs, so the pods' clocks must agree within a few seconds (NTP).
     """
 
     holder: str
     expires_at: float
     released: bool
     at: str  # ISO time the snapshot was written, for people
+    incident: str = ""  # "" in snapshots written before leases belonged to incidents
+    put_back: tuple[PutBack, ...] = ()  # replicas whose model must be loaded again (see PutBack)
+    note: str = ""  # why a person released or repaired it (healer store doctor)
 
     def to_json(self) -> bytes:
-        document = {"holder": self.holder, "expires_at": self.expires_at, "released": self.released, "at": self.at}
+        document: dict[str, Any] = {
+            "holder": self.holder,
+            "expires_at": self.expires_at,
+            "released": self.released,
+            "at": self.at,
+            "incident": self.incident,
+            "put_back": [p.to_dict() for p in self.put_back],
+        }
+        if self.note:
+            document["note"] = self.note
         return (json.dumps(document, indent=2) + "\n").encode()
 
     @classmethod
@@ -253,7 +297,10 @@ class LeaseSnapshot:
                 document["released"],
                 document["at"],
             )
-        except (ValueError, KeyError, TypeError) as exc:
+            incident = document.get("incident", "")
+            put_back_raw = document.get("put_back", [])
+            note = document.get("note", "")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise LedgerFormatError(f"{where}: not a healer lease: {type(exc).__name__}: {exc}") from exc
         if not isinstance(holder, str) or not holder:
             raise LedgerFormatError(f"{where}: holder: expected a non-empty string, got {holder!r}")
@@ -261,7 +308,20 @@ class LeaseSnapshot:
             raise LedgerFormatError(f"{where}: expires_at: expected unix seconds, got {expires_at!r}")
         if not isinstance(released, bool):
             raise LedgerFormatError(f"{where}: released: expected true or false, got {released!r}")
-        return cls(holder=holder, expires_at=float(expires_at), released=released, at=str(at))
+        if not isinstance(incident, str):
+            raise LedgerFormatError(f"{where}: incident: expected a string, got {incident!r}")
+        if not isinstance(put_back_raw, list):
+            raise LedgerFormatError(f"{where}: put_back: expected a list, got {put_back_raw!r}")
+        put_back = tuple(PutBack.from_dict(p, where=where) for p in put_back_raw)
+        return cls(
+            holder=holder,
+            expires_at=float(expires_at),
+            released=released,
+            at=str(at),
+            incident=incident,
+            put_back=put_back,
+            note=str(note),
+        )
 
 
 @dataclass(frozen=True)
@@ -271,14 +331,24 @@ class LeaseDecision:
     may_take: bool
     renews: bool  # the holder already holds it: the next generation extends it (re-entrant)
     reason: str
+    taken_over: bool = False  # taken from an earlier attempt of the same incident, unexpired
 
 
-def decide_lease(newest: LeaseSnapshot | None, holder: str, now: float) -> LeaseDecision:
-    """May ``holder`` take the lease whose newest snapshot is ``newest``, at wall-clock ``now``?
+def decide_lease(  # noqa: PLR0911 (a decision table: one return per case)
+    newest: LeaseSnapshot | None, holder: str, now: float, *, incident: str = "", renewing: bool = False
+) -> LeaseDecision:
+    """May ``holder`` (working on ``incident``) take the lease whose newest snapshot is ``newest``,
+    at wall-clock ``now``?
 
     Free when never taken, released, or expired (``now >= expires_at``); the holder's own
-    unexpired lease is renewed; anyone else's unexpired, unreleased lease is held.
+    unexpired lease is renewed; an earlier attempt of the same incident is taken over at once (a
+    retry must not wait for its own predecessor, dead or cut off); anyone else's unexpired,
+    unreleased lease is held. ``renewing``: the holder had the lease and only extends it; if the
+    newest snapshot is not its own (taken over, released by a person) it has lost it, never takes
+    it back.
     """
+    if renewing:
+        return _decide_renewal(newest, holder)
     if newest is None:
         return LeaseDecision(True, False, "free: never taken")
     if newest.released:
@@ -287,11 +357,23 @@ def decide_lease(newest: LeaseSnapshot | None, holder: str, now: float) -> Lease
         return LeaseDecision(True, False, f"free: {newest.holder}'s lease expired at {wall_time(newest.expires_at)}")
     if newest.holder == holder:
         return LeaseDecision(True, True, f"renewed: already held by {holder} until {wall_time(newest.expires_at)}")
+    if incident and newest.incident == incident:
+        return LeaseDecision(
+            True, False, f"taken over from {newest.holder}, an earlier attempt of incident {incident}", taken_over=True
+        )
     return LeaseDecision(
         False,
         False,
         f"held by {newest.holder} until {wall_time(newest.expires_at)} ({newest.expires_at - now:.1f} s from now)",
     )
+
+
+def _decide_renewal(newest: LeaseSnapshot | None, holder: str) -> LeaseDecision:
+    if newest is not None and newest.holder == holder and not newest.released:
+        return LeaseDecision(True, True, f"renewed: held by {holder}")
+    who = "nobody" if newest is None else newest.holder
+    state = "released" if newest is not None and newest.released else "holds it"
+    return LeaseDecision(False, False, f"lost: {who} {state} now")
 
 
 def wall_time(seconds: float) -> str:

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from healer.ledger import LeaseSnapshot, Ledger, LedgerFormatError, decide_lease, wall_time
+from healer.ledger import LeaseSnapshot, Ledger, LedgerFormatError, PutBack, decide_lease, wall_time
 from healer.settings import MODEL_NAME_PATTERN, VERSION_PATTERN, StoreSettings
 
 META_DIR = ".healer"
@@ -397,6 +397,11 @@ class Lease:
     holder: str
     generation: int
     expires_at: float  # unix wall-clock seconds
+    incident: str = ""
+    # Replicas whose model an earlier holder unloaded and may not have loaded again: the holder's
+    # first duty (workflows/steps.py put_back_unloaded), carried into every snapshot until done.
+    put_back: tuple[PutBack, ...] = ()
+    taken_from: str = ""  # the earlier holder whose unexpired lease this one took over ("" if none)
 
 
 @dataclass(frozen=True)
@@ -572,12 +577,27 @@ class ModelStore:
         snapshot = LeaseSnapshot.from_json(self.blobs.read(newest), where=f"{self.location}/{newest}")
         return int(PurePosixPath(newest).stem), snapshot
 
-    def acquire_lease(self, model: str, holder: str, ttl_s: float, *, now: Callable[[], float] = time.time) -> Lease:
+    def acquire_lease(
+        self,
+        model: str,
+        holder: str,
+        ttl_s: float,
+        *,
+        incident: str = "",
+        put_back: tuple[PutBack, ...] | None = None,
+        renewing: bool = False,
+        now: Callable[[], float] = time.time,
+    ) -> Lease:
         """Take (or, for the same holder, extend) the model's lease for ``ttl_s`` seconds.
 
-        Raises LeaseHeld while another holder's lease is unexpired and unreleased, StoreConflict
-        if writers kept winning the next generation. Re-entrant per ``holder``: give every
-        rollback its own holder name (its workflow or run), or two of them share the lease.
+        Raises LeaseHeld while another holder's lease is unexpired and unreleased, unless that
+        holder works on the same ``incident`` (then it is taken over: see decide_lease);
+        StoreConflict if writers kept winning the next generation. Re-entrant per ``holder``:
+        give every attempt its own holder name, so that a taken-over attempt is fenced off.
+
+        ``put_back``: the replicas still to be loaded again (PutBack); None keeps what the newest
+        snapshot says, whoever wrote it, so that the duty passes to every next holder until done.
+        ``renewing``: only extend a lease this holder has; LeaseHeld if it was taken over or released.
         """
         _check_name(model)
         if not isinstance(holder, str) or not holder.strip():
@@ -587,25 +607,40 @@ class ModelStore:
         for _attempt in range(MAX_LEDGER_ATTEMPTS):
             generation, newest = self._newest_lease(model)
             taken_at = now()
-            decision = decide_lease(newest, holder, taken_at)
+            decision = decide_lease(newest, holder, taken_at, incident=incident, renewing=renewing)
             if not decision.may_take:
-                assert newest is not None
                 raise LeaseHeld(
                     f"{self.location}: lease of {model!r} (generation {generation}) {decision.reason}",
-                    holder=newest.holder,
-                    expires_at=newest.expires_at,
+                    holder=newest.holder if newest is not None else "",
+                    expires_at=newest.expires_at if newest is not None else 0.0,
                 )
-            snapshot = LeaseSnapshot(holder=holder, expires_at=taken_at + ttl_s, released=False, at=wall_time(taken_at))
+            duties = put_back if put_back is not None else (newest.put_back if newest is not None else ())
+            snapshot = LeaseSnapshot(
+                holder=holder,
+                expires_at=taken_at + ttl_s,
+                released=False,
+                at=wall_time(taken_at),
+                incident=incident,
+                put_back=duties,
+            )
             if self.blobs.create(f"{self._lease_prefix(model)}/{generation + 1:08d}.json", snapshot.to_json()):
-                return Lease(model, holder, generation + 1, snapshot.expires_at)
+                taken_from = newest.holder if decision.taken_over and newest is not None else ""
+                return Lease(model, holder, generation + 1, snapshot.expires_at, incident, duties, taken_from)
         raise StoreConflict(
             f"{self.location}: lease of {model!r} changed under us {MAX_LEDGER_ATTEMPTS} times in a row"
         )
 
+    def lease_snapshot(self, model: str) -> tuple[int, LeaseSnapshot | None]:
+        """The newest lease snapshot and its generation (0, None if never taken). Raises
+        LedgerFormatError for an unreadable snapshot (healer store doctor repairs it)."""
+        _check_name(model)
+        return self._newest_lease(model)
+
     def release_lease(self, lease: Lease, *, now: Callable[[], float] = time.time) -> None:
         """Write a released snapshot if the newest generation is still ``lease``'s; otherwise (taken
         over after expiry, extended by a later acquire, already released) do nothing. Never raises
-        a store failure: it is logged, and the TTL frees the lease anyway."""
+        a store failure: it is logged, and the TTL frees the lease anyway. Put-back duties stay
+        in the released snapshot for the next holder."""
         _check_name(lease.model)
         from healer.logs import get_logger
 
@@ -617,7 +652,12 @@ class ModelStore:
                 return
             released_at = now()
             snapshot = LeaseSnapshot(
-                holder=lease.holder, expires_at=released_at, released=True, at=wall_time(released_at)
+                holder=lease.holder,
+                expires_at=released_at,
+                released=True,
+                at=wall_time(released_at),
+                incident=newest.incident,
+                put_back=newest.put_back,
             )
             if not self.blobs.create(
                 f"{self._lease_prefix(lease.model)}/{generation + 1:08d}.json", snapshot.to_json()
@@ -907,3 +947,66 @@ def store_from_settings(settings: StoreSettings) -> ModelStore:
     )
     check_conditional_writes_at_start(blobs)
     return ModelStore(blobs)
+
+
+# ---- the model's config file in a live repository ------------------------------------------------------
+def write_live_config(live_repository: Path, model: str, text: str) -> Path | None:
+    """Make ``<live>/<model>/config.pbtxt`` hold ``text``. A different file already there is first
+    copied to ``<live>/<model>/.healer-displaced/config.pbtxt-<time>-<id>`` (never deleted), then
+    the new one is renamed into place (readers see the old file or the new one, never a part).
+
+    Returns the displaced copy, or None when the file already held ``text`` (idempotent) or there
+    was none. Raises ValueError for a bad name, OSError (naming the path) if a write fails."""
+    _check_name(model)
+    _require_live(live_repository)
+    model_dir = live_repository / model
+    target = model_dir / "config.pbtxt"
+    data = text.encode()
+    displaced: Path | None = None
+    try:
+        current = target.read_bytes()
+    except FileNotFoundError:
+        current = None
+    if current == data:
+        return None
+    make_dirs(model_dir)
+    if current is not None:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        displaced = model_dir / DISPLACED_DIR / f"config.pbtxt-{stamp}-{uuid.uuid4().hex[:8]}"
+        make_dirs(displaced.parent)
+        _write_atomic(displaced, current)
+    _write_atomic(target, data)
+    return displaced
+
+
+# ---- staging leftovers ---------------------------------------------------------------------------------
+STAGING_PREFIXES = (".fetch-", ".tmp-")
+
+
+def sweep_staging(live_repository: Path, model: str) -> list[str]:
+    """Remove what a killed fetch left in ``<live>/<model>/``: ``.fetch-*`` staging copies (a whole
+    version each) and ``.tmp-*`` files of an interrupted atomic write. Call it only while holding
+    the model's lease: then no fetch of this model is in progress and every such entry is a
+    leftover. Never touches a version, the quarantine or the displaced copies. Returns the names
+    removed; one that cannot be removed is left and logged (a sweep never fails a rollback)."""
+    _check_name(model)
+    model_dir = live_repository / model
+    removed: list[str] = []
+    try:
+        entries = list(model_dir.iterdir())
+    except FileNotFoundError:
+        return removed
+    from healer.logs import get_logger
+
+    for entry in entries:
+        if not entry.name.startswith(STAGING_PREFIXES):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed.append(entry.name)
+        except OSError as exc:
+            get_logger("healer.store").warning("staging_sweep_failed", model=model, path=str(entry), error=str(exc))
+    return removed

@@ -55,6 +55,8 @@ def test_lease_snapshot_json_round_trip_has_exactly_the_documented_keys() -> Non
         "expires_at": T0 + 120.5,
         "released": False,
         "at": "2023-11-14T22:13:20.000Z",
+        "incident": "",
+        "put_back": [],
     }
     assert LeaseSnapshot.from_json(raw, where="here") == snapshot
     assert LeaseSnapshot.from_json(b'{"holder": "a", "expires_at": 5, "released": true, "at": "t"}', where="x") == (
@@ -74,6 +76,23 @@ def test_lease_snapshot_json_round_trip_has_exactly_the_documented_keys() -> Non
         (b'{"holder": "a", "expires_at": true, "released": false, "at": "t"}', "expires_at: expected unix seconds"),
         (b'{"holder": "a", "expires_at": NaN, "released": false, "at": "t"}', "expires_at: expected unix seconds"),
         (b'{"holder": "a", "expires_at": 1, "released": "no", "at": "t"}', "released: expected true or false"),
+        (
+            b'{"holder": "a", "expires_at": 1, "released": false, "at": "t", "incident": 3}',
+            "incident: expected a string",
+        ),
+        (
+            b'{"holder": "a", "expires_at": 1, "released": false, "at": "t", "put_back": {}}',
+            "put_back: expected a list",
+        ),
+        (
+            b'{"holder": "a", "expires_at": 1, "released": false, "at": "t", "put_back": [{"replica": "h:1"}]}',
+            "put_back: not a put-back record",
+        ),
+        (
+            b'{"holder": "a", "expires_at": 1, "released": false, "at": "t",'
+            b' "put_back": [{"replica": "h:1", "versions": ["1"], "config": {}}]}',
+            "put_back.versions: expected a list of version numbers",
+        ),
     ],
 )
 def test_unreadable_lease_snapshots_name_the_place_and_the_problem(raw: bytes, problem: str) -> None:
@@ -147,3 +166,15 @@ def test_unreadable_lifted_records_name_the_place_and_the_problem(lifted: str, p
         Ledger.from_json(raw.encode(), where=".healer/m/ledger/00000001.json")
     assert str(caught.value).startswith(".healer/m/ledger/00000001.json: not a healer ledger: ")
     assert problem in str(caught.value)
+
+
+def test_a_renewal_never_takes_back_a_lease_it_lost() -> None:
+    """Fencing: an attempt whose lease was taken over by a later attempt of its incident stops."""
+    newest = LeaseSnapshot(holder="inc/2", expires_at=T0 + 15, released=False, at="t", incident="inc")
+    assert decide_lease(newest, "inc/1", T0, incident="inc").taken_over  # a fresh take: allowed
+    lost = decide_lease(newest, "inc/1", T0, incident="inc", renewing=True)
+    assert not lost.may_take and lost.reason == "lost: inc/2 holds it now"
+    released = LeaseSnapshot(holder="inc/1", expires_at=T0, released=True, at="t", incident="inc")
+    assert not decide_lease(released, "inc/1", T0, incident="inc", renewing=True).may_take
+    assert decide_lease(newest, "inc/2", T0 + 99, incident="inc", renewing=True).renews  # expired, still its own
+    assert not decide_lease(newest, "other/1", T0, incident="other").may_take

@@ -470,3 +470,72 @@ def test_a_held_lease_keeps_a_rollback_from_touching_triton_until_it_is_released
         lease = {p["name"]: p for p in json.loads(status.outputs["phases"])}["lease"]["outputs"]
         assert lease["waited_s"] >= 2.0
         assert stack.triton.served_versions(stack.model) == ["1"]
+
+
+# ---- issue 15: a healed bad config stays healed; an escalation never quarantines a stable version ------------
+
+
+def _push_with_config(stack: RollbackStack, version: int, files_of: int, config: Path) -> None:
+    """A new version (a copy of ``files_of``'s files) with a model-level config.pbtxt that loads
+    but refuses every request (5 inputs instead of 4), served from disk as a plain push would be."""
+    import shutil
+
+    from tests.rollback_stack import serve_latest
+
+    text = config.read_text().replace('name: "linear_scorer"', f'name: "{stack.model}"')
+    for root in (stack.live, stack.store.blobs.root):  # type: ignore[attr-defined]
+        shutil.copytree(Path(root) / stack.model / str(files_of), Path(root) / stack.model / str(version))
+        (Path(root) / stack.model / "config.pbtxt").write_text(text)
+    serve_latest(stack.triton, stack.model)
+
+
+def test_a_healed_bad_config_serves_the_stable_version_after_a_restart(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
+    """Issue 15, 1: the rollback restores the stable version's config.pbtxt too, so a restarted or new
+    replica (which loads from the file, without the rollback's override) serves it correctly."""
+    from tests.conftest import EXAMPLES
+    from tests.rollback_stack import serve_latest
+
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, stable=[1, 2]) as stack:
+        stack: RollbackStack
+        golden = stack.settings.models[0].golden
+        _push_with_config(stack, 3, 2, EXAMPLES / "broken" / "linear_scorer" / "bad_config.pbtxt")
+        broken = check_business(stack.triton, stack.model, "3", golden)
+        assert broken.status is Status.FAIL and "400" in broken.reason, broken
+        status = stack.engine.run(stack.request("3"), timeout_s=120)
+        assert status.phase == "Succeeded", status
+        config = (stack.live / stack.model / "config.pbtxt").read_text()
+        assert "dims: 4" in config and "dims: 5" not in config
+        [displaced] = (stack.live / stack.model / ".healer-displaced").glob("config.pbtxt-*")
+        assert "dims: [ 5 ]" in displaced.read_text()  # the broken file is kept, never deleted
+        # A restart: Triton loads the model from its files, with no override.
+        serve_latest(stack.triton, stack.model)
+        assert stack.triton.served_versions(stack.model) == ["2"]
+        assert check_business(stack.triton, stack.model, "2", golden).status is Status.PASS  # no second incident
+        # Running the same rollback again changes nothing, the file included.
+        again = stack.engine.run(stack.request("3", incident="inc-again"), timeout_s=120)
+        assert again.phase == "Succeeded", again
+        assert (stack.live / stack.model / "config.pbtxt").read_text() == config
+        assert len(list((stack.live / stack.model / ".healer-displaced").glob("config.pbtxt-*"))) == 1
+
+
+def test_an_escalation_never_quarantines_the_only_stable_version(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
+    """Issue 15, 1: the stable version fails because of something around it (here its config): the
+    escalation alerts and keeps the pod, but the ledger keeps it stable and restorable."""
+    from tests.conftest import EXAMPLES
+
+    with fs_stack_factory("linear_scorer", {2: ("good", "2")}, stable=[2]) as stack:
+        stack: RollbackStack
+        text = (EXAMPLES / "broken" / "linear_scorer" / "bad_config.pbtxt").read_text()
+        (stack.live / stack.model / "config.pbtxt").write_text(text.replace("linear_scorer", stack.model))
+        from tests.rollback_stack import serve_latest
+
+        serve_latest(stack.triton, stack.model)
+        status = stack.engine.run(stack.request("2"), timeout_s=120)
+        assert status.phase == "Failed", status
+        [alert] = stack.alerts.alerts
+        assert alert["labels"]["alertname"] == "HealerRollbackEscalated"
+        ledger = stack.store.ledger(stack.model)
+        assert not ledger.is_quarantined("2")
+        assert ledger.stable_record("2") is not None
+        [audit] = [a for a in stack.store.audit(stack.model) if a["event"] == "escalated"]
+        assert "stable in the ledger" in audit["not_quarantined"]

@@ -924,8 +924,17 @@ def test_an_expired_lease_lets_a_second_holder_in(backend: Backend) -> None:
             "expires_at": first.expires_at,
             "released": False,
             "at": wall_time(first.expires_at - 10),
+            "incident": "",
+            "put_back": [],
         },
-        {"holder": "pod-fallback", "expires_at": second.expires_at, "released": False, "at": wall_time(clock.now)},
+        {
+            "holder": "pod-fallback",
+            "expires_at": second.expires_at,
+            "released": False,
+            "at": wall_time(clock.now),
+            "incident": "",
+            "put_back": [],
+        },
     ]
 
 
@@ -1244,3 +1253,37 @@ def test_a_model_called_drain_and_a_drain_set_do_not_collide(tmp_path: Path) -> 
     store.update_drain_set("triton", lambda d: {**d, "p": 1.0})
     assert store.drain_set("triton").drained == {"p": 1.0}
     assert store.ledger("drain").generation == 1
+
+
+def test_a_later_attempt_of_the_same_incident_takes_the_lease_over_at_once(backend: Backend) -> None:
+    """Issue 15, 3 and 4: an attempt that died (or lost the store) before releasing must not make its
+    own retry wait; the earlier attempt is fenced off at its next renewal. Another incident waits."""
+    store, clock = backend.store, FakeWallClock()
+    first = store.acquire_lease("m", "inc-1/pod-a/1", 15, incident="inc-1", now=clock)
+    with pytest.raises(LeaseHeld):
+        store.acquire_lease("m", "inc-2/pod-b/1", 15, incident="inc-2", now=clock)
+    retry = store.acquire_lease("m", "inc-1/pod-a/2", 15, incident="inc-1", now=clock)
+    assert (retry.generation, retry.taken_from) == (2, first.holder)
+    with pytest.raises(LeaseHeld) as caught:  # the earlier attempt's renewal: fenced off
+        store.acquire_lease("m", first.holder, 15, incident="inc-1", renewing=True, now=clock)
+    assert caught.value.holder == retry.holder
+    store.release_lease(first, now=clock)  # superseded: writes nothing
+    assert store.lease_snapshot("m")[1].holder == retry.holder  # type: ignore[union-attr]
+
+
+def test_put_back_duties_pass_to_every_next_holder_until_cleared(backend: Backend) -> None:
+    from healer.ledger import PutBack
+
+    store, clock = backend.store, FakeWallClock()
+    duty = PutBack(replica="127.0.0.1:8000", versions=(3,), config={"name": "m", "backend": "python"})
+    first = store.acquire_lease("m", "a", 15, incident="inc-1", now=clock)
+    store.acquire_lease("m", "a", 15, incident="inc-1", put_back=(duty,), now=clock)
+    clock.now += 20  # the holder died: its lease expired
+    second = store.acquire_lease("m", "b", 15, incident="inc-2", now=clock)
+    assert second.put_back == (duty,)
+    store.release_lease(second, now=clock)
+    third = store.acquire_lease("m", "c", 15, incident="inc-3", now=clock)
+    assert third.put_back == (duty,)
+    store.acquire_lease("m", "c", 15, incident="inc-3", put_back=(), now=clock)
+    assert store.acquire_lease("m", "c", 15, incident="inc-3", now=clock).put_back == ()
+    assert first.put_back == ()

@@ -1,7 +1,7 @@
 """The rollback's steps as plain, typed, idempotent functions over a StepContext.
 
-unload -> fetch-stable -> load -> verify -> record, and escalate when any of it fails or the
-deadline passes. Each step raises ``TransientStepError`` when a retry may help (Triton or the
+heal (lease -> fetch-stable -> restore each replica: swap and verify -> record), and escalate when
+any of it fails or the deadline passes. Each step raises ``TransientStepError`` when a retry may help (Triton or the
 store did not answer) and ``PermanentStepError`` when it will not (no stable version, sha256
 mismatch, the restored version answers wrongly). The same functions run inside an Argo pod
 (through Hera's runner, see workflows/rollback.py) and in-process in the LocalEngine.
@@ -26,9 +26,18 @@ import structlog
 from healer.alerts import build_alert, post_alerts
 from healer.decisions import SLOW
 from healer.engines import AUTO, RollbackRequest
-from healer.ledger import QuarantineRecord, StableRecord, choose_restore_version
+from healer.ledger import PutBack, QuarantineRecord, StableRecord, choose_restore_version
 from healer.settings import Settings
-from healer.store import ModelStore, StoreError, StoreIntegrityError, StoreUnavailable, check_hashes, utc_now
+from healer.store import (
+    LeaseHeld,
+    ModelStore,
+    StoreError,
+    StoreIntegrityError,
+    StoreUnavailable,
+    check_hashes,
+    sweep_staging,
+    utc_now,
+)
 from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
 from probes.result import Status
 from probes.tiers import check_business
@@ -71,6 +80,8 @@ class StepContext:
     workflow_name: str = ""
     # Every Triton to heal, e.g. from the Kubernetes API (with the pods to skip); None: just ``triton``.
     list_replicas: Callable[[], list[ReplicaTarget]] | None = None
+    # The heal's lease, while one is held: an unload-first swap records what it unloads there first.
+    lease: LeaseKeeper | None = None
 
     def check_cancelled(self, during: str) -> None:
         if self.cancelled.is_set():
@@ -141,6 +152,8 @@ def fetch_stable(ctx: StepContext, model: str, failing_version: str, requested: 
     """Put the chosen stable version where Triton reads it, verifying every file's sha256 first."""
     record = choose_stable(ctx, model, failing_version, requested)
     ctx.check_cancelled("fetch-stable")
+    # Under the lease no other fetch of this model runs: every staging copy here is a killed one's.
+    swept = sweep_staging(ctx.live_repository, model) if ctx.lease is not None else []
     where = f"{ctx.store.location}/{model}/{record.version}"
     try:
         if ctx.store_is_live:
@@ -160,6 +173,7 @@ def fetch_stable(ctx: StepContext, model: str, failing_version: str, requested: 
         "files": dict(record.files),
         "promoted_at": record.promoted_at,
         "source": ctx.store.location,
+        "swept": swept,
     }
 
 
@@ -222,8 +236,17 @@ def _golden_request(ctx: StepContext, model: str) -> Any:
         raise PermanentStepError(f"{model} has no golden request in {ctx.settings.source}") from exc
 
 
-def record(ctx: StepContext, request: RollbackRequest, restored_version: str | None, outcome: str) -> dict[str, Any]:
-    """Quarantine the failing version (a record; no file is touched) and append an audit record."""
+def record(
+    ctx: StepContext,
+    request: RollbackRequest,
+    restored_version: str | None,
+    outcome: str,
+    *,
+    not_quarantined: str = "",
+) -> dict[str, Any]:
+    """Quarantine the failing version (a record; no file is touched) and append an audit record.
+    ``not_quarantined``: why the failing version must not be quarantined (it is the ledger's stable
+    version, or the one being restored); then only the audit record is written, saying so."""
     quarantine = QuarantineRecord(
         version=request.from_version,
         reason=f"{request.reason}: {request.detail}".strip(": "),
@@ -232,7 +255,10 @@ def record(ctx: StepContext, request: RollbackRequest, restored_version: str | N
         by=ACTOR,
     )
     with store_errors(ctx, f"record in {ctx.store.location}"):
-        ledger = ctx.store.update_ledger(request.model, lambda current: current.with_quarantine(quarantine))
+        if not_quarantined:
+            ledger = ctx.store.ledger(request.model)
+        else:
+            ledger = ctx.store.update_ledger(request.model, lambda current: current.with_quarantine(quarantine))
         audit_key = ctx.store.append_audit(
             request.model,
             {
@@ -244,22 +270,154 @@ def record(ctx: StepContext, request: RollbackRequest, restored_version: str | N
                 "detail": request.detail,
                 "pod": request.pod,
                 "workflow": ctx.workflow_name,
+                **({"not_quarantined": not_quarantined} if not_quarantined else {}),
             },
         )
-    return {"quarantined": request.from_version, "ledger_generation": ledger.generation, "audit": audit_key}
+    return {
+        "quarantined": None if not_quarantined else request.from_version,
+        "ledger_generation": ledger.generation,
+        "audit": audit_key,
+    }
+
+
+def restore_config_file(ctx: StepContext, model: str, stable: StableRecord) -> dict[str, Any]:
+    """Make the live repository's ``<model>/config.pbtxt`` the stable version's own config (the
+    ledger's), so that a restarted or new replica, which loads from the file without the
+    rollback's override, serves the stable version correctly. The replaced file is kept in
+    ``.healer-displaced/``. A config the schema cannot render leaves the file alone (said in the
+    outputs and the log): the replicas are healed, and a guessed file could be worse."""
+    from healer.model_config import ConfigRenderError, render_config_pbtxt
+    from healer.store import PERMANENT_ERRNOS, write_live_config
+
+    if not stable.config:
+        return {"config_file": "left alone: the ledger has no config for this version"}
+    try:
+        current: str | None = (ctx.live_repository / model / "config.pbtxt").read_text(errors="replace")
+    except OSError:
+        current = None
+    try:
+        text = render_config_pbtxt(stable.config, model=model, current=current)
+    except ConfigRenderError as exc:
+        log.warning("config_file_left_alone", model=model, version=stable.version, error=str(exc))
+        return {"config_file": f"left alone: {exc}"}
+    try:
+        displaced = write_live_config(ctx.live_repository, model, text)
+    except (PermissionError, ValueError) as exc:
+        raise PermanentStepError(f"write {model}/config.pbtxt: {exc}") from exc
+    except OSError as exc:
+        error = PermanentStepError if exc.errno in PERMANENT_ERRNOS else TransientStepError
+        raise error(f"write {model}/config.pbtxt: {exc}") from exc
+    if displaced is None:
+        return {"config_file": f"already v{stable.version}'s"}
+    return {"config_file": f"v{stable.version}'s from the ledger", "config_displaced": str(displaced)}
 
 
 PHASES: tuple[str, ...] = ("lease", "fetch-stable", "restore", "record")
-LEASE_MARGIN_S = 30.0
 LEASE_POLL_S = 0.5
+# The lease belongs to the incident and lives LEASE_TTL_S unrenewed: a holder that dies (SIGKILL,
+# node loss) frees it within that, well inside the 90 s budget, while a live holder renews it
+# every LEASE_RENEW_EVERY_S from a background thread (a single Triton load may take minutes).
+# Three renewals fit in one TTL: one missed renewal (a store blip) does not lose it.
+LEASE_TTL_S = 15.0
+LEASE_RENEW_EVERY_S = 5.0
 
 
-def lease_ttl_s(settings: Settings) -> float:
-    """How long a lease lives unrenewed: longer than the longest stretch a rollback can run without
-    renewing it (it renews before each replica and before recording): one replica's unload, load
-    and a put-back load, past the deadline; then it frees itself if its holder died."""
-    rollback = settings.rollback
-    return rollback.deadline_s + rollback.unload_timeout_s + 2 * rollback.load_timeout_s + LEASE_MARGIN_S
+class LeaseKeeper:
+    """One attempt's hold on the model's lease: taken for the incident (an earlier attempt of the
+    same incident is taken over at once, see healer.ledger.decide_lease), renewed in the background,
+    checked before every action (fencing: an attempt that was taken over stops), released at the end.
+
+    Its put-back duties (``PutBack``) are written into the lease before an ``unload-first`` swap
+    unloads anything, and cleared once the model is loaded again."""
+
+    def __init__(self, ctx: StepContext, model: str, incident: str, holder: str) -> None:
+        self.ctx, self.model, self.incident, self.holder = ctx, model, incident, holder
+        self.lease: Any = None
+        self.lost = ""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def take(self) -> float:
+        """Wait (bounded by the rollback's deadline) for the lease; returns the seconds waited."""
+        ctx = self.ctx
+        started = ctx.clock()
+        deadline = started + ctx.settings.rollback.deadline_s
+        # Bounded: every iteration returns, raises, or sleeps toward the deadline.
+        while True:
+            ctx.check_cancelled("waiting for the model's lease")
+            with store_errors(ctx, f"lease of {self.model} in {ctx.store.location}"):
+                try:
+                    self.lease = ctx.store.acquire_lease(self.model, self.holder, LEASE_TTL_S, incident=self.incident)
+                    break
+                except LeaseHeld as exc:
+                    if ctx.clock() >= deadline:
+                        raise TransientStepError(
+                            f"another rollback of {self.model} holds its lease ({exc.holder}) past this "
+                            "rollback's deadline"
+                        ) from exc
+            ctx.sleep(LEASE_POLL_S)
+        self._thread = threading.Thread(target=self._renew_in_background, name="lease-renewal", daemon=True)
+        self._thread.start()
+        return ctx.clock() - started
+
+    def _write(self, put_back: tuple[PutBack, ...] | None = None) -> None:
+        with self._lock:
+            self.lease = self.ctx.store.acquire_lease(
+                self.model, self.holder, LEASE_TTL_S, incident=self.incident, put_back=put_back, renewing=True
+            )
+
+    def _renew_in_background(self) -> None:
+        bound = log.bind(model=self.model, incident=self.incident, holder=self.holder)
+        while not self._stop.wait(LEASE_RENEW_EVERY_S):
+            try:
+                self._write()
+            except LeaseHeld as exc:
+                self.lost = str(exc)
+                bound.warning("lease_lost", error=str(exc))
+                return
+            except Exception as exc:  # a store blip: the next renewal (or the fence) tries again
+                bound.warning("lease_renewal_failed", error=str(exc))
+
+    def fence(self) -> None:
+        """Renew now; an attempt that no longer holds the lease must not act (PermanentStepError)."""
+        if self.lost:
+            raise PermanentStepError(f"lost the lease of {self.model}: {self.lost}")
+        with store_errors(self.ctx, f"lease of {self.model} in {self.ctx.store.location}"):
+            try:
+                self._write()
+            except LeaseHeld as exc:
+                self.lost = str(exc)
+                raise PermanentStepError(
+                    f"lost the lease of {self.model} to {exc.holder or 'nobody'}: another attempt took over"
+                ) from exc
+
+    def duties(self) -> tuple[PutBack, ...]:
+        return tuple(self.lease.put_back) if self.lease is not None else ()
+
+    def remember_unloaded(self, duty: PutBack) -> None:
+        """Write the duty into the lease before unloading (raises a step error if that fails: then
+        nothing is unloaded)."""
+        self.set_duties((*(d for d in self.duties() if d.replica != duty.replica), duty))
+
+    def forget_unloaded(self, replica: str) -> None:
+        self.set_duties(tuple(d for d in self.duties() if d.replica != replica))
+
+    def set_duties(self, duties: tuple[PutBack, ...]) -> None:
+        with store_errors(self.ctx, f"lease of {self.model} in {self.ctx.store.location}"):
+            try:
+                self._write(put_back=duties)
+            except LeaseHeld as exc:
+                self.lost = str(exc)
+                raise PermanentStepError(f"lost the lease of {self.model} to {exc.holder or 'nobody'}") from exc
+
+    def release(self) -> None:
+        """Stop renewing and release (a lease taken over meanwhile is left to its new holder). Under
+        the lock: a renewal in flight lands before the release, never after it."""
+        self._stop.set()
+        with self._lock:
+            if self.lease is not None:
+                self.ctx.store.release_lease(self.lease)
 
 
 @dataclass
@@ -286,14 +444,18 @@ class HealFailed(StepError):
 def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
     """Restore or change nothing, in one process (one pod on Argo):
 
-    lease         one rollback per model whichever engine runs it (a lease in the store)
-    fetch-stable  choose the stable version, check its sha256, stage it where Triton reads it;
-                  nothing that serves has been touched yet, so any failure here changes nothing
+    lease         one rollback per model whichever engine runs it (a lease in the store, held for
+                  the incident); first duty: load again what an earlier, killed attempt unloaded
+    fetch-stable  choose the stable version, check its sha256, stage it where Triton reads it
+                  (after sweeping a killed attempt's staging copies); nothing that serves has been
+                  touched yet, so any failure here changes nothing
     restore       replica by replica: swap in the stable version (or unload-first), verify, next;
                   a replica that no longer serves the failing version is left as it is
-    record        quarantine the failing version (ledger, audit, its directory moved aside)
+    record        quarantine the failing version (ledger, audit, its directory moved aside) and
+                  write the stable version's config as the model's config.pbtxt
 
-    Running it again changes nothing: every replica is then "already restored".
+    Running it again changes nothing: every replica is then "already restored". Killed at any point,
+    a rerun of the same incident takes the lease over at once and converges.
     """
     phases: list[PhaseReport] = []
 
@@ -316,19 +478,19 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
             report.finished_at = utc_now()
             report.duration_s = round(ctx.clock() - started, 3)
 
-    holder = f"{ctx.workflow_name or request.incident}/{socket.gethostname()}/{uuid.uuid4().hex[:8]}"
-    lease: Any = None
+    holder = f"{request.incident}/{ctx.workflow_name or 'local'}/{socket.gethostname()}/{uuid.uuid4().hex[:8]}"
+    keeper = LeaseKeeper(ctx, request.model, request.incident, holder)
+    ctx = dataclasses.replace(ctx, lease=keeper)
 
     def take_lease() -> dict[str, Any]:
-        nonlocal lease
         _golden_request(ctx, request.model)  # a model healer cannot verify is never touched
-        lease, waited_s = acquire_model_lease(ctx, request.model, holder)
-        return {"holder": holder, "waited_s": round(waited_s, 3), "expires_at": lease.expires_at}
-
-    def renew() -> None:
-        # Fencing: a holder whose lease expired (it ran past the TTL) must not go on acting.
-        nonlocal lease
-        lease = renew_model_lease(ctx, request.model, holder)
+        waited_s = keeper.take()
+        out: dict[str, Any] = {"holder": holder, "waited_s": round(waited_s, 3), "expires_at": keeper.lease.expires_at}
+        if keeper.lease.taken_from:
+            out["taken_over_from"] = keeper.lease.taken_from
+        if keeper.duties():
+            out["put_back"] = put_back_unloaded(ctx, request.model, keeper)
+        return out
 
     try:
         run("lease", take_lease)
@@ -336,16 +498,16 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
             "fetch-stable", lambda: fetch_stable(ctx, request.model, request.from_version, request.to_version)
         )
         version = str(restored["version"])
-        outcome = run("restore", lambda: restore_replicas(ctx, request, version, before_each=renew))
+        outcome = run("restore", lambda: restore_replicas(ctx, request, version, before_each=keeper.fence))
 
-        def renew_then_record() -> dict[str, Any]:
-            renew()
-            return record(ctx, request, version, "restored") | quarantine_files(ctx, request)
+        def fence_then_record() -> dict[str, Any]:
+            keeper.fence()
+            recorded = record(ctx, request, version, "restored") | quarantine_files(ctx, request)
+            return recorded | restore_config_file(ctx, request.model, _stable_record(ctx, request.model, version))
 
-        recorded = run("record", renew_then_record)
+        recorded = run("record", fence_then_record)
     finally:
-        if lease is not None:
-            ctx.store.release_lease(lease)
+        keeper.release()
     return {
         "model": request.model,
         "from_version": request.from_version,
@@ -359,42 +521,40 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
     }
 
 
-def acquire_model_lease(ctx: StepContext, model: str, holder: str) -> tuple[Any, float]:
-    """Wait (bounded by the rollback's deadline) for the model's lease in the store.
-
-    Argo's mutex orders Argo's own rollbacks, the LocalEngine's lock the ones in one pod; the
-    lease is what both see, so a pod that falls back never heals a model while a workflow does.
-    """
-    from healer.store import LeaseHeld
-
-    ttl_s = lease_ttl_s(ctx.settings)
-    started = ctx.clock()
-    deadline = started + ctx.settings.rollback.deadline_s
-    # Bounded: every iteration returns, raises, or sleeps toward the deadline.
-    while True:
-        ctx.check_cancelled("waiting for the model's lease")
-        with store_errors(ctx, f"lease of {model} in {ctx.store.location}"):
-            try:
-                return ctx.store.acquire_lease(model, holder, ttl_s), ctx.clock() - started
-            except LeaseHeld as exc:
-                if ctx.clock() >= deadline:
-                    raise TransientStepError(
-                        f"another rollback of {model} holds its lease ({exc.holder}) past this rollback's deadline"
-                    ) from exc
-        ctx.sleep(LEASE_POLL_S)
-
-
-def renew_model_lease(ctx: StepContext, model: str, holder: str) -> Any:
-    """Extend this rollback's lease (re-entrant for its holder); losing it stops the rollback."""
-    from healer.store import LeaseHeld
-
-    with store_errors(ctx, f"lease of {model} in {ctx.store.location}"):
+def put_back_unloaded(ctx: StepContext, model: str, keeper: LeaseKeeper) -> dict[str, str]:
+    """An earlier holder unloaded the model on these replicas and may not have loaded it again
+    (killed between the unload and the load): load again what each served, first of all. A
+    replica that serves the model again, or never hosted it, needs nothing; one that does not
+    answer keeps its duty in the lease for the next holder. Returns what happened per replica."""
+    done: dict[str, str] = {}
+    remaining: list[PutBack] = []
+    for duty in keeper.duties():
+        triton = ctx.triton if duty.replica == ctx.triton.url else _triton_for(ctx, duty.replica)
+        replica = dataclasses.replace(ctx, triton=triton)
         try:
-            return ctx.store.acquire_lease(model, holder, lease_ttl_s(ctx.settings))
-        except LeaseHeld as exc:
-            raise PermanentStepError(
-                f"lost the lease of {model} to {exc.holder}: this rollback ran past it, another one took over"
-            ) from exc
+            if not _live(replica):
+                remaining.append(duty)
+                done[duty.replica] = "Triton not live: kept for the next holder"
+                continue
+            served = _served(replica, model)
+            states = [] if served else _index_states(replica, model)
+            if served or "UNAVAILABLE" not in states:
+                done[duty.replica] = "nothing to put back: " + (
+                    f"serves v{', v'.join(served)}" if served else "never hosted the model"
+                )
+                continue
+            loaded, done[duty.replica] = _put_back(replica, model, duty.config, [str(v) for v in duty.versions])
+            log.warning(
+                "put_back_after_interrupted_unload", model=model, replica=duty.replica, outcome=done[duty.replica]
+            )
+            if not loaded:
+                remaining.append(duty)
+        finally:
+            if triton is not ctx.triton:
+                triton.close()
+    if tuple(remaining) != keeper.duties():
+        keeper.set_duties(tuple(remaining))
+    return done
 
 
 def restore_replicas(
@@ -459,36 +619,46 @@ def restore_replica(ctx: StepContext, model: str, failing: str, stable: StableRe
 def _unload_then_load(
     ctx: StepContext, model: str, stable: StableRecord, pinned: list[int], served_before: list[str]
 ) -> dict[str, Any]:
-    """For models too large to be resident twice. Whatever fails once the unload was asked for (the
-    unload itself, its wait, the deadline, the load), put back what was served: never leave a model
-    unloaded that was loaded."""
+    """For models too large to be resident twice. What is about to be unloaded is written into the
+    lease first (a PutBack: if this process is killed before the load, the next holder of the lease
+    loads it again). Whatever fails once the unload was asked for (the unload itself, its wait, the
+    deadline, the load), put back what was served: never leave a model unloaded that was loaded."""
     try:
         served_config = ctx.triton.model_config(model)
     except (TritonUnavailable, TritonRejected) as exc:
         raise TransientStepError(f"read the served config of {model} before unloading: {exc}") from exc
+    if ctx.lease is not None:
+        ctx.lease.remember_unloaded(
+            PutBack(replica=ctx.triton.url, versions=tuple(sorted(int(v) for v in served_before)), config=served_config)
+        )
     out: dict[str, Any] = {}
     try:
         out["unload"] = unload(ctx, model)
         out["load"] = _load_pinned(ctx, model, stable, pinned)
     except StepError as exc:
-        put_back = _put_back(ctx, model, served_config, served_before)
+        loaded, put_back = _put_back(ctx, model, served_config, served_before)
         log.error("restore_failed_after_unload", model=model, error=str(exc), put_back=put_back)
+        if loaded and ctx.lease is not None:
+            ctx.lease.forget_unloaded(ctx.triton.url)
         raise type(exc)(f"{exc}; {put_back}") from exc
+    if ctx.lease is not None:
+        ctx.lease.forget_unloaded(ctx.triton.url)
     return out
 
 
-def _put_back(ctx: StepContext, model: str, served_config: Mapping[str, Any], served: list[str]) -> str:
-    """Load again exactly the versions that were served before the unload (best effort, checked)."""
+def _put_back(ctx: StepContext, model: str, served_config: Mapping[str, Any], served: list[str]) -> tuple[bool, str]:
+    """Load again exactly the versions that were served before the unload (best effort, checked).
+    Returns whether they serve again, and what happened."""
     versions = sorted(int(v) for v in served)
     back = dict(served_config, name=model, version_policy={"specific": {"versions": versions}})
     listed = ", ".join(f"v{v}" for v in versions)
     try:
         ctx.triton.load_model(model, config=json.dumps(back), timeout_s=ctx.settings.rollback.load_timeout_s)
         if all(ctx.triton.model_version_ready(model, str(v)) for v in versions):
-            return f"{listed} loaded again"
-        return f"{listed} loaded again but not ready"
+            return True, f"{listed} loaded again"
+        return False, f"{listed} loaded again but not ready"
     except (TritonUnavailable, TritonRejected) as exc:
-        return f"{listed} could not be loaded again either: {exc}"
+        return False, f"{listed} could not be loaded again either: {exc}"
 
 
 def _index_states(ctx: StepContext, model: str) -> list[str]:
@@ -592,8 +762,11 @@ def escalate(
         except Exception as exc:  # the Kubernetes API failing must not stop the escalation
             outcome["pod_error"] = f"{type(exc).__name__}: {exc}"
     try:
-        record(ctx, request, None, "escalated")
-        outcome["quarantined"] = True
+        keep = why_not_quarantined(ctx, request, tried)
+        record(ctx, request, None, "escalated", not_quarantined=keep)
+        outcome["quarantined"] = not keep
+        if keep:
+            outcome["not_quarantined"] = keep
     except StepError as exc:
         outcome["record_error"] = str(exc)
     log.error(
@@ -605,6 +778,29 @@ def escalate(
         alert_sent=outcome["alert_sent"],
     )
     return outcome
+
+
+def why_not_quarantined(ctx: StepContext, request: RollbackRequest, phases: list[dict[str, Any]]) -> str:
+    """Why an escalation must not quarantine the failing version ("" when it may): the ledger
+    records it as stable (a stable version that fails is a fault around it, a config or the
+    node, until a person says otherwise; quarantining it would leave nothing to restore), or it
+    is the version the run was restoring. An unreadable ledger: not quarantined either (never
+    act on "nothing was learnt")."""
+    version = request.from_version
+    restoring = {
+        str(p["outputs"]["version"]) for p in phases if isinstance(p.get("outputs"), dict) and "version" in p["outputs"]
+    }
+    if request.to_version != AUTO:
+        restoring.add(request.to_version)
+    if version in restoring:
+        return f"v{version} is the version this rollback was restoring"
+    try:
+        ledger = ctx.store.ledger(request.model)
+    except (StoreError, ValueError, OSError) as exc:
+        return f"the ledger could not be read ({exc}): not quarantined without it"
+    if ledger.stable_record(version) is not None:
+        return f"v{version} is stable in the ledger: a person decides (healer store quarantine)"
+    return ""
 
 
 def _stable_record(ctx: StepContext, model: str, version: str) -> StableRecord:
