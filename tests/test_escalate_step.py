@@ -62,3 +62,59 @@ def test_the_failures_argo_passes_are_read_in_both_encodings() -> None:
     assert _parse_failures(json.dumps(json.dumps([group, *failures]))) == failures
     assert _parse_failures("not json") == [{"displayName": "workflow", "message": "not json"}]
     assert _parse_failures("") == []
+
+
+def test_escalate_with_parameters_healer_never_sends_alerts_and_records_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15, 9: a workflow submitted by hand with from-version '../../2' must not reach the ledger
+    (RollbackRequest refuses it), and a person still hears of the failed run."""
+    document = yaml.safe_load((EXAMPLES / "healer.yaml").read_text())
+    document.pop("embedded")
+    document["models"] = document["models"][:1]
+    store_root = tmp_path / "store"
+    store_root.mkdir()
+    document["store"] = {"filesystem": {"root": str(store_root)}}
+    document["live_repository"] = str(tmp_path / "live")
+    (tmp_path / "live").mkdir()
+    with AlertReceiver() as alerts:
+        document["rollback"] = {"alert": {"webhook_url": alerts.url, "timeout_s": 2}}
+        config = tmp_path / "healer.yaml"
+        config.write_text(yaml.safe_dump(document))
+        monkeypatch.setenv("HEALER_CONFIG", str(config))
+        with pytest.raises(SystemExit):
+            escalate_step(
+                model="linear_scorer",
+                from_version="../../2",
+                reason="wrong-answer",
+                incident="inc/../1",
+                workflow_status="Failed",
+            )
+    [alert] = alerts.alerts
+    assert "invalid parameters, nothing recorded" in alert["annotations"]["description"]
+    assert not list(store_root.rglob("*"))  # no ledger, no audit
+
+
+def test_escalate_writes_nothing_for_a_model_the_config_does_not_know(tmp_path: Path) -> None:
+    import dataclasses
+
+    from healer.engines import RollbackRequest
+    from healer.settings import UNKNOWN_VERSION, load_settings
+    from workflows.context import context_from_settings
+    from workflows.steps import escalate
+
+    settings = load_settings(EXAMPLES / "healer.yaml")
+    store_root = tmp_path / "store"
+    store_root.mkdir()
+    from healer.settings import StoreSettings
+
+    settings = dataclasses.replace(settings, store=StoreSettings(filesystem=store_root), live_repository=tmp_path)
+    ctx = dataclasses.replace(context_from_settings(settings), send_alert=lambda *a: None)
+    unknown = escalate(ctx, RollbackRequest(model="nosuchmodel", from_version="3", incident="i-1"), failure="x")
+    assert unknown["not_quarantined"].startswith("nosuchmodel is not a model of")
+    assert not list(store_root.rglob("*"))
+    no_version = escalate(
+        ctx, RollbackRequest(model="linear_scorer", from_version=UNKNOWN_VERSION, incident="i-2"), failure="x"
+    )
+    assert no_version["quarantined"] is False and "nothing to quarantine" in no_version["not_quarantined"]
+    assert ctx.store.ledger("linear_scorer").quarantined == ()

@@ -143,7 +143,9 @@ def test_fields_the_design_relies_on_are_present() -> None:
     assert labels_from["healer.io/model"] == {"expression": label_value_expression("workflow.parameters.model")}
     templates = {t["name"]: t for t in spec["templates"]}
     heal = templates["heal"]
-    assert heal["retryStrategy"]["expression"] == "asInt(lastRetry.exitCode) == 75"
+    assert heal["retryStrategy"]["expression"] == (
+        "asInt(lastRetry.exitCode) == 75 || asInt(lastRetry.exitCode) == 137"
+    )
     assert heal["retryStrategy"]["limit"] == "2"
     assert heal["script"]["args"] == ["-m", "hera.workflows.runner", "-e", "workflows.rollback:heal_step"]
     assert {p["name"] for p in heal["outputs"]["parameters"]} == {"phases", "to-version", "files", "golden"}

@@ -27,7 +27,8 @@ from typing import Any
 
 from healer.engines import TEMPLATE_NAME, RollbackRequest
 
-EXIT_TRANSIENT = 75  # EX_TEMPFAIL: the only exit code the retry strategy retries
+EXIT_TRANSIENT = 75  # EX_TEMPFAIL: retried by the retry strategy
+EXIT_KILLED = 137  # 128 + SIGKILL: the step was killed halfway; retried too
 EXIT_PERMANENT = 1
 ESCALATE_DEADLINE_S = 60
 HEALER_UID = 10001  # the healer image's user; the sidecar runs as it too (deploy/kubernetes/)
@@ -123,13 +124,21 @@ def escalate_step(
     """The exit handler's work when the rollback did not succeed (failed, errored or ran out of time)."""
     from workflows import context, steps
 
-    request = RollbackRequest(
-        model=model, from_version=from_version, reason=reason, incident=incident, detail=detail, pod=pod
-    )
     parsed = _parse_failures(failures)
     failure = f"workflow {workflow_status}"
     if parsed:
         failure += ": " + "; ".join(f"{f.get('displayName', '?')}: {f.get('message', '')}" for f in parsed)
+    try:
+        request = RollbackRequest(
+            model=model, from_version=from_version, reason=reason, incident=incident, detail=detail, pod=pod
+        )
+    except ValueError as exc:
+        # A workflow submitted by hand with parameters healer would never send: a person must still
+        # hear of it, and nothing is written to the ledger for a request that is not one.
+        _alert_without_context(
+            _printable_request(model, incident, detail, pod), f"{failure}; invalid parameters, nothing recorded: {exc}"
+        )
+        raise SystemExit(EXIT_PERMANENT) from exc
     try:
         ctx = context.current()
     except Exception as exc:
@@ -149,6 +158,16 @@ def escalate_step(
     outcome = steps.escalate(ctx, request, failure=failure, phases=timeline)
     _write_outputs(context.output_dir(), {"alert": outcome["alert"]})
     return {k: v for k, v in outcome.items() if k != "alert"}
+
+
+def _printable_request(model: str, incident: str, detail: str, pod: str) -> RollbackRequest:
+    """A request that can carry an alert about parameters that do not make one (from_version unknown)."""
+    from healer.settings import UNKNOWN_VERSION
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "-", incident)[:63].strip("-_.") or "invalid-incident"
+    return RollbackRequest(
+        model=model, from_version=UNKNOWN_VERSION, reason="manual", incident=safe, detail=detail, pod=pod
+    )
 
 
 def _alert_without_context(request: RollbackRequest, failure: str) -> None:
@@ -340,8 +359,10 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
         heal.retry_strategy = RetryStrategy(
             limit=str(options.retry_limit),
             retry_policy="Always",
-            # Only the step's "transient" exit code: Triton or the store did not answer.
-            expression=f"asInt(lastRetry.exitCode) == {EXIT_TRANSIENT}",
+            # The step's "transient" exit code (Triton or the store did not answer), and 137: the pod
+            # was SIGKILLed (OOM, eviction, a node lost) halfway. A retry of the same incident takes the
+            # lease over at once and converges (tests/test_kill_matrix.py); a permanent failure is not retried.
+            expression=f"asInt(lastRetry.exitCode) == {EXIT_TRANSIENT} || asInt(lastRetry.exitCode) == {EXIT_KILLED}",
             backoff=m.Backoff(duration="2s", factor=m.IntOrString("2"), max_duration="20s"),
         )
         # The exit handler has its own deadline: a hung store write must not hold the run (and with it

@@ -763,7 +763,8 @@ def escalate(
             outcome["pod_error"] = f"{type(exc).__name__}: {exc}"
     try:
         keep = why_not_quarantined(ctx, request, tried)
-        record(ctx, request, None, "escalated", not_quarantined=keep)
+        if _configured(ctx, request.model):
+            record(ctx, request, None, "escalated", not_quarantined=keep)
         outcome["quarantined"] = not keep
         if keep:
             outcome["not_quarantined"] = keep
@@ -780,13 +781,23 @@ def escalate(
     return outcome
 
 
+def _configured(ctx: StepContext, model: str) -> bool:
+    return any(m.name == model for m in ctx.settings.models)
+
+
 def why_not_quarantined(ctx: StepContext, request: RollbackRequest, phases: list[dict[str, Any]]) -> str:
     """Why an escalation must not quarantine the failing version ("" when it may): the ledger
     records it as stable (a stable version that fails is a fault around it, a config or the
     node, until a person says otherwise; quarantining it would leave nothing to restore), or it
     is the version the run was restoring. An unreadable ledger: not quarantined either (never
     act on "nothing was learnt")."""
+    from healer.settings import UNKNOWN_VERSION
+
     version = request.from_version
+    if version == UNKNOWN_VERSION:
+        return "no version was seen failing: nothing to quarantine"
+    if not _configured(ctx, request.model):
+        return f"{request.model} is not a model of {ctx.settings.source}: nothing is written for it"
     restoring = {
         str(p["outputs"]["version"]) for p in phases if isinstance(p.get("outputs"), dict) and "version" in p["outputs"]
     }

@@ -57,7 +57,8 @@ ENGINE_INSTANCE_ANNOTATION = "healer.io/engine-instance"  # process_instance() o
 STEP_DIR = "steps"  # under state_dir: each step attempt's output folder (the root filesystem may be read-only)
 CANCELLED = "cancelled: the engine is stopping (the process got SIGTERM)"
 _PARAM = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
-_RETRY_EXPRESSION = re.compile(r"^\s*asInt\(lastRetry\.exitCode\)\s*==\s*(\d+)\s*$")
+# "asInt(lastRetry.exitCode) == N", or several joined by "||": the exit codes a retry is for.
+_RETRY_CLAUSE = re.compile(r"^\s*asInt\(lastRetry\.exitCode\)\s*==\s*(\d+)\s*$")
 _WHEN = re.compile(r"^\s*(.*?)\s*(==|!=)\s*(.*?)\s*$")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
 
@@ -106,7 +107,7 @@ class _ScriptSpec:
     inputs: tuple[tuple[str, str | None], ...]  # (name, default)
     outputs: tuple[tuple[str, str], ...]  # (name, file name in the output directory)
     retry_limit: int
-    retry_exit_code: int | None
+    retry_exit_codes: frozenset[int]  # the exit codes its expression retries; empty: never retried
     backoff_s: float
     backoff_factor: float
     backoff_max_s: float
@@ -457,8 +458,8 @@ class LocalEngine:
                 phase == "Failed"
                 and not (cancellable and self._stopping.is_set())
                 and attempt < spec.retry_limit
-                and spec.retry_exit_code is not None
-                and exit_code == spec.retry_exit_code
+                and spec.retry_exit_codes
+                and exit_code in spec.retry_exit_codes
             )
             remaining = (deadline - time.monotonic()) if deadline is not None else None
             if not retryable or (remaining is not None and remaining <= backoff):
@@ -573,15 +574,16 @@ class LocalEngine:
             for p in ((template.outputs.parameters or []) if template.outputs else [])
             if p.value_from is not None and p.value_from.path
         )
-        limit, exit_code = 0, None
+        limit, exit_codes = 0, frozenset[int]()
         backoff_s, factor, backoff_max = 0.0, 1.0, 0.0
         retry = template.retry_strategy
         if retry is not None:
             limit = int(str(retry.limit.root if hasattr(retry.limit, "root") else retry.limit))
-            match = _RETRY_EXPRESSION.match(retry.expression or "")
-            if retry.expression and not match:
-                raise UnsupportedTemplate(f"retry expression {retry.expression!r} not understood")
-            exit_code = int(match.group(1)) if match else None
+            if retry.expression:
+                clauses = [_RETRY_CLAUSE.match(part) for part in retry.expression.split("||")]
+                if not all(clauses):
+                    raise UnsupportedTemplate(f"retry expression {retry.expression!r} not understood")
+                exit_codes = frozenset(int(c.group(1)) for c in clauses if c)
             if retry.backoff is not None:
                 backoff_s = _duration_s(retry.backoff.duration)
                 raw_factor = retry.backoff.factor
@@ -593,7 +595,7 @@ class LocalEngine:
             inputs=inputs,
             outputs=outputs,
             retry_limit=limit,
-            retry_exit_code=exit_code,
+            retry_exit_codes=exit_codes,
             backoff_s=backoff_s,
             backoff_factor=factor,
             backoff_max_s=backoff_max,
