@@ -12,8 +12,13 @@ Rules:
 * only Pod CREATE requests are mutated; any other kind or operation is allowed untouched;
 * never blocks a pod because of healer: a Pod object the webhook cannot read is allowed without a
   patch, with a warning that says why (the API server shows it to the client);
-* a request that is not an AdmissionReview at all gets HTTP 400 with the reason; a body over
-  ``MAX_BODY_BYTES`` gets 413; neither crashes or hangs the server (bounded connections, read timeouts);
+* a request that is not an AdmissionReview at all (not JSON, nested too deep, no ``request.uid``)
+  gets HTTP 400 with the reason; a body over ``MAX_BODY_BYTES`` gets 413; a review of any other odd
+  shape is admitted untouched with a warning; nothing crashes, hangs or drops the connection (the
+  listener of healer/sidecar_http.py: a total deadline per request, slow clients cannot starve it);
+* a pod that cannot run the sidecar is admitted unmutated with a warning naming why: no
+  ``containers`` array (the API server's validation says what is wrong), a container already on
+  the sidecar's port (it would crash-loop on "Address already in use"), ``hostNetwork``;
 * no side effects, so ``dryRun`` requests are answered exactly like the others (``sideEffects: None``);
 * with the annotation ``healer.io/readiness: sidecar`` the Triton container's readinessProbe is
   pointed at the sidecar's ``/readyz``; its livenessProbe is never touched (it stays on Triton).
