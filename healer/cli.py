@@ -54,8 +54,8 @@ EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
         (EXIT_USAGE, "bad arguments or configuration (no store, a model not in it, a bad version)"),
     ),
     "store": (
-        (0, "listed; quarantine lifted"),
-        (1, "unquarantine: the version is not quarantined"),
+        (0, "listed; quarantine lifted; doctor: nothing blocks the model, or the fix asked for was written"),
+        (1, "unquarantine: the version is not quarantined; doctor: something blocks the model (see its output)"),
         (EXIT_REFUSED, "the store could not be read or written"),
         (EXIT_USAGE, "bad arguments or configuration (no store, a model not in it, a bad name or version)"),
     ),
@@ -104,6 +104,8 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
         "healer store --config healer.yaml ls",
         "healer store ls linear_scorer -o yaml",
         "healer store unquarantine linear_scorer 3 --reason 'bad golden file, checked by hand'",
+        "healer store doctor linear_scorer",
+        "healer store doctor linear_scorer --release-lease --reason 'rollback pod gone, checked by hand'",
     ),
     "rollback": (
         "healer rollback --config healer.yaml linear_scorer 3",
@@ -437,6 +439,28 @@ def _store_subcommands(store: argparse.ArgumentParser) -> None:
         "--reason", required=True, help="why the version is safe again (kept in the ledger and the audit trail)"
     )
 
+    store_doctor = store_commands.add_parser(
+        "doctor",
+        help="what blocks a model's rollbacks: its lease, its ledger's head, unreadable snapshots; and the fixes",
+        description=(
+            "Shows the model's lease (holder, incident, expiry, replicas an interrupted unload-first swap left "
+            "to load again), its ledger's newest snapshot and any unreadable snapshot. --release-lease frees a "
+            "lease a dead holder left (a live holder stops at its next renewal); --repair writes the newest "
+            "readable ledger snapshot forward over an unreadable one (nothing is deleted). Both are recorded "
+            "in the audit trail. See runbooks/store-doctor.md."
+        ),
+        epilog=_epilog("store"),
+        formatter_class=formatter,
+    )
+    _add_config(store_doctor, default=argparse.SUPPRESS)
+    store_doctor.add_argument("model", metavar="MODEL", help="the model's name")
+    store_doctor.add_argument("--release-lease", action="store_true", help="free the model's lease (needs --reason)")
+    store_doctor.add_argument(
+        "--repair", action="store_true", help="write the newest readable ledger snapshot forward (needs --reason)"
+    )
+    store_doctor.add_argument("--reason", default="", help="why (kept in the lease and the audit trail)")
+    _add_output(store_doctor, "a summary", sub=True)
+
 
 def _runs_subcommands(runs: argparse.ArgumentParser) -> None:
     formatter = argparse.RawDescriptionHelpFormatter
@@ -684,7 +708,114 @@ def _cmd_promote(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_store(settings: Settings, args: argparse.Namespace) -> int:
     if args.store_command == "unquarantine":
         return _cmd_store_unquarantine(settings, args)
+    if args.store_command == "doctor":
+        return _cmd_store_doctor(settings, args)
     return _cmd_store_ls(settings, args)
+
+
+def _cmd_store_doctor(settings: Settings, args: argparse.Namespace) -> int:
+    """Diagnose, then (if asked) release the lease or repair the ledger, each with an audit record."""
+    import time
+
+    from healer.ledger import wall_time
+    from healer.store import StoreError
+
+    reason = args.reason.strip()
+    acting = args.release_lease or args.repair
+    if acting and not reason:
+        print(
+            "healer: store doctor: --release-lease and --repair need --reason (kept in the audit trail)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    who = os.environ.get("USER") or "cli"
+    try:
+        store = _store(settings)
+        done: list[str] = []
+        if args.repair:
+            repaired = store.repair_ledger(args.model)
+            if repaired is not None:
+                done.append(f"ledger repaired: generation {repaired.generation} written from the newest readable one")
+        if args.release_lease:
+            released = store.release_lease_by_hand(args.model, reason=reason, by=who)
+            done.append(f"lease released by {released.holder}")
+        for what in done:
+            store.append_audit(
+                args.model, {"incident": "doctor", "event": "doctor", "done": what, "who": who, "reason": reason}
+            )
+        diagnosis = store.diagnose(args.model)
+    except ConfigError as exc:
+        print(f"healer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (StoreError, ValueError) as exc:
+        print(f"healer: store {settings.store}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    now = time.time()
+    lease = diagnosis.lease
+    held = lease is not None and not lease.released and lease.expires_at > now
+    blocked = bool(diagnosis.unreadable) or held or bool(lease is not None and lease.put_back)
+    data = {
+        "model": args.model,
+        "store": store.location,
+        "done": done,
+        "ledger": {
+            "generation": diagnosis.ledger_generation,
+            "readable_generation": diagnosis.ledger_readable_generation,
+            "stable": [r.version for r in diagnosis.ledger.stable] if diagnosis.ledger else [],
+            "quarantined": sorted({q.version for q in diagnosis.ledger.quarantined}) if diagnosis.ledger else [],
+        },
+        "lease": {
+            "generation": diagnosis.lease_generation,
+            "readable_generation": diagnosis.lease_readable_generation,
+            "holder": lease.holder if lease else None,
+            "incident": lease.incident if lease else None,
+            "state": _lease_state(lease, now),
+            "expires_at": wall_time(lease.expires_at) if lease else None,
+            "put_back": [{"replica": d.replica, "versions": list(d.versions)} for d in lease.put_back] if lease else [],
+            "note": lease.note if lease else "",
+        },
+        "unreadable": [{"where": where, "error": error} for where, error in diagnosis.unreadable],
+        "blocked": blocked,
+    }
+    if args.output in ("json", "yaml"):
+        _print_data(data, args.output)
+    else:
+        _print_diagnosis(data, diagnosis, hint=blocked and not acting)
+    return 1 if blocked and not acting else 0
+
+
+def _print_diagnosis(data: dict[str, Any], diagnosis: Any, *, hint: bool) -> None:
+    for what in data["done"]:
+        print(what)
+    ledger_line = f"generation {diagnosis.ledger_generation}"
+    if diagnosis.ledger_readable_generation != diagnosis.ledger_generation:
+        ledger_line += f" UNREADABLE (newest readable: {diagnosis.ledger_readable_generation or 'none'})"
+    stable = ", ".join(f"v{v}" for v in data["ledger"]["stable"]) or "none"
+    quarantined = ", ".join(f"v{v}" for v in data["ledger"]["quarantined"]) or "none"
+    print(f"model   {data['model']} in {data['store']}")
+    print(f"ledger  {ledger_line}; stable {stable}; quarantined {quarantined}")
+    print(f"lease   generation {diagnosis.lease_generation}: {data['lease']['state']}")
+    for duty in data["lease"]["put_back"]:
+        versions = ", ".join(f"v{v}" for v in duty["versions"])
+        print(f"        to load again on {duty['replica']}: {versions} (an unload-first swap was cut off)")
+    for where, error in diagnosis.unreadable:
+        print(f"unreadable {where}: {error}")
+    if hint:
+        print("next: runbooks/store-doctor.md (--release-lease / --repair with --reason)")
+
+
+def _lease_state(lease: Any, now: float) -> str:
+    from healer.ledger import wall_time
+
+    if lease is None:
+        return "free (never taken, or unreadable)"
+    who = f"{lease.holder}" + (f" for incident {lease.incident}" if lease.incident else "")
+    if lease.released:
+        note = f": {lease.note}" if lease.note else ""
+        return f"free: released by {who} at {lease.at}{note}"
+    if lease.expires_at <= now:
+        return f"free: {who}'s lease expired at {wall_time(lease.expires_at)}"
+    return f"HELD by {who} until {wall_time(lease.expires_at)} ({lease.expires_at - now:.1f} s from now)"
 
 
 def _cmd_store_ls(settings: Settings, args: argparse.Namespace) -> int:

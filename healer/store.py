@@ -405,6 +405,24 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Diagnosis:
+    """What ``ModelStore.diagnose`` found for one model (healer store doctor)."""
+
+    model: str
+    ledger_generation: int  # the newest snapshot's generation (0: none)
+    ledger_readable_generation: int  # the newest readable one's (0: none readable)
+    ledger: Ledger | None
+    lease_generation: int
+    lease_readable_generation: int
+    lease: LeaseSnapshot | None
+    unreadable: tuple[tuple[str, str], ...]  # (where, what is wrong), newest first
+
+    @property
+    def healthy(self) -> bool:
+        return not self.unreadable
+
+
+@dataclass(frozen=True)
 class DrainSet:
     """A replica set's drain set as read: the pods out of the Service on purpose (pod -> since, unix
     wall time, for people), at a generation (0: never written)."""
@@ -666,6 +684,102 @@ class ModelStore:
                 log.info("lease_release_skipped", generation=lease.generation, newest_generation=generation + 1)
         except (StoreError, LedgerFormatError, OSError) as exc:
             log.warning("lease_release_failed", generation=lease.generation, error=str(exc))
+
+    # ---- doctor: what blocks a model, and the two ways out --------------------------------
+    def _generations(self, prefix: str) -> list[int]:
+        return sorted(
+            int(PurePosixPath(k).stem)
+            for k in self.blobs.keys(prefix)
+            if k.endswith(".json") and PurePosixPath(k).stem.isdigit()
+        )
+
+    def diagnose(self, model: str) -> Diagnosis:
+        """The ledger's and the lease's newest snapshots, each read as healer reads it, and every
+        unreadable snapshot from the newest back to the newest readable one (a repair copies that
+        one forward). Never raises for a bad snapshot: that is what it reports."""
+        _check_name(model)
+        problems: list[tuple[str, str]] = []
+
+        def newest_readable(prefix: str, read: Callable[[int, str], Any]) -> tuple[int, int, Any]:
+            generations = self._generations(prefix)
+            for generation in reversed(generations):
+                key = f"{prefix}/{generation:08d}.json"
+                try:
+                    return (generations[-1], generation, read(generation, key))
+                except (LedgerFormatError, ValueError, FileNotFoundError) as exc:
+                    problems.append((f"{self.location}/{key}", str(exc)))
+            return (generations[-1] if generations else 0, 0, None)
+
+        def read_ledger(generation: int, key: str) -> Ledger:
+            ledger = Ledger.from_json(self.blobs.read(key), where=f"{self.location}/{key}")
+            if ledger.model != model or ledger.generation != generation:
+                raise LedgerFormatError(
+                    f"{self.location}/{key}: model/generation {ledger.model!r}/{ledger.generation}, "
+                    f"expected {model!r}/{generation}"
+                )
+            return ledger
+
+        def read_lease(generation: int, key: str) -> LeaseSnapshot:
+            return LeaseSnapshot.from_json(self.blobs.read(key), where=f"{self.location}/{key}")
+
+        ledger_newest, ledger_good, ledger = newest_readable(self._ledger_prefix(model), read_ledger)
+        lease_newest, lease_good, lease = newest_readable(self._lease_prefix(model), read_lease)
+        return Diagnosis(
+            model=model,
+            ledger_generation=ledger_newest,
+            ledger_readable_generation=ledger_good,
+            ledger=ledger,
+            lease_generation=lease_newest,
+            lease_readable_generation=lease_good,
+            lease=lease,
+            unreadable=tuple(problems),
+        )
+
+    def release_lease_by_hand(
+        self, model: str, *, reason: str, by: str, now: Callable[[], float] = time.time
+    ) -> LeaseSnapshot:
+        """A person frees the model's lease (``healer store doctor --release-lease``): a released
+        snapshot naming who and why. A holder still alive loses it at its next renewal and stops
+        (fencing). Put-back duties stay for the next holder. Also frees a lease whose newest
+        snapshot is unreadable. Returns the snapshot written."""
+        _check_name(model)
+        for _attempt in range(MAX_LEDGER_ATTEMPTS):
+            diagnosis = self.diagnose(model)
+            previous = diagnosis.lease if diagnosis.lease_readable_generation == diagnosis.lease_generation else None
+            released_at = now()
+            snapshot = LeaseSnapshot(
+                holder=f"healer-doctor/{_safe_part(by)}",
+                expires_at=released_at,
+                released=True,
+                at=wall_time(released_at),
+                incident=previous.incident if previous is not None else "",
+                put_back=previous.put_back if previous is not None else (),
+                note=reason,
+            )
+            key = f"{self._lease_prefix(model)}/{diagnosis.lease_generation + 1:08d}.json"
+            if self.blobs.create(key, snapshot.to_json()):
+                return snapshot
+        raise StoreConflict(
+            f"{self.location}: lease of {model!r} changed under us {MAX_LEDGER_ATTEMPTS} times in a row"
+        )
+
+    def repair_ledger(self, model: str) -> Ledger | None:
+        """Write the newest *readable* ledger snapshot forward as the next generation when the
+        newest one is unreadable (the bad one stays, as history). None when nothing needed repair.
+        Raises StoreError when no snapshot is readable: nothing healer could write would be
+        better than a person's look at the files (an empty ledger would forget every quarantine)."""
+        diagnosis = self.diagnose(model)
+        if diagnosis.ledger_generation == diagnosis.ledger_readable_generation:
+            return None
+        if diagnosis.ledger is None:
+            raise StoreError(
+                f"{self.location}: no ledger snapshot of {model!r} is readable; look at "
+                f"{self.location}/{self._ledger_prefix(model)}/ by hand"
+            )
+        repaired = dataclasses.replace(diagnosis.ledger, generation=diagnosis.ledger_generation + 1)
+        if not self.blobs.create(f"{self._ledger_prefix(model)}/{repaired.generation:08d}.json", repaired.to_json()):
+            raise StoreConflict(f"{self.location}: the ledger of {model!r} changed during the repair; run it again")
+        return repaired
 
     # ---- drain set ------------------------------------------------------------------------
     # Which pods of a replica set are out of the Service on purpose (healer/decisions.py drain_plan).

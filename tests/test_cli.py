@@ -388,7 +388,7 @@ def _all_parsers() -> list[argparse.ArgumentParser]:
 
 def test_every_argument_has_help_and_every_command_an_epilog_with_its_exit_codes() -> None:
     parsers = _all_parsers()
-    assert len(parsers) == 1 + len(EXIT_CODES) + 4  # healer, its commands, store ls/unquarantine, runs list/get
+    assert len(parsers) == 1 + len(EXIT_CODES) + 5  # healer, its commands, store ls/unquarantine/doctor, runs list/get
     for parser in parsers:
         for action in parser._actions:
             if action.help != argparse.SUPPRESS:

@@ -1,0 +1,113 @@
+"""`healer store doctor` (issue 15, item 13): a corrupt lease or ledger snapshot, or a lease a dead
+holder left, blocks a model's rollbacks; the doctor shows what and frees it, recorded in the audit
+trail, deleting nothing. Real components: the CLI's main over a filesystem store in tmp_path."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from healer.cli import EXIT_REFUSED, EXIT_USAGE, main
+from healer.embedded import free_port
+from healer.ledger import LedgerFormatError, StableRecord
+from healer.store import FilesystemBlobs, LeaseHeld, ModelStore
+from tests.conftest import EXAMPLE_CONFIG, EXAMPLES
+
+MODEL = "linear_scorer"
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("HEALER_CONFIG", raising=False)
+    monkeypatch.setenv("USER", "alice")
+    root = tmp_path / "store"
+    shutil.copytree(EXAMPLES / "model_repository" / MODEL, root / MODEL)
+    document = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    document.pop("embedded")
+    for model in document["models"]:
+        for tensor in model["golden"]["inputs"]:
+            if "file" in tensor:
+                tensor["file"] = str(EXAMPLES / tensor["file"])
+    document["triton"] = {"url": f"127.0.0.1:{free_port()}", "timeout_s": 1.0}
+    document["store"] = {"filesystem": {"root": str(root)}}
+    path = tmp_path / "healer.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _store(config: Path) -> ModelStore:
+    return ModelStore(FilesystemBlobs(config.parent / "store"))
+
+
+def _doctor(config: Path, *extra: str) -> int:
+    return main(["store", "doctor", MODEL, "--config", str(config), *extra])
+
+
+def test_a_lease_left_by_a_dead_holder_is_shown_and_released_by_hand(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    store = _store(config)
+    dead = store.acquire_lease(MODEL, "inc-1/argo/pod-x/1", 15, incident="inc-1")
+    assert _doctor(config) == 1
+    out = capsys.readouterr().out
+    assert "HELD by inc-1/argo/pod-x/1 for incident inc-1" in out and "runbooks/store-doctor.md" in out
+    assert _doctor(config, "--release-lease") == EXIT_USAGE  # no reason: nothing done
+    assert "need --reason" in capsys.readouterr().err
+    assert _doctor(config, "--release-lease", "--reason", "pod gone, checked by hand") == 0
+    assert "lease released by healer-doctor/alice" in capsys.readouterr().out
+    # Another incident may take it now; the old holder, were it alive, is fenced off at its renewal.
+    with pytest.raises(LeaseHeld):
+        store.acquire_lease(MODEL, dead.holder, 15, incident="inc-1", renewing=True)
+    store.acquire_lease(MODEL, "inc-2/local/1", 15, incident="inc-2")
+    [audit] = [a for a in store.audit(MODEL) if a["event"] == "doctor"]
+    assert audit["who"] == "alice" and audit["reason"] == "pod gone, checked by hand"
+
+
+def test_an_unreadable_lease_snapshot_blocks_until_the_doctor_releases_it(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    store = _store(config)
+    store.acquire_lease(MODEL, "a", 15, incident="inc-1")
+    corrupt = config.parent / "store" / ".healer" / MODEL / "lease" / "00000002.json"
+    corrupt.write_bytes(b'{"holder": "a", "expi')  # a torn write by hand, or a bad copy
+    with pytest.raises(LedgerFormatError):
+        store.acquire_lease(MODEL, "b", 15, incident="inc-2")
+    assert _doctor(config, "-o", "json") == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["blocked"] and report["lease"]["generation"] == 2 and report["lease"]["readable_generation"] == 1
+    assert report["unreadable"][0]["where"].endswith("lease/00000002.json")
+    assert _doctor(config, "--release-lease", "--reason", "torn snapshot") == 0
+    assert store.acquire_lease(MODEL, "b", 15, incident="inc-2").generation == 4
+    assert corrupt.exists()  # history: never deleted
+
+
+def test_an_unreadable_ledger_head_is_repaired_from_the_newest_readable_snapshot(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    store = _store(config)
+    record = StableRecord("1", store.version_files(MODEL, "1"), "t", "test", {"name": MODEL})
+    good = store.update_ledger(MODEL, lambda ledger: ledger.with_stable(record))
+    corrupt = config.parent / "store" / ".healer" / MODEL / "ledger" / "00000002.json"
+    corrupt.write_text("not json")
+    with pytest.raises(LedgerFormatError):
+        store.ledger(MODEL)
+    assert _doctor(config) == 1
+    assert "generation 2 UNREADABLE (newest readable: 1)" in capsys.readouterr().out
+    assert _doctor(config, "--repair", "--reason", "a bad copy") == 0
+    assert "ledger repaired: generation 3" in capsys.readouterr().out
+    repaired = store.ledger(MODEL)
+    assert repaired.generation == 3 and repaired.stable == good.stable
+    assert corrupt.read_text() == "not json"
+    assert _doctor(config) == 0  # nothing blocks it any more
+
+
+def test_a_ledger_with_no_readable_snapshot_is_not_guessed(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    folder = config.parent / "store" / ".healer" / MODEL / "ledger"
+    folder.mkdir(parents=True)
+    (folder / "00000001.json").write_text("{")
+    assert _doctor(config, "--repair", "--reason", "x") == EXIT_REFUSED
+    assert "no ledger snapshot of 'linear_scorer' is readable" in capsys.readouterr().err
+    assert sorted(p.name for p in folder.iterdir()) == ["00000001.json"]
+
+
+def test_the_doctor_refuses_a_model_the_config_does_not_know(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["store", "doctor", "nosuchmodel", "--config", str(config)]) == EXIT_USAGE
+    assert not (config.parent / "store" / ".healer").exists()
