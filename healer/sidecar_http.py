@@ -237,7 +237,11 @@ class BackgroundServer:
             await self._write(writer, refused.response)
             return
         connection.reading = False
-        response = self._inline(request) if self._inline is not None else None
+        try:
+            response = self._inline(request) if self._inline is not None else None
+        except Exception:  # a bug in an endpoint: answered 500, said, and the listener goes on
+            log.exception("handler_failed", listener=self._thread.name, path=request.path)
+            response = Response.text(500, "internal error\n")
         if response is None:
             job = asyncio.get_running_loop().run_in_executor(self._pool, self._handler, request)
             try:

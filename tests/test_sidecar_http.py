@@ -147,3 +147,18 @@ def test_a_client_sending_one_byte_a_second_loses_its_connection_after_the_total
         assert held < REQUEST_DEADLINE_S + 2.0
     finally:
         server.stop()
+
+
+def test_an_endpoint_that_raises_is_answered_500_and_the_listener_goes_on() -> None:
+    def broken() -> Any:
+        raise RuntimeError("a bug in ready()")
+
+    sidecar = fake_sidecar()
+    sidecar.ready = broken
+    server = SidecarServer(sidecar, "127.0.0.1:0")
+    server.start()
+    try:
+        assert get(f"http://{server.address}/readyz") == 500
+        assert get(f"http://{server.address}/metrics") == 200
+    finally:
+        server.stop()
