@@ -656,3 +656,24 @@ def test_the_readiness_probe_through_the_sidecar_survives_one_missed_answer_and_
     assert {k: v for k, v in injected.items() if k != "httpGet"} == {
         k: v for k, v in by_hand["readinessProbe"].items() if k != "httpGet"
     }
+
+
+def test_the_server_sends_no_tls_session_tickets(tls_server: Any) -> None:
+    """One review per connection, and the API server does not resume sessions: TLS 1.3 tickets only
+    cost a round of small writes, which stalled one review in two by a delayed ACK (40 ms)."""
+    import socket
+
+    server, cert = tls_server
+    host, port = server.address.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(cert))
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as sock,
+    ):
+        body = admission_review(triton_pod())
+        sock.sendall(b"POST /mutate HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        answer = b""
+        while chunk := sock.recv(65536):  # to the server's close: any ticket came before the answer
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.0 200 ")
+        assert sock.session is not None and not sock.session.has_ticket
