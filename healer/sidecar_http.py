@@ -11,7 +11,8 @@ Triton pod created without its sidecar. So:
 * each request has a **total** deadline (``REQUEST_DEADLINE_S``: TLS handshake, request line, headers
   and body together), not a per-read timeout: a client that sends one byte a second loses its
   connection after that long, however it paces its bytes;
-* at most ``MAX_CONNECTIONS`` connections are open at once; a new one over the cap closes the
+* at most ``MAX_CONNECTIONS`` connections are open at once (the webhook's: fewer, TLS buffers are
+  larger); a new one over the cap closes the
   connection that has been reading its request the longest (a slow client by definition: a probe
   sends its request in one packet and is read within a millisecond), so a flood of any size cannot
   keep a new connection out, and refuses only if every open connection is past its request;
@@ -134,6 +135,7 @@ class BackgroundServer:
         max_connections: int = MAX_CONNECTIONS,
         request_deadline_s: float = REQUEST_DEADLINE_S,
         workers: int = WORKERS,
+        body_budget: int = BODY_BUDGET_BYTES,
     ) -> None:
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
@@ -142,7 +144,7 @@ class BackgroundServer:
         bound_host, bound_port = self._sock.getsockname()[:2]
         self.address = f"[{bound_host}]:{bound_port}" if family == socket.AF_INET6 else f"{bound_host}:{bound_port}"
         self._handler, self._inline, self._tls, self._max_body = handler, inline, tls, max_body
-        self._cap, self._deadline_s = max_connections, request_deadline_s
+        self._cap, self._deadline_s, self._body_budget = max_connections, request_deadline_s, body_budget
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-work")
         self._open: dict[_Connection, None] = {}  # insertion order: the oldest first
         self._buffered = 0
@@ -310,7 +312,7 @@ class BackgroundServer:
             # Bytes as they arrive, not as declared: a client that declares 1 MiB and trickles it holds little.
             connection.buffered += len(chunk)
             self._buffered += len(chunk)
-            if self._buffered > BODY_BUDGET_BYTES:
+            if self._buffered > self._body_budget:
                 raise _Refused(Response.text(503, "too many request bodies at once: retry\n"))
             chunks.append(chunk)
             length -= len(chunk)

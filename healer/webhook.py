@@ -58,6 +58,11 @@ SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 # The whole request, TLS handshake and a body up to MAX_BODY_BYTES included: the API server sends a
 # review in milliseconds; a client slower than this loses its connection (webhook.timeoutSeconds: 5).
 REQUEST_DEADLINE_S = 3.0
+# Fewer open connections than the sidecar's listener: each TLS connection holds about 0.5 MiB of
+# asyncio's SSL buffers, and the webhook's memory limit is 128 Mi (values.yaml webhook.resources).
+# Over the cap the slowest reader still makes room, so a flood cannot keep the API server out.
+MAX_CONNECTIONS = 64
+BODY_BUDGET_BYTES = 8 << 20  # request bodies buffered at once (a Pod's review is a few kB)
 # Triton's readinessProbe on /readyz (README "Probes"): a pod leaves the Service at most
 # period × failures after /readyz turns 503; one missed answer alone never unreadies it.
 READINESS_PERIOD_S = 2
@@ -499,6 +504,8 @@ class WebhookServer(BackgroundServer):
             max_body=MAX_BODY_BYTES,
             request_deadline_s=REQUEST_DEADLINE_S,
             workers=4,
+            max_connections=MAX_CONNECTIONS,
+            body_budget=BODY_BUDGET_BYTES,
         )
 
 
