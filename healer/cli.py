@@ -454,7 +454,19 @@ def _store_subcommands(store: argparse.ArgumentParser) -> None:
     )
     _add_config(store_doctor, default=argparse.SUPPRESS)
     store_doctor.add_argument("model", metavar="MODEL", help="the model's name")
-    store_doctor.add_argument("--release-lease", action="store_true", help="free the model's lease (needs --reason)")
+    store_doctor.add_argument(
+        "--release-lease", action="store_true", help="free the model's lease once expired or released (needs --reason)"
+    )
+    store_doctor.add_argument(
+        "--force",
+        action="store_true",
+        help="with --release-lease: free it even while unexpired (its holder may be at work)",
+    )
+    store_doctor.add_argument(
+        "--clear-put-back",
+        action="store_true",
+        help="with --release-lease: drop the replicas left to load again (a replica that is gone for good)",
+    )
     store_doctor.add_argument(
         "--repair", action="store_true", help="write the newest readable ledger snapshot forward (needs --reason)"
     )
@@ -729,25 +741,33 @@ def _cmd_store_doctor(settings: Settings, args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     who = os.environ.get("USER") or "cli"
+    done: list[str] = []
     try:
         store = _store(settings)
-        done: list[str] = []
-        if args.repair:
-            repaired = store.repair_ledger(args.model)
-            if repaired is not None:
-                done.append(f"ledger repaired: generation {repaired.generation} written from the newest readable one")
-        if args.release_lease:
-            released = store.release_lease_by_hand(args.model, reason=reason, by=who)
-            done.append(f"lease released by {released.holder}")
-        for what in done:
+
+        def audit(what: str) -> None:  # after each action: a later one failing must not lose its record
+            done.append(what)
             store.append_audit(
                 args.model, {"incident": "doctor", "event": "doctor", "done": what, "who": who, "reason": reason}
             )
+
+        if args.repair:
+            repaired = store.repair_ledger(args.model)
+            if repaired is not None:
+                audit(f"ledger repaired: generation {repaired.generation} written from the newest readable one")
+        if args.release_lease:
+            released = store.release_lease_by_hand(
+                args.model, reason=reason, by=who, force=args.force, clear_put_back=args.clear_put_back
+            )
+            cleared = " and its put-back duties cleared" if args.clear_put_back else ""
+            audit(f"lease released by {released.holder}{cleared}")
         diagnosis = store.diagnose(args.model)
     except ConfigError as exc:
         print(f"healer: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (StoreError, ValueError) as exc:
+        for what in done:
+            print(what)
         print(f"healer: store {settings.store}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     now = time.time()

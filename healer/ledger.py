@@ -36,15 +36,23 @@ class StableRecord:
     # loads the version with exactly this config, pinned to the version, even if the broken
     # model can no longer be asked for its config.
     config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # The model's config.pbtxt as Triton read it when the version was promoted (its text). A
+    # rollback writes it back, so a restarted or new replica, which loads from the file without the
+    # rollback's override, serves the stable version as it was verified. "": promoted before healer
+    # recorded it (the file is then left alone).
+    config_file: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        document = {
             "version": self.version,
             "files": dict(sorted(self.files.items())),
             "promoted_at": self.promoted_at,
             "promoted_by": self.promoted_by,
             "config": _thaw(self.config),
         }
+        if self.config_file:
+            document["config_file"] = self.config_file
+        return document
 
 
 @dataclass(frozen=True)
@@ -141,6 +149,7 @@ class Ledger:
                         promoted_at=str(r["promoted_at"]),
                         promoted_by=str(r["promoted_by"]),
                         config=MappingProxyType(dict(r.get("config") or {})),
+                        config_file=str(r.get("config_file") or ""),
                     )
                     for r in document["stable"]
                 ),
@@ -234,9 +243,15 @@ class PutBack:
     replica: str  # host:port of that Triton
     versions: tuple[int, ...]
     config: Mapping[str, Any]  # the config Triton served them with (JSON form)
+    since: float = 0.0  # unix wall time the duty was written (a duty older than an hour is dropped)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"replica": self.replica, "versions": list(self.versions), "config": _thaw(self.config)}
+        return {
+            "replica": self.replica,
+            "versions": list(self.versions),
+            "config": _thaw(self.config),
+            "since": self.since,
+        }
 
     @classmethod
     def from_dict(cls, document: Any, *, where: str) -> PutBack:
@@ -250,17 +265,22 @@ class PutBack:
             raise LedgerFormatError(f"{where}: put_back.versions: expected a list of version numbers, got {versions!r}")
         if not isinstance(config, dict):
             raise LedgerFormatError(f"{where}: put_back.config: expected a model config object")
-        return cls(replica=replica, versions=tuple(versions), config=config)
+        since = document.get("since", 0.0)
+        if isinstance(since, bool) or not isinstance(since, int | float) or not math.isfinite(since):
+            raise LedgerFormatError(f"{where}: put_back.since: expected unix seconds, got {since!r}")
+        return cls(replica=replica, versions=tuple(versions), config=config, since=float(since))
 
 
 @dataclass(frozen=True)
 class LeaseSnapshot:
     """One generation of a model's lease: who holds it until when (unix wall-clock seconds).
 
-    The lease belongs to an *incident*: every attempt of the same incident (an Argo retry, a rerun,
-    the sidecar's fallback) takes it over at once from an earlier attempt, which then loses it at
-    its next renewal (fencing by holder). Its TTL is short and renewed while the holder works, so a
-    dead holder's lease frees itself in seconds (``workflows/steps.py`` LEASE_TTL_S).
+    A later attempt of the same run (an Argo retry of the workflow's heal step, a LocalEngine retry)
+    takes it over at once from an earlier attempt of that run, which Argo or the engine has already
+    given up on and which, were it still alive, loses the lease at its next renewal (fencing by
+    holder). Any other holder waits: two runs of one incident (one per pod, with the in-pod engine)
+    heal different replicas and must not act together. The TTL is short and renewed while the holder
+    works, so a dead holder's lease frees itself in seconds (``workflows/steps.py`` LEASE_TTL_S).
 
     Clock skew: ``expires_at`` is written by the holder from its own wall clock and compared by
     others against theirs, so the pods' clocks must agree within a few seconds (NTP).
@@ -271,6 +291,7 @@ class LeaseSnapshot:
     released: bool
     at: str  # ISO time the snapshot was written, for people
     incident: str = ""  # "" in snapshots written before leases belonged to incidents
+    run: str = ""  # the workflow (Argo's or the LocalEngine's run) whose attempt holds it
     put_back: tuple[PutBack, ...] = ()  # replicas whose model must be loaded again (see PutBack)
     note: str = ""  # why a person released or repaired it (healer store doctor)
 
@@ -281,6 +302,7 @@ class LeaseSnapshot:
             "released": self.released,
             "at": self.at,
             "incident": self.incident,
+            "run": self.run,
             "put_back": [p.to_dict() for p in self.put_back],
         }
         if self.note:
@@ -298,6 +320,7 @@ class LeaseSnapshot:
                 document["at"],
             )
             incident = document.get("incident", "")
+            run = document.get("run", "")
             put_back_raw = document.get("put_back", [])
             note = document.get("note", "")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -310,6 +333,8 @@ class LeaseSnapshot:
             raise LedgerFormatError(f"{where}: released: expected true or false, got {released!r}")
         if not isinstance(incident, str):
             raise LedgerFormatError(f"{where}: incident: expected a string, got {incident!r}")
+        if not isinstance(run, str):
+            raise LedgerFormatError(f"{where}: run: expected a string, got {run!r}")
         if not isinstance(put_back_raw, list):
             raise LedgerFormatError(f"{where}: put_back: expected a list, got {put_back_raw!r}")
         put_back = tuple(PutBack.from_dict(p, where=where) for p in put_back_raw)
@@ -319,6 +344,7 @@ class LeaseSnapshot:
             released=released,
             at=str(at),
             incident=incident,
+            run=run,
             put_back=put_back,
             note=str(note),
         )
@@ -335,14 +361,20 @@ class LeaseDecision:
 
 
 def decide_lease(  # noqa: PLR0911 (a decision table: one return per case)
-    newest: LeaseSnapshot | None, holder: str, now: float, *, incident: str = "", renewing: bool = False
+    newest: LeaseSnapshot | None,
+    holder: str,
+    now: float,
+    *,
+    incident: str = "",
+    run: str = "",
+    renewing: bool = False,
 ) -> LeaseDecision:
-    """May ``holder`` (working on ``incident``) take the lease whose newest snapshot is ``newest``,
-    at wall-clock ``now``?
+    """May ``holder`` (an attempt of ``run``, working on ``incident``) take the lease whose newest
+    snapshot is ``newest``, at wall-clock ``now``?
 
     Free when never taken, released, or expired (``now >= expires_at``); the holder's own
-    unexpired lease is renewed; an earlier attempt of the same incident is taken over at once (a
-    retry must not wait for its own predecessor, dead or cut off); anyone else's unexpired,
+    unexpired lease is renewed; an earlier attempt of the same run is taken over at once (a retry
+    must not wait for its own predecessor, which its engine gave up on); anyone else's unexpired,
     unreleased lease is held. ``renewing``: the holder had the lease and only extends it; if the
     newest snapshot is not its own (taken over, released by a person) it has lost it, never takes
     it back.
@@ -357,9 +389,9 @@ def decide_lease(  # noqa: PLR0911 (a decision table: one return per case)
         return LeaseDecision(True, False, f"free: {newest.holder}'s lease expired at {wall_time(newest.expires_at)}")
     if newest.holder == holder:
         return LeaseDecision(True, True, f"renewed: already held by {holder} until {wall_time(newest.expires_at)}")
-    if incident and newest.incident == incident:
+    if incident and run and newest.incident == incident and newest.run == run:
         return LeaseDecision(
-            True, False, f"taken over from {newest.holder}, an earlier attempt of incident {incident}", taken_over=True
+            True, False, f"taken over from {newest.holder}, an earlier attempt of {run}", taken_over=True
         )
     return LeaseDecision(
         False,

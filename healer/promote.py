@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from healer.decisions import SLOW
 from healer.ledger import Ledger, StableRecord
 from healer.settings import Settings
@@ -9,6 +11,23 @@ from healer.store import ModelStore, hash_directory, utc_now
 from healer.triton import TritonAPI, TritonError
 from probes.result import Status
 from probes.tiers import check_business
+
+
+def _config_file(store: ModelStore, live: Path | None, model: str) -> str:
+    """The model's config.pbtxt as Triton reads it: the live repository's, else the store's ("" if none)."""
+    if live is not None:
+        try:
+            return (live / model / "config.pbtxt").read_text()
+        except FileNotFoundError:
+            pass
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PromotionRefused(f"{live / model / 'config.pbtxt'}: cannot read the model's config: {exc}") from exc
+    try:
+        return store.blobs.read(f"{model}/config.pbtxt").decode()
+    except FileNotFoundError:
+        return ""
+    except UnicodeDecodeError as exc:
+        raise PromotionRefused(f"{store.location}/{model}/config.pbtxt: not text: {exc}") from exc
 
 
 class PromotionRefused(Exception):
@@ -54,7 +73,14 @@ def promote(
         config = triton.model_config(model)
     except TritonError as exc:
         raise PromotionRefused(f"Triton {triton.url}: {exc}") from exc
-    record = StableRecord(version=version, files=files, promoted_at=utc_now(), promoted_by=by, config=config)
+    record = StableRecord(
+        version=version,
+        files=files,
+        promoted_at=utc_now(),
+        promoted_by=by,
+        config=config,
+        config_file=_config_file(store, live, model),
+    )
 
     def promote_unless_quarantined(current: Ledger) -> Ledger:
         # Checked again inside the update: a quarantine written meanwhile wins.

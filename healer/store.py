@@ -602,6 +602,7 @@ class ModelStore:
         ttl_s: float,
         *,
         incident: str = "",
+        run: str = "",
         put_back: tuple[PutBack, ...] | None = None,
         renewing: bool = False,
         now: Callable[[], float] = time.time,
@@ -609,7 +610,8 @@ class ModelStore:
         """Take (or, for the same holder, extend) the model's lease for ``ttl_s`` seconds.
 
         Raises LeaseHeld while another holder's lease is unexpired and unreleased, unless that
-        holder works on the same ``incident`` (then it is taken over: see decide_lease);
+        holder is an earlier attempt of the same ``run`` of ``incident`` (then it is taken over:
+        see decide_lease);
         StoreConflict if writers kept winning the next generation. Re-entrant per ``holder``:
         give every attempt its own holder name, so that a taken-over attempt is fenced off.
 
@@ -625,7 +627,7 @@ class ModelStore:
         for _attempt in range(MAX_LEDGER_ATTEMPTS):
             generation, newest = self._newest_lease(model)
             taken_at = now()
-            decision = decide_lease(newest, holder, taken_at, incident=incident, renewing=renewing)
+            decision = decide_lease(newest, holder, taken_at, incident=incident, run=run, renewing=renewing)
             if not decision.may_take:
                 raise LeaseHeld(
                     f"{self.location}: lease of {model!r} (generation {generation}) {decision.reason}",
@@ -639,6 +641,7 @@ class ModelStore:
                 released=False,
                 at=wall_time(taken_at),
                 incident=incident,
+                run=run,
                 put_back=duties,
             )
             if self.blobs.create(f"{self._lease_prefix(model)}/{generation + 1:08d}.json", snapshot.to_json()):
@@ -675,6 +678,7 @@ class ModelStore:
                 released=True,
                 at=wall_time(released_at),
                 incident=newest.incident,
+                run=newest.run,
                 put_back=newest.put_back,
             )
             if not self.blobs.create(
@@ -736,24 +740,48 @@ class ModelStore:
         )
 
     def release_lease_by_hand(
-        self, model: str, *, reason: str, by: str, now: Callable[[], float] = time.time
+        self,
+        model: str,
+        *,
+        reason: str,
+        by: str,
+        force: bool = False,
+        clear_put_back: bool = False,
+        now: Callable[[], float] = time.time,
     ) -> LeaseSnapshot:
         """A person frees the model's lease (``healer store doctor --release-lease``): a released
-        snapshot naming who and why. A holder still alive loses it at its next renewal and stops
-        (fencing). Put-back duties stay for the next holder. Also frees a lease whose newest
-        snapshot is unreadable. Returns the snapshot written."""
+        snapshot naming who and why. An unexpired lease is refused (LeaseHeld) unless ``force``: its
+        holder may be at work, and a dead one's lease expires by itself within the TTL; a holder
+        forced out stops at its next renewal, not in the middle of a Triton call. Put-back duties
+        carry over from the newest readable snapshot unless ``clear_put_back`` (a replica that is
+        gone for good). Also frees a lease whose newest snapshot is unreadable. Returns the
+        snapshot written."""
         _check_name(model)
         for _attempt in range(MAX_LEDGER_ATTEMPTS):
             diagnosis = self.diagnose(model)
-            previous = diagnosis.lease if diagnosis.lease_readable_generation == diagnosis.lease_generation else None
+            newest_readable = diagnosis.lease_readable_generation == diagnosis.lease_generation
+            previous = diagnosis.lease
             released_at = now()
+            if (
+                newest_readable
+                and previous is not None
+                and not previous.released
+                and previous.expires_at > released_at
+                and not force
+            ):
+                raise LeaseHeld(
+                    f"{self.location}: lease of {model!r} is held by {previous.holder} until "
+                    f"{wall_time(previous.expires_at)} and may be at work: wait for it, or --force",
+                    holder=previous.holder,
+                    expires_at=previous.expires_at,
+                )
             snapshot = LeaseSnapshot(
                 holder=f"healer-doctor/{_safe_part(by)}",
                 expires_at=released_at,
                 released=True,
                 at=wall_time(released_at),
                 incident=previous.incident if previous is not None else "",
-                put_back=previous.put_back if previous is not None else (),
+                put_back=() if clear_put_back or previous is None else previous.put_back,
                 note=reason,
             )
             key = f"{self._lease_prefix(model)}/{diagnosis.lease_generation + 1:08d}.json"
@@ -1067,16 +1095,19 @@ def store_from_settings(settings: StoreSettings) -> ModelStore:
 def write_live_config(live_repository: Path, model: str, text: str) -> Path | None:
     """Make ``<live>/<model>/config.pbtxt`` hold ``text``. A different file already there is first
     copied to ``<live>/<model>/.healer-displaced/config.pbtxt-<time>-<id>`` (never deleted), then
-    the new one is renamed into place (readers see the old file or the new one, never a part).
+    the new one is renamed into place (readers see the old file or the new one, never a part). If
+    the file changed between the copy and the rename (someone pushed a new one), nothing is
+    replaced: a newer file wins over a restore. A symlinked config (a managed file) is left alone.
 
-    Returns the displaced copy, or None when the file already held ``text`` (idempotent) or there
-    was none. Raises ValueError for a bad name, OSError (naming the path) if a write fails."""
+    Returns the displaced copy, or None when the file already held ``text`` (idempotent). Raises
+    ValueError for a bad name or a symlink, OSError (naming the path) if a write fails."""
     _check_name(model)
     _require_live(live_repository)
     model_dir = live_repository / model
     target = model_dir / "config.pbtxt"
+    if target.is_symlink():
+        raise ValueError(f"{target} is a symlink (a managed file): left alone")
     data = text.encode()
-    displaced: Path | None = None
     try:
         current = target.read_bytes()
     except FileNotFoundError:
@@ -1084,25 +1115,34 @@ def write_live_config(live_repository: Path, model: str, text: str) -> Path | No
     if current == data:
         return None
     make_dirs(model_dir)
+    displaced: Path | None = None
     if current is not None:
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         displaced = model_dir / DISPLACED_DIR / f"config.pbtxt-{stamp}-{uuid.uuid4().hex[:8]}"
         make_dirs(displaced.parent)
         _write_atomic(displaced, current)
+    try:
+        now = target.read_bytes()
+    except FileNotFoundError:
+        now = None
+    if now != current:
+        raise OSError(errno.EAGAIN, "config.pbtxt changed while it was being restored: the newer one kept", str(target))
     _write_atomic(target, data)
     return displaced
 
 
 # ---- staging leftovers ---------------------------------------------------------------------------------
-STAGING_PREFIXES = (".fetch-", ".tmp-")
+STAGING_PREFIXES = (".fetch-", ".tmp-", ".healer-trash-")
 
 
 def sweep_staging(live_repository: Path, model: str) -> list[str]:
     """Remove what a killed fetch left in ``<live>/<model>/``: ``.fetch-*`` staging copies (a whole
-    version each) and ``.tmp-*`` files of an interrupted atomic write. Call it only while holding
-    the model's lease: then no fetch of this model is in progress and every such entry is a
-    leftover. Never touches a version, the quarantine or the displaced copies. Returns the names
-    removed; one that cannot be removed is left and logged (a sweep never fails a rollback)."""
+    version each) and ``.tmp-*`` files of an interrupted atomic write. Called only while holding the
+    model's lease. Each entry is first renamed to a ``.healer-trash-*`` name and only then deleted:
+    if another attempt is just renaming that staging copy into place, exactly one of the two renames
+    wins, so a version directory is never emptied by the sweep. Never touches a version, the
+    quarantine or the displaced copies. Returns the names removed; one that cannot be removed is
+    left and logged (a sweep never fails a rollback)."""
     _check_name(model)
     model_dir = live_repository / model
     removed: list[str] = []
@@ -1115,12 +1155,20 @@ def sweep_staging(live_repository: Path, model: str) -> list[str]:
     for entry in entries:
         if not entry.name.startswith(STAGING_PREFIXES):
             continue
+        trash = model_dir / f".healer-trash-{uuid.uuid4().hex[:12]}"
         try:
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-            removed.append(entry.name)
+            os.rename(entry, trash)
+        except FileNotFoundError:
+            continue  # renamed into place (or swept) by someone else meanwhile: not ours
         except OSError as exc:
             get_logger("healer.store").warning("staging_sweep_failed", model=model, path=str(entry), error=str(exc))
+            continue
+        try:
+            if trash.is_dir() and not trash.is_symlink():
+                shutil.rmtree(trash)
+            else:
+                trash.unlink()
+            removed.append(entry.name)
+        except OSError as exc:
+            get_logger("healer.store").warning("staging_sweep_failed", model=model, path=str(trash), error=str(exc))
     return removed

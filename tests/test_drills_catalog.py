@@ -245,6 +245,13 @@ JUDGE = [
             "workflows: 1 rollback workflow(s), expected 0",
         ),
     ),
+    ("bad config healed and restarted", "bad-config", dataclasses.replace(HEALED, after_restart=""), ()),
+    (
+        "bad config healed, broken again by a restart",
+        "bad-config",
+        dataclasses.replace(HEALED, after_restart="h:1: after a reload from its files v1 fails its golden request"),
+        ("restart: h:1: after a reload from its files v1 fails its golden request",),
+    ),
     ("storm: one ready at every moment", "storm", dataclasses.replace(HEALED, min_ready=1), ()),
     (
         "storm emptied the Service",

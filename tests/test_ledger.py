@@ -56,6 +56,7 @@ def test_lease_snapshot_json_round_trip_has_exactly_the_documented_keys() -> Non
         "released": False,
         "at": "2023-11-14T22:13:20.000Z",
         "incident": "",
+        "run": "",
         "put_back": [],
     }
     assert LeaseSnapshot.from_json(raw, where="here") == snapshot
@@ -170,8 +171,9 @@ def test_unreadable_lifted_records_name_the_place_and_the_problem(lifted: str, p
 
 def test_a_renewal_never_takes_back_a_lease_it_lost() -> None:
     """Fencing: an attempt whose lease was taken over by a later attempt of its incident stops."""
-    newest = LeaseSnapshot(holder="inc/2", expires_at=T0 + 15, released=False, at="t", incident="inc")
-    assert decide_lease(newest, "inc/1", T0, incident="inc").taken_over  # a fresh take: allowed
+    newest = LeaseSnapshot(holder="inc/2", expires_at=T0 + 15, released=False, at="t", incident="inc", run="wf")
+    assert decide_lease(newest, "inc/1", T0, incident="inc", run="wf").taken_over  # a retry of the run: allowed
+    assert not decide_lease(newest, "inc/3", T0, incident="inc", run="other-run").may_take  # another run waits
     lost = decide_lease(newest, "inc/1", T0, incident="inc", renewing=True)
     assert not lost.may_take and lost.reason == "lost: inc/2 holds it now"
     released = LeaseSnapshot(holder="inc/1", expires_at=T0, released=True, at="t", incident="inc")

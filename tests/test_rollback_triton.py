@@ -504,7 +504,8 @@ def test_a_healed_bad_config_serves_the_stable_version_after_a_restart(fs_stack_
         status = stack.engine.run(stack.request("3"), timeout_s=120)
         assert status.phase == "Succeeded", status
         config = (stack.live / stack.model / "config.pbtxt").read_text()
-        assert "dims: 4" in config and "dims: 5" not in config
+        assert config == stack.store.ledger(stack.model).stable_record("2").config_file  # type: ignore[union-attr]
+        assert "dims: [ 4 ]" in config and "dims: [ 5 ]" not in config
         [displaced] = (stack.live / stack.model / ".healer-displaced").glob("config.pbtxt-*")
         assert "dims: [ 5 ]" in displaced.read_text()  # the broken file is kept, never deleted
         # A restart: Triton loads the model from its files, with no override.

@@ -925,6 +925,7 @@ def test_an_expired_lease_lets_a_second_holder_in(backend: Backend) -> None:
             "released": False,
             "at": wall_time(first.expires_at - 10),
             "incident": "",
+            "run": "",
             "put_back": [],
         },
         {
@@ -933,6 +934,7 @@ def test_an_expired_lease_lets_a_second_holder_in(backend: Backend) -> None:
             "released": False,
             "at": wall_time(clock.now),
             "incident": "",
+            "run": "",
             "put_back": [],
         },
     ]
@@ -1255,17 +1257,22 @@ def test_a_model_called_drain_and_a_drain_set_do_not_collide(tmp_path: Path) -> 
     assert store.ledger("drain").generation == 1
 
 
-def test_a_later_attempt_of_the_same_incident_takes_the_lease_over_at_once(backend: Backend) -> None:
+def test_a_later_attempt_of_the_same_run_takes_the_lease_over_at_once(backend: Backend) -> None:
     """Issue 15, 3 and 4: an attempt that died (or lost the store) before releasing must not make its
-    own retry wait; the earlier attempt is fenced off at its next renewal. Another incident waits."""
+    own retry wait; the earlier attempt is fenced off at its next renewal. Another run of the same
+    incident (another pod's in-pod engine) and another incident wait."""
     store, clock = backend.store, FakeWallClock()
-    first = store.acquire_lease("m", "inc-1/pod-a/1", 15, incident="inc-1", now=clock)
+    first = store.acquire_lease("m", "inc-1/wf-a/pod-a/1", 30, incident="inc-1", run="wf-a", now=clock)
     with pytest.raises(LeaseHeld):
-        store.acquire_lease("m", "inc-2/pod-b/1", 15, incident="inc-2", now=clock)
-    retry = store.acquire_lease("m", "inc-1/pod-a/2", 15, incident="inc-1", now=clock)
+        store.acquire_lease("m", "inc-2/wf-b/pod-b/1", 30, incident="inc-2", run="wf-b", now=clock)
+    with pytest.raises(LeaseHeld):
+        store.acquire_lease("m", "inc-1/local/pod-c/1", 30, incident="inc-1", run="local-c", now=clock)
+    with pytest.raises(LeaseHeld):  # no run named: never taken over
+        store.acquire_lease("m", "inc-1//pod-d/1", 30, incident="inc-1", now=clock)
+    retry = store.acquire_lease("m", "inc-1/wf-a/pod-a2/2", 30, incident="inc-1", run="wf-a", now=clock)
     assert (retry.generation, retry.taken_from) == (2, first.holder)
     with pytest.raises(LeaseHeld) as caught:  # the earlier attempt's renewal: fenced off
-        store.acquire_lease("m", first.holder, 15, incident="inc-1", renewing=True, now=clock)
+        store.acquire_lease("m", first.holder, 30, incident="inc-1", run="wf-a", renewing=True, now=clock)
     assert caught.value.holder == retry.holder
     store.release_lease(first, now=clock)  # superseded: writes nothing
     assert store.lease_snapshot("m")[1].holder == retry.holder  # type: ignore[union-attr]
@@ -1287,3 +1294,41 @@ def test_put_back_duties_pass_to_every_next_holder_until_cleared(backend: Backen
     store.acquire_lease("m", "c", 15, incident="inc-3", put_back=(), now=clock)
     assert store.acquire_lease("m", "c", 15, incident="inc-3", now=clock).put_back == ()
     assert first.put_back == ()
+
+
+def test_write_live_config_keeps_the_replaced_file_and_leaves_a_symlink_alone(tmp_path: Path) -> None:
+    from healer.store import write_live_config
+
+    live = tmp_path / "live"
+    (live / "m").mkdir(parents=True)
+    (live / "m" / "config.pbtxt").write_text("broken")
+    displaced = write_live_config(live, "m", "stable")
+    assert (live / "m" / "config.pbtxt").read_text() == "stable"
+    assert displaced is not None and displaced.read_text() == "broken"
+    assert write_live_config(live, "m", "stable") is None  # idempotent: nothing displaced twice
+    (live / "n").mkdir()
+    (tmp_path / "managed.pbtxt").write_text("managed")
+    (live / "n" / "config.pbtxt").symlink_to(tmp_path / "managed.pbtxt")
+    with pytest.raises(ValueError, match="symlink"):
+        write_live_config(live, "n", "stable")
+    assert (tmp_path / "managed.pbtxt").read_text() == "managed"
+
+
+def test_sweep_staging_removes_leftovers_only(tmp_path: Path) -> None:
+    from healer.store import sweep_staging
+
+    model = tmp_path / "m"
+    for name in (".fetch-2-abc", "1", "2", ".healer-quarantine", ".healer-displaced"):
+        (model / name).mkdir(parents=True)
+        (model / name / "f").write_text(name)
+    (model / ".tmp-xyz").write_text("half a config")
+    (model / "config.pbtxt").write_text("c")
+    assert sorted(sweep_staging(tmp_path, "m")) == [".fetch-2-abc", ".tmp-xyz"]
+    assert sorted(p.name for p in model.iterdir()) == [
+        ".healer-displaced",
+        ".healer-quarantine",
+        "1",
+        "2",
+        "config.pbtxt",
+    ]
+    assert (model / "2" / "f").read_text() == "2"

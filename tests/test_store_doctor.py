@@ -55,7 +55,10 @@ def test_a_lease_left_by_a_dead_holder_is_shown_and_released_by_hand(config: Pat
     assert "HELD by inc-1/argo/pod-x/1 for incident inc-1" in out and "runbooks/store-doctor.md" in out
     assert _doctor(config, "--release-lease") == EXIT_USAGE  # no reason: nothing done
     assert "need --reason" in capsys.readouterr().err
-    assert _doctor(config, "--release-lease", "--reason", "pod gone, checked by hand") == 0
+    # Unexpired: its holder may be at work; refused without --force.
+    assert _doctor(config, "--release-lease", "--reason", "pod gone, checked by hand") == EXIT_REFUSED
+    assert "may be at work: wait for it, or --force" in capsys.readouterr().err
+    assert _doctor(config, "--release-lease", "--force", "--reason", "pod gone, checked by hand") == 0
     assert "lease released by healer-doctor/alice" in capsys.readouterr().out
     # Another incident may take it now; the old holder, were it alive, is fenced off at its renewal.
     with pytest.raises(LeaseHeld):
@@ -111,3 +114,19 @@ def test_a_ledger_with_no_readable_snapshot_is_not_guessed(config: Path, capsys)
 def test_the_doctor_refuses_a_model_the_config_does_not_know(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["store", "doctor", "nosuchmodel", "--config", str(config)]) == EXIT_USAGE
     assert not (config.parent / "store" / ".healer").exists()
+
+
+def test_put_back_duties_survive_a_release_unless_cleared(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from healer.ledger import PutBack
+
+    store = _store(config)
+    duty = PutBack(replica="10.0.0.9:8000", versions=(2,), config={"name": MODEL}, since=1.0)
+    lease = store.acquire_lease(MODEL, "a", 30, incident="inc-1", put_back=(duty,))
+    store.release_lease(lease)
+    assert _doctor(config) == 1  # a replica is left to load again
+    assert "to load again on 10.0.0.9:8000: v2" in capsys.readouterr().out
+    assert _doctor(config, "--release-lease", "--reason", "node gone") == 0
+    assert store.lease_snapshot(MODEL)[1].put_back == (duty,)  # type: ignore[union-attr]
+    assert _doctor(config, "--release-lease", "--clear-put-back", "--reason", "node gone for good") == 0
+    assert store.lease_snapshot(MODEL)[1].put_back == ()  # type: ignore[union-attr]
+    assert _doctor(config) == 0

@@ -14,6 +14,7 @@ from workflows.steps import PodMarker, StepContext
 
 DEFAULT_CONFIG = "/etc/healer/healer.yaml"  # mounted from a ConfigMap in the healer image's pods
 DEFAULT_OUTPUT_DIR = "/tmp/healer-outputs"  # noqa: S108 - Argo reads output parameters from files in the pod
+WORKFLOW_NAME_ENV = "HEALER_WORKFLOW_NAME"  # set to {{workflow.name}} in the rendered templates
 
 _current: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar("healer_step_context", default=None)
 _output_dir: contextvars.ContextVar[Path | None] = contextvars.ContextVar("healer_output_dir", default=None)
@@ -57,6 +58,7 @@ def context_from_settings(settings: Settings) -> StepContext:
         live_repository=live,
         mark_pod=_pod_marker(),
         list_replicas=_replica_lister(settings),
+        workflow_name=os.environ.get(WORKFLOW_NAME_ENV, ""),  # Argo's pods; the LocalEngine sets it itself
     )
 
 

@@ -277,7 +277,7 @@ def runner_script(
     from hera.workflows import models as m
     from hera.workflows.script import RunnerScriptConstructor
 
-    from workflows.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR
+    from workflows.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR, WORKFLOW_NAME_ENV
 
     return Script(
         name=name,
@@ -294,6 +294,8 @@ def runner_script(
         env=[
             Env(name="HEALER_CONFIG", value=DEFAULT_CONFIG),
             Env(name="HEALER_OUTPUT_DIR", value=DEFAULT_OUTPUT_DIR),
+            # The run's name: the lease lets a retry of the same workflow take over at once.
+            Env(name=WORKFLOW_NAME_ENV, value="{{workflow.name}}"),
             Env(name="PYTHONUNBUFFERED", value="1"),
         ],
         outputs=[

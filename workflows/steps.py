@@ -281,32 +281,20 @@ def record(
 
 
 def restore_config_file(ctx: StepContext, model: str, stable: StableRecord) -> dict[str, Any]:
-    """Make the live repository's ``<model>/config.pbtxt`` the stable version's own config (the
-    ledger's), so that a restarted or new replica, which loads from the file without the
-    rollback's override, serves the stable version correctly. The replaced file is kept in
-    ``.healer-displaced/``. A config the schema cannot render leaves the file alone (said in the
-    outputs and the log): the replicas are healed, and a guessed file could be worse."""
-    from healer.model_config import ConfigRenderError, render_config_pbtxt
-    from healer.store import PERMANENT_ERRNOS, write_live_config
+    """Make the live repository's ``<model>/config.pbtxt`` the one the stable version was promoted
+    with (the ledger keeps its text), so that a restarted or new replica, which loads from the file
+    without the rollback's override, serves the stable version as it was verified. The replaced
+    file is kept in ``.healer-displaced/``. Best effort: the replicas are healed already, so a file
+    that cannot be written is reported (outputs, log), never a reason to escalate."""
+    from healer.store import write_live_config
 
-    if not stable.config:
-        return {"config_file": "left alone: the ledger has no config for this version"}
+    if not stable.config_file:
+        return {"config_file": f"left alone: v{stable.version} was promoted before healer recorded config files"}
     try:
-        current: str | None = (ctx.live_repository / model / "config.pbtxt").read_text(errors="replace")
-    except OSError:
-        current = None
-    try:
-        text = render_config_pbtxt(stable.config, model=model, current=current)
-    except ConfigRenderError as exc:
-        log.warning("config_file_left_alone", model=model, version=stable.version, error=str(exc))
-        return {"config_file": f"left alone: {exc}"}
-    try:
-        displaced = write_live_config(ctx.live_repository, model, text)
-    except (PermissionError, ValueError) as exc:
-        raise PermanentStepError(f"write {model}/config.pbtxt: {exc}") from exc
-    except OSError as exc:
-        error = PermanentStepError if exc.errno in PERMANENT_ERRNOS else TransientStepError
-        raise error(f"write {model}/config.pbtxt: {exc}") from exc
+        displaced = write_live_config(ctx.live_repository, model, stable.config_file)
+    except (OSError, ValueError) as exc:
+        log.warning("config_file_not_written", model=model, version=stable.version, error=str(exc))
+        return {"config_file": f"not written: {exc}"}
     if displaced is None:
         return {"config_file": f"already v{stable.version}'s"}
     return {"config_file": f"v{stable.version}'s from the ledger", "config_displaced": str(displaced)}
@@ -314,24 +302,38 @@ def restore_config_file(ctx: StepContext, model: str, stable: StableRecord) -> d
 
 PHASES: tuple[str, ...] = ("lease", "fetch-stable", "restore", "record")
 LEASE_POLL_S = 0.5
-# The lease belongs to the incident and lives LEASE_TTL_S unrenewed: a holder that dies (SIGKILL,
-# node loss) frees it within that, well inside the 90 s budget, while a live holder renews it
-# every LEASE_RENEW_EVERY_S from a background thread (a single Triton load may take minutes).
-# Three renewals fit in one TTL: one missed renewal (a store blip) does not lose it.
-LEASE_TTL_S = 15.0
+# The lease lives LEASE_TTL_S unrenewed: a holder that dies (SIGKILL, node loss) frees it within
+# that, well inside the 90 s budget, while a live holder renews it every LEASE_RENEW_EVERY_S from
+# a background thread (a single Triton load may take minutes). Six renewals fit in one TTL, so a
+# store that answers slowly or not at all for 20 s does not lose it; a retry of the same run takes
+# it over at once anyway. A holder stops renewing after lease_hold_limit_s however it is stuck.
+LEASE_TTL_S = 30.0
 LEASE_RENEW_EVERY_S = 5.0
+LEASE_MARGIN_S = 30.0
+# An unload-first put-back duty older than this is dropped: the replica it names is gone for good
+# (its IP may belong to another pod by now), and a restarted Triton loads from its files anyway.
+PUT_BACK_MAX_AGE_S = 3600.0
+
+
+def lease_hold_limit_s(settings: Settings) -> float:
+    """The longest a rollback can need its lease: the deadline, one replica's unload and load and a
+    put-back load past it, and a margin. Past it, renewing could only keep a stuck holder's lease."""
+    rollback = settings.rollback
+    return rollback.deadline_s + rollback.unload_timeout_s + 2 * rollback.load_timeout_s + LEASE_MARGIN_S
 
 
 class LeaseKeeper:
-    """One attempt's hold on the model's lease: taken for the incident (an earlier attempt of the
-    same incident is taken over at once, see healer.ledger.decide_lease), renewed in the background,
-    checked before every action (fencing: an attempt that was taken over stops), released at the end.
+    """One attempt's hold on the model's lease: taken for the incident and the run (an earlier
+    attempt of the same run is taken over at once, see healer.ledger.decide_lease), renewed in the
+    background, checked before every action (fencing: an attempt that was taken over stops),
+    released at the end.
 
     Its put-back duties (``PutBack``) are written into the lease before an ``unload-first`` swap
     unloads anything, and cleared once the model is loaded again."""
 
     def __init__(self, ctx: StepContext, model: str, incident: str, holder: str) -> None:
         self.ctx, self.model, self.incident, self.holder = ctx, model, incident, holder
+        self.run = ctx.workflow_name
         self.lease: Any = None
         self.lost = ""
         self._lock = threading.Lock()
@@ -348,7 +350,9 @@ class LeaseKeeper:
             ctx.check_cancelled("waiting for the model's lease")
             with store_errors(ctx, f"lease of {self.model} in {ctx.store.location}"):
                 try:
-                    self.lease = ctx.store.acquire_lease(self.model, self.holder, LEASE_TTL_S, incident=self.incident)
+                    self.lease = ctx.store.acquire_lease(
+                        self.model, self.holder, LEASE_TTL_S, incident=self.incident, run=self.run
+                    )
                     break
                 except LeaseHeld as exc:
                     if ctx.clock() >= deadline:
@@ -364,12 +368,23 @@ class LeaseKeeper:
     def _write(self, put_back: tuple[PutBack, ...] | None = None) -> None:
         with self._lock:
             self.lease = self.ctx.store.acquire_lease(
-                self.model, self.holder, LEASE_TTL_S, incident=self.incident, put_back=put_back, renewing=True
+                self.model,
+                self.holder,
+                LEASE_TTL_S,
+                incident=self.incident,
+                run=self.run,
+                put_back=put_back,
+                renewing=True,
             )
 
     def _renew_in_background(self) -> None:
         bound = log.bind(model=self.model, incident=self.incident, holder=self.holder)
+        # Monotonic, not ctx.clock: a test's fake clock must not stop the real renewals.
+        give_up_at = time.monotonic() + lease_hold_limit_s(self.ctx.settings)
         while not self._stop.wait(LEASE_RENEW_EVERY_S):
+            if time.monotonic() >= give_up_at:
+                bound.error("lease_renewal_stopped", reason="held past the longest a rollback can need it")
+                return
             try:
                 self._write()
             except LeaseHeld as exc:
@@ -489,7 +504,7 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
         if keeper.lease.taken_from:
             out["taken_over_from"] = keeper.lease.taken_from
         if keeper.duties():
-            out["put_back"] = put_back_unloaded(ctx, request.model, keeper)
+            out["put_back"] = put_back_unloaded(ctx, request.model, keeper, request.triton_url)
         return out
 
     try:
@@ -521,14 +536,25 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
     }
 
 
-def put_back_unloaded(ctx: StepContext, model: str, keeper: LeaseKeeper) -> dict[str, str]:
+def put_back_unloaded(ctx: StepContext, model: str, keeper: LeaseKeeper, triton_url: str = "") -> dict[str, str]:
     """An earlier holder unloaded the model on these replicas and may not have loaded it again
-    (killed between the unload and the load): load again what each served, first of all. A
-    replica that serves the model again, or never hosted it, needs nothing; one that does not
-    answer keeps its duty in the lease for the next holder. Returns what happened per replica."""
+    (killed between the unload and the load): load again what each served, first of all. Only on a
+    replica this rollback would heal (listed and not skipped: an IP that belongs to another pod now
+    is not listed), and only if it serves nothing and its index says it once hosted the model. One
+    that does not answer keeps its duty in the lease for the next holder; a duty older than
+    PUT_BACK_MAX_AGE_S is dropped. Returns what happened per replica."""
     done: dict[str, str] = {}
     remaining: list[PutBack] = []
+    listed = {t.url: t.skip for t in replica_targets_for(ctx, triton_url)}
+    now = time.time()
     for duty in keeper.duties():
+        if duty.since and now - duty.since > PUT_BACK_MAX_AGE_S:
+            done[duty.replica] = f"dropped: written {now - duty.since:.0f} s ago"
+            continue
+        if duty.replica not in listed or listed[duty.replica]:
+            why = listed.get(duty.replica) or "not a replica this rollback heals (no longer listed)"
+            done[duty.replica] = f"dropped: {why}"
+            continue
         triton = ctx.triton if duty.replica == ctx.triton.url else _triton_for(ctx, duty.replica)
         replica = dataclasses.replace(ctx, triton=triton)
         try:
@@ -629,7 +655,12 @@ def _unload_then_load(
         raise TransientStepError(f"read the served config of {model} before unloading: {exc}") from exc
     if ctx.lease is not None:
         ctx.lease.remember_unloaded(
-            PutBack(replica=ctx.triton.url, versions=tuple(sorted(int(v) for v in served_before)), config=served_config)
+            PutBack(
+                replica=ctx.triton.url,
+                versions=tuple(sorted(int(v) for v in served_before)),
+                config=served_config,
+                since=time.time(),
+            )
         )
     out: dict[str, Any] = {}
     try:
@@ -810,7 +841,7 @@ def why_not_quarantined(ctx: StepContext, request: RollbackRequest, phases: list
     except (StoreError, ValueError, OSError) as exc:
         return f"the ledger could not be read ({exc}): not quarantined without it"
     if ledger.stable_record(version) is not None:
-        return f"v{version} is stable in the ledger: a person decides (healer store quarantine)"
+        return f"v{version} is stable in the ledger: not quarantined without a person (runbooks/rollback-escalated.md)"
     return ""
 
 

@@ -410,6 +410,41 @@ def remove_pushed(target: DrillTarget, injected: Injected) -> list[str]:
     return problems
 
 
+def after_restart(target: DrillTarget, url: str, injected_version: str) -> str:  # noqa: PLR0911 (one return per finding)
+    """Load the model on ``url`` from its files, without the rollback's override, as a restarted
+    Triton or a new replica does; then every served version must answer its golden request and the
+    injected version must not be among them. Returns "" when so, else what is wrong."""
+    golden = target.model_settings.golden
+    triton = TritonHttp(url, timeout_s=5.0)
+    try:
+        try:
+            if not triton.server_live():
+                return ""  # a replica the drill killed: nothing to restart here
+            triton.unload_model(target.model)
+            deadline = time.monotonic() + LOAD_TIMEOUT_S
+            while any(r.state in {"READY", "UNLOADING"} for r in triton.repository_index() if r.name == target.model):
+                if time.monotonic() > deadline:
+                    return f"{url}: {target.model} not unloaded within {LOAD_TIMEOUT_S:g} s"
+                time.sleep(SERVING_POLL_S)
+            triton.load_model(target.model, timeout_s=LOAD_TIMEOUT_S)
+            served = triton.served_versions(target.model)
+        except TritonError as exc:
+            return f"{url}: reloading {target.model} from its files: {exc}"
+        if not served:
+            return f"{url}: {target.model} serves no version after a reload from its files"
+        if injected_version in served:
+            return f"{url}: a reload from its files serves the injected v{injected_version} again"
+        for version in served:
+            result = check_business(triton, target.model, version, golden)
+            if result.status is not Status.PASS:  # the first answer after a load may be slow
+                result = check_business(triton, target.model, version, golden)
+            if result.status is not Status.PASS:
+                return f"{url}: after a reload from its files v{version} fails its golden request: {result.reason}"
+        return ""
+    finally:
+        triton.close()
+
+
 def restore_stable(target: DrillTarget, injected: Injected, urls: Sequence[str] | None = None) -> list[str]:
     """Undo the injection and leave every live replica serving the stable version, verified by its
     golden request. Returns what could not be done (empty: the target is back on its stable version)."""

@@ -174,6 +174,7 @@ class Watch:
         self.phases: list[PhaseSpan] = []
         self.error = ""
         self.model_loaded: bool | None = None
+        self.after_restart: str | None = None
         self.last: Sample | None = None
         self._healthy_again = False
         self.wrong_answers = 0
@@ -235,6 +236,7 @@ class Watch:
             breaker_open=self.breaker_open,
             min_ready=self.min_ready,
             model_loaded=self.model_loaded,
+            after_restart=self.after_restart,
             final_state=self.final_state,
             wrong_answers=self.wrong_answers,
             marks=tuple(sorted(self.marks, key=lambda m: m.at_s)),

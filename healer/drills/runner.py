@@ -28,6 +28,7 @@ from healer.drills.inject import (
     DrillTarget,
     Injected,
     InjectionFailed,
+    after_restart,
     delete_served_files,
     push_again,
     push_and_serve,
@@ -148,28 +149,48 @@ class DrillRunner:
             log.exception("drill_failed", scenario=scenario.name)
             error = f"{type(exc).__name__}: {exc}"
         finally:
-            for r in running:
-                r.close()
-            drain = getattr(engine, "drain", None)
-            if drain is not None:
-                still = drain(budget_s)
-                if still:
-                    notes.append(f"rollbacks still running at cleanup: {', '.join(still)}")
-            if injected is not None:
-                live = [u for u in replicas if not any(getattr(x, "url", None) == u and x.killed for x in extra)]
-                problems = restore_stable(self.target, injected, urls=live or None)
-                notes += [f"cleanup: {p}" for p in problems]
-                if problems and self._recover is not None:
-                    notes.append("cleanup: the target's Triton was restarted")
-                    notes += [f"cleanup after the restart: {p}" for p in self._recover()]
-            for replica in extra:
-                self._stop_replica(replica.server)
+            notes += self._clean_up(running, engine, injected, watch, replicas, extra, budget_s)
         observation = watch.observation() if watch is not None else Observation(error=error or "not injected")
         if error:
             observation = dataclasses.replace(observation, error=error)
         verdict = judge(scenario, observation, budget_s)
         started = _iso(injected.wall) if injected is not None and injected.wall else ""
         return DrillResult(scenario, observation, verdict, budget_s, started_at=started, notes=tuple(notes))
+
+    def _clean_up(
+        self,
+        running: list[_Running],
+        engine: RollbackEngine | None,
+        injected: Injected | None,
+        watch: Watch | None,
+        replicas: list[str],
+        extra: list[Any],
+        budget_s: float,
+    ) -> list[str]:
+        """Stop the sidecars, wait for rollbacks, check a healed model survives a restart, then put
+        the target back on its stable version. Returns the notes for the report."""
+        notes: list[str] = []
+        for r in running:
+            r.close()
+        drain = getattr(engine, "drain", None)
+        if drain is not None:
+            still = drain(budget_s)
+            if still:
+                notes.append(f"rollbacks still running at cleanup: {', '.join(still)}")
+        if injected is not None:
+            live = [u for u in replicas if not any(getattr(x, "url", None) == u and x.killed for x in extra)]
+            if watch is not None and watch.restore_s is not None and live and injected.version:
+                # Healed: does it stay healed when a replica restarts? Checked with the sidecars stopped,
+                # or a second incident would be healed by the override again and hide it.
+                watch.after_restart = after_restart(self.target, live[0], injected.version)
+            problems = restore_stable(self.target, injected, urls=live or None)
+            notes += [f"cleanup: {p}" for p in problems]
+            if problems and self._recover is not None:
+                notes.append("cleanup: the target's Triton was restarted")
+                notes += [f"cleanup after the restart: {p}" for p in self._recover()]
+        for replica in extra:
+            self._stop_replica(replica.server)
+        return notes
 
     # ---- set-up ------------------------------------------------------------------------------------
     def _replicas(self, scenario: Scenario, extra: list[Any]) -> list[str]:

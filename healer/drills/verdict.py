@@ -52,6 +52,9 @@ class Observation:
     breaker_open: bool = False
     min_ready: int | None = None  # fewest replicas answering /readyz 200 at any sample (None: not sampled)
     model_loaded: bool | None = None  # at the end, the model served on every live replica
+    # A healed model reloaded from its files, as a restarted Triton loads it: "" it serves correctly,
+    # else what is wrong; None: not checked (nothing was healed).
+    after_restart: str | None = None
     final_state: str = ""  # the sidecars' state of the model at the end (healthy, healing, ...)
     wrong_answers: int = 0  # wrong answers the sidecars counted after the injection (all of them together)
     marks: tuple[Mark, ...] = ()
@@ -114,6 +117,8 @@ def judge(scenario: Scenario, observation: Observation, budget_s: float) -> Verd
         missed.append(
             f"wrong answers: {observation.wrong_answers} seen, the drill needs {expect.wrong_answers} to prove anything"
         )
+    if outcome is Outcome.HEALED and observation.after_restart:
+        missed.append(f"restart: {observation.after_restart}")
     if expect.model_loaded and observation.model_loaded is not True:
         missed.append("served model: not loaded at the end (it must stay loaded when nothing is restored)")
     which = scenario.budgeted
