@@ -540,3 +540,30 @@ def test_an_escalation_never_quarantines_the_only_stable_version(fs_stack_factor
         assert ledger.stable_record("2") is not None
         [audit] = [a for a in stack.store.audit(stack.model) if a["event"] == "escalated"]
         assert "stable in the ledger" in audit["not_quarantined"]
+
+
+def test_a_retry_after_a_store_blip_takes_its_own_attempts_lease_over_at_once(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
+    """Issue 15, 3: attempt 0 took the lease and the store went away before it could release it; the
+    retry of the same run must not wait on its own predecessor's lease until the deadline."""
+    import time
+
+    from healer.engines import workflow_name
+
+    with fs_stack_factory(
+        "linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "wrong_weights")}, stable=[1, 2]
+    ) as stack:
+        stack: RollbackStack
+        request = stack.request("3")
+        run = workflow_name(request)
+        # What attempt 0 left: its lease, unexpired and never released (the store was down for the release).
+        stack.store.acquire_lease(
+            stack.model, f"{request.incident}/{run}/pod/0", 30, incident=request.incident, run=run
+        )
+        started = time.monotonic()
+        status = stack.engine.run(request, timeout_s=120)
+        assert status.phase == "Succeeded", status
+        [lease_phase] = [p for p in json.loads(status.outputs["phases"]) if p["name"] == "lease"]
+        assert lease_phase["outputs"]["waited_s"] < 2.0
+        assert lease_phase["outputs"]["taken_over_from"] == f"{request.incident}/{run}/pod/0"
+        assert time.monotonic() - started < 30  # not the lease's TTL, let alone the deadline
+        assert stack.triton.served_versions(stack.model) == ["2"]

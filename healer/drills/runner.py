@@ -13,7 +13,9 @@ bounded) and the extra Tritons are stopped.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +48,7 @@ from healer.processes import free_port
 from healer.settings import DrainSettings, Settings
 
 log = structlog.get_logger(__name__)
+_DRILL_SETS = itertools.count(1)
 
 INTERVAL_S = 0.02  # how often the watch samples the sidecars
 BASELINE_TIMEOUT_S = 30.0
@@ -247,6 +250,9 @@ class DrillRunner:
                     settle_s=2 * self.period_s,
                     keep_decision_s=10.0,
                     timeout_s=1.0,
+                    # Its own set per drill: a drill against the configured target writes into the real
+                    # store, where "default" could be a replica set's own drain set.
+                    set_name=f"drill-{self.target.model[:60]}-{os.getpid()}-{next(_DRILL_SETS)}",
                 )
                 settings = dataclasses.replace(settings, sidecar=dataclasses.replace(settings.sidecar, drain=drain))
                 peers = HttpPeers(f"drill/triton-{i}", urls, timeout_s=1.0)
