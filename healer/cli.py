@@ -198,7 +198,9 @@ def _named_problem(settings: Settings, args: argparse.Namespace) -> str | None:
     from healer.store import check_name
 
     model = getattr(args, "model", None)
-    version = getattr(args, "version", None) or getattr(args, "from_version", None)
+    version = getattr(args, "version", None)
+    if version is None:
+        version = getattr(args, "from_version", None)  # "" is checked (and refused), not skipped
     if model is None:
         return None
     try:

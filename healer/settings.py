@@ -230,7 +230,13 @@ class DrainSettings:
             return self.set_name
         if self.peers is not None:
             raw = f"{self.peers.namespace}.{self.peers.selector}"
-            name = re.sub(r"[^A-Za-z0-9_.-]|\.\.+", "_", raw).strip("._-")[:100]
+            name = re.sub(r"[^A-Za-z0-9_.-]|\.\.+", "_", raw).strip("._-")
+            if len(name) > 100:
+                # Cut: a digest of the whole identity keeps two long selectors that differ only past
+                # the cut apart. (Names that fit are kept as they were: a new name would split a set
+                # in two during a rolling upgrade.)
+                digest = hashlib.sha256(raw.encode()).hexdigest()[:10]
+                name = f"{name[:89].rstrip('._-')}-{digest}"
             return name if name and name not in {"ledger", "audit", "lease"} else "default"
         return "default"
 
@@ -572,7 +578,8 @@ def _parse_drain(reader: _Reader, raw: Any) -> DrainSettings:
             reader.source,
             f"{key}.set",
             "is required with peer_urls: name the replica set's drain set (the same name in every pod of "
-            "the set, a different one in every other set sharing the store)",
+            "the set, a different one in every other set sharing the store); `set: default` keeps the set "
+            "these pods used before this was required, so a rolling upgrade does not split it in two",
         )
     return DrainSettings(
         min_ready=reader.integer(data.get("min_ready", d.min_ready), f"{key}.min_ready", minimum=1),

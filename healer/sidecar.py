@@ -338,6 +338,8 @@ class Sidecar:
         self.last_results: dict[str, list[ProbeResult]] = {}
         self.triton_live = False
         self.cycles = 0
+        self.started_at = time.monotonic()
+        self.last_cycle_at: float | None = None
         self._watching: dict[str, tuple[str, RollbackEngine, str]] = {}  # model -> (engine label, engine, run)
         self._pending: dict[str, Incident] = {}  # decided to roll back, no engine has taken it yet
         self._firing: dict[str, dict[str, Any]] = {}  # model -> the alert we keep firing while escalated
@@ -439,6 +441,7 @@ class Sidecar:
             if results is not None and only is None:
                 with self._lock:
                     self.cycles += 1
+            self.last_cycle_at = time.monotonic()  # /healthz: the loop is turning (fake clocks aside)
 
     def _serving_flags(self) -> dict[str, bool]:
         with self._lock:
@@ -1012,6 +1015,25 @@ class Sidecar:
             return others
         terminating = self._stopping.is_set() or (listed is not None and listed.terminating)
         return [*others, Peer(me, self.ready()[0], terminating)]
+
+    @property
+    def stall_after_s(self) -> float:
+        """How long without a finished cycle means the loop is stuck (a deadlock, a call without a
+        bound): three periods plus the longest a cycle can take, every model's golden request and
+        Triton calls timing out, plus a margin."""
+        sidecar, triton = self.settings.sidecar, self.settings.triton
+        per_model = max((m.golden.timeout_s for m in self.settings.models), default=0.0) + 2 * triton.timeout_s
+        return 3 * sidecar.period_s + len(self.settings.models) * per_model + 3 * triton.timeout_s + 30.0
+
+    def loop_stalled(self) -> str:
+        """Why the probe loop looks stuck ("" when it turns): for the sidecar container's own
+        liveness (/healthz), so a hung loop restarts the sidecar instead of freezing /readyz's verdict."""
+        last = self.last_cycle_at if self.last_cycle_at is not None else self.started_at
+        idle_s = time.monotonic() - last
+        if idle_s <= self.stall_after_s:
+            return ""
+        what = "no probe cycle finished since the start" if self.last_cycle_at is None else "the last probe cycle"
+        return f"{what} {idle_s:.0f} s ago (over {self.stall_after_s:.0f} s)"
 
     def ready(self) -> tuple[bool, list[str]]:
         """(/readyz) Not ready while stopping, while Triton is down or any required model is failing,

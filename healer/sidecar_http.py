@@ -35,6 +35,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import re
 import socket
 import ssl
 import threading
@@ -59,6 +60,8 @@ WORK_DEADLINE_S = 10.0  # a pool job (/status, /metrics, /mutate): far over what
 LINE_LIMIT = 8192  # the request line and each header line
 HEAD_LIMIT = 16384  # the request line and all headers together
 MAX_HEADERS = 64
+EVICT_AFTER_S = 0.05  # a connection reading for less than this is never evicted (a burst of real clients: ms each)
+ADMIT_POLL_S = 0.01  # over the cap with nobody to evict: how often to look again
 BODY_BUDGET_BYTES = 16 << 20  # request bodies buffered at once, all connections together
 WORKERS = 2
 
@@ -140,7 +143,15 @@ class BackgroundServer:
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.create_server((host or "0.0.0.0", int(port)), family=family, backlog=128)  # noqa: S104
+        # "[::]" takes IPv4 too (as the threaded server it replaced did): the kubelet probes the pod's
+        # IPv4 address in an IPv4 or dual-stack cluster.
+        dualstack = family == socket.AF_INET6 and host in {"::", ""} and socket.has_dualstack_ipv6()
+        self._sock = socket.create_server(
+            (host or "0.0.0.0", int(port)),  # noqa: S104
+            family=family,
+            backlog=128,
+            dualstack_ipv6=dualstack,
+        )
         bound_host, bound_port = self._sock.getsockname()[:2]
         self.address = f"[{bound_host}]:{bound_port}" if family == socket.AF_INET6 else f"{bound_host}:{bound_port}"
         self._handler, self._inline, self._tls, self._max_body = handler, inline, tls, max_body
@@ -152,6 +163,7 @@ class BackgroundServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._started = threading.Event()
+        self._failed: BaseException | None = None
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
     # ---- life cycle (any thread) ------------------------------------------------------------------
@@ -159,6 +171,8 @@ class BackgroundServer:
         self._thread.start()
         if not self._started.wait(timeout=10.0):
             raise RuntimeError(f"{self._thread.name}: the listener did not start within 10 s")
+        if self._failed is not None:  # bound but not serving: probes would hang on the backlog
+            raise RuntimeError(f"{self._thread.name}: the listener failed to start: {self._failed}") from self._failed
 
     def stop(self) -> None:
         loop, stopping = self._loop, self._stopping
@@ -172,8 +186,10 @@ class BackgroundServer:
     def _serve(self) -> None:
         try:
             asyncio.run(self._main())
-        except Exception:  # the listener's own failure: said, and the probes fail (the kubelet sees it)
+        except Exception as exc:  # the listener's own failure: said, and the probes fail (the kubelet sees it)
+            self._failed = exc
             log.exception("listener_failed", listener=self._thread.name)
+            self._sock.close()  # the tcpSocket liveness check then fails too: the container restarts
         finally:
             self._started.set()
 
@@ -191,17 +207,26 @@ class BackgroundServer:
     # ---- one connection (the event loop) -----------------------------------------------------------
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
-        if len(self._open) >= self._cap:
-            victim = next((c for c in self._open if c.reading), None)
-            if victim is None:
+        # Over the cap: evict a connection that has been reading for a while (a well-behaved client's
+        # request, a TLS handshake included, arrives within milliseconds, so a burst of them must not
+        # evict each other); if there is none yet, wait for a slot or for one to qualify (this
+        # connection is plain TCP until it is admitted: a few hundred bytes), bounded by the deadline.
+        give_up = loop.time() + self._deadline_s
+        while len(self._open) >= self._cap:
+            floor = loop.time() - EVICT_AFTER_S
+            victim = next((c for c in self._open if c.reading and c.since <= floor), None)
+            if victim is not None:
+                self.stats.evicted += 1
+                self._forget(victim)
+                victim.writer.transport.abort()
+                if victim.task is not None:
+                    victim.task.cancel()
+                break
+            if loop.time() >= give_up:
                 self.stats.refused += 1
                 writer.transport.abort()
                 return
-            self.stats.evicted += 1
-            self._forget(victim)
-            victim.writer.transport.abort()
-            if victim.task is not None:
-                victim.task.cancel()
+            await asyncio.sleep(ADMIT_POLL_S)
         connection = _Connection(writer, loop.time(), task=asyncio.current_task())
         self._open[connection] = None
         self.stats.open_now = len(self._open)
@@ -299,7 +324,7 @@ class BackgroundServer:
         if "transfer-encoding" in headers or "content-length" not in headers:
             raise _Refused(Response.text(411, "Content-Length required\n"))
         raw = headers["content-length"]
-        if not raw.isdigit():
+        if not re.fullmatch(r"[0-9]{1,12}", raw):  # not str.isdigit(): '²' is a digit to it, not to int()
             raise _Refused(Response.text(400, "bad Content-Length\n"))
         length = int(raw)
         if length > self._max_body:
@@ -356,6 +381,14 @@ def readyz(owner: Sidecar) -> Response:
     )
 
 
+def healthz(owner: Sidecar) -> Response:
+    """The sidecar's own liveness (its container's livenessProbe): the probe loop is turning."""
+    stalled = owner.loop_stalled()
+    if stalled:
+        return Response.text(503, f"probe loop stalled: {stalled}\n")
+    return Response.text(200, "ok: the probe loop is turning\n")
+
+
 def livez(owner: Sidecar) -> Response:
     """The liveness tier as the sidecar's loop last probed it (every ``period_s``): no I/O here."""
     if owner.cycles == 0:
@@ -367,7 +400,7 @@ def livez(owner: Sidecar) -> Response:
 
 
 class SidecarServer(BackgroundServer):
-    """/livez, /readyz, /metrics, /status on a background thread."""
+    """/livez (Triton), /healthz (the sidecar itself), /readyz, /metrics, /status on a background thread."""
 
     def __init__(self, sidecar: Sidecar, listen: str, *, max_connections: int = MAX_CONNECTIONS) -> None:
         owner = sidecar
@@ -379,6 +412,8 @@ class SidecarServer(BackgroundServer):
                 return readyz(owner)
             if request.path == "/livez":
                 return livez(owner)
+            if request.path == "/healthz":
+                return healthz(owner)
             if request.path in {"/metrics", "/status"}:
                 return None  # the thread pool: they build a whole document
             return Response.text(404, "not found\n")

@@ -33,6 +33,7 @@ import base64
 import json
 import os
 import re
+import shlex
 import ssl
 import threading
 import time
@@ -210,7 +211,13 @@ def sidecar_container(config: InjectionConfig) -> dict[str, Any]:
             field_env("POD_NAMESPACE", "metadata.namespace"),
             field_env("POD_IP", "status.podIP"),
         ],
-        "livenessProbe": {"tcpSocket": {"port": "healer"}, "periodSeconds": 10},
+        # The sidecar's own liveness: its probe loop turns (a hung loop would freeze /readyz's verdict).
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "healer"},
+            "periodSeconds": 10,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        },
         "volumeMounts": mounts,
         "resources": {"requests": dict(config.requests), "limits": dict(config.limits)},
         "securityContext": {
@@ -251,22 +258,29 @@ def sidecar_volumes(config: InjectionConfig) -> list[dict[str, Any]]:
     ]
 
 
-_TRITON_PORT_FLAG = re.compile(r"^--(?:http|grpc|metrics)-port(?:=(\d+))?$")
+_TRITON_PORT_FLAG = re.compile(r"^--(?:http|grpc|metrics|sagemaker|vertex-ai)-port(?:=([0-9]+))?$")
 
 
 def _ports_in_use(container: Mapping[str, Any]) -> set[int]:
     """The TCP ports a container listens on in the pod's network namespace: its declared ports, and
-    Triton's --http-port/--grpc-port/--metrics-port (often not declared)."""
+    Triton's --http-port/--grpc-port/--metrics-port/--sagemaker-port/--vertex-ai-port (often not
+    declared), also inside a shell command line (``sh -c "tritonserver ..."``)."""
     ports = {
         p.get("containerPort")
         for p in container.get("ports") or []
         if isinstance(p, Mapping) and str(p.get("protocol") or "TCP") == "TCP"
     }
-    words = [str(w) for w in [*(container.get("command") or []), *(container.get("args") or [])]]
+    words: list[str] = []
+    for item in [*(container.get("command") or []), *(container.get("args") or [])]:
+        # `sh -c "tritonserver --http-port=8088 ..."`: one argument holding a whole command line.
+        try:
+            words += shlex.split(str(item))
+        except ValueError:  # unbalanced quotes: the words as they are
+            words += str(item).split()
     for i, word in enumerate(words):
         if match := _TRITON_PORT_FLAG.match(word):
             value = match.group(1) or (words[i + 1] if i + 1 < len(words) else "")
-            if value.isdigit():
+            if re.fullmatch(r"[0-9]{1,5}", value):
                 ports.add(int(value))
     return {p for p in ports if isinstance(p, int)}
 
@@ -340,10 +354,10 @@ def injection_patch(pod: Mapping[str, Any], config: InjectionConfig) -> list[dic
         else:
             patch += [{"op": "add", "path": "/spec/imagePullSecrets/-", "value": p} for p in missing]
     annotations = metadata.get("annotations")
-    if annotations is None:
-        patch.append({"op": "add", "path": "/metadata/annotations", "value": {INJECTED: SIDECAR}})
-    else:
-        patch.append({"op": "add", "path": f"/metadata/annotations/{_pointer(INJECTED)}", "value": SIDECAR})
+    patch.append(_add_key(metadata, "annotations", INJECTED, SIDECAR))
+    # The same as a label: the chart's NetworkPolicy selects the pods that *have* the sidecar, not the
+    # ones that asked for it (a pod admitted unmutated, e.g. for a port clash, keeps its own ports).
+    patch.append(_add_key(metadata, "labels", INJECTED, SIDECAR))
     if str((annotations or {}).get(READINESS)) == "sidecar":
         patch.append(_readiness_patch(spec, annotations or {}, config))
     return patch
@@ -373,6 +387,13 @@ def readiness_probe(port: int | str) -> dict[str, Any]:
         "failureThreshold": READINESS_FAILURES,
         "successThreshold": 1,
     }
+
+
+def _add_key(metadata: Mapping[str, Any], field_name: str, key: str, value: str) -> dict[str, Any]:
+    """The patch op that sets ``metadata.<field_name>[key]``, creating the map when it is absent."""
+    if not isinstance(metadata.get(field_name), dict):
+        return {"op": "add", "path": f"/metadata/{field_name}", "value": {key: value}}
+    return {"op": "add", "path": f"/metadata/{field_name}/{_pointer(key)}", "value": value}
 
 
 def _pointer(key: str) -> str:
@@ -457,8 +478,9 @@ class ReloadingTLS:
         # One review per connection and no resumption by the API server: TLS 1.3 session tickets only
         # add small writes after the handshake, which a delayed ACK stalled by 40 ms one time in two.
         context.num_tickets = 0
+        stamp = self._mtimes()  # before loading: a renewal landing meanwhile differs and is loaded next time
         context.load_cert_chain(self.cert, self.key)
-        self._stamp = self._mtimes()
+        self._stamp = stamp
         return context
 
     def context(self) -> ssl.SSLContext:

@@ -81,7 +81,9 @@ def test_two_replica_sets_with_peer_urls_and_no_set_name_collide_so_the_name_is_
             load_settings(path)
         assert str(info.value) == (
             f"{path}: sidecar.drain.set: is required with peer_urls: name the replica set's drain set "
-            "(the same name in every pod of the set, a different one in every other set sharing the store)"
+            "(the same name in every pod of the set, a different one in every other set sharing the store); "
+            "`set: default` keeps the set these pods used before this was required, so a rolling upgrade "
+            "does not split it in two"
         )
 
     # Named: the same race holds a-1 back, a-0 keeps its place, b's set is its own.

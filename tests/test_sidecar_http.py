@@ -162,3 +162,39 @@ def test_an_endpoint_that_raises_is_answered_500_and_the_listener_goes_on() -> N
         assert get(f"http://{server.address}/metrics") == 200
     finally:
         server.stop()
+
+
+def test_a_burst_of_well_behaved_clients_over_the_cap_is_answered_not_evicted() -> None:
+    """A burst of real clients (the API server creating a ReplicaSet's pods) may exceed the cap for a
+    moment: each sends its request within milliseconds, so none of them may be evicted for another;
+    the ones over the cap wait for a slot."""
+    from healer.sidecar_http import EVICT_AFTER_S, BackgroundServer, Response
+
+    server = BackgroundServer(
+        "127.0.0.1:0", handler=lambda request: Response.text(200, "ok\n"), name="burst", max_connections=4
+    )
+    server.start()
+    host, port = server.address.rsplit(":", 1)
+    answers: list[bytes] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            time.sleep(EVICT_AFTER_S / 3)  # connected, request not sent yet: a TLS handshake's worth
+            sock.sendall(b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n")
+            data = b""
+            while chunk := sock.recv(4096):
+                data += chunk
+        with lock:
+            answers.append(data.split(b"\r\n", 1)[0])
+
+    try:
+        threads = [threading.Thread(target=client) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        server.stop()
+    assert answers == [b"HTTP/1.0 200 OK"] * 16, answers
+    assert server.stats.evicted == 0

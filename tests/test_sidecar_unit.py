@@ -1422,3 +1422,37 @@ def test_a_model_not_ready_during_confirmation_is_judged_by_the_next_full_cycle(
         sidecar.cycle(only=frozenset({"linear_scorer"}))
     state = sidecar.states["linear_scorer"]
     assert (state.phase, state.not_ready, sidecar.ready()[0]) == (Phase.SUSPECT, False, True)
+
+
+def test_a_stalled_probe_loop_fails_the_sidecars_own_liveness(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review of issue 15, 2: /readyz answers from the last verdict, so a hung loop would freeze it
+    forever; /healthz (the sidecar container's livenessProbe) fails instead, and the kubelet restarts it."""
+    from healer import sidecar as sidecar_module
+    from healer.sidecar_http import healthz
+
+    sidecar, _triton, _clock = make(settings, ScriptedEngine())
+    now = [time.monotonic()]
+    monkeypatch.setattr(sidecar_module.time, "monotonic", lambda: now[0])
+    sidecar.started_at = now[0]
+    assert healthz(sidecar).code == 200  # starting: within the grace
+    sidecar.cycle()
+    assert healthz(sidecar).code == 200
+    now[0] += sidecar.stall_after_s + 1
+    answer = healthz(sidecar)
+    assert answer.code == 503 and b"probe loop stalled: the last probe cycle" in answer.body
+    sidecar.cycle()
+    assert healthz(sidecar).code == 200
+
+
+def test_a_long_peers_selector_gets_a_drain_set_name_that_keeps_sets_apart() -> None:
+    long_a = DrainPeers(
+        namespace="ml-serving", selector="app.kubernetes.io/name=triton-inference-server," + "x" * 80 + "a"
+    )
+    long_b = DrainPeers(
+        namespace="ml-serving", selector="app.kubernetes.io/name=triton-inference-server," + "x" * 80 + "b"
+    )
+    a, b = DrainSettings(peers=long_a).drain_set, DrainSettings(peers=long_b).drain_set
+    assert a != b and len(a) <= 100 and len(b) <= 100
+    assert DrainSettings(peers=DrainPeers(namespace="ml", selector="app=triton")).drain_set == "ml.app_triton"  # kept

@@ -507,9 +507,32 @@ def with_container(pod: dict[str, Any], where: str, container: dict[str, Any]) -
             },
             "container 'triton' already uses port 8088",
         ),
+        (
+            {
+                **triton_pod(),
+                "spec": {
+                    **triton_pod()["spec"],
+                    "containers": [
+                        {
+                            **triton_pod()["spec"]["containers"][0],
+                            "command": ["/bin/sh", "-c"],
+                            "args": ["exec tritonserver --model-repository=/models --sagemaker-port 8088"],
+                        }
+                    ],
+                },
+            },
+            "container 'triton' already uses port 8088",
+        ),
         ({**triton_pod(), "spec": {**triton_pod()["spec"], "hostNetwork": True}}, "hostNetwork"),
     ],
-    ids=["app-container", "sidecar-init-container", "triton-http-port-arg", "triton-metrics-port-arg", "host-network"],
+    ids=[
+        "app-container",
+        "sidecar-init-container",
+        "triton-http-port-arg",
+        "triton-metrics-port-arg",
+        "triton-in-a-shell-command-line",
+        "host-network",
+    ],
 )
 def test_a_pod_that_already_uses_the_sidecars_port_is_admitted_without_a_sidecar_and_told_which(
     pod: dict[str, Any], says: str
@@ -674,3 +697,20 @@ def test_the_server_sends_no_tls_session_tickets(tls_server: Any) -> None:
             answer += chunk
         assert answer.startswith(b"HTTP/1.0 200 ")
         assert sock.session is not None and not sock.session.has_ticket
+
+
+def test_an_injected_pod_is_labelled_so_and_a_pod_admitted_unmutated_is_not() -> None:
+    """The chart's NetworkPolicy selects healer.io/injected=healer: only pods that got the sidecar."""
+    mutated = apply(triton_pod(), review(admission_review(triton_pod()), CONFIG))
+    assert mutated["metadata"]["labels"]["healer.io/injected"] == "healer"
+    assert mutated["metadata"]["labels"]["healer.io/inject"] == "true"  # the pod's own labels kept
+    bare = triton_pod()
+    bare["metadata"].pop("labels", None)
+    bare["metadata"]["annotations"] = {"healer.io/inject": "true"}
+    assert apply(bare, review(admission_review(bare), CONFIG))["metadata"]["labels"] == {"healer.io/injected": "healer"}
+    clash = triton_pod()
+    clash["spec"]["containers"][0]["ports"] = [{"containerPort": 8088}]
+    answer = review(admission_review(clash), CONFIG)
+    assert "patch" not in answer["response"]  # unmutated, so never selected by the sidecar's policy
+    # The sidecar's own liveness follows its probe loop, not a bare TCP accept.
+    assert mutated["spec"]["containers"][1]["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healer"}

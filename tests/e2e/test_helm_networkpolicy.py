@@ -55,11 +55,12 @@ def test_the_sidecar_port_admits_only_prometheus_the_injected_pods_and_the_workf
     policy = policies({"sidecar.networkPolicy.enabled": "true"})["sidecar"]
     spec = policy["spec"]
     assert policy["metadata"]["namespace"] == VALUES["triton"]["namespace"]
-    assert spec["podSelector"] == {"matchLabels": {"healer.io/inject": "true"}} and spec["policyTypes"] == ["Ingress"]
+    assert spec["podSelector"] == {"matchLabels": {"healer.io/injected": "healer"}}
+    assert spec["policyTypes"] == ["Ingress"]
     port = VALUES["sidecar"]["port"]
     [sidecar_rule] = [r for r in spec["ingress"] if r["ports"] == [{"protocol": "TCP", "port": port}]]
     sources = sidecar_rule["from"]
-    assert {"podSelector": {"matchLabels": {"healer.io/inject": "true"}}} in sources
+    assert {"podSelector": {"matchLabels": {"healer.io/injected": "healer"}}} in sources
     assert {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": VALUES["argo"]["namespace"]}},
         "podSelector": {"matchExpressions": [{"key": "workflows.argoproj.io/workflow", "operator": "Exists"}]},
