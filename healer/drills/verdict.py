@@ -221,6 +221,8 @@ class DrillResult:
             "workflows": list(o.workflows),
             "drained": o.drained,
             "min_ready": o.min_ready,
+            # A healed model reloaded from its files as a restarted Triton would: "ok", what is wrong, or None.
+            "after_restart": None if o.after_restart is None else (o.after_restart or "ok"),
             "injected_at": self.started_at,
             "marks": [{"at_s": m.at_s, "kind": m.kind, "text": m.text} for m in o.marks],
             "phases": [
