@@ -102,7 +102,7 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
     "promote": ("healer promote --config healer.yaml linear_scorer 2 --by alice",),
     "store": (
         "healer store --config healer.yaml ls",
-        "healer store ls linear_scorer -o yaml",
+        "healer store list linear_scorer -o yaml",
         "healer store unquarantine linear_scorer 3 --reason 'bad golden file, checked by hand'",
         "healer store doctor linear_scorer",
         "healer store doctor linear_scorer --release-lease --reason 'rollback pod gone, checked by hand'",
@@ -150,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, commands = _parser()
     try:
         args = parser.parse_args(argv)
+        if args.command == "drill" and args.list:  # the catalog is healer's own: no config needed, as --help
+            raise SystemExit(_print_catalog())
         if args.command not in NO_CONFIG:
             args.config = _config_path(args, commands[args.command])
     except SystemExit as exc:  # --help, --version and usage errors: an exit status, not an exception
@@ -157,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from healer.logs import configure_logging
 
     # The sidecar's JSON logs go to stdout (the container log); the other commands print results there.
+    # The drills' log file (the sidecars' and rollbacks' logs) is read afterwards: info unless asked.
+    args.file_log_level = getattr(args, "log_level", None) or ("debug" if getattr(args, "verbose", 0) > 1 else "info")
+    args.log_level = log_level_for(args)
     configure_logging(level=args.log_level, stream=sys.stdout if args.command == "sidecar" else None)
     if args.command == "render":
         return _cmd_render(args)
@@ -250,6 +255,41 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+DAEMONS = frozenset({"sidecar", "webhook"})  # their logs are their output: info by default
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _add_logging(parser: argparse.ArgumentParser, *, default: Any) -> None:
+    parser.add_argument(
+        "--log-level",
+        default=default,
+        choices=LOG_LEVELS,
+        help=(
+            "least severe log event to write (default: warning, so a person's output is the results; "
+            "info for `healer sidecar` and `healer webhook`). Logs are JSON lines: on stdout for "
+            "`healer sidecar` (the container log), on stderr for every other command, whose stdout "
+            "carries its results"
+        ),
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0 if default is None else argparse.SUPPRESS,
+        help="log more: -v info, -vv debug (--log-level wins)",
+    )
+
+
+def log_level_for(args: argparse.Namespace) -> str:
+    """--log-level if given (before or after the command), else -v/-vv, else the command's default."""
+    if getattr(args, "log_level", None):
+        return str(args.log_level)
+    verbose = int(getattr(args, "verbose", 0) or 0)
+    if verbose:
+        return "debug" if verbose > 1 else "info"
+    return "info" if args.command in DAEMONS else "warning"
+
+
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser, and each command's parser (for usage errors found after parsing)."""
     formatter = argparse.RawDescriptionHelpFormatter
@@ -269,16 +309,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         formatter_class=formatter,
     )
     parser.add_argument("--version", action="version", version=f"healer {_version()}")
-    parser.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help=(
-            "least severe log event to write (default: info). Logs are JSON lines: on stdout for "
-            "`healer sidecar` (the container log), on stderr for every other command, whose stdout "
-            "carries its results"
-        ),
-    )
+    _add_logging(parser, default=None)
     subcommands = parser.add_subparsers(
         dest="command", required=True, title="commands", metavar="COMMAND", help="one of:"
     )
@@ -294,6 +325,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         )
         if config:
             _add_config(sub, default=None)
+        _add_logging(sub, default=argparse.SUPPRESS)  # also after the command, as kubectl takes its flags
         commands[name] = sub
         return sub
 
@@ -330,7 +362,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "namespace and image from its values)",
     )
 
-    promote = command("promote", "record a version as stable (only if it passes its golden request now)")
+    promote = command(
+        "promote",
+        "record a version as stable (only if it passes its golden request now); unlike `kubectl argo "
+        "rollouts promote` it changes nothing that serves: it writes the stable ledger a rollback restores from",
+    )
     promote.add_argument("model", metavar="MODEL", help="the model's name, as in the config")
     promote.add_argument("version", metavar="VERSION", help="the version Triton serves now, to record as stable")
     promote.add_argument("--by", default=None, help="who promotes, kept in the ledger (default: the current user)")
@@ -413,17 +449,23 @@ def _drill_arguments(drill: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="the sidecars' and rollbacks' JSON logs during the drills (default: drill.log beside rollback.state_dir)",
     )
-    _add_output(drill, "a table, a row per scenario as it finishes; json/yaml: the results")
+    _add_output(
+        drill, "a table, a row per scenario as it finishes; json/yaml: the results", choices=("json", "yaml", "wide")
+    )
 
 
 def _store_subcommands(store: argparse.ArgumentParser) -> None:
     formatter = argparse.RawDescriptionHelpFormatter
-    store.set_defaults(output=None)  # only `store ls` has -o
+    store.set_defaults(output=None)  # only `store list` and `store doctor` have -o
     store_commands = store.add_subparsers(
         dest="store_command", required=True, title="subcommands", metavar="SUB", help="one of:"
     )
     store_ls = store_commands.add_parser(
-        "ls", help="models, versions, stable and quarantined", epilog=_epilog("store"), formatter_class=formatter
+        "list",
+        aliases=["ls"],
+        help="models, versions, stable and quarantined (also: ls)",
+        epilog=_epilog("store"),
+        formatter_class=formatter,
     )
     _add_config(store_ls, default=argparse.SUPPRESS)
     store_ls.add_argument("model", metavar="MODEL", nargs="?", help="only this model (default: every model)")
@@ -504,14 +546,16 @@ def _add_config(parser: argparse.ArgumentParser, *, default: Any) -> None:
     parser.add_argument("--config", metavar="FILE", default=default, help=f"healer YAML file (default: ${CONFIG_ENV})")
 
 
-def _add_output(parser: argparse.ArgumentParser, what: str, *, sub: bool = False) -> None:
+def _add_output(
+    parser: argparse.ArgumentParser, what: str, *, sub: bool = False, choices: Sequence[str] = OUTPUTS
+) -> None:
     default = argparse.SUPPRESS if sub else None
     parser.add_argument(
         "-o",
         "--output",
-        choices=OUTPUTS,
+        choices=choices,
         default=default,
-        help=f"output format (default: {what}); name: one object name per line",
+        help=f"output format (default: {what})" + ("; name: one object name per line" if "name" in choices else ""),
     )
     # The flag before -o existed: kept working, not advertised.
     parser.add_argument(
@@ -614,24 +658,24 @@ def _cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
             scenarios=list(args.drills),
             everything=not args.drills,
             report=Path(args.report) if args.report else None,
-            log_level=args.log_level,
+            log_level=args.file_log_level,
             output=args.output if args.output in ("json", "yaml") else None,
         ),
     )
     return drilled if drilled == EXIT_USAGE else max(code, drilled)
 
 
-def _cmd_drill(settings: Settings, args: argparse.Namespace) -> int:
+def _print_catalog() -> int:
     from healer.drills.catalog import CATALOG
+
+    for scenario in CATALOG:
+        print(f"{scenario.name:<17}{scenario.expect.outcome.value:<13}{scenario.title}")
+    return 0
+
+
+def _cmd_drill(settings: Settings, args: argparse.Namespace) -> int:
     from healer.drills.command import DrillOptions, run_drills
 
-    if args.list:
-        for scenario in CATALOG:
-            print(f"{scenario.name:<17}{scenario.expect.outcome.value:<13}{scenario.title}")
-        return 0
-    if args.output == "name":
-        print("healer: drill: -o name is not supported here; use json or yaml", file=sys.stderr)
-        return EXIT_USAGE
     return run_drills(
         settings,
         DrillOptions(
@@ -645,7 +689,7 @@ def _cmd_drill(settings: Settings, args: argparse.Namespace) -> int:
             broken=Path(args.broken) if args.broken else None,
             report=Path(args.report) if args.report else None,
             log_file=Path(args.log_file) if args.log_file else None,
-            log_level=args.log_level,
+            log_level=args.file_log_level,
             output=args.output if args.output in ("json", "yaml") else None,
         ),
     )

@@ -422,24 +422,56 @@ def test_readme_exit_code_table_matches_the_commands() -> None:
 def test_log_level_help_tells_where_logs_go(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "(default: info)" in help_text
+    assert (
+        "(default: warning, so a person's output is the results; info for `healer sidecar` and `healer webhook`)"
+        in (help_text)
+    )
     assert "on stdout for `healer sidecar`" in help_text and "on stderr for every other command" in help_text
 
 
-def test_default_log_level_is_info_and_other_commands_log_to_stderr(
-    runs_config: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("flags", "level"),
+    [
+        ([], None),  # quiet: a person's output is the results
+        (["-v"], "info"),
+        (["runs", "-v"], "info"),  # after the command too
+        (["--log-level", "info"], "info"),
+        (["runs", "--log-level", "info"], "info"),
+    ],
+    ids=["default", "-v", "-v-after", "--log-level", "--log-level-after"],
+)
+def test_people_get_results_and_logs_only_when_asked(
+    flags: list[str], level: str | None, runs_config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Issue 19: info-level JSON lines mixed into human output; --log-level only before the command."""
     from healer.logs import get_logger
 
-    assert main(["runs", "--config", str(runs_config)]) == 0
+    argv = (
+        [*flags, "--config", str(runs_config)]
+        if flags[:1] == ["runs"]
+        else [*flags, "runs", "--config", str(runs_config)]
+    )
+    assert main(argv) == 0
     get_logger("healer.test").info("state_changed", model="m")  # as configured by the command
     captured = capsys.readouterr()
-    [line] = [line for line in captured.err.splitlines() if line.strip()]
-    assert json.loads(line)["event"] == "state_changed" and json.loads(line)["level"] == "info"
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    if level is None:
+        assert lines == []
+    else:
+        [line] = lines
+        assert json.loads(line)["event"] == "state_changed" and json.loads(line)["level"] == level
     assert "state_changed" not in captured.out
-    assert main(["--log-level", "warning", "runs", "--config", str(runs_config)]) == 0
-    get_logger("healer.test").info("state_changed", model="m")
-    assert capsys.readouterr().err == ""
+
+
+def test_the_daemons_log_at_info_by_default() -> None:
+    from healer.cli import _parser, log_level_for
+
+    parser, _ = _parser()
+    assert log_level_for(parser.parse_args(["sidecar", "--config", "x"])) == "info"
+    assert (
+        log_level_for(parser.parse_args(["webhook", "--tls-cert", "c", "--tls-key", "k", "--injection", "i"])) == "info"
+    )
+    assert log_level_for(parser.parse_args(["sidecar", "--config", "x", "--log-level", "error"])) == "error"
 
 
 def test_runs_list_and_get_in_every_output(runs_config: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -551,3 +583,28 @@ def test_a_tensor_nested_as_deep_as_numpy_allows_is_still_read(tmp_path: Path) -
     config.write_text(yaml.safe_dump(document))
     settings = load_settings(config)
     assert settings.models[0].golden.inputs[0].values.shape == (1,) * rank
+
+
+def test_cli_habits(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19's CLI habits: `drill --list` needs no config; `store list` (ls still works); drill
+    offers no `-o name` it would refuse; promote's help says it is not Argo Rollouts' promote."""
+    monkeypatch.delenv("HEALER_CONFIG", raising=False)
+    assert main(["drill", "--list"]) == 0
+    assert "wrong-weights" in capsys.readouterr().out
+    assert main(["drill", "-o", "name", "--config", str(EXAMPLE_CONFIG)]) == EXIT_USAGE
+    assert "invalid choice: 'name'" in capsys.readouterr().err
+    parser, _ = _parser()
+    assert parser.parse_args(["store", "list"]).store_command == "list"
+    assert parser.parse_args(["store", "ls"]).store_command == "ls"
+    assert main(["promote", "--help"]) == 0
+    assert "unlike `kubectl argo rollouts promote`" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(
+    ("text", "token"),
+    [("abc.def\n", "abc.def"), ("Bearer abc.def\n", "abc.def"), ("bearer  abc ", "abc"), ("Bearer", "Bearer")],
+)
+def test_a_token_file_with_or_without_its_bearer_prefix(text: str, token: str) -> None:
+    from healer.engines.factory import bearer_token
+
+    assert bearer_token(text) == token

@@ -42,12 +42,14 @@ def test_promote_rollback_and_inspect_from_the_command_line(
     assert "promoted stable by alice" in capsys.readouterr().out
     triton.load_model(name, timeout_s=60)
 
-    assert main(["rollback", "--config", str(config), name, "3", "--incident", "inc-cli"]) == 0
+    assert main(["rollback", "--config", str(config), name, "3", "--incident", "inc-cli", "-v"]) == 0
     captured = capsys.readouterr()
     assert "Succeeded" in captured.out and f"restored {name} v2" in captured.out
-    # At the default level (info) the rollback's phases are logged, as JSON lines on stderr.
+    # With -v (info) the rollback's phases are logged, as JSON lines on stderr, never on stdout; by
+    # default a person sees the results alone (issue 19).
     events = [json.loads(line) for line in captured.err.splitlines() if line.startswith("{")]
     assert {"phase_started", "phase_finished"} <= {e["event"] for e in events if e["level"] == "info"}
+    assert not [line for line in captured.out.splitlines() if line.startswith("{")]
 
     # The same incident again joins the finished run; -o json prints its status alone on stdout.
     assert main(["rollback", "--config", str(config), name, "3", "--incident", "inc-cli", "-o", "json"]) == 0

@@ -27,6 +27,14 @@ def local_engine(settings: Settings) -> LocalEngine:
     )
 
 
+def bearer_token(text: str) -> str:
+    """A token file's contents as the token: `argo auth token` prints "Bearer <token>", a
+    service-account token file holds the token alone; either works (never "Bearer Bearer ...")."""
+    token = text.strip()
+    scheme, _, rest = token.partition(" ")
+    return rest.strip() if scheme.lower() == "bearer" and rest.strip() else token
+
+
 def argo_engine(settings: Settings, *, request_timeout_s: float | None = None) -> RollbackEngine:
     """``request_timeout_s``: a shorter bound per call (the sidecar's, before it falls back)."""
     from healer.engines.argo import ArgoEngine
@@ -37,7 +45,7 @@ def argo_engine(settings: Settings, *, request_timeout_s: float | None = None) -
         argo.host,
         argo.namespace,
         # Read per request: a projected service-account token is rotated under the running sidecar.
-        token_provider=(lambda: token_file.read_text().strip()) if token_file is not None else None,
+        token_provider=(lambda: bearer_token(token_file.read_text())) if token_file is not None else None,
         verify_ssl=str(argo.ca_file) if argo.verify_ssl and argo.ca_file is not None else argo.verify_ssl,
         request_timeout_s=request_timeout_s or argo.request_timeout_s,
         # A 409 joins a run only if it is this occurrence's: created within this window (healer/decisions.py).
