@@ -7,9 +7,11 @@ import itertools
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
+import yaml
 
 from healer.embedded import EmbeddedTriton
 from healer.settings import ModelSettings, Settings, load_settings
@@ -19,6 +21,18 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 EXAMPLE_CONFIG = EXAMPLES / "healer.yaml"
 EXAMPLE_MODELS = ("linear_scorer", "tiny_classifier")
+
+
+def example_config_document() -> dict[str, Any]:
+    """The example healer.yaml as data, for a test to change and write elsewhere: without the
+    embedded block, golden files by absolute path."""
+    document: dict[str, Any] = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    document.pop("embedded")
+    for model in document["models"]:
+        for tensor in model["golden"]["inputs"]:
+            if "file" in tensor:
+                tensor["file"] = str(EXAMPLES / tensor["file"])
+    return document
 
 
 @pytest.fixture(autouse=True)

@@ -17,19 +17,14 @@ import yaml
 from healer.cli import EXIT_CODES, EXIT_REFUSED, EXIT_USAGE, _parser, main
 from healer.embedded import EmbeddedTriton, free_port
 from healer.settings import ModelSettings
-from tests.conftest import EXAMPLE_CONFIG, EXAMPLES
+from tests.conftest import EXAMPLE_CONFIG, EXAMPLES, example_config_document
 
 Deploy = Callable[..., ModelSettings]
 
 
 def write_config(tmp_path: Path, **model_overrides: object) -> Path:
     """The example config with absolute paths and the given changes to the first model."""
-    document = yaml.safe_load(EXAMPLE_CONFIG.read_text())
-    document.pop("embedded")
-    for model in document["models"]:
-        for tensor in model["golden"]["inputs"]:
-            if "file" in tensor:
-                tensor["file"] = str(EXAMPLES / tensor["file"])
+    document = example_config_document()
     document["models"][0].update(model_overrides)
     path = tmp_path / "healer.yaml"
     path.write_text(yaml.safe_dump(document))

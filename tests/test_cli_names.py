@@ -13,7 +13,7 @@ import yaml
 
 from healer.cli import EXIT_USAGE, NAMED_ARGUMENTS, _parser, main
 from healer.embedded import free_port
-from tests.conftest import EXAMPLE_CONFIG, EXAMPLES
+from tests.conftest import EXAMPLES, example_config_document
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -27,12 +27,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     monkeypatch.delenv("HEALER_CONFIG", raising=False)
     root = tmp_path / "store"
     shutil.copytree(EXAMPLES / "model_repository" / "linear_scorer", root / "linear_scorer")
-    document = yaml.safe_load(EXAMPLE_CONFIG.read_text())
-    document.pop("embedded")
-    for model in document["models"]:
-        for tensor in model["golden"]["inputs"]:
-            if "file" in tensor:
-                tensor["file"] = str(EXAMPLES / tensor["file"])
+    document = example_config_document()
     document["triton"] = {"url": f"127.0.0.1:{free_port()}", "timeout_s": 1.0}
     document["store"] = {"filesystem": {"root": str(root)}}
     document["rollback"] = {"state_dir": str(tmp_path / "runs")}

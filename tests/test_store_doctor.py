@@ -15,7 +15,7 @@ from healer.cli import EXIT_REFUSED, EXIT_USAGE, main
 from healer.embedded import free_port
 from healer.ledger import LedgerFormatError, StableRecord
 from healer.store import FilesystemBlobs, LeaseHeld, ModelStore
-from tests.conftest import EXAMPLE_CONFIG, EXAMPLES
+from tests.conftest import EXAMPLES, example_config_document
 
 MODEL = "linear_scorer"
 
@@ -26,12 +26,7 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("USER", "alice")
     root = tmp_path / "store"
     shutil.copytree(EXAMPLES / "model_repository" / MODEL, root / MODEL)
-    document = yaml.safe_load(EXAMPLE_CONFIG.read_text())
-    document.pop("embedded")
-    for model in document["models"]:
-        for tensor in model["golden"]["inputs"]:
-            if "file" in tensor:
-                tensor["file"] = str(EXAMPLES / tensor["file"])
+    document = example_config_document()
     document["triton"] = {"url": f"127.0.0.1:{free_port()}", "timeout_s": 1.0}
     document["store"] = {"filesystem": {"root": str(root)}}
     path = tmp_path / "healer.yaml"

@@ -117,6 +117,40 @@ def workflow_name(request: RollbackRequest, *, after: str = "") -> str:
     return f"{TEMPLATE_NAME}-{slug}-{digest}"
 
 
+def join_or_step_past(
+    request: RollbackRequest,
+    name: str,
+    *,
+    phase: str,
+    created_at: float | None,
+    engine_now: float | None,
+    window_s: float,
+    successor_seed: str,
+) -> tuple[bool, str]:
+    """A run named ``name`` exists: join it (True, "") if it is this occurrence's
+    (healer.decisions.joins_same_occurrence), else step past it: (False, ``successor_seed``), the
+    ``after`` every replica derives the same successor name from (the run's uid, else its times)."""
+    import structlog
+
+    from healer.decisions import joins_same_occurrence
+
+    decision = joins_same_occurrence(
+        done=phase in DONE_PHASES, created_at=created_at, engine_now=engine_now, window_s=window_s
+    )
+    if decision.join:
+        return True, ""
+    unknown_age = created_at is None or engine_now is None
+    log = structlog.get_logger(__name__)
+    (log.warning if unknown_age else log.info)(
+        "earlier_run_not_joined",
+        workflow=name,
+        phase=phase,
+        successor=workflow_name(request, after=successor_seed),
+        why=decision.why,
+    )
+    return False, successor_seed
+
+
 @dataclass(frozen=True)
 class Submission:
     name: str

@@ -25,10 +25,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
-from healer.decisions import joins_same_occurrence
 from healer.engines import (
     AUTO,
-    DONE_PHASES,
     MAX_EARLIER_OCCURRENCES,
     TEMPLATE_NAME,
     EngineNotFound,
@@ -37,6 +35,7 @@ from healer.engines import (
     RollbackRequest,
     RunStatus,
     Submission,
+    join_or_step_past,
     workflow_name,
 )
 from healer.labels import label_value, label_value_expression
@@ -342,23 +341,16 @@ class ArgoEngine:
             raise EngineUnavailable(str(exc), maybe_delivered=True) from exc
         status = existing.status
         phase = (status.phase if status else None) or "Pending"
-        created_at = _epoch(existing.metadata.creation_timestamp)
-        decision = joins_same_occurrence(
-            done=phase in DONE_PHASES, created_at=created_at, engine_now=server_now, window_s=self.join_window_s
-        )
-        if decision.join:
-            return True, ""
         # Every replica that finds this run derives the same successor: its uid, else its own times.
-        after = existing.metadata.uid or _time(existing.metadata.creation_timestamp) or name
-        unknown_age = created_at is None or server_now is None
-        (log.warning if unknown_age else log.info)(
-            "earlier_run_not_joined",
-            workflow=name,
+        return join_or_step_past(
+            request,
+            name,
             phase=phase,
-            successor=workflow_name(request, after=after),
-            why=decision.why,
+            created_at=_epoch(existing.metadata.creation_timestamp),
+            engine_now=server_now,
+            window_s=self.join_window_s,
+            successor_seed=existing.metadata.uid or _time(existing.metadata.creation_timestamp) or name,
         )
-        return False, after
 
     def _read_dated(self, name: str) -> tuple[Workflow, float | None]:
         """The workflow and the Argo Server's time when it answered (None: no usable Date header)."""

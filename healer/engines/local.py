@@ -34,9 +34,8 @@ from typing import Any
 
 import structlog
 
-from healer.decisions import joins_same_occurrence, same_occurrence_window_s
+from healer.decisions import same_occurrence_window_s
 from healer.engines import (
-    DONE_PHASES,
     MAX_EARLIER_OCCURRENCES,
     TEMPLATE_NAME,
     EngineNotFound,
@@ -45,6 +44,7 @@ from healer.engines import (
     RollbackRequest,
     RunStatus,
     Submission,
+    join_or_step_past,
     workflow_name,
 )
 
@@ -217,22 +217,16 @@ class LocalEngine:
         metadata = record.get("metadata") or {}
         phase = (record.get("status") or {}).get("phase") or "Pending"
         created_text = metadata.get("creationTimestamp")
-        created_at = _epoch(created_text)
-        decision = joins_same_occurrence(
-            done=phase in DONE_PHASES, created_at=created_at, engine_now=self._wall_clock(), window_s=self.join_window_s
-        )
-        if decision.join:
-            return True, ""
         # Every process that finds this record derives the same successor: its uid, else its own times.
-        after = str(metadata.get("uid") or created_text or name)
-        (log.warning if created_at is None else log.info)(
-            "earlier_run_not_joined",
-            workflow=name,
+        return join_or_step_past(
+            request,
+            name,
             phase=phase,
-            successor=workflow_name(request, after=after),
-            why=decision.why,
+            created_at=_epoch(created_text),
+            engine_now=self._wall_clock(),
+            window_s=self.join_window_s,
+            successor_seed=str(metadata.get("uid") or created_text or name),
         )
-        return False, after
 
     def status(self, name: str) -> RunStatus:
         record = self.get(name)
