@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Build the node components for the spike (issue 16): kubelet, kube-scheduler,
+# kube-controller-manager, kube-proxy and kubectl at $KUBERNETES_VERSION, from the Go module proxy,
+# through the wrapper module e2e/cluster/node (e2e/kubernetes's go.mod plus `tool` lines, tidied).
+# Same GOFLAGS, CGO_ENABLED and ldflags as e2e/build.sh's kube-apiserver, so the shared Go build
+# cache ($(go env GOCACHE)) reuses every package the apiserver build already compiled.
+# Output: ${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}/kubernetes-node-<version>/bin. Does not
+# touch e2e/build.sh's components.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=SCRIPTDIR/../versions.env
+source "$here/../versions.env"
+cache="${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}"
+dest="$cache/kubernetes-node-$KUBERNETES_VERSION"
+export GOFLAGS="-mod=readonly -buildvcs=false -trimpath"
+export CGO_ENABLED=0
+
+k8s_minor="${KUBERNETES_VERSION#v1.}"
+k8s_minor="${k8s_minor%%.*}"
+ldflags="-s -w"
+for package in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+  ldflags+=" -X $package.gitVersion=$KUBERNETES_VERSION -X $package.gitMajor=1 -X $package.gitMinor=$k8s_minor"
+  ldflags+=" -X $package.gitTreeState=clean -X $package.buildDate=1970-01-01T00:00:00Z"
+done
+
+components=("$@")
+if [ "${#components[@]}" = 0 ]; then
+  components=(kubelet kube-scheduler kube-controller-manager kube-proxy kubectl)
+fi
+mkdir -p "$dest/bin"
+for name in "${components[@]}"; do
+  if [ -x "$dest/bin/$name" ]; then
+    echo "build-node: $name cached in $dest/bin" >&2
+    continue
+  fi
+  started=$SECONDS
+  (cd "$here/node" && nice -n 19 go build -ldflags "$ldflags" -o "$dest/bin/$name.tmp" "k8s.io/kubernetes/cmd/$name")
+  mv "$dest/bin/$name.tmp" "$dest/bin/$name"
+  echo "build-node: $name built in $((SECONDS - started)) s" >&2
+done
+echo "NODE_BIN=$dest/bin"
