@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo drills test lint typecheck unit bench clean e2e
+.PHONY: demo drills test lint typecheck unit bench clean e2e cluster
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ test: lint typecheck
 # ${HEALER_E2E_CACHE:-~/.cache/healer-e2e}. Not part of `make test`.
 e2e: $(STAMP)
 	PYTEST=$(BIN)/pytest bash e2e/run.sh
+
+# The one-node Kubernetes tier (e2e/cluster/run.sh): a real kubelet over containerd and runc in a
+# network namespace of its own, the healer and Triton images built here (no registry), the healer
+# pods run on it. Needs root; cached like make e2e. Not part of `make test`.
+cluster: $(STAMP)
+	bash e2e/cluster/run.sh
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/probe_latency.py --config examples/healer.yaml
