@@ -537,27 +537,35 @@ class ModelStore:
     def _ledger_prefix(self, model: str) -> str:
         return f"{META_DIR}/{model}/ledger"
 
-    def ledger(self, model: str) -> Ledger:
-        _check_name(model)
-        # Only <digits>.json names are snapshots; anything else in the folder is not ours to read.
-        snapshots = [
-            k
-            for k in self.blobs.keys(self._ledger_prefix(model))
+    def _snapshots(self, prefix: str) -> list[tuple[int, str]]:
+        """(generation, key) of every snapshot under ``prefix``, oldest first. Only <digits>.json
+        names are snapshots; anything else in the folder is not ours to read."""
+        return sorted(
+            (int(PurePosixPath(k).stem), k)
+            for k in self.blobs.keys(prefix)
             if k.endswith(".json") and PurePosixPath(k).stem.isdigit()
-        ]
-        if not snapshots:
-            return Ledger(model=model)
-        newest = max(snapshots, key=lambda k: int(PurePosixPath(k).stem))
-        where = f"{self.location}/{newest}"
-        ledger = Ledger.from_json(self.blobs.read(newest), where=where)
+        )
+
+    def _read_ledger(self, model: str, generation: int, key: str) -> Ledger:
+        where = f"{self.location}/{key}"
+        ledger = Ledger.from_json(self.blobs.read(key), where=where)
         if ledger.model != model:
             raise LedgerFormatError(f"{where}: model: expected {model!r}, got {ledger.model!r}")
-        if ledger.generation != int(PurePosixPath(newest).stem):
+        if ledger.generation != generation:
             # The next write goes to generation + 1: a mismatch would hide it below this snapshot.
-            raise LedgerFormatError(
-                f"{where}: generation: expected {int(PurePosixPath(newest).stem)}, got {ledger.generation}"
-            )
+            raise LedgerFormatError(f"{where}: generation: expected {generation}, got {ledger.generation}")
         return ledger
+
+    def _read_lease(self, key: str) -> LeaseSnapshot:
+        return LeaseSnapshot.from_json(self.blobs.read(key), where=f"{self.location}/{key}")
+
+    def ledger(self, model: str) -> Ledger:
+        _check_name(model)
+        snapshots = self._snapshots(self._ledger_prefix(model))
+        if not snapshots:
+            return Ledger(model=model)
+        generation, key = snapshots[-1]
+        return self._read_ledger(model, generation, key)
 
     def update_ledger(self, model: str, change: Callable[[Ledger], Ledger]) -> Ledger:
         """Apply ``change`` to the newest snapshot and write it as the next one; retry on a race."""
@@ -584,16 +592,11 @@ class ModelStore:
         return f"{META_DIR}/{model}/lease"
 
     def _newest_lease(self, model: str) -> tuple[int, LeaseSnapshot | None]:
-        snapshots = [
-            k
-            for k in self.blobs.keys(self._lease_prefix(model))
-            if k.endswith(".json") and PurePosixPath(k).stem.isdigit()
-        ]
+        snapshots = self._snapshots(self._lease_prefix(model))
         if not snapshots:
             return 0, None
-        newest = max(snapshots, key=lambda k: int(PurePosixPath(k).stem))
-        snapshot = LeaseSnapshot.from_json(self.blobs.read(newest), where=f"{self.location}/{newest}")
-        return int(PurePosixPath(newest).stem), snapshot
+        generation, key = snapshots[-1]
+        return generation, self._read_lease(key)
 
     def acquire_lease(
         self,
@@ -690,13 +693,6 @@ class ModelStore:
             log.warning("lease_release_failed", generation=lease.generation, error=str(exc))
 
     # ---- doctor: what blocks a model, and the two ways out --------------------------------
-    def _generations(self, prefix: str) -> list[int]:
-        return sorted(
-            int(PurePosixPath(k).stem)
-            for k in self.blobs.keys(prefix)
-            if k.endswith(".json") and PurePosixPath(k).stem.isdigit()
-        )
-
     def diagnose(self, model: str) -> Diagnosis:
         """The ledger's and the lease's newest snapshots, each read as healer reads it, and every
         unreadable snapshot from the newest back to the newest readable one (a repair copies that
@@ -705,29 +701,21 @@ class ModelStore:
         problems: list[tuple[str, str]] = []
 
         def newest_readable(prefix: str, read: Callable[[int, str], Any]) -> tuple[int, int, Any]:
-            generations = self._generations(prefix)
-            for generation in reversed(generations):
-                key = f"{prefix}/{generation:08d}.json"
+            snapshots = self._snapshots(prefix)
+            newest = snapshots[-1][0] if snapshots else 0
+            for generation, key in reversed(snapshots):
                 try:
-                    return (generations[-1], generation, read(generation, key))
+                    return newest, generation, read(generation, key)
                 except (LedgerFormatError, ValueError, FileNotFoundError) as exc:
                     problems.append((f"{self.location}/{key}", str(exc)))
-            return (generations[-1] if generations else 0, 0, None)
+            return newest, 0, None
 
-        def read_ledger(generation: int, key: str) -> Ledger:
-            ledger = Ledger.from_json(self.blobs.read(key), where=f"{self.location}/{key}")
-            if ledger.model != model or ledger.generation != generation:
-                raise LedgerFormatError(
-                    f"{self.location}/{key}: model/generation {ledger.model!r}/{ledger.generation}, "
-                    f"expected {model!r}/{generation}"
-                )
-            return ledger
-
-        def read_lease(generation: int, key: str) -> LeaseSnapshot:
-            return LeaseSnapshot.from_json(self.blobs.read(key), where=f"{self.location}/{key}")
-
-        ledger_newest, ledger_good, ledger = newest_readable(self._ledger_prefix(model), read_ledger)
-        lease_newest, lease_good, lease = newest_readable(self._lease_prefix(model), read_lease)
+        ledger_newest, ledger_good, ledger = newest_readable(
+            self._ledger_prefix(model), lambda generation, key: self._read_ledger(model, generation, key)
+        )
+        lease_newest, lease_good, lease = newest_readable(
+            self._lease_prefix(model), lambda _generation, key: self._read_lease(key)
+        )
         return Diagnosis(
             model=model,
             ledger_generation=ledger_newest,

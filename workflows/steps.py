@@ -396,16 +396,7 @@ class LeaseKeeper:
 
     def fence(self) -> None:
         """Renew now; an attempt that no longer holds the lease must not act (PermanentStepError)."""
-        if self.lost:
-            raise PermanentStepError(f"lost the lease of {self.model}: {self.lost}")
-        with store_errors(self.ctx, f"lease of {self.model} in {self.ctx.store.location}"):
-            try:
-                self._write()
-            except LeaseHeld as exc:
-                self.lost = str(exc)
-                raise PermanentStepError(
-                    f"lost the lease of {self.model} to {exc.holder or 'nobody'}: another attempt took over"
-                ) from exc
+        self._fenced_write()
 
     def duties(self) -> tuple[PutBack, ...]:
         return tuple(self.lease.put_back) if self.lease is not None else ()
@@ -419,12 +410,20 @@ class LeaseKeeper:
         self.set_duties(tuple(d for d in self.duties() if d.replica != replica))
 
     def set_duties(self, duties: tuple[PutBack, ...]) -> None:
+        self._fenced_write(put_back=duties)
+
+    def _fenced_write(self, put_back: tuple[PutBack, ...] | None = None) -> None:
+        # A lost lease (taken over, released by a person) stops this attempt before it acts again.
+        if self.lost:
+            raise PermanentStepError(f"lost the lease of {self.model}: {self.lost}")
         with store_errors(self.ctx, f"lease of {self.model} in {self.ctx.store.location}"):
             try:
-                self._write(put_back=duties)
+                self._write(put_back=put_back)
             except LeaseHeld as exc:
                 self.lost = str(exc)
-                raise PermanentStepError(f"lost the lease of {self.model} to {exc.holder or 'nobody'}") from exc
+                raise PermanentStepError(
+                    f"lost the lease of {self.model} to {exc.holder or 'nobody'}: another attempt took over"
+                ) from exc
 
     def release(self) -> None:
         """Stop renewing and release (a lease taken over meanwhile is left to its new holder). Under
@@ -459,8 +458,9 @@ class HealFailed(StepError):
 def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
     """Restore or change nothing, in one process (one pod on Argo):
 
-    lease         one rollback per model whichever engine runs it (a lease in the store, held for
-                  the incident); first duty: load again what an earlier, killed attempt unloaded
+    lease         one rollback per model whichever engine runs it (a lease in the store, taken over
+                  at once only from an earlier attempt of the same run); first duty: load again what
+                  an earlier, killed attempt unloaded
     fetch-stable  choose the stable version, check its sha256, stage it where Triton reads it
                   (after sweeping a killed attempt's staging copies); nothing that serves has been
                   touched yet, so any failure here changes nothing
@@ -470,7 +470,7 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
                   write the stable version's config as the model's config.pbtxt
 
     Running it again changes nothing: every replica is then "already restored". Killed at any point,
-    a rerun of the same incident takes the lease over at once and converges.
+    a retry of the same run takes the lease over at once and converges (tests/test_kill_matrix.py).
     """
     phases: list[PhaseReport] = []
 
@@ -555,9 +555,7 @@ def put_back_unloaded(ctx: StepContext, model: str, keeper: LeaseKeeper, triton_
             why = listed.get(duty.replica) or "not a replica this rollback heals (no longer listed)"
             done[duty.replica] = f"dropped: {why}"
             continue
-        triton = ctx.triton if duty.replica == ctx.triton.url else _triton_for(ctx, duty.replica)
-        replica = dataclasses.replace(ctx, triton=triton)
-        try:
+        with on_replica(ctx, duty.replica) as replica:
             if not _live(replica):
                 remaining.append(duty)
                 done[duty.replica] = "Triton not live: kept for the next holder"
@@ -575,9 +573,6 @@ def put_back_unloaded(ctx: StepContext, model: str, keeper: LeaseKeeper, triton_
             )
             if not loaded:
                 remaining.append(duty)
-        finally:
-            if triton is not ctx.triton:
-                triton.close()
     if tuple(remaining) != keeper.duties():
         keeper.set_duties(tuple(remaining))
     return done
@@ -595,15 +590,11 @@ def restore_replicas(
     for target in (t for t in targets if not t.skip):
         ctx.check_cancelled(f"restore of {target.url}")
         before_each()
-        replica = ctx if target.url == ctx.triton.url else dataclasses.replace(ctx, triton=_triton_for(ctx, target.url))
-        try:
+        with on_replica(ctx, target.url) as replica:
             if not _live(replica):
                 skipped[target.name or target.url] = "Triton not live"
                 continue
             healed[target.url] = restore_replica(replica, request.model, request.from_version, record_)
-        finally:
-            if replica.triton is not ctx.triton:
-                replica.triton.close()
     if not healed:
         listed = "; ".join(f"{k}: {v}" for k, v in skipped.items())
         raise TransientStepError(f"no replica of {request.model} could be healed ({listed})")
@@ -750,6 +741,20 @@ def replica_targets_for(ctx: StepContext, triton_url: str = "") -> list[ReplicaT
             raise PermanentStepError("no Triton pod matches rollback.replicas")
         return targets
     return [ReplicaTarget(triton_url or ctx.triton.url)]
+
+
+@contextlib.contextmanager
+def on_replica(ctx: StepContext, url: str) -> Iterator[StepContext]:
+    """``ctx`` aimed at the Triton at ``url`` (its own client, closed afterwards; ``ctx`` itself when
+    that is its Triton already)."""
+    if url == ctx.triton.url:
+        yield ctx
+        return
+    triton = _triton_for(ctx, url)
+    try:
+        yield dataclasses.replace(ctx, triton=triton)
+    finally:
+        triton.close()
 
 
 def _triton_for(ctx: StepContext, url: str) -> TritonAPI:
