@@ -30,7 +30,7 @@ from healer.store import FilesystemBlobs, ModelStore
 from healer.triton import TritonHttp
 from probes.result import Status
 from probes.tiers import check_business
-from tests.rollback_stack import RollbackStack, rollback_stack, version_source
+from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
 from workflows import steps
 from workflows.context import context_from_settings
 from workflows.plan import ReplicaTarget
@@ -99,19 +99,6 @@ def second_triton(triton_server: EmbeddedTriton, tmp_path_factory: pytest.TempPa
         yield server
 
 
-def _relaxed(settings: Settings) -> Settings:
-    # Restoring is what is tested, not latency: a busy 2-core CI box can be slower than the examples' SLO.
-    return dataclasses.replace(
-        settings,
-        models=tuple(
-            dataclasses.replace(
-                m, golden=dataclasses.replace(m.golden, latency_slo_ms=max(m.golden.latency_slo_ms, 2000))
-            )
-            for m in settings.models
-        ),
-    )
-
-
 RUN = "healer-rollback-kill-matrix"  # both attempts are attempts of one run, as Argo's retry of the heal step is
 
 
@@ -142,7 +129,7 @@ def test_kill_matrix_converges_on_the_rerun(  # type: ignore[no-untyped-def]
     store_root.mkdir()
     store = ModelStore(FilesystemBlobs(store_root))
     with rollback_stack(
-        base=_relaxed(example_settings),
+        base=relaxed_slo(example_settings),
         triton_url=triton_server.url,
         live=triton_server.model_repository,
         store=store,

@@ -14,7 +14,7 @@ from healer.settings import Settings, StoreSettings
 from healer.store import FilesystemBlobs, ModelStore
 from probes.result import Status
 from probes.tiers import check_business
-from tests.rollback_stack import RollbackStack, rollback_stack
+from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack
 
 
 @pytest.fixture
@@ -23,18 +23,7 @@ def fs_stack_factory(example_settings: Settings, triton_server: EmbeddedTriton, 
     store_root.mkdir()
     store = ModelStore(FilesystemBlobs(store_root))
 
-    # These tests are about restoring, not latency: on a busy 2-core CI box the first request after a
-    # load can take longer than the examples' 100 ms SLO, which would fail promote or verify for the
-    # wrong reason (the latency SLO has its own tests in test_probes_triton.py).
-    relaxed = dataclasses.replace(
-        example_settings,
-        models=tuple(
-            dataclasses.replace(
-                m, golden=dataclasses.replace(m.golden, latency_slo_ms=max(m.golden.latency_slo_ms, 2000.0))
-            )
-            for m in example_settings.models
-        ),
-    )
+    relaxed = relaxed_slo(example_settings)
 
     def make(model_base: str, versions: dict[int, tuple[str, str]], stable: list[int], **kw: object) -> object:
         return rollback_stack(
@@ -208,7 +197,6 @@ def test_deadline_stops_the_rollback_and_escalates(fs_stack_factory) -> None:  #
 
 def test_one_rollback_heals_every_replica(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Two real Tritons read one live repository (a shared volume); one workflow restores both."""
-    import dataclasses
     import shutil
 
     from healer.embedded import EmbeddedTriton
@@ -254,7 +242,6 @@ def test_one_rollback_heals_every_replica(fs_stack_factory, tmp_path: Path) -> N
 
 def _engine_with(stack: RollbackStack, tmp_path: Path, **rollback: object) -> object:
     """A LocalEngine for the stack with other rollback settings (e.g. the order) or replica targets."""
-    import dataclasses
 
     from healer.engines.local import LocalEngine
     from workflows.context import context_from_settings
