@@ -62,11 +62,16 @@ def pods_of(control_plane: ControlPlane, name: str) -> list[dict[str, Any]]:
 
 
 def test_second_rollback_of_a_model_waits_on_its_mutex(control_plane: ControlPlane, pair: Pair) -> None:
+    # Wait for the mutex's own record, not any Pending message: the controller can first mark a new
+    # workflow Pending with "postponed because too many workflows are already running" when its
+    # worker reaches it before the informer admitted it to the throttler (no parallelism limit is
+    # set here); the next pass replaces that with the mutex's message.
     def queued() -> dict[str, Any] | None:
         status = workflow(control_plane, pair.second).get("status") or {}
-        return status if status.get("phase") == "Pending" and status.get("message") else None
+        waiting = ((status.get("synchronization") or {}).get("mutex") or {}).get("waiting")
+        return status if status.get("phase") == "Pending" and waiting and status.get("message") else None
 
-    status = wait_for(queued, timeout_s=60, what="second rollback queued with a message")
+    status = wait_for(queued, timeout_s=60, what="second rollback queued on the model's mutex")
     mutex = f"healer-rollback-{MODEL}"
     assert "waiting" in status["message"].lower()
     assert mutex in status["message"]
