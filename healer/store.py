@@ -117,6 +117,11 @@ class Blobs(Protocol):
     def open_stream(self, key: str) -> Iterator[bytes]: ...
 
 
+def _is_generation(stem: str) -> bool:
+    """A snapshot's name: ASCII digits only (not str.isdigit(): '²' is a digit to it, not to int())."""
+    return re.fullmatch(r"[0-9]{1,18}", stem) is not None
+
+
 def check_name(model: str, version: str | None = None) -> None:
     """Raise ValueError for a model name or version that is not a plain name (it could escape the root)."""
     _check_name(model, version)
@@ -543,7 +548,7 @@ class ModelStore:
         return sorted(
             (int(PurePosixPath(k).stem), k)
             for k in self.blobs.keys(prefix)
-            if k.endswith(".json") and PurePosixPath(k).stem.isdigit()
+            if k.endswith(".json") and _is_generation(PurePosixPath(k).stem)
         )
 
     def _read_ledger(self, model: str, generation: int, key: str) -> Ledger:
@@ -811,7 +816,7 @@ class ModelStore:
         snapshots = [
             k
             for k in self.blobs.keys(self._drain_prefix(name))
-            if k.endswith(".json") and PurePosixPath(k).stem.isdigit() and PurePosixPath(k).parent.name == name
+            if k.endswith(".json") and _is_generation(PurePosixPath(k).stem) and PurePosixPath(k).parent.name == name
         ]
         if not snapshots:
             return DrainSet(name, 0, {})

@@ -125,3 +125,24 @@ def test_put_back_duties_survive_a_release_unless_cleared(config: Path, capsys) 
     assert _doctor(config, "--release-lease", "--clear-put-back", "--reason", "node gone for good") == 0
     assert store.lease_snapshot(MODEL)[1].put_back == ()  # type: ignore[union-attr]
     assert _doctor(config) == 0
+
+
+def test_a_snapshot_name_of_non_ascii_digits_is_not_ours_and_blocks_nothing(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """'²'.isdigit() is True and int('²') raises: such a name in a lease, ledger or drain-set folder is
+    not a snapshot, and the lease, the doctor and the drain set read past it."""
+    store = _store(config)
+    store.acquire_lease(MODEL, "a", 15, incident="inc-1")
+    root = config.parent / "store" / ".healer"
+    for folder in (root / MODEL / "lease", root / MODEL / "ledger"):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "\u00b2.json").write_text("{}")
+    _, lease = store.lease_snapshot(MODEL)
+    assert lease is not None and lease.holder == "a"
+    store.release_lease(store.acquire_lease(MODEL, "a", 15, incident="inc-1"))
+    assert _doctor(config, "-o", "json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["lease"]["holder"] == "a" and not report["blocked"] and not report["unreadable"]
+    drain = store.drain_set("set-a")
+    (config.parent / "store" / store._drain_prefix("set-a")).mkdir(parents=True, exist_ok=True)
+    (config.parent / "store" / store._drain_prefix("set-a") / "\u00b2.json").write_text("{}")
+    assert store.drain_set("set-a") == drain
