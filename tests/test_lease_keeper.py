@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from healer.engines import RollbackRequest, workflow_name
+from healer.engines.local import in_pod_run
 from healer.settings import Settings
 from healer.store import FilesystemBlobs, LeaseHeld, ModelStore
 from workflows import steps
@@ -72,11 +74,21 @@ def test_a_retry_of_the_run_fences_off_the_earlier_attempt(example_settings: Set
 
 @pytest.mark.usefixtures("short_lease")
 def test_another_run_of_the_same_incident_waits_for_the_lease(example_settings: Settings, tmp_path: Path) -> None:
-    """Two pods' in-pod runs of one incident heal different replicas: never at once."""
-    first = steps.LeaseKeeper(_ctx(example_settings, tmp_path, run="local-pod-a"), MODEL, "inc-1", "inc-1/a/1")
+    """Two pods' in-pod runs of one incident heal different replicas: never at once. Both engines name
+    the run alike (one name per incident); the lease's run also names the pod."""
+    request = RollbackRequest(model=MODEL, from_version="3", incident="inc-1")
+    name = workflow_name(request)
+    first = steps.LeaseKeeper(
+        _ctx(example_settings, tmp_path, run=in_pod_run(name, "triton-a")), MODEL, "inc-1", "inc-1/a/1"
+    )
     first.take()
     try:
         with pytest.raises(LeaseHeld):
-            first.ctx.store.acquire_lease(MODEL, "inc-1/b/1", 1.0, incident="inc-1", run="local-pod-b")
+            first.ctx.store.acquire_lease(MODEL, "inc-1/b/1", 1.0, incident="inc-1", run=in_pod_run(name, "triton-b"))
+        # A retry inside the same pod is an attempt of the same run: it takes over at once.
+        retry = first.ctx.store.acquire_lease(
+            MODEL, "inc-1/a/2", 1.0, incident="inc-1", run=in_pod_run(name, "triton-a")
+        )
+        assert retry.taken_from == "inc-1/a/1"
     finally:
         first.release()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable, RollbackRequest, Submission
-from healer.engines.local import LocalEngine
+from healer.engines.local import LocalEngine, in_pod_run
 from healer.settings import Settings
 from workflows import context as step_context
 from workflows import rollback
@@ -100,6 +100,26 @@ def test_step_attempts_write_under_the_state_directory_not_the_system_temp(
     assert status.outputs["to-version"] == "1"
     assert seen and seen[0].is_relative_to(tmp_path / "runs")
     assert list((tmp_path / "runs" / "steps").iterdir()) == []  # cleaned up after each attempt
+
+
+def test_an_in_pod_run_names_its_pod_for_the_lease(
+    tmp_path: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every sidecar's engine names an incident's run alike; the lease must tell two pods' runs apart
+    (each heals its own replicas), so the step's run is the name and this host (healer.ledger.decide_lease
+    lets an attempt of the same run take the lease over at once)."""
+    seen: list[str] = []
+
+    def heal(**_: str) -> dict[str, str]:
+        seen.append(step_context.current().workflow_name)
+        (step_context.output_dir() / "to-version").write_text("1")
+        return {"to_version": "1"}
+
+    engine = engine_with(tmp_path, heal, recorder)
+    monkeypatch.setattr("socket.gethostname", lambda: "triton-7")
+    status = engine.run(REQUEST, timeout_s=30)
+    assert status.phase == "Succeeded", status.message
+    assert seen == [f"{status.name}@triton-7"] == [in_pod_run(status.name, "triton-7")]
 
 
 def test_cancel_all_stops_a_running_step_and_the_exit_handler_still_alerts(tmp_path: Path, recorder: Recorder) -> None:

@@ -535,13 +535,14 @@ def test_a_retry_after_a_store_blip_takes_its_own_attempts_lease_over_at_once(fs
     import time
 
     from healer.engines import workflow_name
+    from healer.engines.local import in_pod_run
 
     with fs_stack_factory(
         "linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "wrong_weights")}, stable=[1, 2]
     ) as stack:
         stack: RollbackStack
         request = stack.request("3")
-        run = workflow_name(request)
+        run = in_pod_run(workflow_name(request))  # the LocalEngine's run, in this pod
         # What attempt 0 left: its lease, unexpired and never released (the store was down for the release).
         stack.store.acquire_lease(
             stack.model, f"{request.incident}/{run}/pod/0", 30, incident=request.incident, run=run

@@ -114,6 +114,14 @@ class _ScriptSpec:
     deadline_s: float | None = None  # the template's own activeDeadlineSeconds, per attempt
 
 
+def in_pod_run(name: str, host: str | None = None) -> str:
+    """The run an in-pod attempt belongs to, as the model's lease knows it: the engine's run name and
+    this pod. Every sidecar's engine names an incident's run alike (``workflow_name``: one name per
+    incident, so Argo joins them), but in-pod runs on two pods heal different replicas and must not
+    take each other's lease; a retry inside the same pod may (healer.ledger.decide_lease)."""
+    return f"{name}@{host or socket.gethostname()}"
+
+
 class LocalEngine:
     """A RollbackEngine that runs the WorkflowTemplate in this process (one thread per run)."""
 
@@ -502,7 +510,7 @@ class LocalEngine:
             context = None
             try:
                 context = self._context_factory()
-                context.workflow_name = name
+                context.workflow_name = in_pod_run(name)
                 context.cancelled = cancelled
                 with step_context.using(context, output_dir):
                     box["result"] = spec.function(**kwargs)
