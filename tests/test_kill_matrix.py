@@ -72,18 +72,20 @@ KILL_POINTS: dict[str, Callable[[], None]] = {
     "mid-staging": lambda: _kill_before(__import__("healer.store").store, "check_hashes"),
     "after-staging": lambda: _kill_before(steps, "restore_replicas"),
     "after-replica-1-of-2": lambda: _kill_after(steps, "restore_replica"),
+    # Triton goes on unloading after the kill: the retry finds the model UNLOADING, not yet gone.
+    "during-unload": lambda: _kill_after(__import__("healer.triton").triton.TritonHttp, "unload_model"),
     "between-unload-and-load": lambda: _kill_after(steps, "unload"),
     "before-record": lambda: _kill_before(steps, "record"),
     "after-ledger-write": lambda: _kill_before(ModelStore, "append_audit"),
     "after-quarantine-rename": lambda: _kill_after(__import__("healer.store").store, "quarantine_live_version"),
 }
 
-# Every phase boundary in both orders; the unload between unload and load exists only in unload-first.
+# Every phase boundary in both orders; the unload's two kill points exist only in unload-first.
 CASES = [
     (order, kill_point)
     for order in ("swap", "unload-first")
     for kill_point in KILL_POINTS
-    if order == "unload-first" or kill_point != "between-unload-and-load"
+    if order == "unload-first" or kill_point not in ("during-unload", "between-unload-and-load")
 ]
 
 
@@ -193,7 +195,7 @@ def test_kill_matrix_converges_on_the_rerun(  # type: ignore[no-untyped-def]
             # The killed attempt's lease was unexpired: the retry of the same run took it over at once.
             lease_phase = report["phases"][0]["outputs"]
             assert lease_phase["waited_s"] < 2.0 and "taken_over_from" in lease_phase, lease_phase
-            if kill_point == "between-unload-and-load":
+            if kill_point in ("during-unload", "between-unload-and-load"):
                 assert triton_server.url in lease_phase["put_back"], lease_phase
         finally:
             second.close()

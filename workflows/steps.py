@@ -561,7 +561,13 @@ def put_back_unloaded(ctx: StepContext, model: str, keeper: LeaseKeeper, triton_
                 done[duty.replica] = "Triton not live: kept for the next holder"
                 continue
             served = _served(replica, model)
-            states = [] if served else _index_states(replica, model)
+            states = [] if served else _settled_index_states(replica, model)
+            if not served and _BUSY_STATES.intersection(states):
+                # The killed attempt's unload (or a load) is still going on in Triton: only once it
+                # settles can anyone tell whether the replica is left unloaded.
+                remaining.append(duty)
+                done[duty.replica] = f"still {'/'.join(sorted(_BUSY_STATES.intersection(states)))}: kept"
+                continue
             if served or "UNAVAILABLE" not in states:
                 done[duty.replica] = "nothing to put back: " + (
                     f"serves v{', v'.join(served)}" if served else "never hosted the model"
@@ -681,6 +687,22 @@ def _put_back(ctx: StepContext, model: str, served_config: Mapping[str, Any], se
         return False, f"{listed} loaded again but not ready"
     except (TritonUnavailable, TritonRejected) as exc:
         return False, f"{listed} could not be loaded again either: {exc}"
+
+
+_BUSY_STATES = frozenset({"LOADING", "UNLOADING"})
+
+
+def _settled_index_states(ctx: StepContext, model: str) -> list[str]:
+    """The model's states in Triton's index once no version is loading or unloading, waiting at most
+    the unload timeout (what it says then, busy or not)."""
+    deadline = ctx.clock() + ctx.settings.rollback.unload_timeout_s
+    # Bounded by the unload timeout: every iteration returns or sleeps toward it.
+    while True:
+        states = _index_states(ctx, model)
+        if not _BUSY_STATES.intersection(states) or ctx.clock() >= deadline:
+            return states
+        ctx.check_cancelled(f"waiting for {model} to settle on {ctx.triton.url}")
+        ctx.sleep(ctx.settings.rollback.poll_interval_s)
 
 
 def _index_states(ctx: StepContext, model: str) -> list[str]:
