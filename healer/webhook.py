@@ -258,6 +258,7 @@ def sidecar_volumes(config: InjectionConfig) -> list[dict[str, Any]]:
     ]
 
 
+SHLEX_MAX_CHARS = 16 * 1024  # a command line longer than this is split on whitespace only
 _TRITON_PORT_FLAG = re.compile(r"^--(?:http|grpc|metrics|sagemaker|vertex-ai)-port(?:=([0-9]+))?$")
 
 
@@ -272,11 +273,17 @@ def _ports_in_use(container: Mapping[str, Any]) -> set[int]:
     }
     words: list[str] = []
     for item in [*(container.get("command") or []), *(container.get("args") or [])]:
+        text = str(item)
+        if len(text) > SHLEX_MAX_CHARS:
+            # shlex is pure Python (~0.5 s of CPU for 800 kB, holding the GIL): anyone who can reach
+            # the port could stall every review with such bodies. Whitespace words still show flags.
+            words += text.split()
+            continue
         # `sh -c "tritonserver --http-port=8088 ..."`: one argument holding a whole command line.
         try:
-            words += shlex.split(str(item))
+            words += shlex.split(text)
         except ValueError:  # unbalanced quotes: the words as they are
-            words += str(item).split()
+            words += text.split()
     for i, word in enumerate(words):
         if match := _TRITON_PORT_FLAG.match(word):
             value = match.group(1) or (words[i + 1] if i + 1 < len(words) else "")

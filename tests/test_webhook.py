@@ -714,3 +714,29 @@ def test_an_injected_pod_is_labelled_so_and_a_pod_admitted_unmutated_is_not() ->
     assert "patch" not in answer["response"]  # unmutated, so never selected by the sidecar's policy
     # The sidecar's own liveness follows its probe loop, not a bare TCP accept.
     assert mutated["spec"]["containers"][1]["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healer"}
+
+
+def test_a_huge_command_line_is_not_handed_to_shlex_and_its_port_flags_still_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """shlex costs ~0.5 s of CPU (with the GIL) per 800 kB: a forged review with such args, sent by
+    anything that reaches the port, would stall every review. Past SHLEX_MAX_CHARS an argument is
+    split on whitespace, which still finds Triton's port flags."""
+    import shlex
+
+    from healer import webhook
+
+    real_split = shlex.split
+
+    def bounded_split(text: str, *args: Any, **kwargs: Any) -> list[str]:
+        assert len(text) <= webhook.SHLEX_MAX_CHARS, f"shlex.split got {len(text)} characters"
+        return real_split(text, *args, **kwargs)
+
+    monkeypatch.setattr(shlex, "split", bounded_split)
+    pod = triton_pod()
+    filler = "x" * (800 * 1024)
+    pod["spec"]["containers"][0]["args"] = [f"tritonserver {filler} --http-port=8088"]
+    answer = review(admission_review(pod), CONFIG)
+    assert "patch" not in answer["response"]
+    [warning] = answer["response"]["warnings"]
+    assert "already uses port 8088" in warning, warning
