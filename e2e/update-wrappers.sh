@@ -55,6 +55,21 @@ require helm.sh/helm/v3 $HELM_VERSION
 tool helm.sh/helm/v3/cmd/helm
 MOD
 
+# The one-node cluster's wrappers (e2e/cluster): the node's commands from the Kubernetes module, and
+# Argo's executor (its imports reach further than argo's and workflow-controller's).
+sed -e 's#^module healer.e2e/kubernetes$#module healer.e2e/cluster-node#' \
+  -e 's#^tool k8s.io/kubernetes/cmd/kube-apiserver$#tool (\n\tk8s.io/kubernetes/cmd/kubelet\n\tk8s.io/kubernetes/cmd/kube-scheduler\n\tk8s.io/kubernetes/cmd/kube-controller-manager\n\tk8s.io/kubernetes/cmd/kube-proxy\n\tk8s.io/kubernetes/cmd/kubectl\n)#' \
+  "$here/kubernetes/go.mod" >"$here/cluster/node/go.mod"
+cat >"$here/cluster/argoexec/go.mod" <<MOD
+module healer.e2e/cluster-argoexec
+
+$go_line
+
+require github.com/argoproj/argo-workflows/v4 $ARGO_VERSION
+
+tool github.com/argoproj/argo-workflows/v4/cmd/argoexec
+MOD
+
 # Each wrapper's go.sum starts from the upstream module's own go.sum (its maintainers' checksums;
 # the checksum database does not know every pseudo-version they pin), and tidy keeps what is used.
 seed() { # component module@version
@@ -67,7 +82,9 @@ seed etcd "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
 seed kubernetes "k8s.io/kubernetes@$KUBERNETES_VERSION"
 seed argo "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION"
 seed helm "helm.sh/helm/v3@$HELM_VERSION"
-for component in etcd kubernetes argo helm; do
+seed cluster/node "k8s.io/kubernetes@$KUBERNETES_VERSION"
+seed cluster/argoexec "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION"
+for component in etcd kubernetes argo helm cluster/node cluster/argoexec; do
   (cd "$here/$component" && go mod tidy)
 done
-echo "wrappers updated; commit e2e/*/go.mod e2e/*/go.sum"
+echo "wrappers updated; commit e2e/*/go.mod e2e/*/go.sum e2e/cluster/*/go.mod e2e/cluster/*/go.sum"

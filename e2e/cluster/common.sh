@@ -23,6 +23,30 @@ APISERVER="$cache/kubernetes-$KUBERNETES_VERSION/bin/kube-apiserver"
 NODE_BIN="${HEALER_NODE_BIN:-$cache/kubernetes-node-$KUBERNETES_VERSION/bin}"
 
 
+# docker_archive TARBALL REPO:TAG ROOTFS_DIR ENTRYPOINT_JSON
+docker_archive() {
+  local tarball="$1" tag="$2" rootfs="$3" entrypoint="$4" work layer_sha config config_sha
+  work="$(mktemp -d)"
+  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$rootfs" -cf "$work/layer.tar" .
+  layer_sha="$(sha256sum "$work/layer.tar" | cut -d' ' -f1)"
+  config="{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":$entrypoint,\"Env\":[\"PATH=/bin\"]},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$layer_sha\"]}}"
+  config_sha="$(printf '%s' "$config" | sha256sum | cut -d' ' -f1)"
+  printf '%s' "$config" >"$work/$config_sha.json"
+  printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["layer.tar"]}]' "$config_sha" "$tag" >"$work/manifest.json"
+  tar --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work" -cf "$tarball" manifest.json "$config_sha.json" layer.tar
+  rm -rf "$work"
+}
+
+# leaf NAME SUBJECT EXTENSIONS: a P-256 key and a certificate signed by the node's CA, in the current
+# directory (run in $BASE/pki)
+leaf() {
+  printf 'basicConstraints=CA:FALSE\n%b' "$3" >"$1.ext"
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null
+  openssl req -new -key "$1.key" -subj "$2" -out "$1.csr"
+  openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile "$1.ext" \
+    -out "$1.crt" 2>/dev/null
+}
+
 log() { printf 'e2e/cluster: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
@@ -62,6 +86,17 @@ wait_for() {
     sleep 1
   done
   log "$what: ready after $((SECONDS - started)) s"
+}
+
+# egress_rule_first: the pod range's egress rule at the head of FORWARD (kube-proxy prepends its own
+# jumps), and fail unless it is there.
+egress_rule_first() {
+  in_netns iptables -w -D FORWARD -s "$POD_CIDR" -j "$EGRESS_CHAIN" 2>/dev/null || true
+  in_netns iptables -w -I FORWARD 1 -s "$POD_CIDR" -j "$EGRESS_CHAIN"
+  [ "$(in_netns iptables -w -S FORWARD | sed -n 2p)" = "-A FORWARD -s $POD_CIDR -j $EGRESS_CHAIN" ] ||
+    die "the egress rule is not first in FORWARD: $(in_netns iptables -w -S FORWARD | tr '\n' ';')"
+  [ "$(in_netns iptables -w -S "$EGRESS_CHAIN" | tr '\n' ';')" = "-N $EGRESS_CHAIN;-A $EGRESS_CHAIN -d $POD_CIDR -j RETURN;-A $EGRESS_CHAIN -j DROP;" ] ||
+    die "the egress chain is not as written: $(in_netns iptables -w -S "$EGRESS_CHAIN" | tr '\n' ';')"
 }
 
 node_ready() {

@@ -10,6 +10,8 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=SCRIPTDIR/../versions.env
 source "$here/../versions.env"
+# shellcheck source=SCRIPTDIR/common.sh
+source "$here/common.sh"
 out="${1:?usage: images.sh OUTDIR}"
 mkdir -p "$out"
 
@@ -17,20 +19,6 @@ module_dir="$(cd "$here/node" && GOFLAGS=-mod=readonly go mod download -json "k8
   sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
 pause_version="$(sed -n 's/^[[:space:]]*PauseVersion = "\(.*\)"/\1/p' "$module_dir/cmd/kubeadm/app/constants/constants.go")"
 [ -n "$pause_version" ] || { echo "images: no PauseVersion in kubeadm's constants" >&2; exit 1; }
-
-# docker_archive TARBALL REPO:TAG ROOTFS_DIR ENTRYPOINT_JSON
-docker_archive() {
-  local tarball="$1" tag="$2" rootfs="$3" entrypoint="$4" work layer_sha config config_sha
-  work="$(mktemp -d)"
-  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$rootfs" -cf "$work/layer.tar" .
-  layer_sha="$(sha256sum "$work/layer.tar" | cut -d' ' -f1)"
-  config="{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":$entrypoint,\"Env\":[\"PATH=/bin\"]},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$layer_sha\"]}}"
-  config_sha="$(printf '%s' "$config" | sha256sum | cut -d' ' -f1)"
-  printf '%s' "$config" >"$work/$config_sha.json"
-  printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["layer.tar"]}]' "$config_sha" "$tag" >"$work/manifest.json"
-  tar --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work" -cf "$tarball" manifest.json "$config_sha.json" layer.tar
-  rm -rf "$work"
-}
 
 rootfs="$(mktemp -d)"
 trap 'rm -rf "$rootfs"' EXIT

@@ -60,23 +60,17 @@ log "PKI in $BASE/pki"
   ec=(-algorithm EC -pkeyopt ec_paramgen_curve:P-256)
   openssl genpkey "${ec[@]}" -out ca.key 2>/dev/null
   openssl req -x509 -new -key ca.key -subj /CN=healer-node-ca -days 2 -out ca.crt
-  leaf() { # name subject extensions
-    printf 'basicConstraints=CA:FALSE\n%b' "$3" >"$1.ext"
-    openssl genpkey "${ec[@]}" -out "$1.key" 2>/dev/null
-    openssl req -new -key "$1.key" -subj "$2" -out "$1.csr"
-    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile "$1.ext" \
-      -out "$1.crt" 2>/dev/null
-  }
   leaf apiserver /CN=kube-apiserver \
     "subjectAltName=IP:127.0.0.1,IP:$NODE_IP,IP:10.96.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n"
   leaf admin /O=system:masters/CN=healer-node-admin "extendedKeyUsage=clientAuth\n"
   leaf kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" "extendedKeyUsage=clientAuth\n"
   leaf kube-scheduler /CN=system:kube-scheduler "extendedKeyUsage=clientAuth\n"
   leaf kube-controller-manager /CN=system:kube-controller-manager "extendedKeyUsage=clientAuth\n"
+  leaf kube-proxy /CN=system:kube-proxy "extendedKeyUsage=clientAuth\n"
   openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null
   openssl pkey -in sa.key -pubout -out sa.pub
 )
-for user in admin kubelet kube-scheduler kube-controller-manager; do
+for user in admin kubelet kube-scheduler kube-controller-manager kube-proxy; do
   cat >"$BASE/$user.kubeconfig" <<YAML
 apiVersion: v1
 kind: Config
@@ -95,12 +89,12 @@ start etcd "$ETCD" --name=node --data-dir="$BASE/etcd" \
 wait_for etcd 60 in_netns_quiet curl -fsS http://127.0.0.1:2379/health
 
 start kube-apiserver "$APISERVER" --etcd-servers=http://127.0.0.1:2379 \
-  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
+  --bind-address=0.0.0.0 --advertise-address="$NODE_IP" \
   --secure-port="$APISERVER_PORT" --cert-dir="$BASE/apiserver-certs" \
   --tls-cert-file="$BASE/pki/apiserver.crt" --tls-private-key-file="$BASE/pki/apiserver.key" \
   --client-ca-file="$BASE/pki/ca.crt" --authorization-mode=RBAC,Node \
   --enable-admission-plugins=NodeRestriction \
-  --kubelet-preferred-address-types=InternalIP \
+  --kubelet-preferred-address-types=InternalIP --enable-aggregator-routing=true \
   --kubelet-client-certificate="$BASE/pki/admin.crt" --kubelet-client-key="$BASE/pki/admin.key" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$BASE/pki/sa.pub" --service-account-signing-key-file="$BASE/pki/sa.key" \
@@ -181,12 +175,15 @@ state = "$BASE/containerd/state"
         Root = "$BASE/containerd/runc"
         SystemdCgroup = false
 TOML
+# Pods route everything through the bridge (isDefaultGateway) into the node's netns: Service
+# addresses (kube-proxy's DNAT) and the node IP (argo-server). The netns itself has no route out, and
+# the FORWARD rule drops whatever from the pod range is not for the pod range.
 cat >"$BASE/cni/net.d/10-healer-node.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
   "name": "$CNI_NETWORK",
   "plugins": [
-    {"type": "bridge", "bridge": "$CNI_BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+    {"type": "bridge", "bridge": "$CNI_BRIDGE", "isGateway": true, "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "dataDir": "$BASE/cni/ipam"}},
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
@@ -231,6 +228,28 @@ YAML
 start_node kubelet "$NODE_BIN/kubelet" --config="$BASE/kubelet.yaml" --kubeconfig="$BASE/kubelet.kubeconfig" \
   --root-dir="$BASE/kubelet" --cert-dir="$BASE/kubelet/pki" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=2
 wait_for "node $NODE_NAME Ready" 180 node_ready
+
+# --- kube-proxy: Service addresses for the pods (the API server's own 10.96.0.1 first) -------------
+# iptables mode in the netns. It leaves the conntrack sysctls alone (maxPerCore 0, timeouts 0s): they
+# are not the netns' to set. Its KUBE-FORWARD jump goes first in FORWARD, so the egress rule is put
+# back in front of it, and checked.
+cat >"$BASE/kube-proxy.yaml" <<YAML
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $BASE/kube-proxy.kubeconfig}
+mode: iptables
+clusterCIDR: $POD_CIDR
+hostnameOverride: $NODE_NAME
+bindAddress: $NODE_IP
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+YAML
+start kube-proxy "$NODE_BIN/kube-proxy" --config="$BASE/kube-proxy.yaml" --v=1
+kube_proxy_synced() { in_netns iptables -w -t nat -S KUBE-SERVICES 2>/dev/null | grep -q 'default/kubernetes:https'; }
+wait_for "kube-proxy's rules for the kubernetes Service" 60 kube_proxy_synced
+egress_rule_first
+in_netns iptables -w -S FORWARD >&2
 
 # --- a pod -----------------------------------------------------------------------------------------
 wait_for "default ServiceAccount" 60 kubectl get serviceaccount default

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# `make cluster`: the one-node Kubernetes tier (issue 16, first step). Builds or reuses the binaries
-# (e2e/build.sh: etcd, kube-apiserver; e2e/cluster/build-node.sh: kubelet, scheduler,
-# controller-manager, kubectl) and the images (e2e/images: the healer image from the project's
-# Dockerfile on a local Debian base, a Triton image from the nvidia-pytriton wheel), brings the node
-# up (node-up.sh), runs smoke-healer.sh on it, and always brings it down, failing if anything is left
-# (node-down.sh). Needs root and Debian's containerd, runc, containernetworking-plugins, iptables,
-# busybox-static, mmdebstrap, buildah and podman (.ci/run installs them).
+# `make cluster`: the one-node Kubernetes tier (issue 16). Builds or reuses the binaries
+# (e2e/build.sh: etcd, kube-apiserver, Argo, Helm; build-node.sh: kubelet, scheduler,
+# controller-manager, kube-proxy, kubectl; build-argoexec.sh: Argo's executor and its image) and the
+# images (e2e/images: the healer image from the project's Dockerfile on a local Debian base, a Triton
+# image from the nvidia-pytriton wheel), then in order, stopping at the first failure:
+#   node-up.sh        the node (netns, etcd, API server, controller-manager, scheduler, containerd,
+#                     kubelet, kube-proxy) with the egress rule checked
+#   smoke-healer.sh   the healer image and a sidecar's readiness through the kubelet
+#   argo-up.sh        Argo's CRDs, controller and server, the executor image imported
+#   healer-up.sh      helm install of the chart, two injected Triton replicas, a version promoted
+#   drill-argo.sh     a wrong-weights push healed through Argo's heal pod; a Triton pod restarted
+# and always node-down.sh, failing if anything is left. Needs root and Debian's containerd, runc,
+# containernetworking-plugins, iptables, busybox-static, mmdebstrap, buildah and podman (.ci/run
+# installs them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 started=$SECONDS
@@ -14,22 +21,36 @@ bash e2e/build.sh >/dev/null
 bash e2e/cluster/build-node.sh >/dev/null
 bash e2e/images/build-healer.sh >/dev/null
 bash e2e/images/build-triton.sh >/dev/null
+bash e2e/cluster/build-argoexec.sh >/dev/null
 echo "cluster: binaries and images ready after $((SECONDS - started)) s" >&2
 
-status=0
 down() {
   local code=0
   bash e2e/cluster/node-down.sh || code=$?
   [ "$code" = 0 ] || echo "cluster: node-down.sh left something behind (exit $code)" >&2
   return "$code"
 }
-if bash e2e/cluster/node-up.sh && bash e2e/cluster/smoke-healer.sh; then
-  passed=1
-else
-  status=1
-  passed=0
-fi
+# Each step needs the one before it: the first that fails ends the tier (the rest count as failed).
+steps=(node-up.sh smoke-healer.sh argo-up.sh healer-up.sh drill-argo.sh)
+passed=0
+status=0
+for step in "${steps[@]}"; do
+  step_started=$SECONDS
+  if bash "e2e/cluster/$step"; then
+    passed=$((passed + 1))
+    echo "cluster: $step passed in $((SECONDS - step_started)) s" >&2
+  else
+    echo "cluster: $step FAILED after $((SECONDS - step_started)) s" >&2
+    status=1
+    break
+  fi
+  # the smoke's pods are done with: their Triton would go on using a core
+  if [ "$step" = smoke-healer.sh ]; then
+    bash -c 'source e2e/versions.env && source e2e/cluster/common.sh &&
+      kubectl delete pod triton-0 healer-version hello --wait=false' >/dev/null 2>&1 || true
+  fi
+done
 down || status=1
 echo "cluster: tier finished in $((SECONDS - started)) s with exit status $status" >&2
-echo "cluster: $passed passed, $((1 - passed)) failed"
+echo "cluster: $passed passed, $((${#steps[@]} - passed)) failed"
 exit "$status"
