@@ -1,6 +1,6 @@
 """Alerts, dashboard and runbooks agree with each other and with the metrics the sidecar exports.
 
-No helm and no promtool: the alert rules are plain YAML in the chart's files/prometheus-rules.yaml
+No helm: the alert rules are plain YAML in the chart's files/prometheus-rules.yaml
 (the PrometheusRule template loads them with .Files.Get and replaces four placeholders), the
 dashboard is plain JSON, and the PromQL is checked by reading its metric selectors and label lists.
 The metrics and their labels are not a list kept here: they are read from the /metrics exposition of
