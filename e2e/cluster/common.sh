@@ -7,12 +7,14 @@ NODE_NAME="healer-node"
 NODE_IP="10.250.0.1"     # on a veth pair inside the netns; the kubelet refuses a loopback node IP
 NODE_IF="hnode0"
 POD_CIDR="10.244.0.0/24" # the CNI bridge's range, inside the netns only
+SERVICE_CIDR="10.96.0.0/24" # ClusterIPs (kube-proxy's DNAT), inside the netns only
 CNI_BRIDGE="healer-cni0"
 CNI_NETWORK="healer-node"
 CNI_BIN="/usr/lib/cni"   # Debian's containernetworking-plugins
 EGRESS_CHAIN="HEALER-POD-EGRESS"
 CGROUP_ROOT="healer-node" # the kubelet's cgroupRoot: /sys/fs/cgroup/<controller>/healer-node
 APISERVER_PORT=6443       # fixed: the netns is ours alone
+ARGO_SERVER_IP="10.96.0.20" # argo-server's Service: a fixed ClusterIP (no cluster DNS yet), in its certificate
 CONTAINERD_SOCK="$BASE/containerd/containerd.sock"
 PAUSE_IMAGE="registry.k8s.io/pause:3.10.2" # kubeadm's PauseVersion for 1.37 (images.sh builds it)
 # tmpfs inside the node's mount namespace (see node-up.sh)
@@ -23,13 +25,14 @@ APISERVER="$cache/kubernetes-$KUBERNETES_VERSION/bin/kube-apiserver"
 NODE_BIN="${HEALER_NODE_BIN:-$cache/kubernetes-node-$KUBERNETES_VERSION/bin}"
 
 
-# docker_archive TARBALL REPO:TAG ROOTFS_DIR ENTRYPOINT_JSON
+# docker_archive TARBALL REPO:TAG ROOTFS_DIR ENTRYPOINT_JSON [USER]: a one-layer image for
+# `ctr images import`, PATH=/bin, running as USER (a uid) when given
 docker_archive() {
-  local tarball="$1" tag="$2" rootfs="$3" entrypoint="$4" work layer_sha config config_sha
+  local tarball="$1" tag="$2" rootfs="$3" entrypoint="$4" user="${5:-}" work layer_sha config config_sha
   work="$(mktemp -d)"
   tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$rootfs" -cf "$work/layer.tar" .
   layer_sha="$(sha256sum "$work/layer.tar" | cut -d' ' -f1)"
-  config="{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":$entrypoint,\"Env\":[\"PATH=/bin\"]},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$layer_sha\"]}}"
+  config="{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":$entrypoint,\"Env\":[\"PATH=/bin\"]${user:+,\"User\":\"$user\"}},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$layer_sha\"]}}"
   config_sha="$(printf '%s' "$config" | sha256sum | cut -d' ' -f1)"
   printf '%s' "$config" >"$work/$config_sha.json"
   printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["layer.tar"]}]' "$config_sha" "$tag" >"$work/manifest.json"

@@ -48,6 +48,9 @@ in_netns ip link add "$NODE_IF" type veth peer name "${NODE_IF}p"
 in_netns ip addr add "$NODE_IP/32" dev "$NODE_IF"
 in_netns ip link set "${NODE_IF}p" up
 in_netns ip link set "$NODE_IF" up
+# Service addresses from the namespace's own processes (a check of argo-server's Service): a route so
+# the packet reaches OUTPUT, where kube-proxy's DNAT sends it to a pod; still nothing leaves the machine.
+in_netns ip route add "$SERVICE_CIDR" dev "$NODE_IF" src "$NODE_IP"
 in_netns iptables -w -N "$EGRESS_CHAIN"
 in_netns iptables -w -A "$EGRESS_CHAIN" -d "$POD_CIDR" -j RETURN
 in_netns iptables -w -A "$EGRESS_CHAIN" -j DROP
@@ -99,7 +102,7 @@ start kube-apiserver "$APISERVER" --etcd-servers=http://127.0.0.1:2379 \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$BASE/pki/sa.pub" --service-account-signing-key-file="$BASE/pki/sa.key" \
   --api-audiences=https://kubernetes.default.svc.cluster.local \
-  --service-cluster-ip-range=10.96.0.0/24 --allow-privileged=false --profiling=false --v=1
+  --service-cluster-ip-range="$SERVICE_CIDR" --allow-privileged=false --profiling=false --v=1
 wait_for kube-apiserver 120 kubectl get --raw /readyz
 
 start kube-controller-manager "$NODE_BIN/kube-controller-manager" \

@@ -9,10 +9,19 @@
 #   smoke-healer.sh   the healer image and a sidecar's readiness through the kubelet
 #   argo-up.sh        Argo's CRDs, controller and server, the executor image imported
 #   healer-up.sh      helm install of the chart, two injected Triton replicas, a version promoted
+#   monitoring-up.sh  Prometheus (the chart's PodMonitor and rules) and Alertmanager, Debian's
 #   drill-argo.sh     a wrong-weights push healed through Argo's heal pod; a Triton pod restarted
+#   drill-argo.sh hang         a version whose requests hang (timeouts), healed the same way
+#   drill-argo.sh fallback     argo-server stopped: the sidecars heal in their pods; none submitted after
+#   drill-template.sh          the healer-drill WorkflowTemplate (wrong-weights) run by Argo: its pod drills
+#   drill-argo.sh one-in-five  every fifth answer wrong: seen, never drained or rolled back
+#   drill-argo.sh store-down   a push with the stable ledger unreadable: escalated, the alert in
+#                     Alertmanager pushed by healer and from Prometheus's evaluation of the chart's rule
+# (argo-ui.sh, Argo's UI over the real rollbacks in headless Chromium, is not a step yet: Chromium's
+# resolver rules kept it off argo-server's ClusterIP in its first run.)
 # and always node-down.sh, failing if anything is left. Needs root and Debian's containerd, runc,
-# containernetworking-plugins, iptables, busybox-static, mmdebstrap, buildah and podman (.ci/run
-# installs them).
+# containernetworking-plugins, iptables, busybox-static, mmdebstrap, buildah, podman, prometheus and
+# prometheus-alertmanager (.ci/run installs them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 started=$SECONDS
@@ -21,7 +30,7 @@ bash e2e/build.sh >/dev/null
 bash e2e/cluster/build-node.sh >/dev/null
 bash e2e/images/build-healer.sh >/dev/null
 bash e2e/images/build-triton.sh >/dev/null
-bash e2e/cluster/build-argoexec.sh >/dev/null
+bash e2e/cluster/build-argo-images.sh >/dev/null
 echo "cluster: binaries and images ready after $((SECONDS - started)) s" >&2
 
 down() {
@@ -31,12 +40,14 @@ down() {
   return "$code"
 }
 # Each step needs the one before it: the first that fails ends the tier (the rest count as failed).
-steps=(node-up.sh smoke-healer.sh argo-up.sh healer-up.sh drill-argo.sh)
+steps=(node-up.sh smoke-healer.sh argo-up.sh healer-up.sh monitoring-up.sh "drill-argo.sh 3" "drill-argo.sh hang"
+  "drill-argo.sh fallback" drill-template.sh "drill-argo.sh one-in-five" "drill-argo.sh store-down")
 passed=0
 status=0
 for step in "${steps[@]}"; do
   step_started=$SECONDS
-  if bash "e2e/cluster/$step"; then
+  read -ra command <<<"$step"
+  if bash "e2e/cluster/${command[0]}" "${command[@]:1}"; then
     passed=$((passed + 1))
     echo "cluster: $step passed in $((SECONDS - step_started)) s" >&2
   else

@@ -279,7 +279,7 @@ class Browser:
     """Debian's Chromium, driven over ``--remote-debugging-pipe`` (JSON messages ending in NUL on fds
     3 and 4): set the Argo UI's ``authorization`` cookie, open a page, read its DOM, take a screenshot."""
 
-    def __init__(self, profile: Path) -> None:
+    def __init__(self, profile: Path, *, reachable: str = "127.0.0.1") -> None:
         assert CHROMIUM is not None
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
@@ -297,7 +297,7 @@ class Browser:
                 f"--user-data-dir={profile}",
                 # The test CA is not in Chromium's store; this is argo-server on loopback with the CA made at start.
                 "--ignore-certificate-errors",
-                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # nothing else may load
+                f"--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE {reachable}",  # nothing else may load
                 "--remote-debugging-pipe",
                 "about:blank",
             ],

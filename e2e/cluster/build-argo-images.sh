@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Argo's executor (argoexec: the init, wait and emissary parts of every workflow pod) built from the
-# Argo module at $ARGO_VERSION through the same wrapper module as e2e/build.sh's argo, and packed as an
-# image with no registry: a static binary at /bin/argoexec (the controller runs `argoexec init|wait`
-# through PATH) and a world-writable /tmp, written as a docker-archive for `ctr images import`.
-# Cached by version in $HEALER_E2E_CACHE/argoexec-<version>/: the binary and argoexec.tar.
-# Prints ARGOEXEC_IMAGE=<name> ARGOEXEC_ARCHIVE=<path>.
+# Argo's three images with no registry, each a static binary at /bin/<name> (PATH=/bin), a
+# world-writable /tmp and user 8737 as upstream's images have, written as docker-archives for
+# `ctr images import`, named as Argo's manifests name them under localhost/:
+#   argoexec             the executor (init, wait and emissary of every workflow pod), built here from
+#                        the Argo module at $ARGO_VERSION (its own wrapper module, argoexec/)
+#   argocli              `argo` (argo-server), and
+#   workflow-controller  both built by e2e/build.sh
+# Cached by version in $HEALER_E2E_CACHE/argoexec-<version>/. Prints the archives' paths, one a line.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=SCRIPTDIR/../versions.env
@@ -12,7 +14,6 @@ source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
 dest="$cache/argoexec-$ARGO_VERSION"
-image="localhost/argoexec:$ARGO_VERSION"
 export GOFLAGS="-mod=readonly -buildvcs=false -trimpath"
 export CGO_ENABLED=0
 ldflags="-s -w -X github.com/argoproj/argo-workflows/v4.version=$ARGO_VERSION"
@@ -44,13 +45,23 @@ if [ ! -x "$dest/bin/argoexec" ]; then
   mv "$dest/bin/argoexec.tmp" "$dest/bin/argoexec"
   log "argoexec $ARGO_VERSION built in $((SECONDS - started)) s"
 fi
-if [ ! -f "$dest/argoexec.tar" ] || [ "$dest/bin/argoexec" -nt "$dest/argoexec.tar" ]; then
-  rootfs="$(mktemp -d)"
-  trap 'rm -rf "$rootfs"' EXIT
-  mkdir -p "$rootfs/bin" "$rootfs/tmp"
-  chmod 1777 "$rootfs/tmp"
-  cp "$dest/bin/argoexec" "$rootfs/bin/argoexec"
-  docker_archive "$dest/argoexec.tar.tmp" "$image" "$rootfs" '["/bin/argoexec"]'
-  mv "$dest/argoexec.tar.tmp" "$dest/argoexec.tar"
-fi
-echo "ARGOEXEC_IMAGE=$image ARGOEXEC_ARCHIVE=$dest/argoexec.tar"
+argo_bin="$cache/argo-$ARGO_VERSION/bin"
+for name in argoexec argocli workflow-controller; do
+  case "$name" in
+    argoexec) binary="$dest/bin/argoexec" command=argoexec ;;
+    argocli) binary="$argo_bin/argo" command=argo ;;
+    workflow-controller) binary="$argo_bin/workflow-controller" command=workflow-controller ;;
+  esac
+  [ -x "$binary" ] || die "missing $binary: run e2e/build.sh"
+  archive="$dest/$name.tar"
+  if [ ! -f "$archive" ] || [ "$binary" -nt "$archive" ]; then
+    rootfs="$(mktemp -d)"
+    mkdir -p "$rootfs/bin" "$rootfs/tmp"
+    chmod 1777 "$rootfs/tmp"
+    cp "$binary" "$rootfs/bin/$command"
+    docker_archive "$archive.tmp" "localhost/$name:$ARGO_VERSION" "$rootfs" "[\"/bin/$command\"]" 8737
+    mv "$archive.tmp" "$archive"
+    rm -rf "$rootfs"
+  fi
+  echo "$archive"
+done

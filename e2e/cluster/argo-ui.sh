@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The Argo UI after the drills (argo_ui.py says what it checks): an operator's ServiceAccount that may
+# read workflows in ml, its token, and headless Chromium inside the node's network namespace opening
+# argo-server's UI. HEALER_UPDATE_SCREENSHOTS=1 writes the pictures into docs/screenshots/.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+# shellcheck source=SCRIPTDIR/../versions.env
+source "$here/../versions.env"
+# shellcheck source=SCRIPTDIR/common.sh
+source "$here/common.sh"
+[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
+command -v chromium >/dev/null || die "missing chromium (apt-get install chromium)"
+python="${PYTHON:-$root/.venv/bin/python}"
+kubectl apply -f - >&2 <<'YAML'
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: operator, namespace: ml}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: workflow-reader, namespace: ml}
+rules:
+  - apiGroups: [argoproj.io]
+    resources: [workflows, workflowtemplates, cronworkflows, workflowtaskresults]
+    verbs: [get, list, watch]
+  - apiGroups: [""]
+    resources: [pods, pods/log, events]
+    verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: operator-reads-workflows, namespace: ml}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: workflow-reader}
+subjects: [{kind: ServiceAccount, name: operator, namespace: ml}]
+YAML
+token="$(kubectl -n ml create token operator --duration=1h)"
+kubectl -n ml get workflows -o json >"$BASE/workflows.json"
+in_netns env HOME="$BASE" HEALER_UPDATE_SCREENSHOTS="${HEALER_UPDATE_SCREENSHOTS:-}" \
+  "$python" "$here/argo_ui.py" "$token" "https://$ARGO_SERVER_IP:2746" <"$BASE/workflows.json"
