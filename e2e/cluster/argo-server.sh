@@ -16,11 +16,7 @@ case "${1:-}" in
   start)
     kubectl -n argo scale deployment/argo-server --replicas=1 >&2
     kubectl -n argo rollout status deployment/argo-server --timeout=120s >&2
-    server_answers() {
-      [ "$(in_netns curl -s -o /dev/null -w '%{http_code}' --cacert "$BASE/pki/ca.crt" -m 2 \
-        "https://$ARGO_SERVER_IP:2746/api/v1/version")" = 401 ]
-    }
-    wait_for "argo-server at https://$ARGO_SERVER_IP:2746" 90 server_answers
+    wait_for "argo-server at https://$ARGO_SERVER_IP:2746" 90 argo_server_answers
     ;;
   *) die "usage: argo-server.sh stop|start" ;;
 esac

@@ -80,10 +80,5 @@ kubectl -n argo patch configmap workflow-controller-configmap --type merge \
 for deployment in workflow-controller argo-server; do
   kubectl -n argo rollout status "deployment/$deployment" --timeout=180s >&2
 done
-# client auth mode: a request without a token is a 401, which is an answer
-server_answers() {
-  [ "$(in_netns curl -s -o /dev/null -w '%{http_code}' --cacert "$BASE/pki/ca.crt" -m 2 \
-    "https://$ARGO_SERVER_IP:2746/api/v1/version")" = 401 ]
-}
-wait_for "argo-server at https://$ARGO_SERVER_IP:2746 (its Service)" 90 server_answers
+wait_for "argo-server at https://$ARGO_SERVER_IP:2746 (its Service)" 90 argo_server_answers
 log "argo: installed from Argo's manifests, controller and server Ready, executor localhost/argoexec:$ARGO_VERSION"

@@ -102,6 +102,13 @@ egress_rule_first() {
     die "the egress chain is not as written: $(in_netns iptables -w -S "$EGRESS_CHAIN" | tr '\n' ';')"
 }
 
+# argo_server_answers: argo-server's Service answers (client auth mode: a request without a token is
+# a 401, which is an answer)
+argo_server_answers() {
+  [ "$(in_netns curl -s -o /dev/null -w '%{http_code}' --cacert "$BASE/pki/ca.crt" -m 2 \
+    "https://$ARGO_SERVER_IP:2746/api/v1/version")" = 401 ]
+}
+
 node_ready() {
   [ "$(kubectl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
