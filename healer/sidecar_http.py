@@ -226,7 +226,11 @@ class BackgroundServer:
                 self.stats.refused += 1
                 writer.transport.abort()
                 return
-            await asyncio.sleep(ADMIT_POLL_S)
+            try:
+                await asyncio.sleep(ADMIT_POLL_S)
+            except asyncio.CancelledError:  # the server stopping while this one waited for a slot
+                writer.transport.abort()
+                return
         connection = _Connection(writer, loop.time(), task=asyncio.current_task())
         self._open[connection] = None
         self.stats.open_now = len(self._open)
