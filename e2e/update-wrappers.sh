@@ -70,6 +70,15 @@ require github.com/argoproj/argo-workflows/v4 $ARGO_VERSION
 tool github.com/argoproj/argo-workflows/v4/cmd/argoexec
 MOD
 
+# CoreDNS for the cluster's DNS: main.go (committed) links only the plugins its Corefile uses.
+cat >"$here/cluster/coredns/go.mod" <<MOD
+module healer.e2e/cluster-coredns
+
+$go_line
+
+require github.com/coredns/coredns $COREDNS_VERSION
+MOD
+
 # Each wrapper's go.sum starts from the upstream module's own go.sum (its maintainers' checksums;
 # the checksum database does not know every pseudo-version they pin), and tidy keeps what is used.
 seed() { # component module@version
@@ -84,7 +93,8 @@ seed argo "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION"
 seed helm "helm.sh/helm/v3@$HELM_VERSION"
 seed cluster/node "k8s.io/kubernetes@$KUBERNETES_VERSION"
 seed cluster/argoexec "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION"
-for component in etcd kubernetes argo helm cluster/node cluster/argoexec; do
+seed cluster/coredns "github.com/coredns/coredns@$COREDNS_VERSION"
+for component in etcd kubernetes argo helm cluster/node cluster/argoexec cluster/coredns; do
   (cd "$here/$component" && go mod tidy)
 done
 echo "wrappers updated; commit e2e/*/go.mod e2e/*/go.sum e2e/cluster/*/go.mod e2e/cluster/*/go.sum"

@@ -97,6 +97,7 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
         "healer drill --config examples/healer.yaml                  (the whole catalog, embedded stack)",
         "healer drill --config examples/healer.yaml wrong-weights storm -o json",
         "healer drill --config healer.yaml --target config --engine argo wrong-weights",
+        "healer drill --config operator.yaml --target cluster wrong-weights bad-config -o json",
         "healer drill --config examples/healer.yaml --list",
     ),
     "promote": ("healer promote --config healer.yaml linear_scorer 2 --by alice",),
@@ -426,10 +427,12 @@ def _drill_arguments(drill: argparse.ArgumentParser) -> None:
     )
     drill.add_argument(
         "--target",
-        choices=["embedded", "config"],
+        choices=["embedded", "config", "cluster"],
         default="embedded",
         help="embedded (default): a tritonserver started on a scratch copy of embedded.model_repository, a "
-        "filesystem store, stable versions promoted; config: Triton at triton.url with the config's store",
+        "filesystem store, stable versions promoted; config: Triton at triton.url with the config's store; "
+        "cluster: each scenario as the chart's healer-drill workflow on rollback.argo's argo-server, timed "
+        "in the cluster (the rollbacks' pods and phases from Argo)",
     )
     drill.add_argument("--model", help="the model to break (default: the first configured one with broken variants)")
     drill.add_argument(

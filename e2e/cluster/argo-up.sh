@@ -7,8 +7,9 @@
 #   - the controller's executor image (argoexec built here), and its DEFAULT_REQUEUE_TIME when
 #     ARGO_DEFAULT_REQUEUE_TIME is set (Argo's default, 10s, otherwise);
 #   - argo-server's certificate from a Secret signed by the node's CA (client auth mode, Argo's default);
-#   - argo-server's Service on a fixed ClusterIP ($ARGO_SERVER_IP): there is no cluster DNS yet, so the
-#     chart's argo.server is that address, which the certificate names.
+#   - argo-server's Service on a fixed ClusterIP ($ARGO_SERVER_IP), for the node's own checks (the
+#     node's namespace does not use the cluster DNS); pods reach it as argo-server.argo, the chart's
+#     default, which the certificate names too.
 # Then healer's UI columns and links merged into Argo's ConfigMap, as the README's step 1 does.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

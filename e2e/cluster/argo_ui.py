@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.e2e.test_argo_ui import Browser  # noqa: E402 - the repository root on the path first
 
+TITLE = "workflows.argoproj.io/title"
 SHOTS = (
     ROOT / "docs" / "screenshots"
     if os.environ.get("HEALER_UPDATE_SCREENSHOTS") == "1"
@@ -39,8 +40,9 @@ def main() -> int:
     try:
         browser.set_cookie(argo_url + "/", "authorization", f"Bearer {token}")
         browser.open(f"{argo_url}/workflows/ml")
-        names = [w["metadata"]["name"] for w in workflows]
-        text = browser.wait_for_text("MODEL", "REASON", *names)
+        # the list shows a workflow's title (healer sets workflows.argoproj.io/title) in place of its name
+        titles = [(w["metadata"].get("annotations") or {}).get(TITLE) or w["metadata"]["name"] for w in workflows]
+        text = browser.wait_for_text("MODEL", "REASON", *titles)
         browser.screenshot(SHOTS / "cluster-rollback-list.png")
         if "linear_scorer" not in text or "wrong-answer" not in text:
             raise SystemExit(f"argo-ui: the list lacks healer's model and reason columns:\n{text[:2000]}")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build the node components for the spike (issue 16): kubelet, kube-scheduler,
-# kube-controller-manager, kube-proxy and kubectl at $KUBERNETES_VERSION, from the Go module proxy,
-# through the wrapper module e2e/cluster/node (e2e/kubernetes's go.mod plus `tool` lines, tidied).
+# Build the node components (issue 16): kubelet, kube-scheduler, kube-controller-manager, kube-proxy
+# and kubectl at $KUBERNETES_VERSION, from the Go module proxy, through the wrapper module
+# e2e/cluster/node (e2e/kubernetes's go.mod plus `tool` lines, tidied); and the cluster's CoreDNS at
+# $COREDNS_VERSION through e2e/cluster/coredns (coredns-<version>/bin).
 # Same GOFLAGS, CGO_ENABLED and ldflags as e2e/build.sh's kube-apiserver, so the shared Go build
 # cache ($(go env GOCACHE)) reuses every package the apiserver build already compiled.
 # Output: ${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}/kubernetes-node-<version>/bin. Does not
@@ -38,4 +39,15 @@ for name in "${components[@]}"; do
   mv "$dest/bin/$name.tmp" "$dest/bin/$name"
   echo "build-node: $name built in $((SECONDS - started)) s" >&2
 done
+# CoreDNS, from the wrapper module e2e/cluster/coredns (its own main.go: seven plugins)
+coredns_dest="$cache/coredns-$COREDNS_VERSION/bin"
+if [ -x "$coredns_dest/coredns" ]; then
+  echo "build-node: coredns cached in $coredns_dest" >&2
+else
+  started=$SECONDS
+  mkdir -p "$coredns_dest"
+  (cd "$here/coredns" && nice -n 19 go build -ldflags "-s -w" -o "$coredns_dest/coredns.tmp" .)
+  mv "$coredns_dest/coredns.tmp" "$coredns_dest/coredns"
+  echo "build-node: coredns built in $((SECONDS - started)) s" >&2
+fi
 echo "NODE_BIN=$dest/bin"

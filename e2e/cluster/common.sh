@@ -14,7 +14,8 @@ CNI_BIN="/usr/lib/cni"   # Debian's containernetworking-plugins
 EGRESS_CHAIN="HEALER-POD-EGRESS"
 CGROUP_ROOT="healer-node" # the kubelet's cgroupRoot: /sys/fs/cgroup/<controller>/healer-node
 APISERVER_PORT=6443       # fixed: the netns is ours alone
-ARGO_SERVER_IP="10.96.0.20" # argo-server's Service: a fixed ClusterIP (no cluster DNS yet), in its certificate
+ARGO_SERVER_IP="10.96.0.20" # argo-server's Service: a fixed ClusterIP, for the node's own checks (pods use its DNS name)
+DNS_SERVICE_IP="10.96.0.10" # kube-dns: CoreDNS (node-up.sh)
 CONTAINERD_SOCK="$BASE/containerd/containerd.sock"
 PAUSE_IMAGE="registry.k8s.io/pause:3.10.2" # kubeadm's PauseVersion for 1.37 (images.sh builds it)
 # tmpfs inside the node's mount namespace (see node-up.sh)

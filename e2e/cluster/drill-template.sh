@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The drill as the chart ships it for clusters: the healer-drill WorkflowTemplate, submitted as an
-# operator would from the Argo UI or `argo submit --from workflowtemplate/healer-drill`. Its pod
+# The drill as the chart ships it for clusters: the healer-drill WorkflowTemplate. Its pod
 # (run by argoexec on the kubelet) pushes the broken variant, watches the sidecars and the golden
 # request on every replica, asserts the outcome, and always puts the stable version back; the report
 # step prints the verdict. Needs the broken variants on the models volume (.healer-drills/broken).
+# Submitted the way an operator would: `healer drill --target cluster SCENARIO -o json` from outside
+# the cluster (here: the node's namespace) with argo-server's address and a token; it prints the
+# result with Argo's side of the time (workflow created, heal pod, each heal phase, finished).
 # Usage: drill-template.sh [SCENARIO] (default wrong-weights). After healer-up.sh.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -14,6 +16,7 @@ source "$here/../versions.env"
 source "$here/common.sh"
 [ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
 scenario="${1:-wrong-weights}"
+python="${PYTHON:-$root/.venv/bin/python}"
 broken="$BASE/models/.healer-drills/broken"
 if [ ! -d "$broken" ]; then
   mkdir -p "$broken"
@@ -21,36 +24,68 @@ if [ ! -d "$broken" ]; then
   find "$broken" -name __pycache__ -prune -exec rm -rf {} +
   chown -R 10001:10001 "$BASE/models/.healer-drills"
 fi
-name="$(kubectl -n ml create -o jsonpath='{.metadata.name}' -f - <<YAML
-apiVersion: argoproj.io/v1alpha1
-kind: Workflow
-metadata: {generateName: healer-drill-, namespace: ml}
-spec:
-  workflowTemplateRef: {name: healer-drill}
-  arguments:
-    parameters:
-      - {name: scenario, value: $scenario}
-      - {name: model, value: linear_scorer}
+# An operator's machine: a ServiceAccount that may run drills in ml (create workflows from the
+# templates, read them), its token, and the chart's own healer.yaml with rollback.argo pointed at
+# argo-server's address from here (the node's namespace, without the cluster's DNS) and its CA.
+kubectl apply -f - >&2 <<'YAML'
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: operator, namespace: ml}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: drill-runner, namespace: ml}
+rules:
+  - apiGroups: [argoproj.io]
+    resources: [workflows]
+    verbs: [create, get, list, watch]
+  - apiGroups: [argoproj.io]
+    resources: [workflowtemplates]
+    verbs: [get, list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: operator-runs-drills, namespace: ml}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: drill-runner}
+subjects: [{kind: ServiceAccount, name: operator, namespace: ml}]
 YAML
-)"
-log "drill $scenario: workflow $name"
-finished() {
-  case "$(kubectl -n ml get workflow "$name" -o jsonpath='{.status.phase}')" in
-    Succeeded | Failed | Error) return 0 ;;
-    *) return 1 ;;
-  esac
-}
-wait_for "workflow $name finished" 420 finished
-phase="$(kubectl -n ml get workflow "$name" -o jsonpath='{.status.phase}')"
-kubectl -n ml get workflow "$name" -o json | "${PYTHON:-$root/.venv/bin/python}" -c '
-import json, sys
-nodes = json.load(sys.stdin)["status"]["nodes"].values()
-for node in sorted(nodes, key=lambda n: n.get("startedAt") or ""):
-    if node.get("type") == "Pod":
-        print("drill-template: %s: %s %s" % (node["displayName"], node["phase"], node.get("message", "")))
-    for param in (node.get("outputs") or {}).get("parameters", []):
-        if param["name"] == "report":
-            print(param.get("value", ""))
-'
-[ "$phase" = Succeeded ] || die "drill $scenario: workflow $name $phase"
-log "drill $scenario through the healer-drill WorkflowTemplate: passed"
+operator="$BASE/operator"
+mkdir -p "$operator"
+kubectl -n ml create token operator --duration=1h >"$operator/token"
+kubectl -n ml get configmap healer-config -o jsonpath='{.data.healer\.yaml}' >"$operator/chart-healer.yaml"
+"$python" - "$operator/chart-healer.yaml" "$operator/healer.yaml" "https://$ARGO_SERVER_IP:2746" \
+  "$operator/token" "$BASE/pki/ca.crt" "$operator/state" <<'PY'
+import sys
+
+import yaml
+
+source, target, host, token, ca, state = sys.argv[1:]
+config = yaml.safe_load(open(source))
+config["rollback"]["argo"].update({"host": host, "token_file": token, "ca_file": ca})
+config["rollback"]["state_dir"] = state
+with open(target, "w") as out:
+    yaml.safe_dump(config, out, sort_keys=False)
+PY
+status=0
+in_netns "$root/.venv/bin/healer" drill --config "$operator/healer.yaml" --target cluster "$scenario" \
+  --model linear_scorer -o json --report "$BASE/drill-template.html" >"$BASE/drill-template.json" || status=$?
+"$python" - "$BASE/drill-template.json" <<'PY'
+import json
+import sys
+
+(result,) = json.load(open(sys.argv[1]))
+print(f"drill-template: {result['scenario']}: {result['outcome']} (passed {result['passed']}), "
+      f"detect {result['detect_s']} s, restore {result['restore_s']} s; {'; '.join(result['notes'])}")
+for mark in result["marks"]:
+    print(f"drill-template: {mark['at_s']:7.2f} s  {mark['kind']}: {mark['text']}")
+for phase in result["phases"]:
+    print(f"drill-template: {phase['start_s']:7.2f} s  phase {phase['name']} {phase['outcome']} "
+          f"({phase['end_s'] - phase['start_s']:.2f} s)")
+kinds = {mark["kind"] for mark in result["marks"]}
+missing = {"workflow-created", "heal-pod-started", "heal-code-started", "workflow-finished"} - kinds
+names = {phase["name"] for phase in result["phases"]}
+if not result["passed"] or missing or not {"lease", "fetch-stable", "restore", "record"} <= names:
+    sys.exit(f"drill-template: not passed, or Argo's side missing: marks {sorted(missing)}, phases {sorted(names)}")
+PY
+[ "$status" = 0 ] || die "drill $scenario: healer drill --target cluster exited $status"
+log "drill $scenario through healer drill --target cluster (the healer-drill WorkflowTemplate): passed"

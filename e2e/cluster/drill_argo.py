@@ -262,7 +262,8 @@ def store_down(broken: str) -> dict[str, Any]:
     broken store would be): the heal pod cannot find a version to restore, retries until the
     workflow's deadline, and escalates. The escalation must reach the real Alertmanager twice: pushed
     by healer (HealerRollbackEscalated) and from the real Prometheus evaluating the chart's rule on
-    the sidecars' metrics (HealerModelEscalated, after its 1 minute `for`)."""
+    the sidecars' metrics (HealerModelEscalated, after its 1 minute `for`). Then the runbook's fix
+    puts both replicas back on the stable version (runbook_fix)."""
     ledger = BASE / "models" / ".healer" / MODEL / "ledger"
     before = {w["metadata"]["name"] for w in workflows()}
     ips = replicas_on_stable(broken)
@@ -292,7 +293,37 @@ def store_down(broken: str) -> dict[str, Any]:
         print(f"drill: {offset:7.1f} s  {name}", flush=True)
     if len(seen) < 4:
         raise DrillFailed(f"store-down: within 300 s only {sorted(seen)}")
-    return {"version": broken, "timeline_s": offsets}
+    fixed_s = runbook_fix(ips, broken)
+    print(
+        f"drill: the runbook's fix (store back, the rollback again with a new incident): both Ready on v{STABLE} "
+        f"after {fixed_s:.1f} s",
+        flush=True,
+    )
+    return {"version": broken, "timeline_s": offsets, "runbook_fix_s": round(fixed_s, 1)}
+
+
+def runbook_fix(ips: dict[str, str], broken: str) -> float:
+    """runbooks/rollback-escalated.md's Fix, as the person paged would do it: the cause gone (the ledger
+    readable again), the rollback run again for the same version with a new incident id, from inside a
+    sidecar; then both pods must be Ready on the stable version (the escalated one trusts the model
+    again after success_threshold good answers). Returns the seconds it took."""
+    started = time.time()
+    pod = next(iter(ips))
+    in_netns(
+        KUBECTL, f"--kubeconfig={BASE / 'admin.kubeconfig'}", "-n", "ml", "exec", pod, "-c", "healer", "--",
+        "healer", "rollback", MODEL, broken, "--incident", f"inc-runbook-fix-{broken}",
+        "--config", "/etc/healer/healer.yaml", timeout=BUDGET_S + 60,
+    )  # fmt: skip
+    while time.time() < started + 120:
+        pods = triton_pods()
+        if (
+            len(pods) == 2
+            and all(ready(p) for p in pods)
+            and all(serving(ip, broken) == "stable" for ip in ips.values())
+        ):
+            return time.time() - started
+        time.sleep(1)
+    raise DrillFailed(f"after the runbook's fix the Triton pods are not both Ready on v{STABLE} within 120 s")
 
 
 def sidecar_status(ip: str) -> dict[str, Any]:

@@ -5,7 +5,8 @@
 #     with the example models (versions 1 and 2 of linear_scorer);
 #   - `helm install healer deploy/helm/healer` with e2e/cluster/values-cluster.yaml: the images built
 #     here (imagePullPolicy Never), the webhook's certificate signed by the node's CA (no cert-manager),
-#     argo-server at its Service's address with that CA;
+#     argo-server at the chart's default address (https://argo-server.argo:2746, through the cluster's
+#     DNS) with that CA;
 #   - a Triton Deployment of two replicas labelled for injection: the webhook adds the sidecar, and
 #     each pod becomes Ready through the kubelet's probe of the sidecar's /readyz;
 #   - version 2 promoted as stable from inside one sidecar (`healer promote`).
@@ -67,7 +68,7 @@ kubectl -n healer create secret tls healer-webhook-tls --cert="$BASE/pki/healer-
 
 # --- helm install ------------------------------------------------------------------------------------------
 helm install healer "$root/deploy/helm/healer" -n healer -f "$here/values-cluster.yaml" \
-  --set "argo.server=https://$ARGO_SERVER_IP:2746" --set-file "argo.caBundle=$BASE/pki/ca.crt" \
+  --set-file "argo.caBundle=$BASE/pki/ca.crt" \
   --set "certificates.caBundle=$(base64 -w0 "$BASE/pki/ca.crt")" \
   --set "config.rollback.alert.webhook_url=http://$NODE_IP:9093" --wait --timeout 180s >&2
 log "helm install: the webhook Ready after $((SECONDS - started)) s"

@@ -5,7 +5,8 @@
 #                                          from the k8s.io/kubernetes module (Go module cache), built
 #                                          as its Makefile does (gcc -Os -Wall -Werror -static)
 #   healer.local/busybox:<version>        the test pod's image: Debian's busybox-static
-# Usage: images.sh OUTDIR   (writes OUTDIR/pause.tar and OUTDIR/busybox.tar; prints the image names)
+#   healer.local/coredns:<version>        the cluster's DNS: build-node.sh's CoreDNS, uid 65532
+# Usage: images.sh OUTDIR   (writes OUTDIR/{pause,busybox,coredns}.tar; prints the image names)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=SCRIPTDIR/../versions.env
@@ -35,6 +36,13 @@ fi
 busybox_version="$(dpkg-query -W -f='${Version}' busybox-static | sed 's/^[0-9]*://; s/-.*//')"
 mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/etc"
 cp "$busybox_bin" "$rootfs/bin/busybox"
-for applet in sh sleep echo cat ls ip ps hostname wget nc; do ln -s busybox "$rootfs/bin/$applet"; done
+for applet in sh sleep echo cat ls ip ps hostname wget nc nslookup; do ln -s busybox "$rootfs/bin/$applet"; done
 docker_archive "$out/busybox.tar" "healer.local/busybox:$busybox_version" "$rootfs" '["/bin/sh"]'
+rm -rf "${rootfs:?}"/*
+
+coredns_bin="$cache/coredns-$COREDNS_VERSION/bin/coredns"
+[ -x "$coredns_bin" ] || { echo "images: missing $coredns_bin: run build-node.sh" >&2; exit 1; }
+mkdir -p "$rootfs/etc/coredns"
+cp "$coredns_bin" "$rootfs/coredns"
+docker_archive "$out/coredns.tar" "healer.local/coredns:$COREDNS_VERSION" "$rootfs" '["/coredns"]' 65532
 echo "PAUSE_IMAGE=registry.k8s.io/pause:$pause_version BUSYBOX_IMAGE=healer.local/busybox:$busybox_version"

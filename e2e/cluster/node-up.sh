@@ -195,17 +195,17 @@ JSON
 start_node containerd containerd --config "$BASE/containerd/config.toml"
 wait_for containerd 60 ctr version
 
-log "images: pause (upstream pause.c) and busybox-static, imported into containerd"
+log "images: pause (upstream pause.c), busybox-static and CoreDNS, imported into containerd"
 images="$(bash "$here/images.sh" "$BASE/images" | tail -n 1)"
 busybox_image="${images#*BUSYBOX_IMAGE=}"
-for tarball in pause busybox; do
+for tarball in pause busybox coredns; do
   ctr images import --all-platforms "$BASE/images/$tarball.tar" >>"$BASE/logs/images.log" 2>&1
 done
 ctr images ls -q | tee -a "$BASE/logs/images.log" >&2
 
 # --- kubelet ---------------------------------------------------------------------------------------
 for controller in $(cgroup_controllers --v1); do mkdir -p "/sys/fs/cgroup/$controller/$CGROUP_ROOT"; done
-printf 'nameserver 127.0.0.1\n' >"$BASE/resolv.conf" # pods get no DNS from the host
+printf 'nameserver 127.0.0.1\n' >"$BASE/resolv.conf" # no upstream DNS from the host: cluster names only
 cat >"$BASE/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -224,6 +224,8 @@ authentication:
   x509: {clientCAFile: $BASE/pki/ca.crt}
 authorization: {mode: Webhook}
 resolvConf: $BASE/resolv.conf
+clusterDNS: [$DNS_SERVICE_IP]
+clusterDomain: cluster.local
 podLogsDir: $BASE/pod-logs
 failSwapOn: false
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
@@ -254,6 +256,89 @@ wait_for "kube-proxy's rules for the kubernetes Service" 60 kube_proxy_synced
 egress_rule_first
 in_netns iptables -w -S FORWARD >&2
 
+# --- cluster DNS: CoreDNS as a pod behind the kube-dns Service ----------------------------------------
+# Cluster names only (no forward plugin: there is nowhere upstream to ask). It binds :53 as uid 65532
+# through the pod's net.ipv4.ip_unprivileged_port_start sysctl (a safe sysctl), no capability added.
+kubectl apply -f - <<YAML >&2
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: coredns, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: system:coredns}
+rules:
+- {apiGroups: [""], resources: [services, pods, namespaces], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: system:coredns}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:coredns}
+subjects: [{kind: ServiceAccount, name: coredns, namespace: kube-system}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: coredns, namespace: kube-system}
+data:
+  Corefile: |
+    .:53 {
+        errors
+        health :8080
+        ready :8181
+        kubernetes cluster.local in-addr.arpa ip6.arpa {
+            pods insecure
+            fallthrough in-addr.arpa ip6.arpa
+        }
+        loadbalance
+        cache 30
+    }
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: coredns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {k8s-app: kube-dns}}
+  template:
+    metadata: {labels: {k8s-app: kube-dns}}
+    spec:
+      serviceAccountName: coredns
+      dnsPolicy: Default
+      priorityClassName: system-cluster-critical
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: "53"}]
+      containers:
+      - name: coredns
+        image: healer.local/coredns:$COREDNS_VERSION
+        imagePullPolicy: Never
+        args: [-conf, /etc/coredns/Corefile]
+        ports:
+        - {name: dns, containerPort: 53, protocol: UDP}
+        - {name: dns-tcp, containerPort: 53, protocol: TCP}
+        volumeMounts: [{name: config, mountPath: /etc/coredns, readOnly: true}]
+        livenessProbe: {httpGet: {path: /health, port: 8080}, periodSeconds: 5}
+        readinessProbe: {httpGet: {path: /ready, port: 8181}, periodSeconds: 2}
+        resources: {requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 128Mi}}
+        securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+      volumes: [{name: config, configMap: {name: coredns}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: kube-dns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+spec:
+  clusterIP: $DNS_SERVICE_IP
+  selector: {k8s-app: kube-dns}
+  ports:
+  - {name: dns, port: 53, protocol: UDP}
+  - {name: dns-tcp, port: 53, protocol: TCP}
+YAML
+kubectl -n kube-system rollout status deployment/coredns --timeout=120s >&2
+cluster_dns_answers() { in_netns busybox nslookup kubernetes.default.svc.cluster.local "$DNS_SERVICE_IP" | grep -q 10.96.0.1; }
+wait_for "CoreDNS answering for kubernetes.default.svc.cluster.local at $DNS_SERVICE_IP" 60 cluster_dns_answers
+
 # --- a pod -----------------------------------------------------------------------------------------
 wait_for "default ServiceAccount" 60 kubectl get serviceaccount default
 kubectl apply -f - <<YAML >&2
@@ -266,10 +351,18 @@ spec:
   - name: hello
     image: $busybox_image
     imagePullPolicy: Never
-    command: [sh, -c, 'echo "hello from \$(hostname) at \$(ip -4 -o addr show eth0)"; exec sleep 3600']
+    command: [sh, -c, 'echo "hello from \$(hostname) at \$(ip -4 -o addr show eth0)"; cat /etc/resolv.conf; nslookup kubernetes.default.svc.cluster.local; exec sleep 3600']
     securityContext: {allowPrivilegeEscalation: false, runAsNonRoot: true, runAsUser: 65534, capabilities: {drop: [ALL]}}
 YAML
 wait_for "pod hello Running" 120 pod_running hello
+# the pod's resolv.conf names the cluster DNS and search path (busybox's nslookup ignores the search
+# path: the sidecars' short names, argo-server.argo, are resolved by the drills' submissions)
+hello_resolved() {
+  kubectl logs hello | grep -q "^nameserver $DNS_SERVICE_IP\$" &&
+    kubectl logs hello | grep -q '^search default.svc.cluster.local svc.cluster.local cluster.local' &&
+    kubectl logs hello | grep -A1 'Name:.*kubernetes.default.svc.cluster.local' | grep -q 'Address: 10.96.0.1'
+}
+wait_for "pod hello resolving kubernetes.default.svc.cluster.local through the cluster DNS" 30 hello_resolved
 kubectl get nodes -o wide >&2
 kubectl get pods -A -o wide >&2
 log "up: KUBECONFIG=$BASE/admin.kubeconfig (inside: nsenter --net=/run/netns/$NETNS)"

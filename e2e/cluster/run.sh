@@ -17,11 +17,12 @@
 #   drill-argo.sh one-in-five  every fifth answer wrong: seen, never drained or rolled back
 #   drill-argo.sh store-down   a push with the stable ledger unreadable: escalated, the alert in
 #                     Alertmanager pushed by healer and from Prometheus's evaluation of the chart's rule
-# (argo-ui.sh, Argo's UI over the real rollbacks in headless Chromium, is not a step yet: Chromium's
-# resolver rules kept it off argo-server's ClusterIP in its first run.)
+#   store-s3.sh       SeaweedFS as a pod, the release upgraded to the S3 store, a push healed from it
+#   argo-ui.sh        Argo's UI over those real rollbacks and the escalation, in headless Chromium
+#                     (HEALER_UPDATE_SCREENSHOTS=1: its pictures into docs/screenshots/cluster-*.png)
 # and always node-down.sh, failing if anything is left. Needs root and Debian's containerd, runc,
-# containernetworking-plugins, iptables, busybox-static, mmdebstrap, buildah, podman, prometheus and
-# prometheus-alertmanager (.ci/run installs them).
+# containernetworking-plugins, iptables, busybox-static, mmdebstrap, buildah, podman, prometheus,
+# prometheus-alertmanager and chromium (.ci/run installs them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 started=$SECONDS
@@ -41,7 +42,8 @@ down() {
 }
 # Each step needs the one before it: the first that fails ends the tier (the rest count as failed).
 steps=(node-up.sh smoke-healer.sh argo-up.sh healer-up.sh monitoring-up.sh "drill-argo.sh 3" "drill-argo.sh hang"
-  "drill-argo.sh fallback" drill-template.sh "drill-argo.sh one-in-five" "drill-argo.sh store-down")
+  "drill-argo.sh fallback" drill-template.sh "drill-argo.sh one-in-five" "drill-argo.sh store-down" store-s3.sh
+  argo-ui.sh)
 passed=0
 status=0
 for step in "${steps[@]}"; do

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -36,7 +36,7 @@ class DrillOptions:
     everything: bool = False
     fast: bool = False
     engine: str | None = None  # local | argo (None: the config's rollback.engine, local on the embedded stack)
-    target: str = "embedded"  # embedded | config
+    target: str = "embedded"  # embedded | config | cluster (the healer-drill workflow through argo-server)
     model: str | None = None
     period_s: float | None = None
     broken: Path | None = None
@@ -74,6 +74,8 @@ def run_drills(settings: Settings, options: DrillOptions, *, out: TextIO | None 
     except UnknownScenario as exc:
         print(f"healer: drill: {exc}", file=err)
         return EXIT_USAGE
+    if options.target == "cluster":
+        return _run_on_cluster(settings, options, scenarios, say, out)
     engine = options.engine or ("local" if options.target == "embedded" else settings.rollback.engine)
     if options.target == "embedded" and engine != "local":
         print(
@@ -137,6 +139,74 @@ def run_drills(settings: Settings, options: DrillOptions, *, out: TextIO | None 
         say(f"report: {options.report}")
     if data:
         _print_data([r.to_dict() for r in results], options.output or "json", out)
+    return exit_code(results)
+
+
+def _run_on_cluster(
+    settings: Settings, options: DrillOptions, scenarios: list[Scenario], say: Callable[[str], None], out: TextIO
+) -> int:
+    """Each scenario as the chart's healer-drill workflow, submitted to rollback.argo's argo-server."""
+    from healer.drills.on_cluster import DRILL_TEMPLATE, drill_on_cluster, skipped_here
+    from healer.engines.factory import argo_engine
+
+    err = sys.stderr
+    if options.engine == "local":
+        print("healer: drill: --target cluster runs the drills as Argo workflows: --engine argo (or none)", file=err)
+        return EXIT_USAGE
+    model = options.model or (settings.models[0].name if settings.models else "")
+    try:
+        settings.model(model)
+    except KeyError:
+        print(f"healer: drill: {settings.source}: no model {model!r} in models:", file=err)
+        return EXIT_USAGE
+    argo = settings.rollback.argo
+    started_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    started = time.monotonic()
+    description = f"cluster: {model} through {DRILL_TEMPLATE} on {argo.host} (namespace {argo.namespace})"
+    say(description)
+    say(report.header())
+    results: list[DrillResult] = []
+    engine = argo_engine(settings)
+    try:
+        for scenario in scenarios:
+            why = skipped_here(scenario)
+            if why:
+                result = DrillResult(
+                    scenario,
+                    Observation(),
+                    Verdict(scenario.expect.outcome, True),
+                    settings.rollback.deadline_s,
+                    skipped=why,
+                )
+            else:
+                say(report.starting(scenario))
+                result = drill_on_cluster(
+                    engine, settings, scenario, model, submitted=lambda name: say(f"   workflow {name} submitted")
+                )
+            say(report.row(result))
+            for line in report.explain(result):
+                say(line)
+            results.append(result)
+    finally:
+        engine.close()
+    elapsed = time.monotonic() - started
+    say(report.summary(results, elapsed))
+    if options.report is not None:
+        sidecar = settings.sidecar
+        meta = report.ReportMeta(
+            target=description,
+            engine="argo",
+            when=started_wall,
+            period_s=sidecar.period_s,
+            failure_threshold=sidecar.business.failure_threshold,
+            success_threshold=sidecar.business.success_threshold,
+            elapsed_s=elapsed,
+        )
+        options.report.parent.mkdir(parents=True, exist_ok=True)
+        options.report.write_text(report.render_html(results, meta))
+        say(f"report: {options.report}")
+    if options.output in ("json", "yaml"):
+        _print_data([r.to_dict() for r in results], options.output, out)
     return exit_code(results)
 
 

@@ -10,6 +10,7 @@ no clock here: every rule is a table test (tests/test_drills_catalog.py).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -247,3 +248,99 @@ def _seconds(value: float | None) -> float | None:
 def exit_code(results: Sequence[DrillResult]) -> int:
     """0 when every scenario that ran passed (skipped ones do not count), 1 otherwise."""
     return 0 if all(r.passed for r in results) else 1
+
+
+def result_from_dict(scenario: Scenario, d: Mapping[str, Any]) -> DrillResult:
+    """A ``DrillResult.to_dict()`` read back (the cluster drill's ``report`` output)."""
+    outcome = str(d.get("outcome") or Outcome.INCONCLUSIVE.value)
+    observation = Observation(
+        detect_s=d.get("detect_s"),
+        restore_s=d.get("restore_s"),
+        escalate_s=d.get("escalate_s"),
+        workflows=tuple(str(w) for w in d.get("workflows") or ()),
+        drained=bool(d.get("drained", False)),
+        min_ready=d.get("min_ready"),
+        after_restart=None
+        if d.get("after_restart") is None
+        else ("" if d["after_restart"] == "ok" else str(d["after_restart"])),
+        marks=tuple(Mark(float(m["at_s"]), str(m["kind"]), str(m.get("text", ""))) for m in d.get("marks") or ()),
+        phases=tuple(
+            PhaseSpan(
+                str(p["workflow"]),
+                str(p["name"]),
+                float(p["start_s"]),
+                float(p["end_s"]),
+                str(p.get("outcome", "")),
+                str(p.get("error", "")),
+            )
+            for p in d.get("phases") or ()
+        ),
+    )
+    verdict = Verdict(
+        Outcome(outcome) if outcome in {o.value for o in Outcome} else Outcome.INCONCLUSIVE,
+        bool(d.get("passed", False)),
+        tuple(str(m) for m in d.get("missed") or ()),
+    )
+    return DrillResult(
+        scenario,
+        observation,
+        verdict,
+        float(d.get("budget_s") or 0.0),
+        started_at=str(d.get("injected_at") or ""),
+        skipped=str(d.get("skipped") or ""),
+        notes=tuple(str(n) for n in d.get("notes") or ()),
+    )
+
+
+# Marks the Argo side of a cluster drill adds (seconds from the injection): where the time between
+# "submitted" and "restored" goes. The API server's timestamps are whole seconds.
+ARGO_MARKS = ("workflow-created", "heal-pod-started", "heal-code-started", "workflow-finished")
+
+
+def argo_timeline(workflow: Mapping[str, Any], injected_wall: float) -> tuple[list[Mark], list[PhaseSpan]]:
+    """A rollback workflow as Argo reports it (``argo get -o json``) placed after the injection: its
+    creation, each heal pod's start (the node's startedAt: the pod created, Argo's whole seconds), the
+    heal step's own first phase (its code running: container start and imports before it), its end;
+    and every attempt's phases from the heal pods' ``phases`` outputs."""
+    name = str((workflow.get("metadata") or {}).get("name", "?"))
+    status = workflow.get("status") or {}
+    marks: list[Mark] = []
+    phases: list[PhaseSpan] = []
+
+    def mark(kind: str, text: str, wall: float | None) -> None:
+        if wall is not None:
+            marks.append(Mark(round(wall - injected_wall, 3), kind, text))
+
+    mark(
+        "workflow-created",
+        f"{name} created",
+        parse_time(str((workflow.get("metadata") or {}).get("creationTimestamp", ""))),
+    )
+    heal_pods = sorted(
+        (n for n in (status.get("nodes") or {}).values() if n.get("type") == "Pod" and n.get("templateName") == "heal"),
+        key=lambda n: str(n.get("startedAt") or ""),
+    )
+    for pod in heal_pods:
+        mark("heal-pod-started", f"{pod.get('displayName', 'heal')} started", parse_time(str(pod.get("startedAt", ""))))
+        for parameter in (pod.get("outputs") or {}).get("parameters") or []:
+            if parameter.get("name") == "phases" and parameter.get("value"):
+                try:
+                    parsed = json.loads(parameter["value"])
+                except ValueError:
+                    continue
+                spans = phase_spans(name, parsed if isinstance(parsed, list) else [], injected_wall)
+                if spans:
+                    marks.append(
+                        Mark(
+                            min(s.start_s for s in spans),
+                            "heal-code-started",
+                            f"{pod.get('displayName', 'heal')}'s first phase",
+                        )
+                    )
+                phases += spans
+    mark(
+        "workflow-finished",
+        f"{name} {status.get('phase', '')}".strip(),
+        parse_time(str(status.get("finishedAt") or "")),
+    )
+    return marks, phases

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
+import json
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -328,7 +329,8 @@ class ArgoEngine:
         from hera.workflows.models import WorkflowCreateRequest
 
         create = WorkflowCreateRequest(namespace=self.namespace, workflow=workflow)
-        return self._call(f"create workflow {workflow.metadata.name}", lambda: self._service.create_workflow(create))
+        what = workflow.metadata.name or f"{workflow.metadata.generate_name}*"
+        return self._call(f"create workflow {what}", lambda: self._service.create_workflow(create))
 
     def _joins(self, request: RollbackRequest, name: str) -> tuple[bool, str]:
         """Whether the run that holds ``name`` is this occurrence's; if not, the ``after`` of its
@@ -360,6 +362,34 @@ class ArgoEngine:
 
     def _note_answer(self, response: requests.Response) -> None:
         self._answered.date = response.headers.get("Date")
+
+    def get(self, name: str) -> dict[str, Any]:
+        """The whole workflow as Argo's JSON (what ``argo get -o json`` prints): every node, its
+        times and outputs (the drills read each heal pod's phases from it)."""
+        workflow = self._call(f"get workflow {name}", lambda: self._service.get_workflow(name))
+        dump = getattr(workflow, "model_dump", None)
+        if dump is not None:
+            return dict(dump(by_alias=True, exclude_none=True, mode="json"))
+        return dict(json.loads(workflow.json(by_alias=True, exclude_none=True)))  # pydantic v1
+
+    def submit_template(self, template: str, parameters: Mapping[str, str], *, generate_name: str) -> str:
+        """Create a workflow from another WorkflowTemplate in this namespace (``argo submit --from
+        workflowtemplate/NAME -p ...``) and return its name. Not an incident's rollback: no join."""
+        from hera.workflows.models import Arguments, ObjectMeta, Parameter, Workflow, WorkflowSpec, WorkflowTemplateRef
+
+        workflow = Workflow(
+            api_version="argoproj.io/v1alpha1",
+            kind="Workflow",
+            metadata=ObjectMeta(generate_name=generate_name, namespace=self.namespace),
+            spec=WorkflowSpec(
+                workflow_template_ref=WorkflowTemplateRef(name=template),
+                arguments=Arguments(parameters=[Parameter(name=k, value=v) for k, v in parameters.items()]),
+            ),
+        )
+        created = self._create(workflow)
+        if not created.metadata.name:
+            raise EngineRejected(f"argo-server created a workflow from {template} but did not name it")
+        return created.metadata.name
 
     def status(self, name: str) -> RunStatus:
         """The workflow's phase, message, times and output parameters (one GET)."""

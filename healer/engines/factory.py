@@ -9,6 +9,7 @@ from healer.engines import RollbackEngine
 from healer.settings import Settings
 
 if TYPE_CHECKING:
+    from healer.engines.argo import ArgoEngine
     from healer.engines.local import LocalEngine
 
 
@@ -35,7 +36,7 @@ def bearer_token(text: str) -> str:
     return rest.strip() if scheme.lower() == "bearer" and rest.strip() else token
 
 
-def argo_engine(settings: Settings, *, request_timeout_s: float | None = None) -> RollbackEngine:
+def argo_engine(settings: Settings, *, request_timeout_s: float | None = None) -> ArgoEngine:
     """``request_timeout_s``: a shorter bound per call (the sidecar's, before it falls back)."""
     from healer.engines.argo import ArgoEngine
 

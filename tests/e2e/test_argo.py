@@ -122,6 +122,30 @@ def test_engine_submits_joins_gets_and_lists(
     assert len(ui_list(control_plane, operator_token, "healer.io/model=e2e_join")["items"]) == 1
 
 
+def test_engine_submits_from_a_template_by_generated_name_and_gets_argos_json(
+    rollback_template: dict[str, Any], engine: ArgoEngine
+) -> None:
+    """What `healer drill --target cluster` does with the healer-drill template (here the rollback
+    template, the one this tier installs): a generated name, then the workflow as Argo's JSON."""
+    name = engine.submit_template(
+        "healer-rollback",
+        {"model": "e2e_generated", "from-version": "3", "incident": "inc-generated-1"},
+        generate_name="healer-rollback-generated-",
+    )
+    assert name.startswith("healer-rollback-generated-") and len(name) > len("healer-rollback-generated-")
+    got = wait_for(
+        lambda: (w := engine.get(name)).get("status", {}).get("phase") in {"Running", "Failed"} and w,
+        timeout_s=60,
+        what="the controller picks the workflow up",
+    )
+    assert got["metadata"]["name"] == name and got["metadata"]["creationTimestamp"]
+    assert got["spec"]["workflowTemplateRef"] == {"name": "healer-rollback"}
+    parameters = {p["name"]: p.get("value") for p in got["spec"]["arguments"]["parameters"]}
+    assert parameters["model"] == "e2e_generated"
+    assert got["status"]["nodes"]  # the JSON keeps Argo's own names (camelCase), as argo_timeline reads them
+    assert all("startedAt" in node for node in got["status"]["nodes"].values())
+
+
 def test_engine_labels_a_model_name_that_is_not_label_safe(
     control_plane: ControlPlane, rollback_template: dict[str, Any], engine: ArgoEngine, sidecar_token: str
 ) -> None:
