@@ -3,11 +3,18 @@ parts). The whole path runs on the one-node cluster (e2e/cluster/drill-template.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import json
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+import pytest
+
 from healer.drills.catalog import BY_NAME, Outcome
-from healer.drills.on_cluster import drill_report, skipped_here
+from healer.drills.on_cluster import DrillInterrupted, drill_on_cluster, skipped_here
 from healer.drills.verdict import (
     DrillResult,
     Mark,
@@ -18,6 +25,8 @@ from healer.drills.verdict import (
     parse_time,
     result_from_dict,
 )
+from healer.engines import EngineNotFound, EngineUnavailable, RunStatus
+from healer.settings import Settings
 
 INJECTED = "2026-12-02T04:00:00.000Z"
 
@@ -123,9 +132,7 @@ def test_a_report_without_a_result_or_an_unknown_outcome_reads_as_a_miss() -> No
     scenario = BY_NAME["wrong-weights"]
     read = result_from_dict(scenario, {"outcome": "something-new", "passed": False, "missed": ["outcome: ?"]})
     assert read.verdict.outcome is Outcome.INCONCLUSIVE and not read.passed
-    workflow = {"status": {"nodes": {"r": {"outputs": {"parameters": [{"name": "report", "value": "{oops"}]}}}}}
-    assert drill_report(workflow)["text"].startswith("unreadable report")
-    assert drill_report({"status": {}}) == {}
+    assert result_from_dict(scenario, {"outcome": "healed", "passed": "true"}).passed is False  # only a real true
 
 
 def test_only_the_pushes_run_on_the_cluster_the_rest_say_why_they_are_skipped() -> None:
@@ -135,3 +142,173 @@ def test_only_the_pushes_run_on_the_cluster_the_rest_say_why_they_are_skipped() 
     assert "embedded stack" in skipped_here(BY_NAME["store-down"])
     not_pushes = [s for s in BY_NAME.values() if skipped_here(s)]
     assert not_pushes and all("embedded stack" in skipped_here(s) for s in not_pushes)
+
+
+# ---- drill_on_cluster over a fake argo-server (its I/O edge is the ArgoEngine's five calls) ------------
+
+
+class FakeArgo:
+    """What drill_on_cluster asks of argo-server, scripted: the drill's final status and outputs, the
+    rollback workflows by name, and failures on cue."""
+
+    def __init__(self, status: RunStatus, rollbacks: dict[str, dict[str, Any]] | None = None) -> None:
+        self.final = status
+        self.rollbacks = rollbacks or {}
+        self.created: list[str] = []
+        self.stopped: list[str] = []
+        self.fail_create: Exception | None = None
+        self.exists_after_failed_create = False
+        self.wait_raises: BaseException | None = None
+
+    def submit_template(self, template: str, parameters: dict[str, str], *, name: str) -> str:
+        assert template == "healer-drill" and set(parameters) == {"scenario", "model"}
+        self.created.append(name)
+        if self.fail_create is not None:
+            raise self.fail_create
+        return name
+
+    def status(self, name: str) -> RunStatus:
+        if name in self.created and (self.fail_create is None or self.exists_after_failed_create):
+            return dataclasses.replace(self.final, name=name)
+        raise EngineNotFound(name)
+
+    def wait(self, name: str, timeout_s: float) -> RunStatus:
+        if self.wait_raises is not None:
+            raise self.wait_raises
+        return dataclasses.replace(self.final, name=name)
+
+    def get(self, name: str) -> dict[str, Any]:
+        if name not in self.rollbacks:
+            raise EngineUnavailable(f"no {name}")
+        return self.rollbacks[name]
+
+    def stop(self, name: str, message: str) -> None:
+        self.stopped.append(name)
+
+
+def a_report(
+    scenario: str = "wrong-weights", injected_at: str = "2026-12-02T04:00:00.000Z", passed: bool = True
+) -> str:
+    result = DrillResult(
+        BY_NAME[scenario],
+        Observation(detect_s=0.3, restore_s=7.3, workflows=("healer-rollback-linear-scorer-abc",), drained=True),
+        Verdict(Outcome.HEALED if passed else Outcome.ESCALATED, passed, () if passed else ("outcome: escalated",)),
+        90.0,
+        started_at=injected_at,
+    )
+    return json.dumps(result.to_dict())
+
+
+def finished(phase: str = "Succeeded", report: str | None = None, cleanup: str = "[]", message: str = "") -> RunStatus:
+    outputs = {"cleanup": cleanup} if report is None else {"report": report, "cleanup": cleanup}
+    return RunStatus(
+        name="", phase=phase, message=message, started_at="2026-12-02T03:59:58Z", outputs=MappingProxyType(outputs)
+    )
+
+
+def drill(fake: FakeArgo, example_settings: Settings, scenario: str = "wrong-weights") -> DrillResult:
+    return drill_on_cluster(fake, example_settings, BY_NAME[scenario], "linear_scorer")  # type: ignore[arg-type]
+
+
+def test_a_passed_drill_gets_argos_side_of_the_time(example_settings: Settings) -> None:
+    fake = FakeArgo(finished(report=a_report()), {"healer-rollback-linear-scorer-abc": rollback_workflow()})
+    result = drill(fake, example_settings)
+    assert result.passed, result.verdict.missed
+    kinds = [m.kind for m in result.observation.marks]
+    assert {"workflow-created", "heal-pod-started", "heal-code-started", "workflow-finished"} <= set(kinds)
+    assert [p.name for p in result.observation.phases] == ["lease", "fetch-stable", "restore", "record"]
+    assert fake.created[0].startswith("healer-drill-wrong-weights-") and not fake.stopped
+
+
+def test_a_failed_workflow_or_a_failed_cleanup_fails_the_drill_whatever_the_report_says(
+    example_settings: Settings,
+) -> None:
+    failed = drill(FakeArgo(finished("Failed", a_report(), message="child 'x' failed")), example_settings)
+    assert not failed.passed and any("Failed: child 'x' failed" in m for m in failed.verdict.missed)
+    dirty = drill(FakeArgo(finished(report=a_report(), cleanup='["restore 10.0.0.1: timed out"]')), example_settings)
+    assert not dirty.passed and "cleanup: restore 10.0.0.1: timed out" in dirty.verdict.missed
+
+
+@pytest.mark.parametrize(
+    ("report", "why"),
+    [
+        (None, "no report"),
+        (json.dumps({"text": "no result: the drill did not get as far as its assertion"}), "did not get as far"),
+        ("{oops", "unreadable report"),
+        (a_report("nan"), "a nan drill's"),
+        (a_report(injected_at="2026-12-02T03:00:00Z"), "older than the workflow"),
+        (
+            json.dumps({"scenario": "wrong-weights", "injected_at": "2026-12-02T04:00:00Z", "marks": [{"at_s": "x"}]}),
+            "unreadable report",
+        ),
+    ],
+    ids=["none", "text-only", "not-json", "another-scenario", "an-earlier-drill", "malformed"],
+)
+def test_a_report_that_is_not_this_runs_result_is_inconclusive(
+    example_settings: Settings, report: str | None, why: str
+) -> None:
+    result = drill(FakeArgo(finished(report=report)), example_settings)
+    assert not result.passed and result.verdict.outcome is Outcome.INCONCLUSIVE
+    assert why in result.observation.error
+
+
+def test_a_lost_create_answer_is_looked_up_by_name_never_submitted_twice(example_settings: Settings) -> None:
+    fake = FakeArgo(finished(report=a_report()), {"healer-rollback-linear-scorer-abc": rollback_workflow()})
+    fake.fail_create = EngineUnavailable("read timed out", maybe_delivered=True)
+    fake.exists_after_failed_create = True
+    assert drill(fake, example_settings).passed and len(fake.created) == 1
+    gone = FakeArgo(finished(report=a_report()))
+    gone.fail_create = EngineUnavailable("connection refused")
+    result = drill(gone, example_settings)
+    assert (
+        not result.passed and "could not submit healer-drill as healer-drill-wrong-weights-" in result.observation.error
+    )
+    assert len(gone.created) == 1
+
+
+def test_a_drill_still_running_at_the_deadline_is_stopped_and_ctrl_c_stops_it_too(example_settings: Settings) -> None:
+    running = FakeArgo(finished("Running", a_report()))
+    result = drill(running, example_settings)
+    assert not result.passed and running.stopped == running.created and "stopped" in result.observation.error
+    interrupted = FakeArgo(finished(report=a_report()))
+    interrupted.wait_raises = KeyboardInterrupt()
+    with pytest.raises(DrillInterrupted):
+        drill(interrupted, example_settings)
+    assert interrupted.stopped == interrupted.created
+
+
+def test_a_rollback_argo_cannot_show_keeps_the_verdict_and_says_so(example_settings: Settings) -> None:
+    result = drill(FakeArgo(finished(report=a_report())), example_settings)  # get() of the rollback fails
+    assert result.passed
+    assert any("not read from argo-server" in n for n in result.notes)
+
+
+def test_the_command_refuses_what_cannot_run_naming_the_key(example_settings: Settings, tmp_path: Path) -> None:
+    from healer.drills.command import DrillOptions, run_drills
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert (
+            run_drills(example_settings, DrillOptions(scenarios=["storm"], target="cluster"), out=io.StringIO()) == 64
+        )
+        assert (
+            run_drills(
+                example_settings, DrillOptions(scenarios=["nan"], target="cluster", engine="local"), out=io.StringIO()
+            )
+            == 64
+        )
+        assert (
+            run_drills(
+                example_settings, DrillOptions(scenarios=["nan"], target="cluster", model="nope"), out=io.StringIO()
+            )
+            == 64
+        )
+        argo = dataclasses.replace(example_settings.rollback.argo, token_file=tmp_path / "missing-token")
+        settings = dataclasses.replace(
+            example_settings, rollback=dataclasses.replace(example_settings.rollback, argo=argo)
+        )
+        assert run_drills(settings, DrillOptions(scenarios=["nan"], target="cluster"), out=io.StringIO()) == 64
+    said = err.getvalue()
+    assert "none of storm can run on a cluster" in said
+    assert "--engine argo" in said and "no model 'nope'" in said
+    assert "rollback.argo.token_file" in said and "missing-token" in said

@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 from tests.e2e.test_argo_ui import Browser  # noqa: E402 - the repository root on the path first
 
 TITLE = "workflows.argoproj.io/title"
+COMPONENT = "app.kubernetes.io/component"
 SHOTS = (
     ROOT / "docs" / "screenshots"
     if os.environ.get("HEALER_UPDATE_SCREENSHOTS") == "1"
@@ -30,7 +31,9 @@ SHOTS = (
 
 def main() -> int:
     token, argo_url = sys.argv[1], sys.argv[2].rstrip("/")
-    workflows: list[dict[str, Any]] = json.loads(sys.stdin.read())["items"]
+    everything: list[dict[str, Any]] = json.loads(sys.stdin.read())["items"]
+    # the rollbacks (the template's workflowMetadata labels them), not the drills' own workflows
+    workflows = [w for w in everything if (w["metadata"].get("labels") or {}).get(COMPONENT) == "rollback"]
     succeeded = [w for w in workflows if (w.get("status") or {}).get("phase") == "Succeeded"]
     failed = [w for w in workflows if (w.get("status") or {}).get("phase") == "Failed"]
     if not succeeded or not failed:

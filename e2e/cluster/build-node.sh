@@ -2,7 +2,7 @@
 # Build the node components (issue 16): kubelet, kube-scheduler, kube-controller-manager, kube-proxy
 # and kubectl at $KUBERNETES_VERSION, from the Go module proxy, through the wrapper module
 # e2e/cluster/node (e2e/kubernetes's go.mod plus `tool` lines, tidied); and the cluster's CoreDNS at
-# $COREDNS_VERSION through e2e/cluster/coredns (coredns-<version>/bin).
+# $COREDNS_VERSION through e2e/cluster/coredns (coredns-<version>-<main.go's hash>/bin).
 # Same GOFLAGS, CGO_ENABLED and ldflags as e2e/build.sh's kube-apiserver, so the shared Go build
 # cache ($(go env GOCACHE)) reuses every package the apiserver build already compiled.
 # Output: ${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}/kubernetes-node-<version>/bin. Does not
@@ -40,8 +40,10 @@ for name in "${components[@]}"; do
   echo "build-node: $name built in $((SECONDS - started)) s" >&2
 done
 # CoreDNS, from the wrapper module e2e/cluster/coredns (its own main.go: seven plugins)
-coredns_dest="$cache/coredns-$COREDNS_VERSION/bin"
-if [ -x "$coredns_dest/coredns" ]; then
+# shellcheck source=SCRIPTDIR/common.sh
+source "$here/common.sh"
+coredns_dest="$(dirname "$COREDNS_BIN")"
+if [ -x "$COREDNS_BIN" ]; then
   echo "build-node: coredns cached in $coredns_dest" >&2
 else
   started=$SECONDS

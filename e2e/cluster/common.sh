@@ -24,6 +24,8 @@ cache="${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}"
 ETCD="$cache/etcd-$ETCD_VERSION/bin/etcd"
 APISERVER="$cache/kubernetes-$KUBERNETES_VERSION/bin/kube-apiserver"
 NODE_BIN="${HEALER_NODE_BIN:-$cache/kubernetes-node-$KUBERNETES_VERSION/bin}"
+# CoreDNS is built from our own main.go (its plugin list): cached by version and that file's hash
+COREDNS_BIN="$cache/coredns-$COREDNS_VERSION-$(sha256sum "$(dirname "${BASH_SOURCE[0]}")/coredns/main.go" | cut -c1-12)/bin/coredns"
 
 
 # docker_archive TARBALL REPO:TAG ROOTFS_DIR ENTRYPOINT_JSON [USER]: a one-layer image for

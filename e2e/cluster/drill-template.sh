@@ -69,6 +69,7 @@ PY
 status=0
 in_netns "$root/.venv/bin/healer" drill --config "$operator/healer.yaml" --target cluster "$scenario" \
   --model linear_scorer -o json --report "$BASE/drill-template.html" >"$BASE/drill-template.json" || status=$?
+[ -s "$BASE/drill-template.json" ] || die "drill $scenario: healer drill --target cluster printed no result (exit $status)"
 "$python" - "$BASE/drill-template.json" <<'PY'
 import json
 import sys

@@ -311,7 +311,7 @@ def runbook_fix(ips: dict[str, str], broken: str) -> float:
     pod = next(iter(ips))
     in_netns(
         KUBECTL, f"--kubeconfig={BASE / 'admin.kubeconfig'}", "-n", "ml", "exec", pod, "-c", "healer", "--",
-        "healer", "rollback", MODEL, broken, "--incident", f"inc-runbook-fix-{broken}",
+        "healer", "rollback", MODEL, broken, "--incident", f"inc-runbook-fix-{broken}-{int(started)}",
         "--config", "/etc/healer/healer.yaml", timeout=BUDGET_S + 60,
     )  # fmt: skip
     while time.time() < started + 120:

@@ -40,7 +40,7 @@ for applet in sh sleep echo cat ls ip ps hostname wget nc nslookup; do ln -s bus
 docker_archive "$out/busybox.tar" "healer.local/busybox:$busybox_version" "$rootfs" '["/bin/sh"]'
 rm -rf "${rootfs:?}"/*
 
-coredns_bin="$cache/coredns-$COREDNS_VERSION/bin/coredns"
+coredns_bin="$COREDNS_BIN"
 [ -x "$coredns_bin" ] || { echo "images: missing $coredns_bin: run build-node.sh" >&2; exit 1; }
 mkdir -p "$rootfs/etc/coredns"
 cp "$coredns_bin" "$rootfs/coredns"

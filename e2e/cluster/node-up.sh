@@ -336,7 +336,7 @@ spec:
   - {name: dns-tcp, port: 53, protocol: TCP}
 YAML
 kubectl -n kube-system rollout status deployment/coredns --timeout=120s >&2
-cluster_dns_answers() { in_netns busybox nslookup kubernetes.default.svc.cluster.local "$DNS_SERVICE_IP" | grep -q 10.96.0.1; }
+cluster_dns_answers() { in_netns busybox nslookup kubernetes.default.svc.cluster.local "$DNS_SERVICE_IP" | grep -Eq '^Address: *10\.96\.0\.1$'; }
 wait_for "CoreDNS answering for kubernetes.default.svc.cluster.local at $DNS_SERVICE_IP" 60 cluster_dns_answers
 
 # --- a pod -----------------------------------------------------------------------------------------
@@ -360,7 +360,7 @@ wait_for "pod hello Running" 120 pod_running hello
 hello_resolved() {
   kubectl logs hello | grep -q "^nameserver $DNS_SERVICE_IP\$" &&
     kubectl logs hello | grep -q '^search default.svc.cluster.local svc.cluster.local cluster.local' &&
-    kubectl logs hello | grep -A1 'Name:.*kubernetes.default.svc.cluster.local' | grep -q 'Address: 10.96.0.1'
+    kubectl logs hello | grep -A1 'Name:.*kubernetes.default.svc.cluster.local' | grep -Eq '^Address: *10\.96\.0\.1$'
 }
 wait_for "pod hello resolving kubernetes.default.svc.cluster.local through the cluster DNS" 30 hello_resolved
 kubectl get nodes -o wide >&2

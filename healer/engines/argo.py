@@ -372,24 +372,34 @@ class ArgoEngine:
             return dict(dump(by_alias=True, exclude_none=True, mode="json"))
         return dict(json.loads(workflow.json(by_alias=True, exclude_none=True)))  # pydantic v1
 
-    def submit_template(self, template: str, parameters: Mapping[str, str], *, generate_name: str) -> str:
-        """Create a workflow from another WorkflowTemplate in this namespace (``argo submit --from
-        workflowtemplate/NAME -p ...``) and return its name. Not an incident's rollback: no join."""
+    def submit_template(self, template: str, parameters: Mapping[str, str], *, name: str) -> str:
+        """Create the workflow ``name`` from another WorkflowTemplate in this namespace (``argo submit
+        --from workflowtemplate/TEMPLATE -p ...``). Not an incident's rollback: no join. The caller
+        names it, so that a create whose answer was lost can be looked up (``status(name)``) rather
+        than submitted twice; a 409 (that name exists) is ``EngineRejected``."""
         from hera.workflows.models import Arguments, ObjectMeta, Parameter, Workflow, WorkflowSpec, WorkflowTemplateRef
 
         workflow = Workflow(
             api_version="argoproj.io/v1alpha1",
             kind="Workflow",
-            metadata=ObjectMeta(generate_name=generate_name, namespace=self.namespace),
+            metadata=ObjectMeta(name=name, namespace=self.namespace),
             spec=WorkflowSpec(
                 workflow_template_ref=WorkflowTemplateRef(name=template),
                 arguments=Arguments(parameters=[Parameter(name=k, value=v) for k, v in parameters.items()]),
             ),
         )
-        created = self._create(workflow)
-        if not created.metadata.name:
-            raise EngineRejected(f"argo-server created a workflow from {template} but did not name it")
-        return created.metadata.name
+        try:
+            created = self._create(workflow)
+        except _Conflict as exc:
+            raise EngineRejected(f"a workflow named {name} exists already: {exc}") from exc
+        return created.metadata.name or name
+
+    def stop(self, name: str, message: str) -> None:
+        """``argo stop``: the workflow ends and its exit handler runs (a drill's cleanup)."""
+        from hera.workflows.models import WorkflowStopRequest
+
+        request = WorkflowStopRequest(name=name, namespace=self.namespace, message=message)
+        self._call(f"stop workflow {name}", lambda: self._service.stop_workflow(name, request))
 
     def status(self, name: str) -> RunStatus:
         """The workflow's phase, message, times and output parameters (one GET)."""

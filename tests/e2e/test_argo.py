@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.parse
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from healer.engines import RollbackRequest, workflow_name
+from healer.engines import EngineRejected, RollbackRequest, workflow_name
 from healer.engines.argo import DESCRIPTION_ANNOTATION, TITLE_ANNOTATION, ArgoEngine, description, title
 from healer.labels import label_value
 from tests.e2e.conftest import ArgoCli
@@ -122,28 +123,39 @@ def test_engine_submits_joins_gets_and_lists(
     assert len(ui_list(control_plane, operator_token, "healer.io/model=e2e_join")["items"]) == 1
 
 
-def test_engine_submits_from_a_template_by_generated_name_and_gets_argos_json(
+def test_engine_submits_from_a_template_by_name_gets_argos_json_and_stops_it(
     rollback_template: dict[str, Any], engine: ArgoEngine
 ) -> None:
     """What `healer drill --target cluster` does with the healer-drill template (here the rollback
-    template, the one this tier installs): a generated name, then the workflow as Argo's JSON."""
-    name = engine.submit_template(
-        "healer-rollback",
-        {"model": "e2e_generated", "from-version": "3", "incident": "inc-generated-1"},
-        generate_name="healer-rollback-generated-",
+    template, the one this tier installs): a name of its own, Argo's JSON, a second create of that
+    name refused (never a second drill), and `argo stop`."""
+    name = "healer-rollback-named-e2e-1"
+    assert (
+        engine.submit_template(
+            "healer-rollback", {"model": "e2e_named", "from-version": "3", "incident": "inc-named-1"}, name=name
+        )
+        == name
     )
-    assert name.startswith("healer-rollback-generated-") and len(name) > len("healer-rollback-generated-")
-    got = wait_for(
-        lambda: (w := engine.get(name)).get("status", {}).get("phase") in {"Running", "Failed"} and w,
-        timeout_s=60,
-        what="the controller picks the workflow up",
-    )
-    assert got["metadata"]["name"] == name and got["metadata"]["creationTimestamp"]
-    assert got["spec"]["workflowTemplateRef"] == {"name": "healer-rollback"}
-    parameters = {p["name"]: p.get("value") for p in got["spec"]["arguments"]["parameters"]}
-    assert parameters["model"] == "e2e_generated"
-    assert got["status"]["nodes"]  # the JSON keeps Argo's own names (camelCase), as argo_timeline reads them
-    assert all("startedAt" in node for node in got["status"]["nodes"].values())
+    with pytest.raises(EngineRejected, match="exists already"):
+        engine.submit_template("healer-rollback", {"model": "e2e_named"}, name=name)
+    try:
+        got = wait_for(
+            lambda: (w := engine.get(name)).get("status", {}).get("phase") not in (None, "", "Pending") and w,
+            timeout_s=60,
+            what="the controller picks the workflow up",
+        )
+        assert got["metadata"]["name"] == name and got["metadata"]["creationTimestamp"]
+        assert got["spec"]["workflowTemplateRef"] == {"name": "healer-rollback"}
+        parameters = {p["name"]: p.get("value") for p in got["spec"]["arguments"]["parameters"]}
+        assert parameters["model"] == "e2e_named"
+        assert got["status"]["nodes"]  # Argo's own names (camelCase), as argo_timeline reads them
+        assert all("startedAt" in node for node in got["status"]["nodes"].values())
+        engine.stop(name, "stopped by the e2e test")
+        stopped = wait_for(lambda: (s := engine.status(name)).done and s, timeout_s=60, what="the stop takes effect")
+        assert stopped.phase in {"Failed", "Error"}
+    finally:
+        with contextlib.suppress(Exception):
+            engine._service.delete_workflow(name)
 
 
 def test_engine_labels_a_model_name_that_is_not_label_safe(
