@@ -38,7 +38,7 @@ metadata: {name: drill-runner, namespace: ml}
 rules:
   - apiGroups: [argoproj.io]
     resources: [workflows]
-    verbs: [create, get, list, watch]
+    verbs: [create, get, list, watch, patch] # patch: argo stop, when a drill runs past its time
   - apiGroups: [argoproj.io]
     resources: [workflowtemplates]
     verbs: [get, list]
