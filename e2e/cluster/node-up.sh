@@ -229,6 +229,11 @@ clusterDomain: cluster.local
 podLogsDir: $BASE/pod-logs
 failSwapOn: false
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+# No image garbage collection: every image here was imported, none can be pulled again, and
+# containerd 1.6 does not pin the sandbox image, so at 85 % disk use the kubelet deleted pause and
+# every new pod failed "failed to pull image registry.k8s.io/pause" (found in an empty-cache CI run).
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 YAML
 start_node kubelet "$NODE_BIN/kubelet" --config="$BASE/kubelet.yaml" --kubeconfig="$BASE/kubelet.kubeconfig" \
   --root-dir="$BASE/kubelet" --cert-dir="$BASE/kubelet/pki" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=2

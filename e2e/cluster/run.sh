@@ -34,6 +34,17 @@ bash e2e/images/build-triton.sh >/dev/null
 bash e2e/cluster/build-argo-images.sh >/dev/null
 echo "cluster: binaries and images ready after $((SECONDS - started)) s" >&2
 
+# What a failed step leaves to read before node-down.sh removes it: the pods and events, the node's
+# tmpfs and disk use, the kubelet's and containerd's last lines.
+diagnose() {
+  bash -c 'source e2e/versions.env && source e2e/cluster/common.sh
+    kubectl get pods -A -o wide
+    kubectl get events -A --sort-by=.lastTimestamp | tail -n 40
+    nsenter --mount="/proc/$(cat "$BASE/pids/mount-holder")/ns/mnt" -- df -h $NODE_TMPFS_DIRS
+    df -h "$BASE"
+    for name in kubelet containerd; do echo "--- $name.log"; tail -n 60 "$BASE/logs/$name.log"; done' >&2 2>&1 || true
+}
+
 down() {
   local code=0
   bash e2e/cluster/node-down.sh || code=$?
@@ -54,6 +65,7 @@ for step in "${steps[@]}"; do
     echo "cluster: $step passed in $((SECONDS - step_started)) s" >&2
   else
     echo "cluster: $step FAILED after $((SECONDS - step_started)) s" >&2
+    diagnose
     status=1
     break
   fi
