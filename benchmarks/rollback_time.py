@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 
 from healer.embedded import EmbeddedTriton
-from healer.engines import RollbackRequest
 from healer.engines.factory import local_engine
 from healer.logs import configure_logging
 from healer.promote import promote
 from healer.settings import RollbackSettings, StoreSettings, load_settings
 from healer.store import FilesystemBlobs, ModelStore
 from healer.triton import TritonHttp
+from healer.vocabulary import RollbackRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "linear_scorer"

@@ -7,8 +7,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from healer.engines import RollbackRequest
 from healer.store import utc_now
+from healer.vocabulary import RollbackRequest
 
 ALERT_NAME = "HealerRollbackEscalated"
 

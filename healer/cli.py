@@ -699,7 +699,8 @@ def _cmd_drill(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from workflows.rollback import TemplateOptions, render_all
+    from workflows.render import render_all
+    from workflows.rollback import TemplateOptions
 
     defaults = TemplateOptions()
     if args.deadline is not None and not 1 <= args.deadline <= MAX_DEADLINE_S:
@@ -1083,8 +1084,9 @@ def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
-    from healer.engines import EngineError, RollbackRequest
+    from healer.engines import EngineError
     from healer.engines.factory import engine_from_settings
+    from healer.vocabulary import RollbackRequest
 
     stamp = int(time.time())
     model_slug = "".join(c if c.isalnum() else "-" for c in args.model.lower())[:30].strip("-") or "model"

@@ -9,46 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 from healer.state import ModelState, Phase, Probed, Verdict
+from healer.vocabulary import SLOW, TIMEOUT, WRONG_ANSWER
 from probes.result import ProbeResult, Status, Tier
-
-# ---- business failure codes ---------------------------------------------------------------------------
-
-# Short codes: they travel as RollbackRequest reasons and Kubernetes label values.
-WRONG_ANSWER = "wrong-answer"
-NON_FINITE = "non-finite"
-MODEL_ERROR = "model-error"
-SLOW = "slow"
-TIMEOUT = "timeout"
-NON_FINITE_VALUES = frozenset({"nan", "inf", "-inf"})
-
-
-def timeout_status(*, liveness_passed: bool, readiness_passed: bool) -> Status:
-    """A golden request that got no answer in time. With Triton live and this version ready in the
-    same cycle, the model is hanging: FAIL (the loader keeps timeout_s >= the SLO, so a timeout is
-    over the SLO by definition). Without both, nothing was learnt: ERROR."""
-    return Status.FAIL if liveness_passed and readiness_passed else Status.ERROR
-
-
-def wrong_answer_code(worst_actuals: Iterable[Any]) -> str:
-    """Wrong outputs: ``non-finite`` when any output's worst element is NaN or ±Inf."""
-    if any(str(actual) in NON_FINITE_VALUES for actual in worst_actuals):
-        return NON_FINITE
-    return WRONG_ANSWER
-
-
-def request_reason(code: str, accepted: Set[str]) -> str:
-    """The RollbackRequest reason for a failure code: the code itself when the engines accept it;
-    otherwise ``slow`` for a timeout (a timeout is over the SLO) and ``wrong-answer`` for the rest."""
-    if code in accepted:
-        return code
-    return SLOW if code == TIMEOUT and SLOW in accepted else WRONG_ANSWER
-
 
 # ---- when to probe next: the period, or fast confirmation -------------------------------------------------
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from healer.decisions import SLOW
 from healer.ledger import Ledger, StableRecord
 from healer.settings import Settings
 from healer.store import ModelStore, hash_directory, utc_now
 from healer.triton import TritonAPI, TritonError
+from healer.vocabulary import SLOW
 from probes.result import Status
 from probes.tiers import check_business
 

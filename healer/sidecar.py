@@ -50,20 +50,10 @@ from healer.decisions import (
     models_to_confirm,
     needs_asking,
     next_probe,
-    request_reason,
     verdict_for,
     with_readiness_threshold,
 )
-from healer.engines import (
-    REASONS,
-    EngineError,
-    EngineNotFound,
-    EngineUnavailable,
-    RollbackEngine,
-    RollbackRequest,
-    Submission,
-    workflow_name,
-)
+from healer.engines import EngineError, EngineNotFound, EngineUnavailable, RollbackEngine
 from healer.metrics import Registry, sidecar_registry
 from healer.settings import DrainSettings, ModelSettings, Settings
 from healer.state import (
@@ -86,6 +76,7 @@ from healer.state import (
     transition,
 )
 from healer.triton import TritonAPI
+from healer.vocabulary import RollbackRequest, Submission, workflow_name
 from probes.result import ProbeResult, Status, Tier
 from probes.runner import probe_all
 
@@ -601,7 +592,7 @@ class Sidecar:
             from_version=incident.version,
             incident=incident.key,
             # "timeout" travels as "slow" until the engines accept it (a timeout is over the SLO).
-            reason=request_reason(incident.reason, REASONS),
+            reason=incident.reason,
             detail=incident.detail[:500],
             pod=self.pod,
             triton_url=self.triton_url,

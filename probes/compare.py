@@ -9,6 +9,7 @@ Rules (the business tier's contract):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,24 @@ import numpy as np
 import numpy.typing as npt
 
 from healer.settings import ExpectedOutput
+from healer.vocabulary import NON_FINITE, WRONG_ANSWER
+from probes.result import Status
+
+NON_FINITE_VALUES = frozenset({"nan", "inf", "-inf"})
+
+
+def timeout_status(*, liveness_passed: bool, readiness_passed: bool) -> Status:
+    """A golden request that got no answer in time. With Triton live and this version ready in the
+    same cycle, the model is hanging: FAIL (the loader keeps timeout_s >= the SLO, so a timeout is
+    over the SLO by definition). Without both, nothing was learnt: ERROR."""
+    return Status.FAIL if liveness_passed and readiness_passed else Status.ERROR
+
+
+def wrong_answer_code(worst_actuals: Iterable[Any]) -> str:
+    """Wrong outputs: ``non-finite`` when any output's worst element is NaN or ±Inf."""
+    if any(str(actual) in NON_FINITE_VALUES for actual in worst_actuals):
+        return NON_FINITE
+    return WRONG_ANSWER
 
 
 @dataclass(frozen=True)

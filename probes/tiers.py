@@ -8,7 +8,7 @@
 Unreachable, refused or 502/503/504 is ``error`` (nothing learnt), never ``fail``. A golden request
 that times out is ``error`` too, unless the caller confirms that Triton was live and the version
 ready in the same cycle (``serving_confirmed``): then the model is hanging, a ``fail`` with code
-``timeout`` (healer/decisions.py ``timeout_status``).
+``timeout`` (probes/compare.py ``timeout_status``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from healer.decisions import MODEL_ERROR, SLOW, TIMEOUT, timeout_status, wrong_answer_code
 from healer.settings import GoldenRequest
 from healer.triton import TritonAPI, TritonRejected, TritonTimeout, TritonUnavailable
-from probes.compare import compare_output
+from healer.vocabulary import MODEL_ERROR, SLOW, TIMEOUT
+from probes.compare import compare_output, timeout_status, wrong_answer_code
 from probes.result import ProbeResult, Status, Tier
 
 Clock = Callable[[], float]

@@ -13,13 +13,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from healer.engines import RollbackRequest
 from healer.engines.factory import local_engine
 from healer.engines.local import LocalEngine
 from healer.promote import promote
 from healer.settings import AlertSettings, ModelSettings, RollbackSettings, Settings, StoreSettings
 from healer.store import ModelStore
 from healer.triton import TritonHttp
+from healer.vocabulary import RollbackRequest
 from tests.conftest import EXAMPLES
 
 _names = itertools.count(1)

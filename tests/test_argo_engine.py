@@ -21,17 +21,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from healer.engines import (
-    TEMPLATE_NAME,
-    EngineNotFound,
-    EngineRejected,
-    EngineUnavailable,
-    RollbackRequest,
-    Submission,
-    workflow_name,
-)
+from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable
 from healer.engines.argo import ArgoEngine, label_value
 from healer.settings import Settings
+from healer.vocabulary import TEMPLATE_NAME, RollbackRequest, Submission, workflow_name
 from tests.argo_faults import ArgoFaults, free_port
 
 NAMESPACE = "healer"

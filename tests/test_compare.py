@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from healer.settings import DATATYPES, ExpectedOutput, TensorSpec
-from probes.compare import Comparison, Mismatch, compare_output
+from healer.vocabulary import NON_FINITE, WRONG_ANSWER
+from probes.compare import Comparison, Mismatch, compare_output, timeout_status, wrong_answer_code
+from probes.result import Status
 
 NAN = float("nan")
 INF = float("inf")
@@ -309,3 +311,35 @@ def test_non_finite_values_raise_no_numpy_warnings(expected: list[float], actual
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not _compare(_expected(expected, atol=1e300, rtol=1.0), actual).ok
+
+
+# --- a golden request that timed out -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("liveness_passed", "readiness_passed", "status"),
+    [
+        (True, True, Status.FAIL),  # live, this version ready, and no answer: the model hangs
+        (True, False, Status.ERROR),  # the version is not ready: the readiness tier owns that
+        (False, True, Status.ERROR),  # Triton not live: nothing learnt about the model
+        (False, False, Status.ERROR),
+    ],
+)
+def test_timeout_status(liveness_passed: bool, readiness_passed: bool, status: Status) -> None:
+    assert timeout_status(liveness_passed=liveness_passed, readiness_passed=readiness_passed) is status
+
+
+@pytest.mark.parametrize(
+    ("worst_actuals", "code"),
+    [
+        ([12.1], WRONG_ANSWER),
+        (["nan"], NON_FINITE),
+        (["inf"], NON_FINITE),
+        (["-inf"], NON_FINITE),
+        ([3.0, "nan"], NON_FINITE),  # any output with a non-finite worst value
+        (["cat"], WRONG_ANSWER),  # BYTES
+        ([], WRONG_ANSWER),  # missing output or wrong shape: no worst element
+    ],
+)
+def test_wrong_answer_code(worst_actuals: list[Any], code: str) -> None:
+    assert wrong_answer_code(worst_actuals) == code

@@ -11,11 +11,6 @@ from typing import Any
 import pytest
 
 from healer.decisions import (
-    MODEL_ERROR,
-    NON_FINITE,
-    SLOW,
-    TIMEOUT,
-    WRONG_ANSWER,
     AlertStep,
     DrainDecision,
     DrainPlan,
@@ -33,68 +28,19 @@ from healer.decisions import (
     models_to_confirm,
     needs_asking,
     next_probe,
-    request_reason,
     same_occurrence_window_s,
-    timeout_status,
     verdict_for,
     with_readiness_threshold,
-    wrong_answer_code,
 )
-from healer.engines import REASONS
 from healer.state import ModelState, Phase, Probed, Verdict
+from healer.vocabulary import MODEL_ERROR, NON_FINITE, REASONS, SLOW, TIMEOUT, WRONG_ANSWER
 from probes.result import ProbeResult, Status, Tier
 
-# --- a golden request that timed out -------------------------------------------------------------------
 
-
-@pytest.mark.parametrize(
-    ("liveness_passed", "readiness_passed", "status"),
-    [
-        (True, True, Status.FAIL),  # live, this version ready, and no answer: the model hangs
-        (True, False, Status.ERROR),  # the version is not ready: the readiness tier owns that
-        (False, True, Status.ERROR),  # Triton not live: nothing learnt about the model
-        (False, False, Status.ERROR),
-    ],
-)
-def test_timeout_status(liveness_passed: bool, readiness_passed: bool, status: Status) -> None:
-    assert timeout_status(liveness_passed=liveness_passed, readiness_passed=readiness_passed) is status
-
-
-@pytest.mark.parametrize(
-    ("worst_actuals", "code"),
-    [
-        ([12.1], WRONG_ANSWER),
-        (["nan"], NON_FINITE),
-        (["inf"], NON_FINITE),
-        (["-inf"], NON_FINITE),
-        ([3.0, "nan"], NON_FINITE),  # any output with a non-finite worst value
-        (["cat"], WRONG_ANSWER),  # BYTES
-        ([], WRONG_ANSWER),  # missing output or wrong shape: no worst element
-    ],
-)
-def test_wrong_answer_code(worst_actuals: list[Any], code: str) -> None:
-    assert wrong_answer_code(worst_actuals) == code
-
-
-@pytest.mark.parametrize(
-    ("code", "accepted", "reason"),
-    [
-        (WRONG_ANSWER, REASONS, WRONG_ANSWER),
-        (NON_FINITE, REASONS, NON_FINITE),
-        (MODEL_ERROR, REASONS, MODEL_ERROR),
-        (SLOW, REASONS, SLOW),
-        (TIMEOUT, frozenset({SLOW, WRONG_ANSWER}), SLOW),  # an engine that does not know "timeout" yet
-        (TIMEOUT, frozenset({SLOW, TIMEOUT}), TIMEOUT),  # one that does
-        ("something-new", frozenset({WRONG_ANSWER}), WRONG_ANSWER),
-    ],
-)
-def test_request_reason(code: str, accepted: frozenset[str], reason: str) -> None:
-    assert request_reason(code, accepted) == reason
-
-
-def test_every_failure_code_becomes_a_reason_the_engines_accept() -> None:
+def test_every_failure_code_is_a_reason_the_engines_accept() -> None:
+    """A probe's code travels as the RollbackRequest's reason unchanged (the request refuses others)."""
     for code in (WRONG_ANSWER, NON_FINITE, MODEL_ERROR, SLOW, TIMEOUT):
-        assert request_reason(code, REASONS) in REASONS
+        assert code in REASONS
 
 
 # --- probe results → one verdict per model -------------------------------------------------------------

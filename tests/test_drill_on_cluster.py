@@ -25,8 +25,9 @@ from healer.drills.verdict import (
     parse_time,
     result_from_dict,
 )
-from healer.engines import EngineNotFound, EngineUnavailable, RunStatus
+from healer.engines import EngineNotFound, EngineUnavailable
 from healer.settings import Settings
+from healer.vocabulary import RunStatus
 
 INJECTED = "2026-12-02T04:00:00.000Z"
 

@@ -98,8 +98,8 @@ def test_escalate_with_parameters_healer_never_sends_alerts_and_records_nothing(
 def test_escalate_writes_nothing_for_a_model_the_config_does_not_know(tmp_path: Path) -> None:
     import dataclasses
 
-    from healer.engines import RollbackRequest
     from healer.settings import UNKNOWN_VERSION, load_settings
+    from healer.vocabulary import RollbackRequest
     from workflows.context import context_from_settings
     from workflows.steps import escalate
 

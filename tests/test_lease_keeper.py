@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from healer.engines import RollbackRequest, workflow_name
 from healer.engines.local import in_pod_run
 from healer.settings import Settings
 from healer.store import FilesystemBlobs, LeaseHeld, ModelStore
+from healer.vocabulary import RollbackRequest, workflow_name
 from workflows import steps
 
 MODEL = "linear_scorer"

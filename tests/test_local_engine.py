@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable, RollbackRequest, Submission
+from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable
 from healer.engines.local import LocalEngine, in_pod_run
 from healer.settings import Settings
+from healer.vocabulary import RollbackRequest, Submission
 from workflows import context as step_context
 from workflows import rollback
 from workflows.rollback import EXIT_TRANSIENT, build_rollback_template

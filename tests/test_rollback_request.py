@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from healer.engines import AUTO, RollbackRequest
+from healer.vocabulary import AUTO, RollbackRequest
 
 
 @pytest.mark.parametrize("version", ["../../2", "2/../1", "v3", "0", "01", "", " 3", "3\n", "1" * 20])

@@ -534,8 +534,8 @@ def test_a_retry_after_a_store_blip_takes_its_own_attempts_lease_over_at_once(fs
     retry of the same run must not wait on its own predecessor's lease until the deadline."""
     import time
 
-    from healer.engines import workflow_name
     from healer.engines.local import in_pod_run
+    from healer.vocabulary import workflow_name
 
     with fs_stack_factory(
         "linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "wrong_weights")}, stable=[1, 2]

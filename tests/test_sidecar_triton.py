@@ -17,7 +17,6 @@ import pytest
 import structlog
 
 from healer.embedded import EmbeddedTriton, free_port
-from healer.engines import RollbackRequest, RunStatus, Submission, workflow_name
 from healer.engines.argo import ArgoEngine
 from healer.engines.factory import local_engine
 from healer.settings import Settings, SidecarSettings, StoreSettings, TierThresholds
@@ -26,6 +25,7 @@ from healer.sidecar_http import SidecarServer
 from healer.state import Phase
 from healer.store import FilesystemBlobs, ModelStore
 from healer.triton import TritonHttp
+from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
 from tests.argo_faults import ArgoFaults
 from tests.rollback_stack import RollbackStack, rollback_stack, serve_latest, version_source
 

@@ -16,20 +16,13 @@ import pytest
 import structlog
 
 from healer.decisions import Peer
-from healer.engines import (
-    EngineNotFound,
-    EngineRejected,
-    EngineUnavailable,
-    RollbackRequest,
-    RunStatus,
-    Submission,
-    workflow_name,
-)
+from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable
 from healer.settings import DrainPeers, DrainSettings, Settings, SidecarSettings, TensorSpec, TierThresholds
 from healer.sidecar import HttpPeers, KubePeers, PeersUnavailable, Sidecar
 from healer.state import Phase
 from healer.store import FilesystemBlobs, ModelStore, StoreUnavailable
 from healer.triton import IndexEntry, OutputTensor, TritonTimeout
+from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
 
 
 class ScriptedTriton:

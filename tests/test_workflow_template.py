@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from healer.cli import main
-from healer.engines import RollbackRequest
 from healer.engines.argo import ArgoEngine, label_value, label_value_expression
 from healer.engines.local import LocalEngine, process_instance
-from workflows.rollback import LABELS_FROM_PARAMETERS, PARAMETERS, TemplateOptions, build_rollback_template, render_all
+from healer.vocabulary import RollbackRequest
+from workflows.render import render_all
+from workflows.rollback import LABELS_FROM_PARAMETERS, PARAMETERS, TemplateOptions, build_rollback_template
 
 ROOT = Path(__file__).resolve().parents[1]
 VENDORED_ARGO = ROOT / "tests" / "vendor" / "argo"  # Argo v4.1.2, see its README

@@ -24,8 +24,6 @@ from typing import Any
 import structlog
 
 from healer.alerts import build_alert, post_alerts
-from healer.decisions import SLOW
-from healer.engines import AUTO, RollbackRequest
 from healer.ledger import PutBack, QuarantineRecord, StableRecord, choose_restore_version
 from healer.settings import Settings
 from healer.store import (
@@ -39,6 +37,7 @@ from healer.store import (
     utc_now,
 )
 from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
+from healer.vocabulary import AUTO, SLOW, RollbackRequest
 from probes.result import Status
 from probes.tiers import check_business
 from workflows.plan import ReplicaAction, ReplicaTarget, pinned_versions, replica_action, touches_triton

@@ -26,20 +26,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
-from healer.engines import (
-    AUTO,
-    MAX_EARLIER_OCCURRENCES,
-    TEMPLATE_NAME,
-    EngineNotFound,
-    EngineRejected,
-    EngineUnavailable,
-    RollbackRequest,
-    RunStatus,
-    Submission,
-    join_or_step_past,
-    workflow_name,
-)
+from healer.engines import MAX_EARLIER_OCCURRENCES, EngineNotFound, EngineRejected, EngineUnavailable, join_or_step_past
 from healer.labels import label_value, label_value_expression
+from healer.vocabulary import AUTO, TEMPLATE_NAME, RollbackRequest, RunStatus, Submission, workflow_name
 
 if TYPE_CHECKING:
     import requests

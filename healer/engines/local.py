@@ -35,18 +35,8 @@ from typing import Any
 import structlog
 
 from healer.decisions import same_occurrence_window_s
-from healer.engines import (
-    MAX_EARLIER_OCCURRENCES,
-    TEMPLATE_NAME,
-    EngineNotFound,
-    EngineRejected,
-    EngineUnavailable,
-    RollbackRequest,
-    RunStatus,
-    Submission,
-    join_or_step_past,
-    workflow_name,
-)
+from healer.engines import MAX_EARLIER_OCCURRENCES, EngineNotFound, EngineRejected, EngineUnavailable, join_or_step_past
+from healer.vocabulary import TEMPLATE_NAME, RollbackRequest, RunStatus, Submission, workflow_name
 
 log = structlog.get_logger(__name__)
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from healer.engines import RollbackRequest
 from healer.engines.argo import ArgoEngine
+from healer.vocabulary import RollbackRequest
 from tests.e2e.control_plane import ROOT, ControlPlane, pods_of_workflow, wait_for, workflow_in
 
 pytestmark = pytest.mark.e2e

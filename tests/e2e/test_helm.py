@@ -31,7 +31,8 @@ from tests import helm
 from tests.e2e.conftest import ArgoCli
 from tests.e2e.control_plane import ApiError, ControlPlane
 from tests.test_deploy_manifests import argo_calls, granted, kube_calls
-from workflows.rollback import ARGO_UI_CONFIG, TemplateOptions, render_all
+from workflows.render import render_all
+from workflows.rollback import ARGO_UI_CONFIG, TemplateOptions
 
 pytestmark = pytest.mark.e2e
 
