@@ -1179,7 +1179,7 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
     from healer import kube
     from healer.engines.factory import argo_engine, local_engine
     from healer.sidecar import Sidecar, pod_identity, pod_triton_url
-    from healer.sidecar_http import SidecarServer
+    from healer.sidecar.views import SidecarServer
     from healer.triton import TritonHttp
 
     problem = _sidecar_problem(settings, args)

@@ -1,6 +1,6 @@
 """The sidecar's decisions beside the state machine (healer/state.py): pure functions over values.
 
-The sidecar (healer/sidecar.py) gathers values at its edges (probe results, clocks, what an engine
+The sidecar (healer/sidecar/) gathers values at its edges (probe results, clocks, what an engine
 or the peers answered), asks these functions what to do, and does it. Nothing here does I/O or
 reads a clock, so every rule is a table test (tests/test_decisions.py).
 """

@@ -15,7 +15,7 @@ Rules:
 * a request that is not an AdmissionReview at all (not JSON, nested too deep, no ``request.uid``)
   gets HTTP 400 with the reason; a body over ``MAX_BODY_BYTES`` gets 413; a review of any other odd
   shape is admitted untouched with a warning; nothing crashes, hangs or drops the connection (the
-  listener of healer/sidecar_http.py: a total deadline per request, slow clients cannot starve it);
+  listener of healer/http_listener.py: a total deadline per request, slow clients cannot starve it);
 * a pod that cannot run the sidecar is admitted unmutated with a warning naming why: no
   ``containers`` array (the API server's validation says what is wrong), a container already on
   the sidecar's port (it would crash-loop on "Address already in use"), ``hostNetwork``;
@@ -45,7 +45,7 @@ from typing import Any
 import structlog
 import yaml
 
-from healer.sidecar_http import BackgroundServer, Request, Response
+from healer.http_listener import BackgroundServer, Request, Response
 
 log = structlog.get_logger("healer.webhook")
 
@@ -506,7 +506,7 @@ class ReloadingTLS:
 
 class WebhookServer(BackgroundServer):
     """POST /mutate (AdmissionReview) and GET /healthz over TLS, on the listener slow clients cannot
-    starve (healer/sidecar_http.py): a total deadline per request, TLS handshake included; reviews
+    starve (healer/http_listener.py): a total deadline per request, TLS handshake included; reviews
     are answered on a small thread pool, never behind a slow client."""
 
     def __init__(self, listen: str, tls: ReloadingTLS, config: InjectionConfig) -> None:

@@ -215,7 +215,7 @@ def test_the_sidecar_role_allows_exactly_the_calls_the_sidecar_makes() -> None:
     account = (deployment["metadata"]["namespace"], deployment["spec"]["template"]["spec"]["serviceAccountName"])
     config = yaml.safe_load(next(d for d in documents() if d["kind"] == "ConfigMap")["data"]["healer.yaml"])
     assert config["rollback"]["argo"]["namespace"] == account[0]  # Argo calls land in the Role's namespace
-    needed = kube_calls(ROOT / "healer" / "sidecar.py", ROOT / "healer" / "cli.py") | argo_calls()
+    needed = kube_calls(*(ROOT / "healer" / "sidecar").glob("*.py"), ROOT / "healer" / "cli.py") | argo_calls()
     granted = allowed(account)
     assert needed - granted == set(), "the sidecar makes calls its Role does not allow"
     assert granted - needed == set(), "the sidecar's Role allows calls the sidecar never makes"
@@ -334,7 +334,7 @@ def test_the_webhook_calls_no_kubernetes_api() -> None:
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert loaded.stdout.strip() == ""
-    webhook_sources = [ROOT / "healer" / "webhook.py", ROOT / "healer" / "sidecar_http.py"]
+    webhook_sources = [ROOT / "healer" / "webhook.py", ROOT / "healer" / "http_listener.py"]
     assert kube_calls(*webhook_sources) == set()
 
 

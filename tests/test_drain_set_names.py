@@ -43,7 +43,7 @@ def _config(tmp_path: Path, replica_set: str, drain: dict[str, Any]) -> Path:
 
 
 def _admit(store: ModelStore, drain: DrainSettings, me: str, peers: list[Peer]) -> DrainPlan:
-    """One sidecar's drain decision as healer/sidecar.py makes it: the rule applied to the drain set
+    """One sidecar's drain decision as healer/sidecar/loop.py makes it: the rule applied to the drain set
     with compare-and-swap, then planned again on the set as written."""
 
     def plan(drained: Any) -> DrainPlan:

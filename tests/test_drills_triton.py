@@ -227,7 +227,7 @@ def cluster_like(example_settings: Any, tmp_path: Path, monkeypatch: pytest.Monk
     from healer.processes import free_port
     from healer.settings import load_settings
     from healer.sidecar import Sidecar
-    from healer.sidecar_http import SidecarServer
+    from healer.sidecar.views import SidecarServer
     from healer.triton import TritonHttp
 
     with EmbeddedStack(example_settings, model="linear_scorer", broken=EXAMPLES / "broken") as target:

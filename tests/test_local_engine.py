@@ -329,7 +329,7 @@ def test_the_engine_built_from_settings_takes_its_window_from_the_rollback_deadl
 def test_the_sidecar_submits_again_for_an_earlier_occurrence_and_joins_this_ones(
     tmp_path: Path, recorder: Recorder
 ) -> None:
-    """What the sidecar makes of it (healer/sidecar.py submit_incident): "submitted", so it waits for
+    """What the sidecar makes of it (healer/sidecar/handover.py submit_incident): "submitted", so it waits for
     a rollback, where before it "joined" the old Failed run and escalated without restoring."""
     from healer.sidecar import submit_incident
 

@@ -21,7 +21,7 @@ from healer.engines.argo import ArgoEngine
 from healer.engines.factory import local_engine
 from healer.settings import Settings, SidecarSettings, StoreSettings, TierThresholds
 from healer.sidecar import Sidecar
-from healer.sidecar_http import SidecarServer
+from healer.sidecar.views import SidecarServer
 from healer.state import Phase
 from healer.store import FilesystemBlobs, ModelStore
 from healer.triton import TritonHttp

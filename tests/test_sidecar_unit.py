@@ -810,7 +810,7 @@ def test_kube_peers_read_ready_conditions_and_deletion() -> None:
 
 def test_http_peers_report_stopping_sidecars_and_raise_when_none_answers(settings: Settings) -> None:
     from healer.embedded import free_port
-    from healer.sidecar_http import SidecarServer
+    from healer.sidecar.views import SidecarServer
 
     servers, urls = [], []
     sidecars = []
@@ -1422,8 +1422,8 @@ def test_a_stalled_probe_loop_fails_the_sidecars_own_liveness(
 ) -> None:
     """Review of issue 15, 2: /readyz answers from the last verdict, so a hung loop would freeze it
     forever; /healthz (the sidecar container's livenessProbe) fails instead, and the kubelet restarts it."""
-    from healer import sidecar as sidecar_module
-    from healer.sidecar_http import healthz
+    from healer.sidecar import loop as sidecar_module
+    from healer.sidecar.views import healthz
 
     sidecar, _triton, _clock = make(settings, ScriptedEngine())
     now = [time.monotonic()]

@@ -232,7 +232,7 @@ class DrillRunner:
 
     def _sidecars(self, scenario: Scenario, replicas: list[str], engine: RollbackEngine) -> list[_Running]:
         from healer.sidecar import HttpPeers, Sidecar
-        from healer.sidecar_http import SidecarServer
+        from healer.sidecar.views import SidecarServer
         from healer.triton import TritonHttp
 
         ports = [free_port() for _ in replicas]
@@ -247,7 +247,6 @@ class DrillRunner:
                 drain = DrainSettings(
                     min_ready=1,
                     peer_urls=urls,
-                    settle_s=2 * self.period_s,
                     keep_decision_s=10.0,
                     timeout_s=1.0,
                     # Its own set per drill: a drill against the configured target writes into the real

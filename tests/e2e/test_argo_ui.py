@@ -67,7 +67,7 @@ VIEWPORT = (1920, 1080)  # a common screen: the list's columns, including the tw
 
 
 def request_for(model: str, version: str, reason: str, detail: str) -> RollbackRequest:
-    """What the sidecar submits (healer/sidecar.py _request): the incident key from healer.state."""
+    """What the sidecar submits (healer/sidecar/loop.py _request): the incident key from healer.state."""
     return RollbackRequest(
         model=model,
         from_version=version,

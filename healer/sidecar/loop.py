@@ -17,20 +17,13 @@ server threads read a snapshot under a lock and talk to Triton only through a pl
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import datetime as dt
-import json
-import os
-import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import structlog
 
@@ -45,7 +38,6 @@ from healer.decisions import (
     drain_decision,
     drain_plan,
     healing_timeout_s,
-    joins_existing_run,
     may_fall_back,
     models_to_confirm,
     needs_asking,
@@ -56,6 +48,8 @@ from healer.decisions import (
 from healer.engines import EngineError, EngineNotFound, EngineUnavailable, RollbackEngine
 from healer.metrics import Registry, sidecar_registry
 from healer.settings import DrainSettings, ModelSettings, Settings
+from healer.sidecar.handover import Attempt, BoundedCalls, submit_incident
+from healer.sidecar.peers import PeerSource, PeersUnavailable
 from healer.state import (
     Action,
     Escalate,
@@ -76,13 +70,12 @@ from healer.state import (
     transition,
 )
 from healer.triton import TritonAPI
-from healer.vocabulary import RollbackRequest, Submission, workflow_name
+from healer.vocabulary import RollbackRequest, workflow_name
 from probes.result import ProbeResult, Status, Tier
 from probes.runner import probe_all
 
 log = structlog.get_logger("healer.sidecar")
 
-MAX_INCIDENT_RUNS = 20  # runs of the same broken content, each healed then broken again, before we give up
 ALERT_RESEND_S = 120.0  # well inside Alertmanager's default resolve_timeout of 5 minutes
 DRAIN_CAS_ATTEMPTS = 4  # lost races on the drain set in one cycle before re-deciding next cycle
 SHUTDOWN_MARGIN_S = 1.0  # exit this long before the pod's grace period ends (then SIGKILL)
@@ -99,185 +92,6 @@ def _iso(wall: float) -> str:
 def _short(exc: BaseException) -> str:
     text = str(exc)
     return (text if isinstance(exc, PeersUnavailable | EngineError) else f"{type(exc).__name__}: {text}")[:300]
-
-
-def submit_incident(engine: RollbackEngine, request: RollbackRequest) -> tuple[Submission, str]:
-    """One workflow per incident, fleet-wide. The name is deterministic per incident key, so N
-    sidecars collide (409) and join. The engine joins only a run of this occurrence (on its own
-    clock: healer/decisions.py ``joins_same_occurrence``) and steps past an earlier occurrence's
-    finished run. A joined run that Succeeded healed an earlier occurrence (the same broken files
-    came back): use the next suffix. A running or failed one is joined (``joins_existing_run``)."""
-    for n in range(1, MAX_INCIDENT_RUNS + 1):
-        attempt = request if n == 1 else dataclasses.replace(request, incident=f"{request.incident}-r{n}")
-        submission = engine.submit(attempt)
-        if submission.created:
-            return submission, "submitted"
-        status = engine.status(submission.name)
-        if joins_existing_run(done=status.done, succeeded=status.succeeded):
-            return submission, "joined"
-    raise EngineError(f"{MAX_INCIDENT_RUNS} earlier rollbacks of incident {request.incident}; not submitting more")
-
-
-T = TypeVar("T")
-
-
-class EngineCallHung(EngineUnavailable):
-    """An engine call did not return within the sidecar's bound (it may still land: maybe delivered),
-    or was not attempted because an earlier call on the same engine has not returned."""
-
-
-class BoundedCalls:
-    """Calls on a worker thread, waited for at most ``timeout_s``, one in flight per engine.
-
-    The engines bound their own I/O (the ArgoEngine gives every HTTP request a timeout; the LocalEngine
-    touches only its local state directory), but a submission is several calls, and a stuck NFS or a
-    bug must not stall the probe loop: past the bound the call is left to its thread, counted as
-    "maybe delivered" (no fallback), and the engine is not called again until it returns. A call that
-    lands late is harmless: the workflow name is deterministic per incident, so the next cycle joins it.
-
-    A call not attempted because of another's hung call says whose (``owner``, e.g. the model): for
-    the owner of the hung call its earlier request may still land (maybe delivered: no fallback); for
-    anyone else nothing was sent (not delivered: the fallback engine may take it).
-    """
-
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self._busy: dict[str, tuple[threading.Thread, str]] = {}
-
-    def run(
-        self, engine: str, what: str, call: Callable[[], T], *, owner: str = "", timeout_s: float | None = None
-    ) -> T:
-        busy = self._busy.get(engine)
-        if busy is not None and busy[0].is_alive():
-            mine = bool(owner) and busy[1] == owner
-            raise EngineCallHung(
-                f"{engine} engine: an earlier call{' of ' + busy[1] if busy[1] else ''} has not returned; "
-                f"{what} not attempted",
-                maybe_delivered=mine,
-            )
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["value"] = call()
-            except BaseException as exc:  # handed to the caller, whatever it is
-                box["error"] = exc
-
-        # The worker sees this cycle's log context (trace_id).
-        thread = threading.Thread(
-            target=contextvars.copy_context().run, args=(target,), name=f"engine-{engine}", daemon=True
-        )
-        thread.start()
-        bound = self.timeout_s if timeout_s is None else timeout_s
-        thread.join(bound)
-        if thread.is_alive():
-            self._busy[engine] = (thread, owner)
-            raise EngineCallHung(f"{engine} engine: {what} did not return within {bound:g} s")
-        if "error" in box:
-            raise box["error"]
-        return box["value"]  # type: ignore[no-any-return]
-
-
-@dataclass
-class _Attempt:
-    """One try at handing a rollback to one engine."""
-
-    handover: Handover
-    engine: RollbackEngine | None = None
-    submission: Submission | None = None
-    how: str = ""  # submitted | joined | fallback_local
-    error: str = ""
-
-
-# ---- the peers a drain is weighed against ---------------------------------------------------------------
-
-MAX_STATUS_BYTES = 1 << 20  # a peer's /status; anything bigger is not a sidecar's
-
-
-class PeersUnavailable(Exception):
-    """The replica set's view could not be read (the Kubernetes API is down, no sidecar answered)."""
-
-
-class PeerSource(Protocol):
-    """Who is in the replica set, Ready, terminating (the drain set says who is drained on purpose)."""
-
-    me: str  # this pod's name as it appears among the peers (and in the drain set)
-    lists_me: bool  # True: this pod must be in the list (else the list is of other pods); False: added by the sidecar
-    timeout_s: float  # the longest one peers() takes
-
-    def peers(self) -> list[Peer]: ...
-
-
-class KubePeers:
-    """Peers through the Kubernetes API: each pod's Ready condition and deletionTimestamp; the pods are
-    those of the replica set's label selector (RBAC: pods list). Nothing is written to the pods."""
-
-    lists_me = True
-
-    def __init__(self, kube: Any, pod: str, namespace: str, selector: str) -> None:
-        from healer.kube import PodRef
-
-        self._kube = kube
-        self._pod = PodRef.parse(pod, default_namespace=namespace)
-        self.me = self._pod.name
-        self._namespace = namespace
-        self._selector = selector
-        self.timeout_s = float(getattr(kube, "timeout_s", 5.0) or 5.0)
-
-    def peers(self) -> list[Peer]:
-        from healer.kube import KubeError
-
-        if self._kube is None:
-            raise PeersUnavailable("no Kubernetes API client (not in a cluster)")
-        try:
-            pods = self._kube.pod_readiness(self._namespace, self._selector)
-        except KubeError as exc:
-            raise PeersUnavailable(str(exc)) from exc
-        return [Peer(p.name, p.ready, p.terminating) for p in pods]
-
-
-class HttpPeers:
-    """Peers through the sidecars' /status (``sidecar.drain.peer_urls``, read in parallel): no Kubernetes
-    API needed. A sidecar that does not answer is not serving (its pod's readinessProbe fails alike); one
-    that is stopping (SIGTERM) is terminating. What a sidecar says of its own readiness is only believed
-    for serving: the drain set, not its word, says who is drained. No answer at all: PeersUnavailable."""
-
-    lists_me = False
-
-    def __init__(self, me: str, urls: Sequence[str], *, timeout_s: float) -> None:
-        self.me = me
-        self._urls = tuple(urls)
-        self.timeout_s = timeout_s
-
-    def peers(self) -> list[Peer]:
-        answers: dict[str, Peer] = {}
-        lock = threading.Lock()
-
-        def read(url: str) -> None:
-            try:
-                with urllib.request.urlopen(f"{url}/status", timeout=self.timeout_s) as response:  # noqa: S310
-                    status = json.loads(response.read(MAX_STATUS_BYTES))
-                pod, drain = status["pod"], status["drain"]
-                if not isinstance(pod, str) or not pod:
-                    raise ValueError("no pod name in its /status")
-                stopping = status.get("stopping") is True or drain.get("stopping") is True
-                peer = Peer(pod, drain["ready"] is True and not stopping, terminating=stopping)
-                with lock:
-                    answers[url] = peer
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                log.info("peer_unreadable", peer=url, error=str(exc))
-
-        threads = [threading.Thread(target=read, args=(url,), name="drain-peer", daemon=True) for url in self._urls]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + self.timeout_s + 0.5
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        with lock:
-            found = list(answers.values())
-        if not found:
-            raise PeersUnavailable(f"none of the {len(self._urls)} sidecar(s) in peer_urls answered")
-        return found
 
 
 # ---- the sidecar -----------------------------------------------------------------------------------------
@@ -555,26 +369,26 @@ class Sidecar:
             "RollbackStarted", f"{model.name} v{incident.version} → stable: {attempt.submission.name}", "Warning"
         )
 
-    def _hand_to(self, label: str, factory: Callable[[], RollbackEngine], request: RollbackRequest) -> _Attempt:
+    def _hand_to(self, label: str, factory: Callable[[], RollbackEngine], request: RollbackRequest) -> Attempt:
         """Build (once) and submit to one engine; every exception becomes a Handover, none escapes."""
         try:
             engine = self._engine(label, factory)
         except Exception as exc:  # e.g. the LocalEngine's state_dir on a read-only root filesystem
-            return _Attempt(Handover.NOT_BUILT, error=f"engine not built: {type(exc).__name__}: {exc}")
+            return Attempt(Handover.NOT_BUILT, error=f"engine not built: {type(exc).__name__}: {exc}")
         try:
             submission, how = self._calls.run(
                 label, "submit", lambda: submit_incident(engine, request), owner=request.model
             )
         except EngineUnavailable as exc:
             handover = Handover.MAYBE_DELIVERED if exc.maybe_delivered else Handover.NOT_DELIVERED
-            return _Attempt(handover, engine, error=str(exc))
+            return Attempt(handover, engine, error=str(exc))
         except EngineNotFound as exc:  # 404 to the create: no template, nothing started
-            return _Attempt(Handover.TEMPLATE_MISSING, engine, error=str(exc))
+            return Attempt(Handover.TEMPLATE_MISSING, engine, error=str(exc))
         except EngineError as exc:  # refused, or too many earlier runs of this incident
-            return _Attempt(Handover.REJECTED, engine, error=str(exc))
+            return Attempt(Handover.REJECTED, engine, error=str(exc))
         except Exception as exc:
-            return _Attempt(Handover.UNEXPECTED, engine, error=f"{type(exc).__name__}: {exc}")
-        return _Attempt(Handover.TAKEN, engine, submission, how)
+            return Attempt(Handover.UNEXPECTED, engine, error=f"{type(exc).__name__}: {exc}")
+        return Attempt(Handover.TAKEN, engine, submission, how)
 
     def _ask_again(self, label: str, engine: RollbackEngine, request: RollbackRequest) -> Handover:
         """A request that may have been delivered: does the engine have the workflow?"""
@@ -1086,22 +900,3 @@ class Sidecar:
                     "readyz": ready_lines,
                 },
             }
-
-
-def pod_triton_url(triton_url: str, environ: Mapping[str, str] | None = None) -> str:
-    """This pod's Triton as another pod reaches it: POD_IP (downward API) and the configured port;
-    "" outside a cluster (the rollback then uses its own triton.url)."""
-    env = os.environ if environ is None else environ
-    pod_ip = env.get("POD_IP", "")
-    if not pod_ip:
-        return ""
-    port = triton_url.rpartition(":")[2]
-    return f"[{pod_ip}]:{port}" if ":" in pod_ip else f"{pod_ip}:{port}"
-
-
-def pod_identity(environ: Mapping[str, str] | None = None) -> str:
-    """ "namespace/name" from the downward API (POD_NAMESPACE, POD_NAME), else the hostname."""
-    env = os.environ if environ is None else environ
-    name = env.get("POD_NAME") or socket.gethostname()
-    namespace = env.get("POD_NAMESPACE")
-    return f"{namespace}/{name}" if namespace else name
