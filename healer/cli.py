@@ -119,7 +119,7 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
     ),
     "sidecar": ("HEALER_CONFIG=/etc/healer/healer.yaml healer sidecar --listen 0.0.0.0:8080",),
     "render": (
-        "healer render --out deploy/argo --chart deploy/helm/healer   (the repository's copies)",
+        "healer render --chart deploy/helm/healer   (the repository's copy; deploy/argo links to it)",
         "healer render --namespace ml --deadline 120",
     ),
     "webhook": (
@@ -727,8 +727,12 @@ def _cmd_render(args: argparse.Namespace) -> int:
             print(f"healer: render: --chart {chart}: no Chart.yaml there", file=sys.stderr)
             return EXIT_USAGE
         targets.append(chart / "files" / "argo")
+    written: set[Path] = set()
     for out in targets:
         out.mkdir(parents=True, exist_ok=True)
+        if out.resolve() in written:
+            continue  # the same folder twice (this repository's deploy/argo links to the chart's copy)
+        written.add(out.resolve())
         for name, text in rendered.items():
             (out / name).write_text(text)
             print(f"wrote {out / name}")

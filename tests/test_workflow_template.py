@@ -109,20 +109,33 @@ def test_schema_check_catches_a_broken_template(workflow_template_schema: dict[s
 
 
 def test_committed_yaml_equals_a_fresh_render(tmp_path: Path) -> None:
-    """deploy/argo/ and the Helm chart's copies (files/argo/, which the chart loads) are what
-    `healer render --out deploy/argo --chart deploy/helm/healer` writes now."""
-    out, chart = tmp_path / "argo", tmp_path / "chart"
+    """The Helm chart's files/argo/ (which the chart loads, and deploy/argo links to: one copy) is what
+    `healer render --chart deploy/helm/healer` writes now."""
+    chart = tmp_path / "chart"
     chart.mkdir()
     shutil.copy(CHART / "Chart.yaml", chart / "Chart.yaml")
-    assert main(["render", "--out", str(out), "--chart", str(chart)]) == 0
-    command = "healer render --out deploy/argo --chart deploy/helm/healer"
-    for committed, fresh_dir in ((COMMITTED, out), (CHART / "files" / "argo", chart / "files" / "argo")):
-        fresh = sorted(p.name for p in fresh_dir.iterdir())
-        assert fresh == sorted(p.name for p in committed.iterdir()), f"{committed}: run `{command}`"
-        for name in fresh:
-            assert (committed / name).read_text() == (fresh_dir / name).read_text(), (
-                f"{committed.relative_to(ROOT)}/{name} is stale: run `{command}`"
-            )
+    assert main(["render", "--chart", str(chart)]) == 0
+    command = "healer render --chart deploy/helm/healer"
+    committed, fresh_dir = CHART / "files" / "argo", chart / "files" / "argo"
+    fresh = sorted(p.name for p in fresh_dir.iterdir())
+    assert fresh == sorted(p.name for p in committed.iterdir()), f"{committed}: run `{command}`"
+    for name in fresh:
+        assert (committed / name).read_text() == (fresh_dir / name).read_text(), (
+            f"{committed.relative_to(ROOT)}/{name} is stale: run `{command}`"
+        )
+    assert COMMITTED.is_symlink() and COMMITTED.resolve() == committed.resolve(), "deploy/argo: one copy, a link"
+
+
+def test_render_into_a_folder_that_links_to_the_chart_writes_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chart = tmp_path / "chart"
+    (chart / "files" / "argo").mkdir(parents=True)
+    shutil.copy(CHART / "Chart.yaml", chart / "Chart.yaml")
+    (tmp_path / "argo").symlink_to(chart / "files" / "argo")
+    assert main(["render", "--out", str(tmp_path / "argo"), "--chart", str(chart)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(render_all()), lines
 
 
 def test_render_into_a_chart_needs_a_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
