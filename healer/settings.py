@@ -1,25 +1,38 @@
 """healer's configuration: one YAML file, read once at the edge into frozen, typed settings.
 
+Each key is declared once, on the dataclass field that holds it (``Setting``: its documentation and
+bounds; the field: its name, type and default). The loader reads every section by those declarations;
+the configuration reference (docs/configuration.md) and the Helm chart's values.schema.json are
+generated from them (``python -m healer.settings_reference``).
+
 Every error names the file, the key path and what is wrong, e.g.
 ``examples/bad.yaml: models[1].golden.outputs[0].atol: must be >= 0, got -1``.
-Unknown keys are rejected so a typo never silently falls back to a default.
+Unknown keys are rejected so a typo never silently falls back to a default; a deprecated key is
+accepted with a warning and ignored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import re
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from types import MappingProxyType
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+import structlog
 import yaml
+
+log = structlog.get_logger(__name__)
 
 # Model names and versions become file paths, S3 keys and URL segments: keep them boring.
 MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
@@ -58,48 +71,163 @@ class ConfigError(ValueError):
         super().__init__(f"{where}: {problem}")
 
 
+# ---- the declaration: each key of healer.yaml is one dataclass field below --------------------------
+
+SETTING = "healer.setting"  # the dataclass field metadata key a Setting is stored under
+
+# Kinds of text a string setting can be, beyond "a non-empty string": each is checked by one function
+# below (_read_form), described once in the reference and in the chart's schema (healer/settings_reference.py).
+FORMS = ("address", "url", "version", "model-name", "set-name")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of healer.yaml, declared on the dataclass field that holds it:
+    ``timeout_s: float = field(default=2.0, metadata=setting("...", minimum=0.001))``.
+
+    The field gives the key's name, type and default; this gives the rest. The loader's checks (unknown
+    keys, types, bounds), the configuration reference (docs/configuration.md) and the chart's
+    values.schema.json are all made from these declarations. Rules that tie several keys together
+    (exactly one of two keys, a timeout within the deadline) are code, in the section's ``_BUILD`` step.
+    """
+
+    doc: str  # one line: what the key does
+    minimum: float | None = None  # numbers and integers (a list's items: its items)
+    maximum: float | None = None
+    above_maximum: str | None = None  # the problem above ``maximum``, when "must be <= max" says too little
+    choices: tuple[str, ...] = ()  # strings: the only values allowed
+    form: str | None = None  # strings: one of FORMS
+    key: str | None = None  # its name in the file, when not the field's
+    blank_is_default: bool = False  # null or "" means the default (older files and charts write them)
+    min_items: int = 0  # lists
+    under: str | None = None  # the value is written as a mapping with this one key ({root: /models})
+    inline: bool = False  # a section whose keys sit in the parent's mapping (an output's tensor keys)
+    alternatives: tuple[tuple[str, str], ...] = ()  # (key, doc) pairs read by the section's _BUILD step
+    default_doc: str | None = None  # the default in words, where it is not one value
+
+
+def setting(
+    doc: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above_maximum: str | None = None,
+    choices: tuple[str, ...] = (),
+    form: str | None = None,
+    key: str | None = None,
+    blank_is_default: bool = False,
+    min_items: int = 0,
+    under: str | None = None,
+    inline: bool = False,
+    alternatives: tuple[tuple[str, str], ...] = (),
+    default_doc: str | None = None,
+) -> dict[str, Setting]:
+    """A settings field's metadata: ``field(default=..., metadata=setting("one line of doc", ...))``."""
+    if form is not None and form not in FORMS:
+        raise ValueError(f"unknown form {form!r}")
+    return {
+        SETTING: Setting(
+            doc,
+            minimum=minimum,
+            maximum=maximum,
+            above_maximum=above_maximum,
+            choices=choices,
+            form=form,
+            key=key,
+            blank_is_default=blank_is_default,
+            min_items=min_items,
+            under=under,
+            inline=inline,
+            alternatives=alternatives,
+            default_doc=default_doc,
+        )
+    }
+
+
 @dataclass(frozen=True)
 class TritonSettings:
     """Where the Triton server's HTTP endpoint is and how long a probe may wait for it."""
 
-    url: str = "127.0.0.1:8000"
-    timeout_s: float = 2.0
+    url: str = field(
+        default="127.0.0.1:8000", metadata=setting("Triton's HTTP endpoint (no scheme, no path)", form="address")
+    )
+    timeout_s: float = field(
+        default=2.0, metadata=setting("connect + read timeout of the liveness and readiness calls", minimum=0.001)
+    )
 
 
 @dataclass(frozen=True)
 class EmbeddedSettings:
     """The embedded default: a real tritonserver started by healer on this machine."""
 
-    model_repository: Path
-    startup_timeout_s: float = 60.0
-    tritonserver: Path | None = None
+    model_repository: Path = field(metadata=setting("the model repository the embedded Triton serves"))
+    startup_timeout_s: float = field(
+        default=60.0, metadata=setting("how long the embedded Triton may take to become ready", minimum=1)
+    )
+    tritonserver: Path | None = field(
+        default=None,
+        metadata=setting("the tritonserver binary", default_doc="$TRITONSERVER, then the nvidia-pytriton wheel's"),
+    )
 
 
 @dataclass(frozen=True, eq=False)
 class TensorSpec:
     """One golden input or expected output: name, datatype, shape and values."""
 
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-    values: npt.NDArray[Any]
+    name: str = field(metadata=setting("the tensor's name, unique within the request's inputs or outputs"))
+    datatype: str = field(metadata=setting("its KServe v2 / Triton datatype", choices=tuple(DATATYPES)))
+    shape: tuple[int, ...] = field(metadata=setting("its shape", minimum=0, min_items=1))
+    values: npt.NDArray[Any] = field(
+        metadata=setting(
+            "its values: exactly one of data or file; they must fit the datatype without loss",
+            alternatives=(
+                ("data", 'the values inline, nested as the shape (NaN/Inf: .nan, .inf or "nan", "inf")'),
+                ("file", "a .npy or .json file holding them (relative: to the config file's folder)"),
+            ),
+        )
+    )
 
 
 @dataclass(frozen=True, eq=False)
 class ExpectedOutput:
-    tensor: TensorSpec
-    atol: float = 1e-6
-    rtol: float = 1e-5
+    tensor: TensorSpec = field(metadata=setting("the expected tensor", inline=True))
+    atol: float = field(
+        default=1e-6,
+        metadata=setting(
+            "absolute tolerance: pass when |actual - expected| <= atol + rtol * |expected|",
+            minimum=0,
+            default_doc="1e-06; 0 for BOOL, integer and BYTES outputs (they compare exactly)",
+        ),
+    )
+    rtol: float = field(
+        default=1e-5,
+        metadata=setting(
+            "relative tolerance (see atol)",
+            minimum=0,
+            default_doc="1e-05; 0 for BOOL, integer and BYTES outputs (they compare exactly)",
+        ),
+    )
 
 
 @dataclass(frozen=True, eq=False)
 class GoldenRequest:
     """A request with a known answer: the business tier's evidence that a model is right."""
 
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[ExpectedOutput, ...]
-    latency_slo_ms: float
-    timeout_s: float
+    inputs: tuple[TensorSpec, ...] = field(metadata=setting("the request's input tensors", min_items=1))
+    outputs: tuple[ExpectedOutput, ...] = field(
+        metadata=setting("the expected output tensors, matched by name; datatype and shape must match", min_items=1)
+    )
+    latency_slo_ms: float = field(
+        metadata=setting("a correct answer slower than this fails the business tier", minimum=0.001)
+    )
+    timeout_s: float = field(
+        default=5.0,
+        metadata=setting(
+            "no answer within this fails the probe; at least the latency SLO, and a small multiple of it "
+            "(a hang is detected in failure_threshold x timeout_s)",
+            minimum=0.001,
+        ),
+    )
     input_hash: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -108,22 +236,35 @@ class GoldenRequest:
 
 @dataclass(frozen=True, eq=False)
 class ModelSettings:
-    name: str
-    golden: GoldenRequest
+    name: str = field(metadata=setting("the model's name in Triton, unique in the file", form="model-name"))
+    golden: GoldenRequest = field(metadata=setting("the request with a known answer the business tier sends"))
     # None: probe every version Triton currently serves (follows rollbacks).
-    version: str | None = None
+    version: str | None = field(
+        default=None,
+        metadata=setting(
+            "pin one version", form="version", default_doc="every version Triton serves now (follows rollbacks)"
+        ),
+    )
     # A required model failing, healing or escalated makes the pod not ready (drains it).
-    required: bool = True
+    required: bool = field(
+        default=True, metadata=setting("whether this model failing, healing or escalated makes the pod not ready")
+    )
 
 
 @dataclass(frozen=True)
 class S3Settings:
-    bucket: str
-    prefix: str = ""
-    endpoint_url: str | None = None  # None: AWS; set for MinIO, SeaweedFS, Ceph...
-    region: str = "us-east-1"
-    connect_timeout_s: float = 3.0
-    read_timeout_s: float = 10.0
+    bucket: str = field(metadata=setting("the bucket holding every version healer can restore and its ledger"))
+    prefix: str = field(
+        default="",
+        metadata=setting("a key prefix inside the bucket (slashes at either end dropped)", blank_is_default=True),
+    )
+    endpoint_url: str | None = field(
+        default=None,
+        metadata=setting("the S3 endpoint, for MinIO, SeaweedFS, Ceph...", form="url", default_doc="AWS S3"),
+    )  # None: AWS; set for MinIO, SeaweedFS, Ceph...
+    region: str = field(default="us-east-1", metadata=setting("the bucket's region"))
+    connect_timeout_s: float = field(default=3.0, metadata=setting("S3 connect timeout", minimum=0.001))
+    read_timeout_s: float = field(default=10.0, metadata=setting("S3 read timeout", minimum=0.001))
     # Credentials come from the usual AWS_* environment variables or the pod's IAM role, never from this file.
 
 
@@ -131,39 +272,70 @@ class S3Settings:
 class StoreSettings:
     """Where model versions and the stable ledger live: a filesystem/NFS path or S3."""
 
-    filesystem: Path | None = None
-    s3: S3Settings | None = None
+    filesystem: Path | None = field(
+        default=None, metadata=setting("a filesystem or NFS store: its root directory", under="root")
+    )
+    s3: S3Settings | None = field(
+        default=None, metadata=setting("an S3 store (credentials: AWS_* variables or the pod's role, never here)")
+    )
 
 
 @dataclass(frozen=True)
 class AlertSettings:
-    webhook_url: str | None = None  # Alertmanager base URL; alerts go to <url>/api/v2/alerts
-    timeout_s: float = 5.0
-    runbook_url: str = "https://github.com/healer-dev/healer/blob/main/runbooks/rollback-escalated.md"
+    webhook_url: str | None = field(
+        default=None,
+        metadata=setting(
+            "Alertmanager's base URL; alerts go to <url>/api/v2/alerts", form="url", default_doc="no alerts sent"
+        ),
+    )
+    timeout_s: float = field(default=5.0, metadata=setting("timeout of one alert's delivery", minimum=0.001))
+    runbook_url: str = field(
+        default="https://github.com/healer-dev/healer/blob/main/runbooks/rollback-escalated.md",
+        metadata=setting("the runbook an escalation alert links to", form="url"),
+    )
 
 
 @dataclass(frozen=True)
 class ArgoSettings:
-    host: str = "https://argo-server.argo:2746"
-    namespace: str = "ml"  # where the healer-rollback WorkflowTemplate is installed: the Triton namespace
-    token_file: Path | None = None  # e.g. a projected service-account token
-    verify_ssl: bool = True
-    request_timeout_s: float = 5.0
+    host: str = field(default="https://argo-server.argo:2746", metadata=setting("argo-server's URL", form="url"))
+    namespace: str = field(
+        default="ml",
+        metadata=setting("where the healer-rollback WorkflowTemplate is installed: the Triton namespace"),
+    )
+    token_file: Path | None = field(
+        default=None,
+        metadata=setting(
+            "the bearer token sent to argo-server, e.g. a projected service-account token",
+            blank_is_default=True,
+            default_doc="no token",
+        ),
+    )
+    verify_ssl: bool = field(default=True, metadata=setting("verify argo-server's TLS certificate"))
+    request_timeout_s: float = field(default=5.0, metadata=setting("timeout of one argo-server call", minimum=0.001))
     # The CA that signed argo-server's certificate (Argo's default one is self-signed); None: the
     # system's CAs. Ignored when verify_ssl is false.
-    ca_file: Path | None = None
+    ca_file: Path | None = field(
+        default=None,
+        metadata=setting(
+            "the CA that signed argo-server's certificate (Argo's default one is self-signed); "
+            "ignored when verify_ssl is false",
+            blank_is_default=True,
+            default_doc="the system's CAs",
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class ReplicaSettings:
     """Every Triton a rollback must heal: the Running pods matching a label selector (Kubernetes API)."""
 
-    namespace: str
-    selector: str  # e.g. app.kubernetes.io/name=triton
-    port: int = 8000  # Triton's HTTP port in those pods
+    namespace: str = field(metadata=setting("the Triton pods' namespace"))
+    selector: str = field(metadata=setting("their label selector, e.g. app.kubernetes.io/name=triton"))
+    port: int = field(default=8000, metadata=setting("Triton's HTTP port in those pods", minimum=1, maximum=65535))
 
 
 ROLLBACK_ORDERS = ("swap", "unload-first")
+ROLLBACK_ENGINES = ("local", "argo")
 # rollback.deadline_s at most: the budget is 90 s by design, and the deadline also sizes the rollback's
 # lease (deadline + unload + 2 x load + margin, workflows/steps.py) and its workflow's
 # activeDeadlineSeconds. A deadline of hours is a typo or a misunderstanding; it would keep a dead
@@ -173,36 +345,73 @@ MAX_DEADLINE_S = 3600
 
 @dataclass(frozen=True)
 class RollbackSettings:
-    deadline_s: float = 90.0  # the whole rollback, unload to verified; past it: escalate
-    unload_timeout_s: float = 30.0
-    load_timeout_s: float = 60.0
-    poll_interval_s: float = 0.05
-    engine: str = "local"  # local | argo
+    deadline_s: float = field(
+        default=90.0,
+        metadata=setting(
+            "the whole rollback, lease to verified on every replica; past it: escalate",
+            minimum=1,
+            maximum=MAX_DEADLINE_S,
+            above_maximum=(
+                f"must be at most {MAX_DEADLINE_S} s (a rollback's budget is 90 s by design; its lease and its "
+                "workflow last about this long)"
+            ),
+        ),
+    )
+    unload_timeout_s: float = field(
+        default=30.0, metadata=setting("one replica's unload, at most deadline_s", minimum=0.1)
+    )
+    load_timeout_s: float = field(default=60.0, metadata=setting("one replica's load, at most deadline_s", minimum=0.1))
+    poll_interval_s: float = field(
+        default=0.05, metadata=setting("how often a load or unload in progress is checked", minimum=0.001)
+    )
+    engine: str = field(
+        default="local", metadata=setting("where rollbacks run: in this process or on Argo", choices=ROLLBACK_ENGINES)
+    )
     # LocalEngine's run records. A relative path resolves against the config file's folder, which
     # in a pod is a read-only ConfigMap: the default is absolute and writable.
-    state_dir: Path = Path("/tmp/healer/runs")  # noqa: S108 - a per-pod scratch directory
-    argo: ArgoSettings = field(default_factory=ArgoSettings)
-    alert: AlertSettings = field(default_factory=AlertSettings)
+    state_dir: Path = field(
+        default=Path("/tmp/healer/runs"),  # noqa: S108 - a per-pod scratch directory
+        metadata=setting("the LocalEngine's run records (writable)", blank_is_default=True),
+    )
+    argo: ArgoSettings = field(default_factory=ArgoSettings, metadata=setting("the Argo engine's argo-server"))
+    alert: AlertSettings = field(default_factory=AlertSettings, metadata=setting("where an escalation is sent"))
     # None: heal the Triton the request names (the submitting pod's), or triton.url.
-    replicas: ReplicaSettings | None = None
+    replicas: ReplicaSettings | None = field(
+        default=None,
+        metadata=setting(
+            "heal every replica: the Running pods matching a selector (Kubernetes API)",
+            default_doc="the Triton the request names (the submitting pod's), or triton.url",
+        ),
+    )
     # swap: load the stable version over the broken one (Triton loads the new version, then releases
     # the old; a failed load keeps the old): the model is never absent. unload-first: for models too
     # large to be resident twice; the model is absent between unload and load.
-    order: str = "swap"
+    order: str = field(
+        default="swap",
+        metadata=setting(
+            "swap: the stable version loaded over the broken one (never absent); unload-first: for models "
+            "too large to be resident twice",
+            choices=ROLLBACK_ORDERS,
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class TierThresholds:
-    failure_threshold: int
-    success_threshold: int
+    failure_threshold: int = field(metadata=setting("results in a row that make the tier fail", minimum=1))
+    success_threshold: int = field(metadata=setting("results in a row that make it pass again", minimum=1))
 
 
 @dataclass(frozen=True)
 class DrainPeers:
     """The pods of this sidecar's replica set (Kubernetes API): its own pod among them."""
 
-    namespace: str
-    selector: str  # e.g. app.kubernetes.io/name=triton
+    namespace: str = field(metadata=setting("the replica set's namespace"))
+    selector: str = field(metadata=setting("its pods' label selector, e.g. app.kubernetes.io/name=triton"))
+
+
+# Names the store uses for itself beside the drain sets (.healer/<name>/).
+RESERVED_SET_NAMES = frozenset({"ledger", "audit", "lease"})
 
 
 @dataclass(frozen=True)
@@ -212,17 +421,44 @@ class DrainSettings:
     ``min_ready`` pods stay serving. Exactly one peers source (who is Ready, who is terminating):
     ``peers`` (the Kubernetes API) or ``peer_urls`` (the sidecars' base URLs, this one's included)."""
 
-    min_ready: int = 1  # pods that must stay ready and serving, whatever is broken
-    peers: DrainPeers | None = None
-    peer_urls: tuple[str, ...] = ()
-    settle_s: float = 10.0  # no longer used (the drain set orders admissions): accepted so older files load
-    keep_decision_s: float = 60.0  # peers or drain set unreadable: keep a drain this long, then serve
-    timeout_s: float = 2.0  # one peer /status read (peer_urls; read in parallel)
+    # Keys older files may still carry: accepted with a warning naming the file and the key, then ignored.
+    deprecated_keys: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {"settle_s": "no longer used (the drain set orders admissions): remove it"}
+    )
+
+    min_ready: int = field(
+        default=1, metadata=setting("pods that must stay ready and serving, whatever is broken", minimum=1)
+    )
+    peers: DrainPeers | None = field(
+        default=None, metadata=setting("the replica set's pods, from the Kubernetes API (or peer_urls)")
+    )
+    peer_urls: tuple[str, ...] = field(
+        default=(),
+        metadata=setting("the replica set's sidecars' base URLs, this one's included (or peers)", form="url"),
+    )
+    keep_decision_s: float = field(
+        default=60.0, metadata=setting("peers or drain set unreadable: keep a drain this long, then serve", minimum=0)
+    )
+    timeout_s: float = field(
+        default=2.0, metadata=setting("one peer /status read (peer_urls; read in parallel)", minimum=0.001)
+    )
     # The drain set's name in the store, shared by the pods of one replica set and by no other set
     # (None: derived from peers' namespace and selector; with peer_urls a file must give it, see
-    # _parse_drain, and only settings built in code, e.g. a drill's scratch set, fall back to "default").
-    set_name: str | None = None
-    store_timeout_s: float = 5.0  # the longest one read-decide-write of the drain set may hold the probe loop
+    # _build_drain, and only settings built in code, e.g. a drill's scratch set, fall back to "default").
+    set_name: str | None = field(
+        default=None,
+        metadata=setting(
+            "the drain set's name in the store: the same in every pod of the replica set, different in every "
+            "other set sharing the store",
+            key="set",
+            form="set-name",
+            default_doc="derived from peers; required with peer_urls",
+        ),
+    )
+    store_timeout_s: float = field(
+        default=5.0,
+        metadata=setting("the longest one read-decide-write of the drain set may hold the probe loop", minimum=0.01),
+    )
 
     @property
     def drain_set(self) -> str:
@@ -237,7 +473,7 @@ class DrainSettings:
                 # in two during a rolling upgrade.)
                 digest = hashlib.sha256(raw.encode()).hexdigest()[:10]
                 name = f"{name[:89].rstrip('._-')}-{digest}"
-            return name if name and name not in {"ledger", "audit", "lease"} else "default"
+            return name if name and name not in RESERVED_SET_NAMES else "default"
         return "default"
 
 
@@ -245,40 +481,88 @@ class DrainSettings:
 class SidecarSettings:
     """The probe sidecar. Production default period: 5 s (a detection in ~15 s with threshold 3)."""
 
-    listen: str = "0.0.0.0:8088"  # the pod's probes and Prometheus reach it from outside
-    period_s: float = 5.0
+    listen: str = field(
+        default="0.0.0.0:8088",  # the pod's probes and Prometheus reach it from outside
+        metadata=setting("where /livez, /readyz, /metrics and /status listen; not Triton's port", form="address"),
+    )
+    period_s: float = field(default=5.0, metadata=setting("how often every model is probed", minimum=0.05))
     # Fast confirmation: after a wrong answer, re-probe that model this often (not every period) until
     # business.failure_threshold wrong answers in a row confirm it or a good answer clears it. The rule
     # is unchanged (that many consecutive wrong answers); only the wait between them shrinks. 0: off.
-    confirm_interval_s: float = 0.2
-    readiness: TierThresholds = TierThresholds(failure_threshold=2, success_threshold=1)
-    business: TierThresholds = TierThresholds(failure_threshold=3, success_threshold=2)
-    max_rollbacks: int = 3  # circuit breaker: rollbacks per model per window
-    window_s: float = 3600.0
+    confirm_interval_s: float = field(
+        default=0.2,
+        metadata=setting(
+            "after a wrong answer, re-probe that model this often until it is confirmed or cleared; "
+            "0 (off) or 0.05 to period_s",
+            minimum=0,
+        ),
+    )
+    readiness: TierThresholds = field(
+        default=TierThresholds(failure_threshold=2, success_threshold=1),
+        metadata=setting("the readiness tier's thresholds"),
+    )
+    business: TierThresholds = field(
+        default=TierThresholds(failure_threshold=3, success_threshold=2),
+        metadata=setting("the business tier's (golden request's) thresholds"),
+    )
+    max_rollbacks: int = field(
+        default=3, metadata=setting("circuit breaker: rollbacks per model per window_s", minimum=1)
+    )
+    window_s: float = field(default=3600.0, metadata=setting("the circuit breaker's window", minimum=1))
     # If the Argo engine cannot take the rollback within this, run it in the pod (LocalEngine).
-    argo_submit_timeout_s: float = 5.0
-    fallback_to_local: bool = True
+    argo_submit_timeout_s: float = field(
+        default=5.0, metadata=setting("Argo not taking a rollback within this: run it in the pod", minimum=0.1)
+    )
+    fallback_to_local: bool = field(
+        default=True, metadata=setting("run a rollback in the pod when Argo cannot take it")
+    )
     # The longest one engine call (build, submit-or-join, status) may hold the probe loop; past it the
     # call is left to its thread and counted as "maybe delivered" (healer/sidecar.py BoundedCalls).
-    engine_call_timeout_s: float = 15.0
+    engine_call_timeout_s: float = field(
+        default=15.0,
+        metadata=setting("the longest one engine call (submit, status) may hold the probe loop", minimum=0.01),
+    )
     # None: drain on every failing model, as on a single machine; set it for a replica set.
-    drain: DrainSettings | None = None
+    drain: DrainSettings | None = field(
+        default=None,
+        metadata=setting(
+            "drain a replica set without ever emptying its Service", default_doc="every failing pod drains"
+        ),
+    )
     # The pod's terminationGracePeriodSeconds: after SIGTERM, an in-pod rollback gets part of it to
     # finish, then is cancelled so that it stops cleanly and its exit handler alerts within it.
-    termination_grace_s: float = 30.0
+    termination_grace_s: float = field(
+        default=30.0,
+        metadata=setting(
+            "the pod's terminationGracePeriodSeconds: an in-pod rollback is cancelled within it", minimum=1
+        ),
+    )
 
 
 @dataclass(frozen=True, eq=False)
 class Settings:
-    source: str
-    triton: TritonSettings
-    models: tuple[ModelSettings, ...]
-    embedded: EmbeddedSettings | None = None
-    store: StoreSettings | None = None
+    source: str  # the file the settings were read from (not a key)
+    triton: TritonSettings = field(metadata=setting("the Triton this healer watches"))
+    models: tuple[ModelSettings, ...] = field(
+        metadata=setting("the models to check, each with its golden request", min_items=1)
+    )
+    embedded: EmbeddedSettings | None = field(
+        default=None, metadata=setting("only for `healer demo`: a real tritonserver on free ports")
+    )
+    store: StoreSettings | None = field(
+        default=None,
+        metadata=setting("where versions and the stable ledger live: exactly one of filesystem or s3"),
+    )
     # The directory Triton reads (its --model-repository). None: the filesystem store itself.
-    live_repository: Path | None = None
-    rollback: RollbackSettings = field(default_factory=RollbackSettings)
-    sidecar: SidecarSettings = field(default_factory=SidecarSettings)
+    live_repository: Path | None = field(
+        default=None,
+        metadata=setting(
+            "the directory Triton reads (its --model-repository); required with an S3 store",
+            default_doc="the filesystem store's root",
+        ),
+    )
+    rollback: RollbackSettings = field(default_factory=RollbackSettings, metadata=setting("how a rollback runs"))
+    sidecar: SidecarSettings = field(default_factory=SidecarSettings, metadata=setting("the probe sidecar"))
 
     @property
     def live_repository_path(self) -> Path | None:
@@ -418,154 +702,249 @@ def load_settings(path: str | Path) -> Settings:
 
 
 def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
-    reader = _Reader(source, base_dir)
-    root = reader.mapping(
-        document,
-        "",
-        required={"models"},
-        optional={"triton", "embedded", "store", "live_repository", "rollback", "sidecar"},
-    )
-    triton = _parse_triton(reader, root.get("triton") if root.get("triton") is not None else {})
-    embedded = _parse_embedded(reader, root["embedded"]) if root.get("embedded") is not None else None
-    store = _parse_store(reader, root["store"]) if root.get("store") is not None else None
-    live = reader.path(root["live_repository"], "live_repository") if root.get("live_repository") is not None else None
-    if store is not None and store.s3 is not None and live is None:
-        raise ConfigError(source, "live_repository", "is required with an S3 store (the directory Triton reads)")
-    rollback = _parse_rollback(reader, root["rollback"] if root.get("rollback") is not None else {})
-    models_raw = reader.sequence(root["models"], "models", min_length=1)
-    models = tuple(_parse_model(reader, item, f"models[{i}]") for i, item in enumerate(models_raw))
-    seen: dict[str, int] = {}
-    for i, model in enumerate(models):
-        if model.name in seen:
-            raise ConfigError(
-                source,
-                f"models[{i}].name",
-                f"duplicate model {model.name!r} (also models[{seen[model.name]}])",
-            )
-        seen[model.name] = i
-    sidecar_raw = root["sidecar"] if root.get("sidecar") is not None else {}
-    settings = Settings(
-        source=source,
-        triton=triton,
-        models=models,
-        embedded=embedded,
-        store=store,
-        live_repository=live,
-        rollback=rollback,
-        sidecar=_parse_sidecar(reader, sidecar_raw),
-    )
-    try:
-        check_listen(settings)
-    except ValueError as exc:
-        given = "" if "listen" in sidecar_raw else " (the default)"
-        raise ConfigError(source, "sidecar.listen", f"{exc}{given}") from None
+    settings: Settings = parse_section(Settings, document, source=source, base_dir=base_dir)
     return settings
 
 
-def _parse_sidecar(reader: _Reader, raw: Any) -> SidecarSettings:
-    key = "sidecar"
+def parse_section(cls: type[T], document: Any, *, source: str, base_dir: Path, key: str = "") -> T:
+    """A settings section read from its YAML mapping at ``key`` by its declaration (parse_settings:
+    the whole file). Raises ConfigError naming ``source``, the key path and the problem."""
+    section: T = _section(_Reader(source, base_dir), cls, document, key, None)
+    return section
+
+
+# ---- reading a section by its declaration --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeclaredKey:
+    """One declared key of a section: its field, its name in the file, its type and its default."""
+
+    name: str  # the dataclass field
+    key: str  # its name in healer.yaml
+    spec: Setting
+    kind: type  # the value's type without None: float, int, bool, str, Path, tuple or a section's class
+    item: type | None  # a list's item type
+    optional: bool  # ``X | None``: null or omitted is None
+    default: Any  # MISSING: required
+
+    @property
+    def required(self) -> bool:
+        return self.default is MISSING and not self.spec.alternatives
+
+    def file_keys(self) -> tuple[str, ...]:
+        """The keys this field reads in its section's mapping."""
+        if self.spec.inline:
+            return tuple(k for d in declared_keys(self.kind) for k in d.file_keys())
+        if self.spec.alternatives:
+            return tuple(name for name, _ in self.spec.alternatives)
+        return (self.key,)
+
+
+def is_section(kind: Any) -> bool:
+    return isinstance(kind, type) and dataclasses.is_dataclass(kind)
+
+
+def declared_keys(cls: type[Any]) -> tuple[DeclaredKey, ...]:
+    """The keys ``cls`` declares, in the order of its fields (a field without a Setting is no key)."""
+    if cls not in _DECLARED:
+        _DECLARED[cls] = _declare(cls)
+    return _DECLARED[cls]
+
+
+_DECLARED: dict[type[Any], tuple[DeclaredKey, ...]] = {}
+
+
+def _declare(cls: type[Any]) -> tuple[DeclaredKey, ...]:
+    hints = typing.get_type_hints(cls)
+    found = []
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get(SETTING)
+        if spec is None:
+            continue
+        kind, optional = _without_none(hints[f.name])
+        item = None
+        if typing.get_origin(kind) is tuple:
+            item = typing.get_args(kind)[0]
+            kind = tuple
+        default: Any = f.default
+        if f.default_factory is not MISSING:
+            default = f.default_factory()
+        elif default is MISSING and is_section(kind) and all(d.default is not MISSING for d in declared_keys(kind)):
+            default = kind()  # a section every key of which has a default: omitting it means all defaults
+        found.append(DeclaredKey(f.name, spec.key or f.name, spec, kind, item, optional, default))
+    return tuple(found)
+
+
+def _without_none(hint: Any) -> tuple[Any, bool]:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0], True
+    return hint, False
+
+
+def _section(reader: _Reader, cls: type[Any], raw: Any, key: str, default: Any) -> Any:
+    """``cls`` from its mapping ``raw`` at ``key``; missing keys take ``default``'s values (None: the
+    fields' defaults). The section's own rules run before (_CHECK) and after (_BUILD) its keys are read."""
+    declared = declared_keys(cls)
     data = reader.mapping(
         raw,
         key,
-        optional={
-            "listen",
-            "period_s",
-            "confirm_interval_s",
-            "readiness",
-            "business",
-            "max_rollbacks",
-            "window_s",
-            "argo_submit_timeout_s",
-            "fallback_to_local",
-            "engine_call_timeout_s",
-            "drain",
-            "termination_grace_s",
-        },
+        # With a default section (sidecar.readiness's), a missing key takes its value: none is required.
+        required=set() if default is not None else {k for d in declared for k in _required_keys(d)},
+        optional={k for d in declared for k in d.file_keys()},
+        deprecated=getattr(cls, "deprecated_keys", {}),
     )
-    d = SidecarSettings()
-    listen = reader.address(data.get("listen", d.listen), f"{key}.listen", url=False)
+    check = _CHECK.get(cls)
+    if check is not None:
+        check(reader, key, data)
+    values: dict[str, Any] = {}
+    for d in declared:
+        if d.spec.alternatives:
+            continue  # read by the section's _BUILD step
+        path = f"{key}.{d.key}" if key else d.key
+        if d.spec.inline:
+            own = set(d.file_keys())
+            values[d.name] = _section(reader, d.kind, {k: v for k, v in data.items() if k in own}, key, None)
+            continue
+        fallback = getattr(default, d.name) if default is not None else d.default
+        raw_value = data.get(d.key, MISSING)
+        if _takes_default(d, raw_value, fallback):
+            values[d.name] = fallback
+        else:
+            values[d.name] = _value(reader, d, d.kind, raw_value, path, fallback)
+    build = _BUILD.get(cls)
+    return build(reader, key, data, values) if build is not None else cls(**values)
 
-    def thresholds(name: str, default: TierThresholds) -> TierThresholds:
-        if data.get(name) is None:
-            return default
-        t = reader.mapping(data[name], f"{key}.{name}", optional={"failure_threshold", "success_threshold"})
-        return TierThresholds(
-            failure_threshold=reader.integer(
-                t.get("failure_threshold", default.failure_threshold), f"{key}.{name}.failure_threshold", minimum=1
-            ),
-            success_threshold=reader.integer(
-                t.get("success_threshold", default.success_threshold), f"{key}.{name}.success_threshold", minimum=1
-            ),
-        )
 
-    fallback = data.get("fallback_to_local", d.fallback_to_local)
-    if not isinstance(fallback, bool):
-        raise ConfigError(
-            reader.source, f"{key}.fallback_to_local", f"must be true or false, got {_describe(fallback)}"
+def _required_keys(d: DeclaredKey) -> tuple[str, ...]:
+    if d.spec.inline:
+        return tuple(k for inner in declared_keys(d.kind) for k in _required_keys(inner))
+    return d.file_keys() if d.required else ()
+
+
+def _takes_default(d: DeclaredKey, raw: Any, fallback: Any) -> bool:
+    """Omitted; or null where that means the default (an optional key, a section or list that has
+    one); or blank where the key says so. A scalar that must have a value refuses null."""
+    if raw is MISSING:
+        return True
+    if raw is None and (d.optional or (fallback is not MISSING and (d.kind is tuple or is_section(d.kind)))):
+        return True
+    return d.spec.blank_is_default and raw in (None, "")
+
+
+def _value(reader: _Reader, d: DeclaredKey, kind: Any, raw: Any, path: str, fallback: Any) -> Any:
+    spec = d.spec
+    if spec.under is not None:
+        raw = reader.mapping(raw, path, required={spec.under})[spec.under]
+        path = f"{path}.{spec.under}"
+    if is_section(kind):
+        return _section(reader, kind, raw, path, fallback if is_section(type(fallback)) else None)
+    if kind is tuple:
+        items = reader.sequence(raw, path, min_length=spec.min_items)
+        return tuple(_value(reader, d, d.item, item, f"{path}[{i}]", None) for i, item in enumerate(items))
+    return _scalar_value(reader, spec, kind, raw, path)
+
+
+def _scalar_value(reader: _Reader, spec: Setting, kind: Any, raw: Any, path: str) -> Any:
+    if kind is bool:
+        if not isinstance(raw, bool):
+            raise reader.fail(path, f"must be true or false, got {_describe(raw)}")
+        return raw
+    if kind in (int, float):
+        minimum = -math.inf if spec.minimum is None else spec.minimum
+        number = (
+            reader.integer(raw, path, minimum=minimum) if kind is int else reader.number(raw, path, minimum=minimum)
         )
-    period_s = reader.number(data.get("period_s", d.period_s), f"{key}.period_s", minimum=0.05)
-    confirm_interval_s = reader.number(
-        data.get("confirm_interval_s", d.confirm_interval_s), f"{key}.confirm_interval_s", minimum=0
-    )
+        if spec.maximum is not None and number > spec.maximum:
+            raise reader.fail(path, f"{spec.above_maximum or f'must be <= {spec.maximum:g}'}, got {number:g}")
+        return number
+    if kind is Path:
+        return reader.path(raw, path)
+    if spec.form is not None:
+        return _read_form(reader, spec.form, raw, path)
+    text = reader.string(raw, path)
+    if spec.choices and text not in spec.choices:
+        raise reader.fail(path, f"must be {_choices(spec.choices)}, got {text!r}")
+    return text
+
+
+def _choices(choices: Sequence[str]) -> str:
+    if len(choices) == 2:
+        return f"{choices[0]!r} or {choices[1]!r}"
+    return f"one of {', '.join(choices)}"
+
+
+def _read_form(reader: _Reader, form: str, raw: Any, key: str) -> str:
+    """A string of one of FORMS, checked: the one place each such check is written."""
+    if form == "version":
+        # YAML reads `version: 3` as a number: Triton's versions are numbers, so take it as written.
+        text = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else reader.string(raw, key)
+        if not VERSION_PATTERN.match(text):
+            raise reader.fail(key, f"must be a positive integer (Triton version directories are numbers), got {raw!r}")
+        return text
+    text = reader.string(raw, key)
+    if form in ("address", "url"):
+        try:
+            parse_address(text, url=form == "url")
+        except ValueError as exc:
+            raise reader.fail(key, str(exc)) from None
+    elif form == "model-name" and (not MODEL_NAME_PATTERN.match(text) or ".." in text):
+        raise reader.fail(
+            key,
+            "must be 1-128 characters of letters, digits, '_', '.', '-', not start with '.' or '-' "
+            f"and contain no '..' (it becomes a path and a URL), got {text!r}",
+        )
+    elif form == "set-name" and (
+        not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", text) or ".." in text or text in RESERVED_SET_NAMES
+    ):
+        raise reader.fail(key, f"must be a name ([A-Za-z0-9_.-], not ledger/audit/lease), got {text!r}")
+    return text
+
+
+# ---- the rules that tie keys together: one function per section that has any ---------------------------
+# _CHECK runs on the section's mapping before its keys are read, _BUILD on the values read (and the
+# mapping, to tell a key the file gives from a default) and returns the section.
+
+
+def _build_settings(reader: _Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> Settings:
+    store: StoreSettings | None = values["store"]
+    if store is not None and store.s3 is not None and values["live_repository"] is None:
+        raise reader.fail("live_repository", "is required with an S3 store (the directory Triton reads)")
+    seen: dict[str, int] = {}
+    for i, model in enumerate(values["models"]):
+        if model.name in seen:
+            raise reader.fail(f"models[{i}].name", f"duplicate model {model.name!r} (also models[{seen[model.name]}])")
+        seen[model.name] = i
+    settings = Settings(source=reader.source, **values)
+    try:
+        check_listen(settings)
+    except ValueError as exc:
+        given = "" if "listen" in (data.get("sidecar") or {}) else " (the default)"
+        raise reader.fail("sidecar.listen", f"{exc}{given}") from None
+    return settings
+
+
+def _build_sidecar(reader: _Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> SidecarSettings:
+    period_s, confirm_interval_s = values["period_s"], values["confirm_interval_s"]
     if 0 < confirm_interval_s < 0.05 or confirm_interval_s > period_s:
-        raise ConfigError(
-            reader.source,
+        raise reader.fail(
             f"{key}.confirm_interval_s",
             f"must be 0 (off) or between 0.05 and period_s ({period_s:g}), got {confirm_interval_s:g}",
         )
-    return SidecarSettings(
-        listen=listen,
-        period_s=period_s,
-        confirm_interval_s=confirm_interval_s,
-        readiness=thresholds("readiness", d.readiness),
-        business=thresholds("business", d.business),
-        max_rollbacks=reader.integer(data.get("max_rollbacks", d.max_rollbacks), f"{key}.max_rollbacks", minimum=1),
-        window_s=reader.number(data.get("window_s", d.window_s), f"{key}.window_s", minimum=1),
-        argo_submit_timeout_s=reader.number(
-            data.get("argo_submit_timeout_s", d.argo_submit_timeout_s), f"{key}.argo_submit_timeout_s", minimum=0.1
-        ),
-        fallback_to_local=fallback,
-        engine_call_timeout_s=reader.number(
-            data.get("engine_call_timeout_s", d.engine_call_timeout_s), f"{key}.engine_call_timeout_s", minimum=0.01
-        ),
-        drain=_parse_drain(reader, data["drain"]) if data.get("drain") is not None else None,
-        termination_grace_s=reader.number(
-            data.get("termination_grace_s", d.termination_grace_s), f"{key}.termination_grace_s", minimum=1
-        ),
-    )
+    return SidecarSettings(**values)
 
 
-def _parse_drain(reader: _Reader, raw: Any) -> DrainSettings:
-    key = "sidecar.drain"
-    data = reader.mapping(
-        raw,
-        key,
-        optional={
-            "min_ready",
-            "peers",
-            "peer_urls",
-            "settle_s",
-            "keep_decision_s",
-            "timeout_s",
-            "set",
-            "store_timeout_s",
-        },
-    )
+def _check_drain(reader: _Reader, key: str, data: dict[str, Any]) -> None:
     if (data.get("peers") is None) == (data.get("peer_urls") is None):
-        raise ConfigError(reader.source, key, "needs exactly one of 'peers' (Kubernetes) or 'peer_urls'")
-    d = DrainSettings()
-    peers = None
-    if data.get("peers") is not None:
-        p = reader.mapping(data["peers"], f"{key}.peers", required={"namespace", "selector"})
-        peers = DrainPeers(
-            namespace=reader.string(p["namespace"], f"{key}.peers.namespace"),
-            selector=reader.string(p["selector"], f"{key}.peers.selector"),
-        )
-    urls = []
-    for i, url in enumerate(reader.sequence(data.get("peer_urls") or [], f"{key}.peer_urls")):
-        urls.append(reader.address(url, f"{key}.peer_urls[{i}]", url=True).rstrip("/"))
-    if data.get("peer_urls") is not None and not urls:
-        raise ConfigError(reader.source, f"{key}.peer_urls", "must list at least one sidecar URL")
+        raise reader.fail(key, "needs exactly one of 'peers' (Kubernetes) or 'peer_urls'")
+
+
+def _build_drain(reader: _Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> DrainSettings:
+    values["peer_urls"] = tuple(url.rstrip("/") for url in values["peer_urls"])
+    if data.get("peer_urls") is not None and not values["peer_urls"]:
+        raise reader.fail(f"{key}.peer_urls", "must list at least one sidecar URL")
     # With peer_urls the file must name the drain set. Nothing in it says which replica set this is:
     # a fixed name ("default", as before) is shared by every such set writing to the store, and one
     # set's writer prunes the other's drained pod (not among its peers), so the other's second pod
@@ -573,295 +952,94 @@ def _parse_drain(reader: _Reader, raw: Any) -> DrainSettings:
     # list: while a rollout changes peer_urls, old and new pods of one set would use two drain sets and
     # could both drain. Only a person knows the set's lasting name. (With peers, namespace and
     # selector are the set's identity and stay put as it scales: the name is derived from them.)
-    if urls and data.get("set") is None:
-        raise ConfigError(
-            reader.source,
+    if values["peer_urls"] and values["set_name"] is None:
+        raise reader.fail(
             f"{key}.set",
             "is required with peer_urls: name the replica set's drain set (the same name in every pod of "
             "the set, a different one in every other set sharing the store); `set: default` keeps the set "
             "these pods used before this was required, so a rolling upgrade does not split it in two",
         )
-    return DrainSettings(
-        min_ready=reader.integer(data.get("min_ready", d.min_ready), f"{key}.min_ready", minimum=1),
-        peers=peers,
-        peer_urls=tuple(urls),
-        settle_s=reader.number(data.get("settle_s", d.settle_s), f"{key}.settle_s", minimum=0),
-        keep_decision_s=reader.number(
-            data.get("keep_decision_s", d.keep_decision_s), f"{key}.keep_decision_s", minimum=0
-        ),
-        timeout_s=reader.number(data.get("timeout_s", d.timeout_s), f"{key}.timeout_s", minimum=0.001),
-        set_name=_drain_set_name(reader, data.get("set")),
-        store_timeout_s=reader.number(
-            data.get("store_timeout_s", d.store_timeout_s), f"{key}.store_timeout_s", minimum=0.01
-        ),
-    )
+    return DrainSettings(**values)
 
 
-def _drain_set_name(reader: _Reader, raw: Any) -> str | None:
-    if raw is None:
-        return None
-    name = reader.string(raw, "sidecar.drain.set")
-    if (
-        not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name)
-        or ".." in name
-        or name in {"ledger", "audit", "lease"}
-    ):
-        raise ConfigError(
-            reader.source, "sidecar.drain.set", f"must be a name ([A-Za-z0-9_.-], not ledger/audit/lease), got {name!r}"
-        )
-    return name
+def _check_store(reader: _Reader, key: str, data: dict[str, Any]) -> None:
+    if (data.get("filesystem") is None) == (data.get("s3") is None):
+        raise reader.fail(key, "needs exactly one of 'filesystem' or 's3'")
 
 
-def _parse_store(reader: _Reader, raw: Any) -> StoreSettings:
-    data = reader.mapping(raw, "store", optional={"filesystem", "s3"})
-    if ("filesystem" in data) == ("s3" in data):
-        raise ConfigError(reader.source, "store", "needs exactly one of 'filesystem' or 's3'")
-    if "filesystem" in data:
-        fs = reader.mapping(data["filesystem"], "store.filesystem", required={"root"})
-        return StoreSettings(filesystem=reader.path(fs["root"], "store.filesystem.root"))
-    s3 = reader.mapping(
-        data["s3"],
-        "store.s3",
-        required={"bucket"},
-        optional={"prefix", "endpoint_url", "region", "connect_timeout_s", "read_timeout_s"},
-    )
-    defaults = S3Settings(bucket="-")
-    endpoint = s3.get("endpoint_url")
-    if endpoint is not None:
-        endpoint = reader.address(endpoint, "store.s3.endpoint_url", url=True)
-    return StoreSettings(
-        s3=S3Settings(
-            bucket=reader.string(s3["bucket"], "store.s3.bucket"),
-            prefix=reader.string(s3["prefix"], "store.s3.prefix").strip("/") if s3.get("prefix") else "",
-            endpoint_url=endpoint,
-            region=reader.string(s3.get("region", defaults.region), "store.s3.region"),
-            connect_timeout_s=reader.number(
-                s3.get("connect_timeout_s", defaults.connect_timeout_s), "store.s3.connect_timeout_s", minimum=0.001
-            ),
-            read_timeout_s=reader.number(
-                s3.get("read_timeout_s", defaults.read_timeout_s), "store.s3.read_timeout_s", minimum=0.001
-            ),
-        )
-    )
+def _build_s3(reader: _Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> S3Settings:
+    return S3Settings(**{**values, "prefix": values["prefix"].strip("/")})
 
 
-def _parse_rollback(reader: _Reader, raw: Any) -> RollbackSettings:
-    key = "rollback"
-    data = reader.mapping(
-        raw,
-        key,
-        optional={
-            "deadline_s",
-            "unload_timeout_s",
-            "load_timeout_s",
-            "poll_interval_s",
-            "engine",
-            "state_dir",
-            "argo",
-            "alert",
-            "replicas",
-            "order",
-        },
-    )
-    d = RollbackSettings()
-    order = reader.string(data.get("order", d.order), f"{key}.order")
-    if order not in ROLLBACK_ORDERS:
-        raise ConfigError(reader.source, f"{key}.order", f"must be 'swap' or 'unload-first', got {order!r}")
-    replicas = None
-    if data.get("replicas") is not None:
-        r = reader.mapping(data["replicas"], f"{key}.replicas", required={"namespace", "selector"}, optional={"port"})
-        port = reader.integer(r.get("port", 8000), f"{key}.replicas.port", minimum=1)
-        if port > 65535:
-            raise ConfigError(reader.source, f"{key}.replicas.port", f"must be <= 65535, got {port}")
-        replicas = ReplicaSettings(
-            namespace=reader.string(r["namespace"], f"{key}.replicas.namespace"),
-            selector=reader.string(r["selector"], f"{key}.replicas.selector"),
-            port=port,
-        )
-    engine = reader.string(data.get("engine", d.engine), f"{key}.engine")
-    if engine not in {"local", "argo"}:
-        raise ConfigError(reader.source, f"{key}.engine", f"must be 'local' or 'argo', got {engine!r}")
-    argo = d.argo
-    if data.get("argo") is not None:
-        a = reader.mapping(
-            data["argo"],
-            f"{key}.argo",
-            optional={"host", "namespace", "token_file", "verify_ssl", "request_timeout_s", "ca_file"},
-        )
-        host = reader.address(a.get("host", argo.host), f"{key}.argo.host", url=True)
-        verify = a.get("verify_ssl", argo.verify_ssl)
-        if not isinstance(verify, bool):
-            raise ConfigError(
-                reader.source, f"{key}.argo.verify_ssl", f"must be true or false, got {_describe(verify)}"
-            )
-        argo = ArgoSettings(
-            host=host,
-            namespace=reader.string(a.get("namespace", argo.namespace), f"{key}.argo.namespace"),
-            token_file=reader.path(a["token_file"], f"{key}.argo.token_file") if a.get("token_file") else None,
-            verify_ssl=verify,
-            request_timeout_s=reader.number(
-                a.get("request_timeout_s", argo.request_timeout_s), f"{key}.argo.request_timeout_s", minimum=0.001
-            ),
-            ca_file=reader.path(a["ca_file"], f"{key}.argo.ca_file") if a.get("ca_file") else None,
-        )
-    alert = d.alert
-    if data.get("alert") is not None:
-        al = reader.mapping(data["alert"], f"{key}.alert", optional={"webhook_url", "timeout_s", "runbook_url"})
-        url = al.get("webhook_url")
-        alert = AlertSettings(
-            webhook_url=reader.address(url, f"{key}.alert.webhook_url", url=True) if url is not None else None,
-            timeout_s=reader.number(al.get("timeout_s", alert.timeout_s), f"{key}.alert.timeout_s", minimum=0.001),
-            runbook_url=reader.address(al.get("runbook_url", alert.runbook_url), f"{key}.alert.runbook_url", url=True),
-        )
-    deadline_s = reader.number(data.get("deadline_s", d.deadline_s), f"{key}.deadline_s", minimum=1)
-    if deadline_s > MAX_DEADLINE_S:
-        raise ConfigError(
-            reader.source,
-            f"{key}.deadline_s",
-            f"must be at most {MAX_DEADLINE_S} s (a rollback's budget is 90 s by design; its lease and its "
-            f"workflow last about this long), got {deadline_s:g}",
-        )
-
-    phases = {
-        name: reader.number(data.get(name, default), f"{key}.{name}", minimum=0.1)
-        for name, default in (("unload_timeout_s", d.unload_timeout_s), ("load_timeout_s", d.load_timeout_s))
-    }
+def _build_rollback(reader: _Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> RollbackSettings:
+    deadline_s = values["deadline_s"]
     # Each is one phase of the rollback: longer than the whole of it is a contradiction. A key the
     # file gives is named before a default it contradicts.
-    late = sorted((n for n, v in phases.items() if v > deadline_s), key=lambda n: n not in data)
+    phases = ("unload_timeout_s", "load_timeout_s")
+    late = sorted((n for n in phases if values[n] > deadline_s), key=lambda n: n not in data)
     if late:
         name = late[0]
-        raise ConfigError(
-            reader.source,
+        raise reader.fail(
             f"{key}.{name}",
             f"must be at most {key}.deadline_s ({deadline_s:g} s): the {name.split('_')[0]} is part of the "
-            f"rollback, got {phases[name]:g}{'' if name in data else ' (the default)'}",
+            f"rollback, got {values[name]:g}{'' if name in data else ' (the default)'}",
         )
-    return RollbackSettings(
-        deadline_s=deadline_s,
-        unload_timeout_s=phases["unload_timeout_s"],
-        load_timeout_s=phases["load_timeout_s"],
-        poll_interval_s=reader.number(
-            data.get("poll_interval_s", d.poll_interval_s), f"{key}.poll_interval_s", minimum=0.001
-        ),
-        engine=engine,
-        state_dir=reader.path(data.get("state_dir") or str(d.state_dir), f"{key}.state_dir"),
-        argo=argo,
-        alert=alert,
-        replicas=replicas,
-        order=order,
-    )
+    return RollbackSettings(**values)
 
 
-def _parse_triton(reader: _Reader, raw: Any) -> TritonSettings:
-    data = reader.mapping(raw, "triton", optional={"url", "timeout_s"})
-    defaults = TritonSettings()
-    url = reader.address(data.get("url", defaults.url), "triton.url", url=False)
-    timeout_s = reader.number(data.get("timeout_s", defaults.timeout_s), "triton.timeout_s", minimum=0.001)
-    return TritonSettings(url=url, timeout_s=timeout_s)
-
-
-def _parse_embedded(reader: _Reader, raw: Any) -> EmbeddedSettings:
-    data = reader.mapping(
-        raw,
-        "embedded",
-        required={"model_repository"},
-        optional={"startup_timeout_s", "tritonserver"},
-    )
-    repository = reader.path(data["model_repository"], "embedded.model_repository")
-    tritonserver = data.get("tritonserver")
-    return EmbeddedSettings(
-        model_repository=repository,
-        startup_timeout_s=reader.number(data.get("startup_timeout_s", 60.0), "embedded.startup_timeout_s", minimum=1),
-        tritonserver=reader.path(tritonserver, "embedded.tritonserver") if tritonserver is not None else None,
-    )
-
-
-def _parse_model(reader: _Reader, raw: Any, key: str) -> ModelSettings:
-    data = reader.mapping(raw, key, required={"name", "golden"}, optional={"version", "required"})
-    name = reader.string(data["name"], f"{key}.name")
-    if not MODEL_NAME_PATTERN.match(name) or ".." in name:
-        raise ConfigError(
-            reader.source,
-            f"{key}.name",
-            "must be 1-128 characters of letters, digits, '_', '.', '-', not start with '.' or '-' "
-            f"and contain no '..' (it becomes a path and a URL), got {name!r}",
-        )
-    version: str | None = None
-    if data.get("version") is not None:
-        raw_version = data["version"]
-        version = str(raw_version) if isinstance(raw_version, int) and not isinstance(raw_version, bool) else None
-        if version is None:
-            version = reader.string(raw_version, f"{key}.version")
-        if not VERSION_PATTERN.match(version):
-            raise ConfigError(
-                reader.source,
-                f"{key}.version",
-                f"must be a positive integer (Triton version directories are numbers), got {raw_version!r}",
-            )
-    golden = _parse_golden(reader, data["golden"], f"{key}.golden")
-    required = data.get("required", True)
-    if not isinstance(required, bool):
-        raise ConfigError(reader.source, f"{key}.required", f"must be true or false, got {_describe(required)}")
-    return ModelSettings(name=name, version=version, golden=golden, required=required)
-
-
-def _parse_golden(reader: _Reader, raw: Any, key: str) -> GoldenRequest:
-    data = reader.mapping(raw, key, required={"inputs", "outputs", "latency_slo_ms"}, optional={"timeout_s"})
-    inputs = tuple(
-        _parse_tensor(reader, item, f"{key}.inputs[{i}]", extra=set())[0]
-        for i, item in enumerate(reader.sequence(data["inputs"], f"{key}.inputs", min_length=1))
-    )
-    _reject_duplicate_names(reader, [t.name for t in inputs], f"{key}.inputs")
-    outputs = []
-    for i, item in enumerate(reader.sequence(data["outputs"], f"{key}.outputs", min_length=1)):
-        out_key = f"{key}.outputs[{i}]"
-        tensor, extra = _parse_tensor(reader, item, out_key, extra={"atol", "rtol"})
-        # Integers and booleans (class ids, token ids, flags) compare exactly unless a tolerance is given.
-        exact = np.dtype(DATATYPES[tensor.datatype]).kind in "biuO"
-        atol = reader.number(extra.get("atol", 0.0 if exact else 1e-6), f"{out_key}.atol", minimum=0)
-        rtol = reader.number(extra.get("rtol", 0.0 if exact else 1e-5), f"{out_key}.rtol", minimum=0)
-        outputs.append(ExpectedOutput(tensor=tensor, atol=atol, rtol=rtol))
-    _reject_duplicate_names(reader, [o.tensor.name for o in outputs], f"{key}.outputs")
-    latency_slo_ms = reader.number(data["latency_slo_ms"], f"{key}.latency_slo_ms", minimum=0.001)
-    timeout_s = reader.number(data.get("timeout_s", 5.0), f"{key}.timeout_s", minimum=0.001)
+def _build_golden(reader: _Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> GoldenRequest:
+    _reject_duplicate_names(reader, [t.name for t in values["inputs"]], f"{key}.inputs")
+    _reject_duplicate_names(reader, [o.tensor.name for o in values["outputs"]], f"{key}.outputs")
+    latency_slo_ms, timeout_s = values["latency_slo_ms"], values["timeout_s"]
     if timeout_s * 1000 < latency_slo_ms:
-        raise ConfigError(
-            reader.source,
-            f"{key}.timeout_s",
-            f"must be at least the latency SLO ({latency_slo_ms} ms), got {timeout_s} s",
+        raise reader.fail(
+            f"{key}.timeout_s", f"must be at least the latency SLO ({latency_slo_ms} ms), got {timeout_s} s"
         )
-    return GoldenRequest(inputs=inputs, outputs=tuple(outputs), latency_slo_ms=latency_slo_ms, timeout_s=timeout_s)
+    return GoldenRequest(**values)
 
 
 def _reject_duplicate_names(reader: _Reader, names: list[str], key: str) -> None:
     seen: set[str] = set()
     for i, name in enumerate(names):
         if name in seen:
-            raise ConfigError(reader.source, f"{key}[{i}].name", f"duplicate tensor name {name!r}")
+            raise reader.fail(f"{key}[{i}].name", f"duplicate tensor name {name!r}")
         seen.add(name)
 
 
-def _parse_tensor(reader: _Reader, raw: Any, key: str, *, extra: set[str]) -> tuple[TensorSpec, dict[str, Any]]:
-    data = reader.mapping(raw, key, required={"name", "datatype", "shape"}, optional={"data", "file"} | extra)
-    name = reader.string(data["name"], f"{key}.name")
-    datatype = reader.string(data["datatype"], f"{key}.datatype")
-    if datatype not in DATATYPES:
-        raise ConfigError(reader.source, f"{key}.datatype", f"must be one of {', '.join(DATATYPES)}, got {datatype!r}")
-    shape_raw = reader.sequence(data["shape"], f"{key}.shape", min_length=1)
-    shape = tuple(reader.integer(dim, f"{key}.shape[{i}]", minimum=0) for i, dim in enumerate(shape_raw))
+def _build_output(reader: _Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> ExpectedOutput:
+    # Integers and booleans (class ids, token ids, flags) compare exactly unless a tolerance is given.
+    if np.dtype(DATATYPES[values["tensor"].datatype]).kind in "biuO":
+        values = {**values, **{name: 0.0 for name in ("atol", "rtol") if name not in data}}
+    return ExpectedOutput(**values)
+
+
+def _build_tensor(reader: _Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> TensorSpec:
     if ("data" in data) == ("file" in data):
-        raise ConfigError(reader.source, key, "needs exactly one of 'data' (inline values) or 'file'")
+        raise reader.fail(key, "needs exactly one of 'data' (inline values) or 'file'")
     if "file" in data:
-        values = _load_tensor_file(reader, data["file"], f"{key}.file")
+        raw = _load_tensor_file(reader, data["file"], f"{key}.file")
         value_key = f"{key}.file"
     else:
-        values = data["data"]
+        raw = data["data"]
         value_key = f"{key}.data"
-    array = _to_array(reader, values, datatype, shape, value_key)
-    return TensorSpec(name=name, datatype=datatype, shape=shape, values=array), {
-        k: v for k, v in data.items() if k in extra
-    }
+    array = _to_array(reader, raw, values["datatype"], values["shape"], value_key)
+    return TensorSpec(**values, values=array)
+
+
+_CHECK: Mapping[type, Callable[[_Reader, str, dict[str, Any]], None]] = {
+    DrainSettings: _check_drain,
+    StoreSettings: _check_store,
+}
+_BUILD: Mapping[type, Callable[[_Reader, str, dict[str, Any], dict[str, Any]], Any]] = {
+    Settings: _build_settings,
+    SidecarSettings: _build_sidecar,
+    DrainSettings: _build_drain,
+    S3Settings: _build_s3,
+    RollbackSettings: _build_rollback,
+    GoldenRequest: _build_golden,
+    ExpectedOutput: _build_output,
+    TensorSpec: _build_tensor,
+}
 
 
 def _load_tensor_file(reader: _Reader, raw: Any, key: str) -> Any:
@@ -1069,18 +1247,26 @@ class _Reader:
         *,
         required: AbstractSet[str] = frozenset(),
         optional: AbstractSet[str] = frozenset(),
+        deprecated: Mapping[str, str] = MappingProxyType({}),
     ) -> dict[str, Any]:
+        """``raw`` as a mapping of the keys allowed here; a ``deprecated`` key is logged with what to do,
+        then left out."""
         if not isinstance(raw, dict):
             raise self.fail(key or "(top level)", f"must be a mapping, got {_describe(raw)}")
         prefix = f"{key}." if key else ""
-        for name in raw:
+        data: dict[str, Any] = raw
+        if any(name in deprecated for name in data):
+            for name in sorted(set(data) & set(deprecated)):
+                log.warning("config_key_deprecated", file=self.source, key=f"{prefix}{name}", todo=deprecated[name])
+            data = {name: value for name, value in data.items() if name not in deprecated}
+        for name in data:
             if name not in required and name not in optional:
                 allowed = ", ".join(sorted(required | optional))
                 raise self.fail(f"{prefix}{name}", f"unknown key (allowed here: {allowed})")
         for name in sorted(required):
-            if name not in raw:
+            if name not in data:
                 raise self.fail(f"{prefix}{name}", "is required")
-        return raw
+        return data
 
     def sequence(self, raw: Any, key: str, *, min_length: int = 0) -> list[Any]:
         if not isinstance(raw, list):
@@ -1097,7 +1283,7 @@ class _Reader:
     def number(self, raw: Any, key: str, *, minimum: float) -> float:
         return self._checked(raw, key, minimum, lambda v: isinstance(v, int | float), "a number", float)
 
-    def integer(self, raw: Any, key: str, *, minimum: int) -> int:
+    def integer(self, raw: Any, key: str, *, minimum: float) -> int:
         return self._checked(raw, key, minimum, lambda v: isinstance(v, int), "an integer", int)
 
     def _checked(

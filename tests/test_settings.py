@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from structlog.testing import capture_logs
 
 from healer.settings import (
     DATATYPES,
@@ -854,13 +855,12 @@ def test_sidecar_drain_with_kubernetes_peers(tmp_path: Path) -> None:
     drain = {"peers": {"namespace": "ml", "selector": "app=triton"}, "min_ready": 2}
     loaded = _load(tmp_path, _config(sidecar={"drain": drain})).sidecar.drain
     assert loaded == DrainSettings(min_ready=2, peers=DrainPeers("ml", "app=triton"))
-    assert (loaded.settle_s, loaded.keep_decision_s) == (10.0, 60.0)
+    assert loaded.keep_decision_s == 60.0
 
 
 def test_sidecar_drain_with_peer_urls(tmp_path: Path) -> None:
     drain = {
         "peer_urls": ["http://triton-0:8088/", "http://triton-1:8088"],
-        "settle_s": 1,
         "keep_decision_s": 5,
         "set": "triton",  # required with peer_urls (tests/test_drain_set_names.py)
     }
@@ -868,7 +868,31 @@ def test_sidecar_drain_with_peer_urls(tmp_path: Path) -> None:
     assert loaded is not None and loaded.peers is None
     assert loaded.peer_urls == ("http://triton-0:8088", "http://triton-1:8088")
     assert loaded.drain_set == "triton"
-    assert (loaded.min_ready, loaded.settle_s, loaded.keep_decision_s) == (1, 1.0, 5.0)
+    assert (loaded.min_ready, loaded.keep_decision_s) == (1, 5.0)
+
+
+def test_a_deprecated_key_is_accepted_with_a_warning_and_ignored(tmp_path: Path) -> None:
+    """sidecar.drain.settle_s is no longer used (the drain set orders admissions): older files still load,
+    and the log says which file and key, and what to do."""
+    drain = {"peer_urls": ["http://triton-0:8088"], "settle_s": 1, "set": "triton"}
+    path = _write(tmp_path, _config(sidecar={"drain": drain}))
+    with capture_logs() as logs:
+        loaded = load_settings(path).sidecar.drain
+    assert loaded == DrainSettings(peer_urls=("http://triton-0:8088",), set_name="triton")
+    assert not hasattr(loaded, "settle_s")
+    assert logs == [
+        {
+            "event": "config_key_deprecated",
+            "log_level": "warning",
+            "file": str(path),
+            "key": "sidecar.drain.settle_s",
+            "todo": "no longer used (the drain set orders admissions): remove it",
+        }
+    ]
+    # Not offered as a key to use: the list of allowed keys leaves it out.
+    message = _error(tmp_path, _config(sidecar={"drain": {**drain, "settle": 1}}))
+    assert message.startswith("<file>: sidecar.drain.settle: unknown key (allowed here: "), message
+    assert "settle_s" not in message
 
 
 def test_the_cluster_example_never_drains_the_last_replica() -> None:
