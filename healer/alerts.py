@@ -1,10 +1,11 @@
-"""Alertmanager-compatible alerts: built purely, sent with a timeout."""
+"""Alertmanager-compatible alerts: built purely, sent with a timeout; the one way an escalation tells a
+person, from the sidecar (healer/sidecar/loop.py) and from the rollback's escalate step (workflows/steps.py)."""
 
 from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from healer.store import utc_now
@@ -53,3 +54,19 @@ def post_alerts(base_url: str, alerts: list[dict[str, Any]], timeout_s: float) -
     )
     with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
         response.read()
+
+
+PostAlerts = Callable[[str, list[dict[str, Any]], float], None]
+NO_WEBHOOK = "no rollback.alert.webhook_url configured"
+
+
+def deliver_alert(post: PostAlerts, webhook_url: str | None, alert: dict[str, Any], timeout_s: float) -> str:
+    """Send one alert through ``post`` (``post_alerts`` in production); "" when it was delivered, else
+    why not. Never raises: a bad reply from Alertmanager must not stop the other channels."""
+    if not webhook_url:
+        return NO_WEBHOOK
+    try:
+        post(webhook_url, [alert], timeout_s)
+    except Exception as exc:  # any failure to alert is reported; the escalation goes on
+        return f"{type(exc).__name__}: {exc}"
+    return ""

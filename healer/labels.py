@@ -1,4 +1,6 @@
-"""Kubernetes label values from arbitrary text, and the same rule as an Argo expression (pure).
+"""The ``healer.io/*`` keys healer puts on workflows and pods (written once here: the engines, the
+templates, the sidecar, the webhook and ``healer runs`` all read them), and Kubernetes label values
+from arbitrary text, with the same rule as an Argo expression (pure).
 
 The ArgoEngine labels the workflows it submits with ``label_value(model)``; the WorkflowTemplate's
 ``workflowMetadata.labelsFrom`` computes ``label_value_expression`` for workflows submitted by hand
@@ -10,6 +12,45 @@ from __future__ import annotations
 
 import hashlib
 import re
+
+from healer.vocabulary import RollbackRequest
+
+# ---- the keys -------------------------------------------------------------------------------------------
+# On every rollback workflow (labels): the Argo UI filters by them, `healer runs` prints them.
+MODEL_LABEL = "healer.io/model"
+FROM_VERSION_LABEL = "healer.io/from-version"
+TO_VERSION_LABEL = "healer.io/to-version"
+REASON_LABEL = "healer.io/reason"
+INCIDENT_LABEL = "healer.io/incident"
+DRILL_LABEL = "healer.io/drill"  # on a drill workflow: its scenario
+# On a LocalEngine run record (annotations): who runs it, so a run whose process died is marked Error.
+ENGINE_ANNOTATION = "healer.io/engine"  # <host>/<pid>
+ENGINE_INSTANCE_ANNOTATION = "healer.io/engine-instance"
+# On a pod kept for diagnosis after an escalation (annotations; runbooks/rollback-escalated.md).
+DIAGNOSIS_ANNOTATION = "healer.io/diagnosis"  # "keep"
+INCIDENT_ANNOTATION = INCIDENT_LABEL
+# On Triton pods, for the injection webhook.
+INJECT = "healer.io/inject"  # label (or annotation) "true": inject the sidecar
+INJECTED = "healer.io/injected"  # set by the webhook: what it injected, for idempotence and people
+READINESS = "healer.io/readiness"  # "sidecar": Triton's readinessProbe on the sidecar's /readyz
+TRITON_CONTAINER = "healer.io/triton-container"  # which container is Triton (default "triton")
+
+
+def request_labels(request: RollbackRequest) -> dict[str, str]:
+    """A rollback's labels by key, values as given (the ArgoEngine passes each through label_value)."""
+    return {
+        MODEL_LABEL: request.model,
+        FROM_VERSION_LABEL: request.from_version,
+        TO_VERSION_LABEL: request.to_version,
+        REASON_LABEL: request.reason,
+        INCIDENT_LABEL: request.incident,
+    }
+
+
+def diagnosis_annotations(incident: str) -> dict[str, str]:
+    """What marks a pod kept for diagnosis after an escalation (the sidecar's and the escalate step's)."""
+    return {DIAGNOSIS_ANNOTATION: "keep", INCIDENT_ANNOTATION: incident}
+
 
 # The label rule, shared by label_value() and its Argo expression twin (label_value_expression()).
 _LABEL_SAFE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"

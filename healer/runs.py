@@ -7,6 +7,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from healer.labels import ENGINE_ANNOTATION, FROM_VERSION_LABEL, INCIDENT_LABEL, MODEL_LABEL, TO_VERSION_LABEL
+
 
 def _parse(ts: str | None) -> dt.datetime | None:
     if not ts:
@@ -43,15 +45,15 @@ def format_runs(runs: Sequence[dict[str, Any]], *, wide: bool = False) -> str:
     for run in runs:
         meta, status = run["metadata"], run.get("status", {})
         labels = meta.get("labels", {})
-        to_version = _output(run, "to-version") or labels.get("healer.io/to-version", "")
+        to_version = _output(run, "to-version") or labels.get(TO_VERSION_LABEL, "")
         row = [
             meta["name"],
             status.get("phase") or "Pending",
             _duration(meta.get("creationTimestamp"), None),
             _duration(status.get("startedAt"), status.get("finishedAt")),
-            labels.get("healer.io/model", ""),
-            f"v{labels.get('healer.io/from-version', '')}→{to_version}",
-            labels.get("healer.io/incident", ""),
+            labels.get(MODEL_LABEL, ""),
+            f"v{labels.get(FROM_VERSION_LABEL, '')}→{to_version}",
+            labels.get(INCIDENT_LABEL, ""),
         ]
         if wide:
             row += [_parameter(run, "pod") or "-", " ".join(str(status.get("message", "")).split()) or "-"]
@@ -75,8 +77,8 @@ def format_run(run: dict[str, Any], *, wide: bool = False) -> str:
         f"Finished:    {status.get('finishedAt', '')}",
         f"Duration:    {_duration(status.get('startedAt'), status.get('finishedAt'))}",
     ]
-    if wide and meta.get("annotations", {}).get("healer.io/engine"):
-        lines.append(f"Engine:      {meta['annotations']['healer.io/engine']}")
+    if wide and meta.get("annotations", {}).get(ENGINE_ANNOTATION):
+        lines.append(f"Engine:      {meta['annotations'][ENGINE_ANNOTATION]}")
     lines.append("Parameters:")
     for parameter in run.get("spec", {}).get("arguments", {}).get("parameters", []):
         lines.append(f"  {parameter['name']}: {parameter.get('value', '')}")

@@ -46,13 +46,10 @@ import structlog
 import yaml
 
 from healer.http_listener import BackgroundServer, Request, Response
+from healer.labels import INJECT, INJECTED, READINESS, TRITON_CONTAINER
 
 log = structlog.get_logger("healer.webhook")
 
-INJECT = "healer.io/inject"  # label (or annotation) "true": inject the sidecar
-INJECTED = "healer.io/injected"  # set by the webhook: what it injected, for idempotence and people
-READINESS = "healer.io/readiness"  # "sidecar": Triton's readinessProbe on the sidecar's /readyz
-TRITON_CONTAINER = "healer.io/triton-container"  # which container is Triton (default "triton")
 SIDECAR = "healer"
 MAX_BODY_BYTES = 1 << 20  # a Pod's AdmissionReview is a few kB; the API server caps objects at ~3 MB
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"

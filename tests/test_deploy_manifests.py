@@ -341,7 +341,8 @@ def test_the_webhook_calls_no_kubernetes_api() -> None:
 def test_the_example_triton_deployment_opts_in_as_the_webhook_expects() -> None:
     import jsonpatch
 
-    from healer.webhook import INJECT, INJECTED, READINESS, SIDECAR, InjectionConfig, injection_patch
+    from healer.labels import INJECT, INJECTED, READINESS
+    from healer.webhook import SIDECAR, InjectionConfig, injection_patch
 
     docs = documents(TRITON_EXAMPLE)
     for document in docs:

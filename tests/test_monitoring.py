@@ -21,10 +21,11 @@ import pytest
 import yaml
 
 from healer.alerts import ALERT_NAME
+from healer.labels import INJECT
 from healer.metrics import sidecar_registry
 from healer.settings import Settings, SidecarSettings, TierThresholds
 from healer.state import Phase
-from healer.webhook import INJECT, InjectionConfig, sidecar_container
+from healer.webhook import InjectionConfig, sidecar_container
 from probes.result import Status, Tier
 from tests.test_sidecar_unit import cycle_all, fleet
 

@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, NoReturn
 
+from healer.labels import DRILL_LABEL
 from workflows.rollback import TemplateOptions, runner_script, step_pod_security, step_volumes
 
 DRILL_TEMPLATE = "healer-drill"
@@ -145,7 +146,7 @@ def build_drill_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
         synchronization=m.Synchronization(mutexes=[m.Mutex(name="healer-drill-{{workflow.parameters.model}}")]),
         workflow_metadata=m.WorkflowMetadata(
             labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "drill"},
-            labels_from={"healer.io/drill": m.LabelValueFrom(expression="workflow.parameters.scenario")},
+            labels_from={DRILL_LABEL: m.LabelValueFrom(expression="workflow.parameters.scenario")},
         ),
         labels={"app.kubernetes.io/name": "healer"},
         annotations={

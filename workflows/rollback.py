@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from healer.labels import FROM_VERSION_LABEL, INCIDENT_LABEL, MODEL_LABEL, REASON_LABEL, TO_VERSION_LABEL
 from healer.vocabulary import TEMPLATE_NAME, RollbackRequest
 
 EXIT_TRANSIENT = 75  # EX_TEMPFAIL: retried by the retry strategy
@@ -35,15 +36,14 @@ HEALER_UID = 10001  # the healer image's user; the sidecar runs as it too (deplo
 PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod", "triton-url")
 # Labels set from parameters whose values are always label-safe (versions, reason codes, incident ids).
 LABELS_FROM_PARAMETERS = {
-    "healer.io/from-version": "from-version",
-    "healer.io/to-version": "to-version",
-    "healer.io/reason": "reason",
-    "healer.io/incident": "incident",
+    FROM_VERSION_LABEL: "from-version",
+    TO_VERSION_LABEL: "to-version",
+    REASON_LABEL: "reason",
+    INCIDENT_LABEL: "incident",
 }
 # Model names may be longer than a label allows or start with "_": healer.io/model is the name made
 # label-safe by the same rule as the ArgoEngine's (label_value), so a workflow submitted by hand
 # (`argo submit --from`, the UI) is labelled too, and one the ArgoEngine submits keeps its label.
-MODEL_LABEL = "healer.io/model"
 
 
 @dataclass(frozen=True)
@@ -423,7 +423,7 @@ def argo_ui_config(
 
     columns = [
         {"name": "Model", "type": "label", "key": MODEL_LABEL},
-        {"name": "Reason", "type": "label", "key": "healer.io/reason"},
+        {"name": "Reason", "type": "label", "key": REASON_LABEL},
     ]
     # The UI fills ${...} from the workflow (labels keep their dots: it splits after "labels.").
     dashboard = (

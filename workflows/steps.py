@@ -23,7 +23,8 @@ from typing import Any
 
 import structlog
 
-from healer.alerts import build_alert, post_alerts
+from healer.alerts import PostAlerts, build_alert, deliver_alert, post_alerts
+from healer.labels import diagnosis_annotations
 from healer.ledger import PutBack, QuarantineRecord, StableRecord, choose_restore_version
 from healer.settings import Settings
 from healer.store import (
@@ -61,7 +62,6 @@ class PermanentStepError(StepError):
     """A retry will not help: escalate."""
 
 
-AlertSender = Callable[[str, list[dict[str, Any]], float], None]
 PodMarker = Callable[[str, Mapping[str, str]], None]
 
 
@@ -74,7 +74,7 @@ class StepContext:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     cancelled: threading.Event = field(default_factory=threading.Event)
-    send_alert: AlertSender = post_alerts
+    send_alert: PostAlerts = post_alerts
     mark_pod: PodMarker | None = None
     workflow_name: str = ""
     # Every Triton to heal, e.g. from the Kubernetes API (with the pods to skip); None: just ``triton``.
@@ -803,18 +803,15 @@ def escalate(
         workflow=ctx.workflow_name,
     )
     outcome: dict[str, Any] = {"alert": alert, "alert_sent": False, "pod_marked": False, "quarantined": False}
-    webhook = ctx.settings.rollback.alert.webhook_url
-    if webhook:
-        try:
-            ctx.send_alert(webhook, [alert], ctx.settings.rollback.alert.timeout_s)
-            outcome["alert_sent"] = True
-        except Exception as exc:  # a bad reply from Alertmanager must not stop the other channels
-            outcome["alert_error"] = f"{type(exc).__name__}: {exc}"
-    else:
-        outcome["alert_error"] = "no rollback.alert.webhook_url configured"
+    alert_error = deliver_alert(
+        ctx.send_alert, ctx.settings.rollback.alert.webhook_url, alert, ctx.settings.rollback.alert.timeout_s
+    )
+    outcome["alert_sent"] = not alert_error
+    if alert_error:
+        outcome["alert_error"] = alert_error
     if ctx.mark_pod is not None and request.pod:
         try:
-            ctx.mark_pod(request.pod, {"healer.io/diagnosis": "keep", "healer.io/incident": request.incident})
+            ctx.mark_pod(request.pod, diagnosis_annotations(request.incident))
             outcome["pod_marked"] = True
         except Exception as exc:  # the Kubernetes API failing must not stop the escalation
             outcome["pod_error"] = f"{type(exc).__name__}: {exc}"

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from healer.engines import MAX_EARLIER_OCCURRENCES, EngineNotFound, EngineRejected, EngineUnavailable, join_or_step_past
-from healer.labels import label_value, label_value_expression
+from healer.labels import label_value, label_value_expression, request_labels
 from healer.vocabulary import AUTO, TEMPLATE_NAME, RollbackRequest, RunStatus, Submission, workflow_name
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
-LABEL_PREFIX = "healer.io/"
 TITLE_ANNOTATION = "workflows.argoproj.io/title"
 DESCRIPTION_ANNOTATION = "workflows.argoproj.io/description"
 _MAX_DETAIL = 2000  # the description is for people; the full detail is still a workflow parameter
@@ -261,20 +260,13 @@ class ArgoEngine:
             WorkflowTemplateRef,
         )
 
-        labels = {
-            "model": request.model,
-            "from-version": request.from_version,
-            "to-version": request.to_version,
-            "reason": request.reason,
-            "incident": request.incident,
-        }
         return Workflow(
             api_version="argoproj.io/v1alpha1",
             kind="Workflow",
             metadata=ObjectMeta(
                 name=workflow_name(request, after=after),
                 namespace=self.namespace,
-                labels={LABEL_PREFIX + key: label_value(value) for key, value in labels.items()},
+                labels={key: label_value(value) for key, value in request_labels(request).items()},
                 annotations={TITLE_ANNOTATION: title(request), DESCRIPTION_ANNOTATION: description(request)},
             ),
             spec=WorkflowSpec(

@@ -36,14 +36,13 @@ import structlog
 
 from healer.decisions import same_occurrence_window_s
 from healer.engines import MAX_EARLIER_OCCURRENCES, EngineNotFound, EngineRejected, EngineUnavailable, join_or_step_past
+from healer.labels import ENGINE_ANNOTATION, ENGINE_INSTANCE_ANNOTATION, request_labels
 from healer.vocabulary import TEMPLATE_NAME, RollbackRequest, RunStatus, Submission, workflow_name
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_MUTEX_WAIT_S = 300.0
 STOP_GRACE_S = 90.0  # after the deadline, how long a step may take to notice and stop
-ENGINE_ANNOTATION = "healer.io/engine"  # <host>/<pid> of the process that runs the record
-ENGINE_INSTANCE_ANNOTATION = "healer.io/engine-instance"  # process_instance() of that process
 STEP_DIR = "steps"  # under state_dir: each step attempt's output folder (the root filesystem may be read-only)
 CANCELLED = "cancelled: the engine is stopping (the process got SIGTERM)"
 _PARAM = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
@@ -634,11 +633,7 @@ class LocalEngine:
                 "uid": str(uuid.uuid4()),
                 "creationTimestamp": _timestamp(self._wall_clock()),
                 "labels": {
-                    "healer.io/model": request.model,
-                    "healer.io/from-version": request.from_version,
-                    "healer.io/to-version": request.to_version,
-                    "healer.io/reason": request.reason,
-                    "healer.io/incident": request.incident,
+                    **request_labels(request),
                     "workflows.argoproj.io/workflow-template": TEMPLATE_NAME,
                 },
                 "annotations": {

@@ -46,6 +46,7 @@ from healer.decisions import (
     with_readiness_threshold,
 )
 from healer.engines import EngineError, EngineNotFound, EngineUnavailable, RollbackEngine
+from healer.labels import FROM_VERSION_LABEL, INCIDENT_LABEL, MODEL_LABEL, REASON_LABEL, diagnosis_annotations
 from healer.metrics import Registry, sidecar_registry
 from healer.settings import DrainSettings, ModelSettings, Settings
 from healer.sidecar.handover import Attempt, BoundedCalls, submit_incident
@@ -489,17 +490,17 @@ class Sidecar:
             try:
                 metadata, status = record["metadata"], record.get("status") or {}
                 name, labels = str(metadata["name"]), metadata.get("labels") or {}
-                model = next((m for m in self.settings.models if m.name == labels.get("healer.io/model")), None)
+                model = next((m for m in self.settings.models if m.name == labels.get(MODEL_LABEL)), None)
                 if model is None or name in self._orphans_seen:
                     continue
                 self._orphans_seen.add(name)
                 why = f"in-pod rollback {name} was cut off: {status.get('message') or 'its process ended'}"
                 now = self.clock()
                 incident = Incident(
-                    key=str(labels.get("healer.io/incident") or "unknown"),
+                    key=str(labels.get(INCIDENT_LABEL) or "unknown"),
                     model=model.name,
-                    version=str(labels.get("healer.io/from-version") or "unknown"),
-                    reason=str(labels.get("healer.io/reason") or "wrong-answer"),
+                    version=str(labels.get(FROM_VERSION_LABEL) or "unknown"),
+                    reason=str(labels.get(REASON_LABEL) or "wrong-answer"),
                     detail=why,
                     first_bad_at=now,
                     detected_at=now,
@@ -583,25 +584,23 @@ class Sidecar:
             try:
                 self.kube.annotate_pod(
                     PodRef.parse(self.pod, default_namespace="default"),
-                    {"healer.io/diagnosis": "keep", "healer.io/incident": incident.key},
+                    diagnosis_annotations(incident.key),
                 )
             except (KubeError, ValueError) as exc:
                 log.warning("pod_not_annotated", error=str(exc))
 
     def _send(self, model: str, alert: dict[str, Any]) -> bool:
         """Send (or re-send) one alert; remembered per model so it can be kept firing and resolved."""
-        from healer.alerts import post_alerts
+        from healer.alerts import NO_WEBHOOK, deliver_alert, post_alerts
 
         self._alert_sent_at[model] = self.clock()
-        webhook = self.settings.rollback.alert.webhook_url
-        if not webhook:
-            return False
-        try:
-            (self._send_alert or post_alerts)(webhook, [alert], self.settings.rollback.alert.timeout_s)
-            return True
-        except Exception as exc:  # any failure to alert is logged; the escalation goes on
-            log.error("alert_not_sent", model=model, incident=alert["labels"].get("incident"), error=str(exc))
-            return False
+        alert_settings = self.settings.rollback.alert
+        why = deliver_alert(
+            self._send_alert or post_alerts, alert_settings.webhook_url, alert, alert_settings.timeout_s
+        )
+        if why and why != NO_WEBHOOK:
+            log.error("alert_not_sent", model=model, incident=alert["labels"].get("incident"), error=why)
+        return not why
 
     def _keep_alert_firing(self, model: str) -> None:
         alert = self._firing.get(model)

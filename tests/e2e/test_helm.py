@@ -25,8 +25,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from healer.labels import INJECT, INJECTED
 from healer.settings import parse_settings
-from healer.webhook import INJECT, INJECTED, SIDECAR, load_injection_config
+from healer.webhook import SIDECAR, load_injection_config
 from tests import helm
 from tests.e2e.conftest import ArgoCli
 from tests.e2e.control_plane import ApiError, ControlPlane
