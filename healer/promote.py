@@ -8,9 +8,8 @@ from healer.ledger import Ledger, StableRecord
 from healer.settings import Settings
 from healer.store import ModelStore, hash_directory, utc_now
 from healer.triton import TritonAPI, TritonError
-from healer.vocabulary import SLOW
 from probes.result import Status
-from probes.tiers import check_business
+from probes.tiers import check_after_load
 
 
 def _config_file(store: ModelStore, live: Path | None, model: str) -> str:
@@ -63,11 +62,7 @@ def promote(
     try:
         if not triton.model_version_ready(model, version):
             raise PromotionRefused(f"{model} v{version} is not ready on Triton {triton.url}; load it first")
-        result = check_business(triton, model, version, golden)
-        if result.status is Status.FAIL and result.code == SLOW:
-            # As in the rollback's verify: the first request after a load pays the model's warm-up, so
-            # a right answer that was slow once gets one more try. A wrong answer gets none.
-            result = check_business(triton, model, version, golden)
+        result = check_after_load(triton, model, version, golden)
         if result.status is not Status.PASS:
             raise PromotionRefused(f"{model} v{version} did not pass its golden request: {result.reason}")
         config = triton.model_config(model)

@@ -38,9 +38,9 @@ from healer.store import (
     utc_now,
 )
 from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
-from healer.vocabulary import AUTO, SLOW, RollbackRequest
+from healer.vocabulary import AUTO, RollbackRequest
 from probes.result import Status
-from probes.tiers import check_business
+from probes.tiers import check_after_load
 from workflows.plan import ReplicaAction, ReplicaTarget, pinned_versions, replica_action, touches_triton
 
 log = structlog.get_logger(__name__)
@@ -214,11 +214,7 @@ def verify(ctx: StepContext, model: str, version: str) -> dict[str, Any]:
     """The golden request against the restored version."""
     golden = _golden_request(ctx, model)
     ctx.check_cancelled("verify")
-    result = check_business(ctx.triton, model, version, golden)
-    if result.status is Status.FAIL and result.code == SLOW:
-        # The first request after a load pays the model's warm-up; a right answer that was slow once
-        # gets one more try. Wrong answers get none.
-        result = check_business(ctx.triton, model, version, golden)
+    result = check_after_load(ctx.triton, model, version, golden)
     summary = {"status": result.status.value, "reason": result.reason, **dict(result.details)}
     summary["latency_ms"] = round(result.latency_ms, 3)
     if result.status is Status.ERROR:
