@@ -102,7 +102,7 @@ class Setting:
     min_items: int = 0  # lists
     under: str | None = None  # the value is written as a mapping with this one key ({root: /models})
     inline: bool = False  # a section whose keys sit in the parent's mapping (an output's tensor keys)
-    alternatives: tuple[tuple[str, str], ...] = ()  # (key, doc) pairs read by the section's _BUILD step
+    alternatives: tuple[tuple[str, type, str], ...] = ()  # (key, type, doc): read by the section's _BUILD step
     default_doc: str | None = None  # the default in words, where it is not one value
 
 
@@ -119,7 +119,7 @@ def setting(
     min_items: int = 0,
     under: str | None = None,
     inline: bool = False,
-    alternatives: tuple[tuple[str, str], ...] = (),
+    alternatives: tuple[tuple[str, type, str], ...] = (),
     default_doc: str | None = None,
 ) -> dict[str, Setting]:
     """A settings field's metadata: ``field(default=..., metadata=setting("one line of doc", ...))``."""
@@ -179,10 +179,10 @@ class TensorSpec:
     shape: tuple[int, ...] = field(metadata=setting("its shape", minimum=0, min_items=1))
     values: npt.NDArray[Any] = field(
         metadata=setting(
-            "its values: exactly one of data or file; they must fit the datatype without loss",
+            "exactly one of data or file; the values must fit the datatype without loss",
             alternatives=(
-                ("data", 'the values inline, nested as the shape (NaN/Inf: .nan, .inf or "nan", "inf")'),
-                ("file", "a .npy or .json file holding them (relative: to the config file's folder)"),
+                ("data", object, 'the values inline, nested as the shape (NaN/Inf: .nan, .inf or "nan", "inf")'),
+                ("file", Path, "a .npy or .json file holding them"),
             ),
         )
     )
@@ -724,7 +724,7 @@ class DeclaredKey:
     key: str  # its name in healer.yaml
     spec: Setting
     kind: type  # the value's type without None: float, int, bool, str, Path, tuple or a section's class
-    item: type | None  # a list's item type
+    item: Any  # a list's item type (None: not a list)
     optional: bool  # ``X | None``: null or omitted is None
     default: Any  # MISSING: required
 
@@ -737,7 +737,7 @@ class DeclaredKey:
         if self.spec.inline:
             return tuple(k for d in declared_keys(self.kind) for k in d.file_keys())
         if self.spec.alternatives:
-            return tuple(name for name, _ in self.spec.alternatives)
+            return tuple(name for name, _, _ in self.spec.alternatives)
         return (self.key,)
 
 
