@@ -1142,24 +1142,6 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if status.succeeded else EXIT_REFUSED
 
 
-def _drain_peers(settings: Settings, kube_client: Any) -> Any:
-    """The sidecar's peers for the draining rule (sidecar.drain), or None without it."""
-    from healer.sidecar import HttpPeers, KubePeers, pod_identity
-
-    drain = settings.sidecar.drain
-    if drain is None:
-        return None
-    if drain.peers is not None:
-        if kube_client is None:
-            print(
-                f"healer: warning: {settings.source}: sidecar.drain.peers needs the Kubernetes API: "
-                "without it this pod never drains (it cannot tell whether it is the last one serving)",
-                file=sys.stderr,
-            )
-        return KubePeers(kube_client, pod_identity(), drain.peers.namespace, drain.peers.selector)
-    return HttpPeers(pod_identity(), drain.peer_urls, timeout_s=drain.timeout_s)
-
-
 def _sidecar_problem(settings: Settings, args: argparse.Namespace) -> str | None:
     """Why the sidecar cannot start with these settings and arguments, or None."""
     if args.listen:
@@ -1181,23 +1163,13 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
     import threading
 
     from healer import kube
-    from healer.engines.factory import argo_engine, local_engine
-    from healer.sidecar import Sidecar, pod_identity, pod_triton_url
+    from healer.compose import build_sidecar, drain_peers
     from healer.sidecar.views import SidecarServer
-    from healer.triton import TritonHttp
 
     problem = _sidecar_problem(settings, args)
     if problem is not None:
         print(f"healer: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    submit_bound = min(settings.rollback.argo.request_timeout_s, settings.sidecar.argo_submit_timeout_s)
-
-    def primary(settings: Settings) -> Any:
-        if settings.rollback.engine == "argo":
-            return argo_engine(settings, request_timeout_s=submit_bound)
-        return local_engine(settings)
-
-    fallback = local_engine if settings.rollback.engine == "argo" and settings.sidecar.fallback_to_local else None
     kube_client = None
     if kube.in_cluster():
         try:
@@ -1207,25 +1179,15 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
             structlog.get_logger("healer.sidecar").info("kubernetes_api", host=kube_client.host)
         except Exception as exc:  # no service account token: run without Events rather than not at all
             print(f"healer: Kubernetes API unavailable, running without Events: {exc}", file=sys.stderr)
-    peers = _drain_peers(settings, kube_client)
-    triton = TritonHttp(settings.triton.url, timeout_s=settings.triton.timeout_s)
-    sidecar = Sidecar(
-        settings,
-        triton,
-        engine_factory=lambda: primary(settings),
-        fallback_factory=(lambda: fallback(settings)) if fallback else None,
-        pod=pod_identity(),
-        triton_url=pod_triton_url(settings.triton.url),
-        kube=kube_client,
-        peers=peers,
-    )
+    sidecar = build_sidecar(settings, kube_client=kube_client, peers=drain_peers(settings, kube_client))
+    triton = sidecar.triton
     if settings.rollback.engine == "argo" and settings.rollback.replicas is None:
         print(
             f"healer: warning: {settings.source}: rollback.replicas is not set: an Argo rollback heals only the "
             "pod that submitted it, and replicas that join it stay drained until it escalates",
             file=sys.stderr,
         )
-    if settings.rollback.engine == "local" or fallback is not None:
+    if settings.rollback.engine == "local" or settings.sidecar.fallback_to_local:
         # In-pod rollbacks a previous run of this container left unfinished (it was killed): marked
         # Error here, before any engine is built (no hera import), and escalated for our models.
         from healer.engines.local import mark_orphaned_runs

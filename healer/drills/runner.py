@@ -214,26 +214,16 @@ class DrillRunner:
     def _engine(self, scenario: Scenario, replicas: list[str]) -> RollbackEngine:
         """One engine for the whole replica set (as Argo is): it heals every replica of the scenario."""
         settings = dataclasses.replace(self.settings, triton=dataclasses.replace(self.settings.triton, url=replicas[0]))
+        from healer.engines.factory import argo_engine, local_engine
+
         if self.engine_kind == "argo":
-            from healer.engines.factory import argo_engine
-
             return argo_engine(settings)
-        from healer.engines.local import LocalEngine
-        from workflows.context import context_from_settings
-        from workflows.plan import ReplicaTarget
-        from workflows.rollback import TemplateOptions, build_rollback_template
-
-        def context() -> Any:
-            ctx = context_from_settings(settings)
-            return dataclasses.replace(ctx, list_replicas=lambda: [ReplicaTarget(url) for url in replicas])
-
-        options = TemplateOptions(deadline_s=max(1, round(settings.rollback.deadline_s)))
-        return LocalEngine(build_rollback_template(options), context, self.scratch / "runs" / scenario.name)
+        return local_engine(settings, state_dir=self.scratch / "runs" / scenario.name, replicas=replicas)
 
     def _sidecars(self, scenario: Scenario, replicas: list[str], engine: RollbackEngine) -> list[_Running]:
-        from healer.sidecar import HttpPeers, Sidecar
+        from healer.compose import build_sidecar
+        from healer.sidecar import HttpPeers
         from healer.sidecar.views import SidecarServer
-        from healer.triton import TritonHttp
 
         ports = [free_port() for _ in replicas]
         urls = tuple(f"http://127.0.0.1:{port}" for port in ports)
@@ -255,9 +245,8 @@ class DrillRunner:
                 )
                 settings = dataclasses.replace(settings, sidecar=dataclasses.replace(settings.sidecar, drain=drain))
                 peers = HttpPeers(f"drill/triton-{i}", urls, timeout_s=1.0)
-            sidecar = Sidecar(
+            sidecar = build_sidecar(
                 settings,
-                TritonHttp(url, timeout_s=settings.triton.timeout_s),
                 engine_factory=lambda engine=engine: engine,  # type: ignore[misc]
                 pod=f"drill/triton-{i}",
                 triton_url=url,

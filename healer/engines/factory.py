@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from healer.decisions import same_occurrence_window_s
 from healer.engines import RollbackEngine
@@ -13,17 +16,29 @@ if TYPE_CHECKING:
     from healer.engines.local import LocalEngine
 
 
-def local_engine(settings: Settings) -> LocalEngine:
-    """The LocalEngine over the same template Argo runs, with this config's deadline."""
+def local_engine(
+    settings: Settings, *, state_dir: Path | None = None, replicas: Sequence[str] | None = None
+) -> LocalEngine:
+    """The LocalEngine over the same template Argo runs, with this config's deadline.
+
+    ``state_dir``: where its run records go (default ``rollback.state_dir``); ``replicas``: the Triton
+    URLs every rollback heals (default: what ``rollback.replicas`` finds; a drill's own replica set)."""
     from healer.engines.local import LocalEngine
     from workflows.context import context_from_settings
+    from workflows.plan import ReplicaTarget
     from workflows.rollback import TemplateOptions, build_rollback_template
+
+    def context() -> Any:
+        ctx = context_from_settings(settings)
+        if replicas is None:
+            return ctx
+        return dataclasses.replace(ctx, list_replicas=lambda: [ReplicaTarget(url) for url in replicas])
 
     options = TemplateOptions(deadline_s=max(1, round(settings.rollback.deadline_s)))
     return LocalEngine(
         build_rollback_template(options),
-        lambda: context_from_settings(settings),
-        settings.rollback.state_dir,
+        context,
+        state_dir if state_dir is not None else settings.rollback.state_dir,
         join_window_s=same_occurrence_window_s(settings.rollback.deadline_s),
     )
 
