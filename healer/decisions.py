@@ -355,6 +355,47 @@ def drain_decision(
     return DrainDecision(False, f"held back: no current view of the peers and the drain set ({reason}): serving")
 
 
+# ---- the pod's readiness (/readyz) and its standing in the drain -----------------------------------------
+
+
+def wants_drain(model_problems: Sequence[str], *, stopping: bool) -> bool:
+    """A pod wants out of the Service while a required model must not take traffic here; a stopping pod
+    leaves anyway (and leaves the drain set), so it no longer wants a place in it."""
+    return bool(model_problems) and not stopping
+
+
+def drain_standing(*, wants: bool, rule: bool, decision: DrainDecision) -> tuple[bool, bool]:
+    """(draining, held back). Without the rule (``sidecar.drain``) a pod that wants to drain does;
+    with it, only when the drain set admitted it."""
+    draining = wants and (not rule or decision.drain)
+    return draining, wants and not draining
+
+
+def readiness(
+    *,
+    stopping: bool,
+    cycles: int,
+    triton_live: bool,
+    model_problems: Sequence[str],
+    rule: bool,
+    decision: DrainDecision,
+) -> tuple[bool, list[str]]:
+    """(/readyz) Not ready while stopping, before the first cycle, while Triton is down or any required
+    model is failing, healing or escalated, unless the drain rule holds the pod back (then ready, with
+    the reason as the only line)."""
+    if stopping:
+        return False, ["stopping: SIGTERM received, leaving the Service"]
+    if cycles == 0:
+        return False, ["no probe cycle completed yet"]
+    problems = [] if triton_live else ["Triton not live"]
+    if model_problems and rule and not decision.drain:
+        if problems:
+            return False, problems
+        return True, [f"drain held back ({', '.join(model_problems)}): {decision.why}"]
+    problems += model_problems
+    return not problems, problems
+
+
 # ---- readiness thresholds -----------------------------------------------------------------------------
 
 

@@ -6,15 +6,16 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
 
-from healer.decisions import Handover, joins_existing_run
-from healer.engines import EngineError, EngineUnavailable, RollbackEngine
-from healer.vocabulary import RollbackRequest, Submission
+from healer.decisions import Handover, joins_existing_run, may_fall_back, needs_asking
+from healer.engines import EngineError, EngineNotFound, EngineUnavailable, RollbackEngine
+from healer.vocabulary import RollbackRequest, Submission, workflow_name
 
 log = structlog.get_logger("healer.sidecar")
 
@@ -107,3 +108,198 @@ class Attempt:
     submission: Submission | None = None
     how: str = ""  # submitted | joined | fallback_local
     error: str = ""
+
+
+@dataclass(frozen=True)
+class Watched:
+    engine_label: str  # primary | fallback
+    engine: RollbackEngine
+    workflow: str
+
+
+@dataclass(frozen=True)
+class RunEnded:
+    """A watched rollback is over: what the state machine is told, and the pod's Event (None: the run
+    vanished, nobody saw it end)."""
+
+    workflow: str
+    succeeded: bool
+    message: str
+    event: tuple[str, str, str] | None  # (reason, message, type)
+
+
+class Handovers:
+    """The rollbacks this sidecar hands to engines and watches, one per model.
+
+    Engines are built on first use (the engines' clients, hera and requests, cost memory a healthy pod
+    never needs) and every call on them is bounded (``BoundedCalls``). A rollback goes to the fallback
+    engine only when the primary certainly did not take it (healer/decisions.py ``may_fall_back``)."""
+
+    def __init__(
+        self,
+        *,
+        engine_factory: Callable[[], RollbackEngine],
+        fallback_factory: Callable[[], RollbackEngine] | None,
+        call_timeout_s: float,
+        metrics: Any,
+        on_orphans: Callable[[Sequence[Mapping[str, Any]]], None],
+    ) -> None:
+        self._factories = {"primary": engine_factory}
+        if fallback_factory is not None:
+            self._factories["fallback"] = fallback_factory
+        self.engines: dict[str, RollbackEngine] = {}
+        self.watching: dict[str, Watched] = {}
+        self._calls = BoundedCalls(call_timeout_s)
+        self._metrics = metrics
+        self._on_orphans = on_orphans
+
+    def workflow(self, model: str) -> str:
+        watched = self.watching.get(model)
+        return watched.workflow if watched else ""
+
+    def submit(self, request: RollbackRequest) -> Watched | None:
+        """Hand the rollback to the primary engine, or to the fallback when the primary certainly did not
+        take it; the run is watched from then on. Every failure, whatever it raised, ends here as None
+        ("not submitted"): retried next cycle, escalated by the healing timeout."""
+        model = request.model
+        bound = log.bind(model=model, version=request.from_version, incident=request.incident)
+        label = "primary"
+        attempt = self._hand_to(label, request)
+        if attempt.handover is not Handover.TAKEN:
+            handover: Handover = attempt.handover
+            if needs_asking(handover) and attempt.engine is not None:
+                handover = self._ask_again(label, attempt.engine, request)
+            bound.error("rollback_not_submitted", engine=label, handover=handover.value, error=attempt.error)
+            if "fallback" not in self._factories or not may_fall_back(handover):
+                self._metrics.inc("healer_rollbacks_total", {"model": model, "outcome": "not_submitted"})
+                return None
+            label = "fallback"
+            attempt = self._hand_to(label, request)
+            if attempt.handover is not Handover.TAKEN:
+                bound.error(
+                    "rollback_not_submitted", engine=label, handover=attempt.handover.value, error=attempt.error
+                )
+                self._metrics.inc("healer_rollbacks_total", {"model": model, "outcome": "not_submitted"})
+                return None
+            attempt.how = "fallback_local"
+        assert attempt.engine is not None and attempt.submission is not None
+        # Watch first: whatever fails after this line, the run's outcome is not lost.
+        watched = self.watching[model] = Watched(label, attempt.engine, attempt.submission.name)
+        self._metrics.inc("healer_rollbacks_total", {"model": model, "outcome": attempt.how})
+        bound.warning(
+            "rollback_" + ("submitted" if attempt.how == "fallback_local" else attempt.how),
+            workflow=attempt.submission.name,
+            engine=label,
+        )
+        return watched
+
+    def poll(self, model: str) -> RunEnded | None:
+        """The watched run's end, once (it is no longer watched then); None while it runs, while its engine
+        cannot say (asked again next cycle; the healing timeout bounds this), or when nothing is watched."""
+        watched = self.watching.get(model)
+        if watched is None:
+            return None
+        name = watched.workflow
+        try:
+            status = self._calls.run(watched.engine_label, "status", lambda: watched.engine.status(name), owner=model)
+        except EngineNotFound as exc:
+            # The run vanished (deleted by hand, a lost state directory): nobody will alert for it. The
+            # state machine escalates (once per incident: not if the healing timeout already did).
+            self.watching.pop(model, None)
+            return RunEnded(name, False, f"workflow {name} disappeared: {exc}", None)
+        except Exception as exc:  # unreachable, or refused (401, 403: nothing learnt about the run)
+            log.warning("rollback_status_unavailable", model=model, workflow=name, error=str(exc))
+            return None
+        if not status.done:
+            return None
+        self.watching.pop(model, None)
+        self._metrics.inc(
+            "healer_rollbacks_total", {"model": model, "outcome": "succeeded" if status.succeeded else "failed"}
+        )
+        log.warning(
+            "rollback_finished",
+            model=model,
+            workflow=name,
+            phase=status.phase,
+            message=status.message,
+            to_version=status.outputs.get("to-version"),
+        )
+        # A failure escalates through the state machine, once per incident. The workflow's exit handler
+        # alerts too (same labels: Alertmanager merges them); an engine that crashed, or a run stopped
+        # from outside, has no exit handler to do it.
+        message = status.message if status.succeeded else f"rollback {name} {status.phase}: {status.message}".strip()
+        event = (
+            "RollbackSucceeded" if status.succeeded else "RollbackFailed",
+            f"{name}: {status.phase} {status.message}".strip(),
+            "Normal" if status.succeeded else "Warning",
+        )
+        return RunEnded(name, status.succeeded, message, event)
+
+    def drain(self, timeout_s: float) -> list[str]:
+        """Let in-pod (LocalEngine) rollbacks finish, bounded by ``timeout_s``; returns those still going."""
+        deadline = time.monotonic() + timeout_s
+        still: list[str] = []
+        # A copy: a construction left to its worker thread (past the bound) may still add an engine.
+        for engine in list(self.engines.values()):
+            wait = getattr(engine, "drain", None)
+            if wait is not None:
+                still += wait(max(0.0, deadline - time.monotonic()))
+        return still
+
+    def cancel_all(self) -> list[str]:
+        """Cancel every in-pod rollback (LocalEngine.cancel_all): each stops at its step's next check
+        and its exit handler alerts. Returns those still going."""
+        cancelled: list[str] = []
+        for engine in list(self.engines.values()):
+            cancel = getattr(engine, "cancel_all", None)
+            if cancel is not None:
+                cancelled += cancel()
+        return cancelled
+
+    def _hand_to(self, label: str, request: RollbackRequest) -> Attempt:
+        """Build (once) and submit to one engine; every exception becomes a Handover, none escapes."""
+        try:
+            engine = self._engine(label)
+        except Exception as exc:  # e.g. the LocalEngine's state_dir on a read-only root filesystem
+            return Attempt(Handover.NOT_BUILT, error=f"engine not built: {type(exc).__name__}: {exc}")
+        try:
+            submission, how = self._calls.run(
+                label, "submit", lambda: submit_incident(engine, request), owner=request.model
+            )
+        except EngineUnavailable as exc:
+            handover = Handover.MAYBE_DELIVERED if exc.maybe_delivered else Handover.NOT_DELIVERED
+            return Attempt(handover, engine, error=str(exc))
+        except EngineNotFound as exc:  # 404 to the create: no template, nothing started
+            return Attempt(Handover.TEMPLATE_MISSING, engine, error=str(exc))
+        except EngineError as exc:  # refused, or too many earlier runs of this incident
+            return Attempt(Handover.REJECTED, engine, error=str(exc))
+        except Exception as exc:
+            return Attempt(Handover.UNEXPECTED, engine, error=f"{type(exc).__name__}: {exc}")
+        return Attempt(Handover.TAKEN, engine, submission, how)
+
+    def _ask_again(self, label: str, engine: RollbackEngine, request: RollbackRequest) -> Handover:
+        """A request that may have been delivered: does the engine have the workflow?"""
+        try:
+            self._calls.run(label, "status", lambda: engine.status(workflow_name(request)), owner=request.model)
+        except EngineNotFound:  # 404, or no such run: the only answer that means absent
+            return Handover.ABSENT_WHEN_ASKED
+        except Exception:  # unreachable, or refused (401, 403): nothing learnt about whether it exists
+            return Handover.UNANSWERED_WHEN_ASKED
+        return Handover.PRESENT_WHEN_ASKED
+
+    def _engine(self, label: str) -> RollbackEngine:
+        # A factory that raises is asked again next cycle (a volume may be mounted by then).
+        engine = self.engines.get(label)
+        if engine is None:
+            factory = self._factories[label]
+
+            def build() -> RollbackEngine:
+                built = factory()
+                return self.engines.setdefault(label, built)  # kept even if it outlived the bound
+
+            engine = self._calls.run(label, "construction", build)
+        # A LocalEngine marks Error the runs a dead process left behind: escalate those of our models.
+        orphaned = getattr(engine, "orphaned", None)
+        if orphaned:
+            self._on_orphans(orphaned)
+        return engine

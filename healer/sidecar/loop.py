@@ -18,7 +18,6 @@ server threads read a snapshot under a lock and talk to Triton only through a pl
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import threading
 import time
 import uuid
@@ -28,29 +27,24 @@ from typing import Any
 import structlog
 
 from healer.decisions import (
-    AlertStep,
-    DrainDecision,
-    DrainPlan,
-    Handover,
-    Peer,
     ReadinessStreak,
-    alert_step,
-    drain_decision,
-    drain_plan,
+    drain_standing,
     healing_timeout_s,
-    may_fall_back,
     models_to_confirm,
-    needs_asking,
     next_probe,
+    readiness,
     verdict_for,
+    wants_drain,
     with_readiness_threshold,
 )
-from healer.engines import EngineError, EngineNotFound, EngineUnavailable, RollbackEngine
-from healer.labels import FROM_VERSION_LABEL, INCIDENT_LABEL, MODEL_LABEL, REASON_LABEL, diagnosis_annotations
+from healer.engines import RollbackEngine
+from healer.labels import FROM_VERSION_LABEL, INCIDENT_LABEL, MODEL_LABEL, REASON_LABEL
 from healer.metrics import Registry, sidecar_registry
-from healer.settings import DrainSettings, ModelSettings, Settings
-from healer.sidecar.handover import Attempt, BoundedCalls, submit_incident
-from healer.sidecar.peers import PeerSource, PeersUnavailable
+from healer.settings import ModelSettings, Settings
+from healer.sidecar.drain import DrainKeeper, short_error
+from healer.sidecar.handover import Handovers
+from healer.sidecar.notify import Notifier
+from healer.sidecar.peers import PeerSource
 from healer.state import (
     Action,
     Escalate,
@@ -71,28 +65,14 @@ from healer.state import (
     transition,
 )
 from healer.triton import TritonAPI
-from healer.vocabulary import RollbackRequest, workflow_name
+from healer.vocabulary import RollbackRequest
 from probes.result import ProbeResult, Status, Tier
 from probes.runner import probe_all
 
 log = structlog.get_logger("healer.sidecar")
 
-ALERT_RESEND_S = 120.0  # well inside Alertmanager's default resolve_timeout of 5 minutes
-DRAIN_CAS_ATTEMPTS = 4  # lost races on the drain set in one cycle before re-deciding next cycle
 SHUTDOWN_MARGIN_S = 1.0  # exit this long before the pod's grace period ends (then SIGKILL)
 CANCEL_RESERVE_S = 20.0  # at most this much of the grace period is kept for cancelled rollbacks to stop and alert
-
-
-# ---- pure helpers ----------------------------------------------------------------------------------------
-
-
-def _iso(wall: float) -> str:
-    return dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc)
-    return (text if isinstance(exc, PeersUnavailable | EngineError) else f"{type(exc).__name__}: {text}")[:300]
 
 
 # ---- the sidecar -----------------------------------------------------------------------------------------
@@ -124,11 +104,6 @@ class Sidecar:
         self.clock = clock
         self.wall = wall
         self.metrics = registry or sidecar_registry()
-        self._engine_factory = engine_factory
-        self._fallback_factory = fallback_factory
-        self._engines: dict[str, RollbackEngine] = {}
-        self._calls = BoundedCalls(settings.sidecar.engine_call_timeout_s)
-        self._send_alert = send_alert
         sc = settings.sidecar
         self.policy = Policy(
             failure_threshold=sc.business.failure_threshold,
@@ -146,38 +121,23 @@ class Sidecar:
         self.cycles = 0
         self.started_at = time.monotonic()
         self.last_cycle_at: float | None = None
-        self._watching: dict[str, tuple[str, RollbackEngine, str]] = {}  # model -> (engine label, engine, run)
         self._pending: dict[str, Incident] = {}  # decided to roll back, no engine has taken it yet
-        self._firing: dict[str, dict[str, Any]] = {}  # model -> the alert we keep firing while escalated
-        self._alert_sent_at: dict[str, float] = {}
-        self._peers = peers if settings.sidecar.drain is not None else None
-        # The drain set lives in the store (built on first use, within the drain's own bound).
-        if drain_store is None and settings.store is not None:
-            store_settings = settings.store
-
-            def drain_store() -> Any:
-                from healer.store import store_from_settings
-
-                return store_from_settings(store_settings)
-
-        self._drain_store_factory = drain_store
-        self._drain_store: Any = None
-        self._drain_calls = BoundedCalls(settings.sidecar.drain.store_timeout_s if settings.sidecar.drain else 5.0)
-        # Whether this pod may be in the drain set: unknown at start-up (an entry a previous run of this
-        # pod left behind is removed on the first cycle), then what the last read or write said.
-        self._maybe_in_set = True
-        self._in_set_since: float | None = None
-        self._drain = DrainDecision(False, "")
-        self._held = False
+        self.handovers = Handovers(
+            engine_factory=engine_factory,
+            fallback_factory=fallback_factory,
+            call_timeout_s=settings.sidecar.engine_call_timeout_s,
+            metrics=self.metrics,
+            on_orphans=self.escalate_orphans,
+        )
+        self.notify = Notifier(
+            settings, metrics=self.metrics, pod=pod, kube=kube, send_alert=send_alert, clock=clock, wall=wall
+        )
+        self.drain_keeper = DrainKeeper(
+            settings, peers, store_factory=drain_store, metrics=self.metrics, clock=clock, wall=wall
+        )
         self._stopping = threading.Event()  # SIGTERM: leaving the Service (set from a signal handler)
         self._stop_at: float | None = None
         self._orphans_seen: set[str] = set()
-        self._drain_trouble = ""
-        self.metrics.gauge("healer_drain_wanted", "1 while a required model is failing, healing or escalated.")
-        self.metrics.gauge(
-            "healer_drain_held_back",
-            "1 while the pod wants to drain but stays in the Service (sidecar.drain.min_ready).",
-        )
 
     # ---- the loop ------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, *, max_cycles: int | None = None) -> None:
@@ -236,14 +196,14 @@ class Sidecar:
                         verdict = dataclasses.replace(verdict, verdict=Verdict.UNKNOWN)
                     self._step(model, "verdict", self._apply_verdict, model, verdict)
                 self._step(model, "tick", self._apply, model, Tick(self.clock()))
-                self._step(model, "alert", self._keep_alert_firing, model.name)
+                self._step(model, "alert", self.notify.keep_firing, model.name, self.states[model.name].phase)
             try:
                 # A confirmation cycle decides the drain only when it changed what a model may serve.
                 if only is None or self._serving_flags() != serving_before:
                     self._decide_drain()
             except Exception as exc:  # a bug: nothing learnt this cycle, and the pure rule still says what that means
                 log.exception("drain_decision_failed")
-                self._drain_without_a_view(_short(exc))
+                self.drain_keeper.without_a_view(wants=self._wants_drain(), trouble=short_error(exc))
             if results is not None and only is None:
                 with self._lock:
                     self.cycles += 1
@@ -261,7 +221,7 @@ class Sidecar:
             log.exception("model_step_failed", model=model.name, step=what)
 
     def _retry_pending(self, model: ModelSettings) -> None:
-        if model.name not in self._pending or model.name in self._watching:
+        if model.name not in self._pending or model.name in self.handovers.watching:
             return
         if self.states[model.name].phase is Phase.HEALING:
             self._try_submit(model)  # not taken last cycle: retried until the healing timeout
@@ -309,97 +269,25 @@ class Sidecar:
         if isinstance(action, SubmitRollback):
             self._submit(model, action.incident)
         elif isinstance(action, Escalate):
-            self._escalate(model, action.incident, action.why)
+            self.notify.escalated(self._request(model, action.incident), action.incident, action.why)
         elif isinstance(action, Restored):
-            self._restored(model, action.incident, action.at)
+            self.notify.restored(action.incident, action.at)
 
     def _submit(self, model: ModelSettings, incident: Incident) -> None:
-        detect_s = incident.detected_at - incident.first_bad_at
-        self.metrics.observe("healer_time_to_detect_seconds", {"model": model.name}, detect_s)
-        log.warning(
-            "incident_detected",
-            model=model.name,
-            version=incident.version,
-            incident=incident.key,
-            reason=incident.reason,
-            detail=incident.detail,
-            detect_s=round(detect_s, 3),
-        )
-        self._event("ModelFailing", f"{model.name} v{incident.version}: {incident.detail}", "Warning")
+        self.notify.detected(incident)
         self._pending[model.name] = incident
         self._try_submit(model)
 
     def _try_submit(self, model: ModelSettings) -> None:
-        """Hand the incident to the primary engine; to the fallback only when the primary certainly
-        did not take it (healer/decisions.py ``may_fall_back``). Every failure, whatever it raised,
-        ends here as "not submitted": retried next cycle, escalated by the healing timeout."""
         incident = self._pending[model.name]
-        request = self._request(model, incident)
-        bound = log.bind(model=model.name, version=incident.version, incident=incident.key)
-        label = "primary"
-        attempt = self._hand_to(label, self._engine_factory, request)
-        if attempt.handover is not Handover.TAKEN:
-            handover: Handover = attempt.handover
-            if needs_asking(handover) and attempt.engine is not None:
-                handover = self._ask_again(label, attempt.engine, request)
-            bound.error("rollback_not_submitted", engine=label, handover=handover.value, error=attempt.error)
-            if self._fallback_factory is None or not may_fall_back(handover):
-                self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
-                return
-            label = "fallback"
-            attempt = self._hand_to(label, self._fallback_factory, request)
-            if attempt.handover is not Handover.TAKEN:
-                bound.error(
-                    "rollback_not_submitted", engine=label, handover=attempt.handover.value, error=attempt.error
-                )
-                self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "not_submitted"})
-                return
-            attempt.how = "fallback_local"
-        assert attempt.engine is not None and attempt.submission is not None
-        # Watch first: whatever fails after this line, the run's outcome is not lost.
-        self._watching[model.name] = (label, attempt.engine, attempt.submission.name)
+        watched = self.handovers.submit(self._request(model, incident))
+        if watched is None:
+            return
         del self._pending[model.name]
-        self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": attempt.how})
-        bound.warning(
-            "rollback_" + ("submitted" if attempt.how == "fallback_local" else attempt.how),
-            workflow=attempt.submission.name,
-            engine=label,
+        self._apply(model, RollbackSubmitted(self.clock(), watched.workflow))
+        self.notify.event(
+            "RollbackStarted", f"{model.name} v{incident.version} → stable: {watched.workflow}", "Warning"
         )
-        self._apply(model, RollbackSubmitted(self.clock(), attempt.submission.name))
-        self._event(
-            "RollbackStarted", f"{model.name} v{incident.version} → stable: {attempt.submission.name}", "Warning"
-        )
-
-    def _hand_to(self, label: str, factory: Callable[[], RollbackEngine], request: RollbackRequest) -> Attempt:
-        """Build (once) and submit to one engine; every exception becomes a Handover, none escapes."""
-        try:
-            engine = self._engine(label, factory)
-        except Exception as exc:  # e.g. the LocalEngine's state_dir on a read-only root filesystem
-            return Attempt(Handover.NOT_BUILT, error=f"engine not built: {type(exc).__name__}: {exc}")
-        try:
-            submission, how = self._calls.run(
-                label, "submit", lambda: submit_incident(engine, request), owner=request.model
-            )
-        except EngineUnavailable as exc:
-            handover = Handover.MAYBE_DELIVERED if exc.maybe_delivered else Handover.NOT_DELIVERED
-            return Attempt(handover, engine, error=str(exc))
-        except EngineNotFound as exc:  # 404 to the create: no template, nothing started
-            return Attempt(Handover.TEMPLATE_MISSING, engine, error=str(exc))
-        except EngineError as exc:  # refused, or too many earlier runs of this incident
-            return Attempt(Handover.REJECTED, engine, error=str(exc))
-        except Exception as exc:
-            return Attempt(Handover.UNEXPECTED, engine, error=f"{type(exc).__name__}: {exc}")
-        return Attempt(Handover.TAKEN, engine, submission, how)
-
-    def _ask_again(self, label: str, engine: RollbackEngine, request: RollbackRequest) -> Handover:
-        """A request that may have been delivered: does the engine have the workflow?"""
-        try:
-            self._calls.run(label, "status", lambda: engine.status(workflow_name(request)), owner=request.model)
-        except EngineNotFound:  # 404, or no such run: the only answer that means absent
-            return Handover.ABSENT_WHEN_ASKED
-        except Exception:  # unreachable, or refused (401, 403): nothing learnt about whether it exists
-            return Handover.UNANSWERED_WHEN_ASKED
-        return Handover.PRESENT_WHEN_ASKED
 
     def _request(self, model: ModelSettings, incident: Incident) -> RollbackRequest:
         return RollbackRequest(
@@ -415,24 +303,11 @@ class Sidecar:
 
     def drain(self, timeout_s: float) -> list[str]:
         """Let in-pod (LocalEngine) rollbacks finish, bounded by ``timeout_s``; returns those still going."""
-        deadline = time.monotonic() + timeout_s
-        still: list[str] = []
-        # A copy: a construction left to its worker thread (past the bound) may still add an engine.
-        for engine in list(self._engines.values()):
-            wait = getattr(engine, "drain", None)
-            if wait is not None:
-                still += wait(max(0.0, deadline - time.monotonic()))
-        return still
+        return self.handovers.drain(timeout_s)
 
     def cancel_rollbacks(self) -> list[str]:
-        """Cancel every in-pod rollback (LocalEngine.cancel_all): each stops at its step's next check
-        and its exit handler alerts. Returns those still going."""
-        cancelled: list[str] = []
-        for engine in list(self._engines.values()):
-            cancel = getattr(engine, "cancel_all", None)
-            if cancel is not None:
-                cancelled += cancel()
-        return cancelled
+        """Cancel every in-pod rollback: each stops at its step's next check and its exit handler alerts."""
+        return self.handovers.cancel_all()
 
     def begin_stop(self) -> None:
         """SIGTERM: leave the Service now (/readyz 503, /status ``stopping``: the peers stop counting this
@@ -462,23 +337,6 @@ class Sidecar:
         if still:
             log.error("rollbacks_cut_off_at_exit", workflows=still)
         return still
-
-    def _engine(self, label: str, factory: Callable[[], RollbackEngine]) -> RollbackEngine:
-        # Built on first use: the engines' clients (hera, requests) cost memory a healthy pod never needs.
-        # A factory that raises is asked again next cycle (a volume may be mounted by then).
-        engine = self._engines.get(label)
-        if engine is None:
-
-            def build() -> RollbackEngine:
-                built = factory()
-                return self._engines.setdefault(label, built)  # kept even if it outlived the bound
-
-            engine = self._calls.run(label, "construction", build)
-        # A LocalEngine marks Error the runs a dead process left behind: escalate those of our models.
-        orphaned = getattr(engine, "orphaned", None)
-        if orphaned:
-            self.escalate_orphans(orphaned)
-        return engine
 
     def escalate_orphans(self, records: Sequence[Mapping[str, Any]]) -> None:
         """In-pod rollbacks that a process which ended (a SIGKILL, an OOM kill) left unfinished, as
@@ -511,153 +369,12 @@ class Sidecar:
                 log.exception("orphaned_run_not_escalated", record=str(record)[:300])
 
     def _poll_rollback(self, model: ModelSettings) -> None:
-        watching = self._watching.get(model.name)
-        if watching is None:
+        ended = self.handovers.poll(model.name)
+        if ended is None:
             return
-        label, engine, name = watching
-        try:
-            status = self._calls.run(label, "status", lambda: engine.status(name), owner=model.name)
-        except EngineNotFound as exc:
-            # The run vanished (deleted by hand, a lost state directory): nobody will alert for it. The
-            # state machine escalates (once per incident: not if the healing timeout already did).
-            self._watching.pop(model.name, None)
-            self._apply(model, RollbackFinished(self.clock(), False, f"workflow {name} disappeared: {exc}"))
-            return
-        except Exception as exc:
-            # Unreachable, or refused (401, 403: nothing learnt about the run): ask again next cycle; the
-            # healing timeout bounds this.
-            log.warning("rollback_status_unavailable", model=model.name, workflow=name, error=str(exc))
-            return
-        if not status.done:
-            return
-        outcome = "succeeded" if status.succeeded else "failed"
-        self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": outcome})
-        log.warning(
-            "rollback_finished",
-            model=model.name,
-            workflow=name,
-            phase=status.phase,
-            message=status.message,
-            to_version=status.outputs.get("to-version"),
-        )
-        # A failure escalates through the state machine, once per incident. The workflow's exit handler
-        # alerts too (same labels: Alertmanager merges them); an engine that crashed, or a run stopped
-        # from outside, has no exit handler to do it.
-        message = status.message if status.succeeded else f"rollback {name} {status.phase}: {status.message}".strip()
-        self._apply(model, RollbackFinished(self.clock(), status.succeeded, message))
-        self._watching.pop(model.name, None)
-        self._event(
-            "RollbackSucceeded" if status.succeeded else "RollbackFailed",
-            f"{name}: {status.phase} {status.message}".strip(),
-            "Normal" if status.succeeded else "Warning",
-        )
-
-    def _escalate(self, model: ModelSettings, incident: Incident, why: str) -> None:
-        from healer.alerts import build_alert
-
-        self.metrics.inc("healer_rollbacks_total", {"model": model.name, "outcome": "escalated"})
-        request = self._request(model, incident)
-        alert = build_alert(
-            request,
-            failure=why,
-            timeline=[f"detected: {incident.detail}"],
-            runbook_url=self.settings.rollback.alert.runbook_url,
-            workflow=incident.workflow,
-        )
-        self._firing[model.name] = alert
-        sent = self._send(model.name, alert)
-        log.error(
-            "incident",
-            model=model.name,
-            version=incident.version,
-            incident=incident.key,
-            outcome="escalated",
-            why=why,
-            detected_at=_iso(self._wall_of(incident.detected_at)),
-            workflow=incident.workflow,
-            alert_sent=sent,
-        )
-        self._event("RollbackEscalated", f"{model.name} v{incident.version}: {why}", "Warning")
-        if self.kube is not None and self.pod:
-            from healer.kube import KubeError, PodRef
-
-            try:
-                self.kube.annotate_pod(
-                    PodRef.parse(self.pod, default_namespace="default"),
-                    diagnosis_annotations(incident.key),
-                )
-            except (KubeError, ValueError) as exc:
-                log.warning("pod_not_annotated", error=str(exc))
-
-    def _send(self, model: str, alert: dict[str, Any]) -> bool:
-        """Send (or re-send) one alert; remembered per model so it can be kept firing and resolved."""
-        from healer.alerts import NO_WEBHOOK, deliver_alert, post_alerts
-
-        self._alert_sent_at[model] = self.clock()
-        alert_settings = self.settings.rollback.alert
-        why = deliver_alert(
-            self._send_alert or post_alerts, alert_settings.webhook_url, alert, alert_settings.timeout_s
-        )
-        if why and why != NO_WEBHOOK:
-            log.error("alert_not_sent", model=model, incident=alert["labels"].get("incident"), error=why)
-        return not why
-
-    def _keep_alert_firing(self, model: str) -> None:
-        alert = self._firing.get(model)
-        if alert is None:
-            return
-        step = alert_step(
-            self.states[model].phase,
-            sent_at=self._alert_sent_at.get(model, 0.0),
-            now=self.clock(),
-            resend_s=ALERT_RESEND_S,
-        )
-        if step is AlertStep.RESEND:
-            self._send(model, alert)
-        elif step is AlertStep.RESOLVE:
-            from healer.store import utc_now
-
-            del self._firing[model]
-            self._send(model, {**alert, "endsAt": utc_now()})
-
-    def _restored(self, model: ModelSettings, incident: Incident, at: float) -> None:
-        restore_s = at - incident.detected_at
-        self.metrics.observe("healer_time_to_restore_seconds", {"model": model.name}, restore_s)
-        # The canonical line: one per incident, everything a person asks about it.
-        log.info(
-            "incident",
-            model=model.name,
-            version=incident.version,
-            incident=incident.key,
-            outcome="restored",
-            reason=incident.reason,
-            first_bad_at=_iso(self._wall_of(incident.first_bad_at)),
-            detected_at=_iso(self._wall_of(incident.detected_at)),
-            restored_at=_iso(self._wall_of(at)),
-            time_to_detect_s=round(incident.detected_at - incident.first_bad_at, 3),
-            time_to_restore_s=round(restore_s, 3),
-            workflow=incident.workflow,
-        )
-        self._event("ModelRestored", f"{model.name}: golden request passes again ({incident.workflow})", "Normal")
-
-    def _event(self, reason: str, message: str, event_type: str) -> None:
-        if self.kube is None or not self.pod:
-            return
-        from healer.kube import KubeError, PodRef
-
-        try:
-            self.kube.pod_event(
-                PodRef.parse(self.pod, default_namespace="default"),
-                reason=reason,
-                message=message,
-                event_type=event_type,
-            )
-        except (KubeError, ValueError) as exc:
-            # The Kubernetes API failing must never stop healing.
-            log.warning("kubernetes_event_not_recorded", reason=reason, error=str(exc))
-
-    def _wall_of(self, monotonic_at: float) -> float:
-        return self.wall() - (self.clock() - monotonic_at)
+        self._apply(model, RollbackFinished(self.clock(), ended.succeeded, ended.message))
+        if ended.event is not None:
+            self.notify.event(*ended.event)
 
     # ---- observability -------------------------------------------------------------------------------
     def _record_results(self, results: Sequence[ProbeResult], trace_id: str, *, partial: bool = False) -> None:
@@ -705,120 +422,15 @@ class Sidecar:
             if model.required and not (state := self.states[model.name]).serving
         ]
 
+    def _wants_drain(self) -> bool:
+        with self._lock:
+            return wants_drain(self._model_problems(), stopping=self._stopping.is_set())
+
     def _decide_drain(self) -> None:
-        """Read the peers and the drain set, apply the rule (healer/decisions.py ``drain_plan``) with
-        compare-and-swap, and decide /readyz. Whatever fails on the way (peers, store, a bug), nothing
-        was learnt: ``drain_decision`` says what that means (never start a drain; keep one for a while)."""
-        drain = self.settings.sidecar.drain
-        if self._peers is None or drain is None:
-            return
-        with self._lock:
-            wants = bool(self._model_problems()) and not self._stopping.is_set()
-        now = self.clock()
-        plan: DrainPlan | None = None
-        trouble = ""
-        # A pod that does not want to drain and is not in the set has nothing to read or write.
-        if wants or self._maybe_in_set:
-            try:
-                plan = self._drain_view(wants, drain)
-            except Exception as exc:
-                trouble = _short(exc)
-                # Said once per kind of trouble, not every period while the store or the peers are down.
-                if trouble != self._drain_trouble:
-                    log.warning("drain_view_unavailable", wants=wants, error=trouble)
-        self._drain_trouble = trouble
-        decision = drain_decision(
-            wants=wants, plan=plan, last=self._drain, now=now, keep_decision_s=drain.keep_decision_s, trouble=trouble
+        """The drain decision /readyz follows (healer/sidecar/drain.py), on what the models say now."""
+        self.drain_keeper.decide(
+            wants=self._wants_drain(), stopping=self._stopping.is_set(), my_readiness=lambda: self.ready()[0]
         )
-        self._set_drain(wants, decision)
-
-    def _drain_view(self, wants: bool, drain: DrainSettings) -> DrainPlan:
-        """The I/O of one drain decision: the peers (only when wanting), then the drain set updated
-        with compare-and-swap (a lost race re-reads and re-plans, a few times; then next cycle)."""
-        source = self._peers
-        assert source is not None
-        peers = None
-        if wants:
-            listed = self._drain_calls.run(
-                "drain-peers", "read the peers", source.peers, timeout_s=source.timeout_s + 1.0
-            )
-            peers = self._with_me(listed)
-        store = self._drain_store_built(drain)
-        me, name, now_wall = source.me, drain.drain_set, self.wall()
-
-        def plan(drained: Mapping[str, float]) -> DrainPlan:
-            return drain_plan(
-                me, wants=wants, peers=peers, drained=drained, min_ready=drain.min_ready, now_wall=now_wall
-            )
-
-        try:
-            written = self._drain_calls.run(
-                "drain-set",
-                "update the drain set",
-                lambda: store.update_drain_set(name, lambda d: plan(d).drained, attempts=DRAIN_CAS_ATTEMPTS),
-                timeout_s=drain.store_timeout_s,
-            )
-        except Exception:
-            if wants:
-                self._maybe_in_set = True  # an admission may have landed without its answer
-            raise
-        self._maybe_in_set = me in written.drained
-        self._in_set_since = written.drained.get(me)
-        return plan(written.drained)  # the same plan again on the set as written (the rule is idempotent)
-
-    def _drain_store_built(self, drain: DrainSettings) -> Any:
-        if self._drain_store is None:
-            if self._drain_store_factory is None:
-                raise PeersUnavailable("no store configured: the drain set lives in the store")
-            factory = self._drain_store_factory
-            self._drain_store = self._drain_calls.run(
-                "drain-set", "open the store", factory, timeout_s=drain.store_timeout_s
-            )
-        return self._drain_store
-
-    def _drain_without_a_view(self, trouble: str) -> None:
-        """The drain decision when deciding itself failed (a bug): as if nothing was learnt."""
-        drain = self.settings.sidecar.drain
-        try:
-            with self._lock:
-                wants = bool(self._model_problems()) and not self._stopping.is_set()
-            assert drain is not None
-            decision = drain_decision(
-                wants=wants,
-                plan=None,
-                last=self._drain,
-                now=self.clock(),
-                keep_decision_s=drain.keep_decision_s,
-                trouble=trouble,
-            )
-            self._set_drain(wants, decision)
-        except Exception:  # even that failed: serve (never empty the Service on a bug)
-            log.exception("drain_decision_failed")
-            with self._lock:
-                self._drain = DrainDecision(False, f"held back: deciding failed ({trouble}): serving")
-
-    def _set_drain(self, wants: bool, decision: DrainDecision) -> None:
-        with self._lock:
-            before, self._drain = self._drain, decision
-        held = wants and not decision.drain
-        self.metrics.set("healer_drain_wanted", {}, 1.0 if wants else 0.0)
-        self.metrics.set("healer_drain_held_back", {}, 1.0 if held else 0.0)
-        if (decision.drain, held) != (before.drain, self._held):
-            event = "drain_held_back" if held else "drain_allowed" if decision.drain else "drain_ended"
-            log.warning(event, why=decision.why, since=self._in_set_since)
-        self._held = held
-
-    def _with_me(self, peers: Sequence[Peer]) -> list[Peer]:
-        """The view with this pod as it knows itself (its readiness now, stopping or not). A source that
-        lists this pod (Kubernetes) must: without it the list is of other pods, and the rule says so."""
-        assert self._peers is not None
-        me = self._peers.me
-        others = [p for p in peers if p.name != me]
-        listed = next((p for p in peers if p.name == me), None)
-        if self._peers.lists_me and listed is None:
-            return others
-        terminating = self._stopping.is_set() or (listed is not None and listed.terminating)
-        return [*others, Peer(me, self.ready()[0], terminating)]
 
     @property
     def stall_after_s(self) -> float:
@@ -840,22 +452,17 @@ class Sidecar:
         return f"{what} {idle_s:.0f} s ago (over {self.stall_after_s:.0f} s)"
 
     def ready(self) -> tuple[bool, list[str]]:
-        """(/readyz) Not ready while stopping, while Triton is down or any required model is failing,
-        healing or escalated, unless the drain rule holds the pod back (then ready, with the reason as
-        the only line)."""
-        if self._stopping.is_set():
-            return False, ["stopping: SIGTERM received, leaving the Service"]
+        """(/readyz) healer/decisions.py ``readiness`` on the last cycle's verdicts and drain decision."""
+        stopping = self._stopping.is_set()
         with self._lock:
-            if self.cycles == 0:
-                return False, ["no probe cycle completed yet"]
-            problems = [] if self.triton_live else ["Triton not live"]
-            model_problems = self._model_problems()
-            if model_problems and self._peers is not None and not self._drain.drain:
-                if problems:
-                    return False, problems
-                return True, [f"drain held back ({', '.join(model_problems)}): {self._drain.why}"]
-            problems += model_problems
-        return not problems, problems
+            return readiness(
+                stopping=stopping,
+                cycles=self.cycles,
+                triton_live=self.triton_live,
+                model_problems=self._model_problems(),
+                rule=self.drain_keeper.rule,
+                decision=self.drain_keeper.decision,
+            )
 
     def status(self) -> dict[str, Any]:
         ready, ready_lines = self.ready()
@@ -865,8 +472,7 @@ class Sidecar:
             models = {}
             for name, state in self.states.items():
                 entry = dict(summarise(state))
-                watching = self._watching.get(name)
-                entry["workflow"] = watching[2] if watching else (state.incident.workflow if state.incident else "")
+                entry["workflow"] = self.handovers.workflow(name) or (state.incident.workflow if state.incident else "")
                 entry["wrong_answers"] = self._wrong_answers[name]
                 entry["last"] = {
                     r.tier.value + (f"@v{r.version}" if r.version and r.tier is not Tier.LIVENESS else ""): {
@@ -877,7 +483,10 @@ class Sidecar:
                     for r in self.last_results.get(name, [])
                 }
                 models[name] = entry
-            wants = bool(self._model_problems()) and not stopping
+            wants = wants_drain(self._model_problems(), stopping=stopping)
+            keeper = self.drain_keeper
+            decision = keeper.decision
+            draining, held_back = drain_standing(wants=wants, rule=keeper.rule, decision=decision)
             return {
                 "pod": self.pod,
                 "triton": self.settings.triton.url,
@@ -887,15 +496,15 @@ class Sidecar:
                 "models": models,
                 # What the peers weigh a drain against (HttpPeers reads it), and why this pod drains or not.
                 "drain": {
-                    "rule": self._peers is not None,
-                    "set": drain.drain_set if drain is not None and self._peers is not None else None,
+                    "rule": keeper.rule,
+                    "set": drain.drain_set if drain is not None and keeper.rule else None,
                     "ready": ready,
                     "stopping": stopping,
                     "wanted": wants,
-                    "in_set_since": self._in_set_since,
-                    "draining": wants and (self._peers is None or self._drain.drain),
-                    "held_back": wants and self._peers is not None and not self._drain.drain,
-                    "why": self._drain.why if wants else "",
+                    "in_set_since": keeper.in_set_since,
+                    "draining": draining,
+                    "held_back": held_back,
+                    "why": decision.why if wants else "",
                     "readyz": ready_lines,
                 },
             }

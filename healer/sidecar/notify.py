@@ -1,0 +1,164 @@
+"""What the sidecar tells people about an incident: the incident lines in the log, the pod's Events,
+the alert kept firing while a model is escalated (and resolved when it serves again), and the
+diagnosis mark on the pod. Every channel is best effort: one failing never stops healing or the
+others."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from healer.alerts import NO_WEBHOOK, PostAlerts, build_alert, deliver_alert, post_alerts
+from healer.decisions import AlertStep, alert_step
+from healer.labels import diagnosis_annotations
+from healer.metrics import Registry
+from healer.settings import Settings
+from healer.state import Incident, Phase
+from healer.vocabulary import RollbackRequest
+
+log = structlog.get_logger("healer.sidecar")
+
+ALERT_RESEND_S = 120.0  # well inside Alertmanager's default resolve_timeout of 5 minutes
+
+
+def iso(wall: float) -> str:
+    return dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Notifier:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        metrics: Registry,
+        pod: str,
+        kube: Any,
+        send_alert: PostAlerts | None,
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+    ) -> None:
+        self._settings = settings
+        self._metrics = metrics
+        self._pod = pod
+        self._kube = kube
+        self._post = send_alert or post_alerts
+        self._clock = clock
+        self._wall = wall
+        self._firing: dict[str, dict[str, Any]] = {}  # model -> the alert kept firing while escalated
+        self._alert_sent_at: dict[str, float] = {}
+
+    def detected(self, incident: Incident) -> None:
+        detect_s = incident.detected_at - incident.first_bad_at
+        self._metrics.observe("healer_time_to_detect_seconds", {"model": incident.model}, detect_s)
+        log.warning(
+            "incident_detected",
+            model=incident.model,
+            version=incident.version,
+            incident=incident.key,
+            reason=incident.reason,
+            detail=incident.detail,
+            detect_s=round(detect_s, 3),
+        )
+        self.event("ModelFailing", f"{incident.model} v{incident.version}: {incident.detail}", "Warning")
+
+    def escalated(self, request: RollbackRequest, incident: Incident, why: str) -> None:
+        """Alert (kept firing until the model serves again), the incident line, an Event, and the pod
+        marked to be kept for diagnosis."""
+        self._metrics.inc("healer_rollbacks_total", {"model": request.model, "outcome": "escalated"})
+        alert = build_alert(
+            request,
+            failure=why,
+            timeline=[f"detected: {incident.detail}"],
+            runbook_url=self._settings.rollback.alert.runbook_url,
+            workflow=incident.workflow,
+        )
+        self._firing[request.model] = alert
+        sent = self._send(request.model, alert)
+        log.error(
+            "incident",
+            model=request.model,
+            version=incident.version,
+            incident=incident.key,
+            outcome="escalated",
+            why=why,
+            detected_at=iso(self.wall_of(incident.detected_at)),
+            workflow=incident.workflow,
+            alert_sent=sent,
+        )
+        self.event("RollbackEscalated", f"{request.model} v{incident.version}: {why}", "Warning")
+        if self._kube is not None and self._pod:
+            from healer.kube import KubeError, PodRef
+
+            try:
+                self._kube.annotate_pod(
+                    PodRef.parse(self._pod, default_namespace="default"), diagnosis_annotations(incident.key)
+                )
+            except (KubeError, ValueError) as exc:
+                log.warning("pod_not_annotated", error=str(exc))
+
+    def keep_firing(self, model: str, phase: Phase) -> None:
+        """Re-send the escalation's alert while the model stays escalated; resolve it once it serves."""
+        alert = self._firing.get(model)
+        if alert is None:
+            return
+        step = alert_step(
+            phase, sent_at=self._alert_sent_at.get(model, 0.0), now=self._clock(), resend_s=ALERT_RESEND_S
+        )
+        if step is AlertStep.RESEND:
+            self._send(model, alert)
+        elif step is AlertStep.RESOLVE:
+            from healer.store import utc_now
+
+            del self._firing[model]
+            self._send(model, {**alert, "endsAt": utc_now()})
+
+    def restored(self, incident: Incident, at: float) -> None:
+        restore_s = at - incident.detected_at
+        self._metrics.observe("healer_time_to_restore_seconds", {"model": incident.model}, restore_s)
+        # The canonical line: one per incident, everything a person asks about it.
+        log.info(
+            "incident",
+            model=incident.model,
+            version=incident.version,
+            incident=incident.key,
+            outcome="restored",
+            reason=incident.reason,
+            first_bad_at=iso(self.wall_of(incident.first_bad_at)),
+            detected_at=iso(self.wall_of(incident.detected_at)),
+            restored_at=iso(self.wall_of(at)),
+            time_to_detect_s=round(incident.detected_at - incident.first_bad_at, 3),
+            time_to_restore_s=round(restore_s, 3),
+            workflow=incident.workflow,
+        )
+        self.event("ModelRestored", f"{incident.model}: golden request passes again ({incident.workflow})", "Normal")
+
+    def event(self, reason: str, message: str, event_type: str) -> None:
+        if self._kube is None or not self._pod:
+            return
+        from healer.kube import KubeError, PodRef
+
+        try:
+            self._kube.pod_event(
+                PodRef.parse(self._pod, default_namespace="default"),
+                reason=reason,
+                message=message,
+                event_type=event_type,
+            )
+        except (KubeError, ValueError) as exc:
+            # The Kubernetes API failing must never stop healing.
+            log.warning("kubernetes_event_not_recorded", reason=reason, error=str(exc))
+
+    def wall_of(self, monotonic_at: float) -> float:
+        return self._wall() - (self._clock() - monotonic_at)
+
+    def _send(self, model: str, alert: dict[str, Any]) -> bool:
+        """Send (or re-send) one alert; remembered per model so it can be kept firing and resolved."""
+        self._alert_sent_at[model] = self._clock()
+        config = self._settings.rollback.alert
+        why = deliver_alert(self._post, config.webhook_url, alert, config.timeout_s)
+        if why and why != NO_WEBHOOK:
+            log.error("alert_not_sent", model=model, incident=alert["labels"].get("incident"), error=why)
+        return not why
