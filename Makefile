@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo drills test lint typecheck unit bench clean e2e cluster
+.PHONY: demo drills test check lint typecheck unit bench clean e2e cluster
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,13 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/pytest
+
+# The fast tier, for every edit (under a minute on 2 cores): lint, types and the tests that start no
+# server and no other program (none of the markers in pyproject.toml; not tests/e2e); --no-processes fails
+# an unmarked test that starts one. `make test` runs them all.
+FAST_TESTS := not (triton or s3 or browser or promtool or hadolint or subprocess)
+check: lint typecheck
+	$(BIN)/pytest -q -m "$(FAST_TESTS)" --no-processes --ignore=tests/e2e
 
 # The end-to-end tier (tests/e2e, pytest -m e2e): real etcd, kube-apiserver and Argo, built from the
 # Go module proxy on first use by e2e/build.sh (needs Go; says so when it is missing) and cached in

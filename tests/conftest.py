@@ -1,10 +1,18 @@
-"""Shared fixtures. Triton tests run against the real tritonserver from the embedded extra."""
+"""Shared fixtures. Triton tests run against the real tritonserver from the embedded extra.
+
+Tiers: a test that starts a server or another program carries a marker saying which (registered in
+pyproject.toml); `make check` runs the unmarked rest, `make test` everything. A test using one of the
+fixtures in FIXTURE_MARKS is marked here, so a new test cannot forget; one that starts something
+itself is marked in its module, and `--no-processes` (set by `make check`) fails an unmarked test
+that starts any other program.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -75,6 +83,87 @@ def triton(triton_server: EmbeddedTriton) -> Iterator[TritonHttp]:
         yield client
     finally:
         client.close()
+
+
+# ---- tiers ---------------------------------------------------------------------------------------------
+
+# The markers of tests that start a server or another program; a test with none of them starts nothing.
+TIER_MARKERS = frozenset({"triton", "s3", "browser", "promtool", "hadolint", "subprocess", "e2e"})
+
+# Fixtures that start a server or a program, and the marks every test using one (directly or through
+# another fixture) gets.
+FIXTURE_MARKS: dict[str, tuple[pytest.MarkDecorator, ...]] = {
+    "triton_server": (pytest.mark.triton,),  # the shared real tritonserver: triton, deploy, the stacks
+    "cluster_like": (pytest.mark.triton,),  # test_drills_triton: an embedded stack behind the Argo API
+    # test_drills_triton: `healer demo` as a process, under its own 600 s limit
+    "demo_run": (pytest.mark.triton, pytest.mark.subprocess, pytest.mark.timeout(660)),
+    "seaweed": (pytest.mark.s3,),  # test_store, test_rollback_s3: the shared SeaweedFS (tests/s3_server.py)
+    "tls_server": (pytest.mark.subprocess,),  # test_webhook: openssl makes its certificate (tests/tls.py)
+    # tests/e2e (marked e2e there): the control plane's start, bounded step by step, takes up to 7 min
+    "control_plane": (pytest.mark.timeout(600),),
+}
+# Each a probe a library makes on import, not a program a test starts.
+LIBRARY_PROBES = frozenset({"lscpu"})  # numpy.testing: does the CPU have SVE
+_CALL_FAILED = pytest.StashKey[bool]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--no-processes",
+        action="store_true",
+        help="fail a test that starts another program and has no tier marker (make check sets it)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            for mark in FIXTURE_MARKS.get(fixture, ()):
+                if mark.name != "timeout" or item.get_closest_marker("timeout") is None:
+                    item.add_marker(mark)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report: pytest.TestReport = yield
+    if report.when == "call":
+        item.stash[_CALL_FAILED] = report.failed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _no_unmarked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With --no-processes, a test without a tier marker that starts a program fails, naming it."""
+    if not request.config.getoption("no_processes") or any(
+        request.node.get_closest_marker(name) is not None for name in TIER_MARKERS
+    ):
+        yield
+        return
+    started: list[str] = []
+    execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def refuse(popen: subprocess.Popen[Any], args: Any, *rest: Any, **options: Any) -> None:
+        argv = [str(args)] if isinstance(args, str | bytes | Path) else [str(a) for a in args]
+        if Path(argv[0]).name in LIBRARY_PROBES:
+            return execute_child(popen, args, *rest, **options)  # type: ignore[no-any-return]
+        started.append(" ".join(argv)[:200])
+        pytest.fail(unmarked(started), pytrace=False)
+
+    subprocess.Popen._execute_child = refuse  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child = execute_child  # type: ignore[attr-defined]
+    if started and not request.node.stash.get(_CALL_FAILED, False):  # the failure was caught, or in a thread
+        pytest.fail(unmarked(started), pytrace=False)
+
+
+def unmarked(started: list[str]) -> str:
+    markers = ", ".join(sorted(TIER_MARKERS - {"e2e"}))
+    return (
+        f"this test has no tier marker and starts {started}: mark it with what it starts ({markers}; "
+        "pyproject.toml says what each means), or add the fixture that starts it to FIXTURE_MARKS in tests/conftest.py"
+    )
 
 
 _model_names = itertools.count(1)

@@ -14,14 +14,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.test_monitoring import rendered_rules
+from tests.prometheus_rules import rendered_rules
 
 TESTS = Path(__file__).resolve().parent / "promtool" / "alerts.test.yaml"
 BASE_URL = "https://runbooks.example/healer"  # what the annotation case expects
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)"
-)
+pytestmark = [
+    pytest.mark.promtool,
+    pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)"),
+]
 
 
 def _run(tmp_path: Path, rules: dict[str, Any]) -> subprocess.CompletedProcess[str]:

@@ -294,12 +294,14 @@ def test_a_200_that_is_not_a_workflow_is_unavailable_not_a_crash(engine: ArgoEng
         engine.submit(RollbackRequest(model="m", from_version="1", incident="inc-not-a-workflow"))
 
 
+@pytest.mark.subprocess
 def test_importing_the_engine_does_not_import_hera() -> None:
     code = "import sys, healer.engines.argo; print(sorted(m for m in ('hera', 'requests') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30)
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.subprocess
 def test_an_argo_server_certificate_that_fails_verification_was_certainly_not_delivered(tmp_path: Path) -> None:
     """Argo's default certificate is self-signed: without its CA the handshake stops before any request,
     so the sidecar may fall back to the in-pod engine; with ``rollback.argo.ca_file`` the handshake passes."""

@@ -107,6 +107,7 @@ def test_bad_config_exits_64_naming_file_and_key(tmp_path: Path, capsys: pytest.
     )
 
 
+@pytest.mark.triton
 def test_demo_starts_triton_and_prints_three_green_tiers(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["demo", "--config", str(EXAMPLE_CONFIG)])
     out = capsys.readouterr().out
@@ -326,6 +327,7 @@ def test_usage_errors_exit_64_not_2(argv: list[str], capsys: pytest.CaptureFixtu
     assert err.startswith("usage: healer") and "error:" in err
 
 
+@pytest.mark.subprocess
 def test_usage_error_of_the_installed_command_exits_64() -> None:
     healer = Path(sys.executable).parent / "healer"
     done = subprocess.run([str(healer), "probe", "-o", "xml"], check=False, capture_output=True, text=True, timeout=60)

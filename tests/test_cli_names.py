@@ -119,6 +119,7 @@ def test_probe_url_is_checked_like_triton_url(
     assert "s3cr3t" not in captured.out + captured.err and captured.out == ""
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("listen", ["127.0.0.1:99999", "[::]:{triton}"])
 def test_sidecar_listen_flag_is_checked_like_sidecar_listen(setup: tuple[Path, Path], listen: str) -> None:
     import subprocess

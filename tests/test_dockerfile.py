@@ -59,6 +59,7 @@ def package_version() -> str:
     return version
 
 
+@pytest.mark.hadolint
 def test_hadolint_finds_nothing() -> None:
     result = subprocess.run(
         [hadolint(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False
@@ -66,6 +67,7 @@ def test_hadolint_finds_nothing() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.hadolint
 def test_hadolint_does_fail_on_a_bad_dockerfile(tmp_path: Path) -> None:
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM python:latest\nRUN apt-get update && apt-get install -y gcc\nRUN pip install healer\n")

@@ -24,7 +24,6 @@ from healer.drills.catalog import (
     select,
 )
 from healer.drills.verdict import (
-    DrillResult,
     Mark,
     Observation,
     PhaseSpan,
@@ -35,6 +34,7 @@ from healer.drills.verdict import (
     phase_spans,
 )
 from tests.conftest import EXAMPLE_MODELS, EXAMPLES
+from tests.drill_results import full_catalog_results, result
 
 ROOT = Path(__file__).resolve().parents[1]
 PURE = ("catalog", "verdict", "report")
@@ -352,51 +352,6 @@ def test_phase_spans_place_the_runs_phases_after_the_injection() -> None:
 
 
 # ---- the report ----------------------------------------------------------------------------------------
-
-
-def result(name: str, observation: Observation, *, budget: float = 90.0, skipped: str = "") -> DrillResult:
-    scenario = BY_NAME[name]
-    return DrillResult(
-        scenario,
-        observation,
-        judge(scenario, observation, budget),
-        budget,
-        started_at="2024-05-01T10:00:00.000Z",
-        skipped=skipped,
-    )
-
-
-def full_catalog_results() -> list[DrillResult]:
-    """A believable run of the whole catalog, one of them missing its budget."""
-    marks = (Mark(0, "injected"), Mark(1.1, "detected", "healing"), Mark(3.0, "restored"), Mark(3.5, "trusted"))
-    phases = (
-        PhaseSpan("wf-a", "lease", 1.2, 1.21, "ok"),
-        PhaseSpan("wf-a", "fetch-stable", 1.21, 1.22, "ok"),
-        PhaseSpan("wf-a", "restore", 1.22, 2.9, "ok"),
-        PhaseSpan("wf-a", "record", 2.9, 2.92, "ok"),
-    )
-    healed = Observation(
-        detect_s=1.1, restore_s=3.0, workflows=("wf-a",), drained=True, final_state="healthy", marks=marks,
-        phases=phases, min_ready=1,
-    )  # fmt: skip
-    escalated = Observation(
-        detect_s=0.6, escalate_s=7.1, workflows=("wf-b",), model_loaded=True, final_state="escalated",
-        marks=(Mark(0, "injected"), Mark(0.6, "detected"), Mark(7.1, "escalated")),
-        phases=(PhaseSpan("wf-b", "lease", 0.7, 6.6, "failed", "store not reachable <&>"),),
-    )  # fmt: skip
-    by_outcome = {
-        Outcome.HEALED: healed,
-        Outcome.ESCALATED: escalated,
-        Outcome.BREAKER_OPEN: dataclasses.replace(escalated, breaker_open=True, workflows=("wf-a", "wf-b")),
-        Outcome.NOT_LIVE: Observation(detect_s=0.4, not_live=True, drained=True, marks=(Mark(0, "killed"),)),
-        Outcome.DRAINED: Observation(detect_s=2.5, drained=True, final_state="healthy"),
-        Outcome.NO_ROLLBACK: Observation(
-            final_state="healthy", wrong_answers=2, marks=(Mark(0, "injected"), Mark(3, "end"))
-        ),
-    }
-    results = [result(s.name, by_outcome[s.expect.outcome]) for s in CATALOG]
-    results[4] = result("hang", dataclasses.replace(healed, restore_s=120.0))  # missed the budget
-    return results
 
 
 def test_rows_are_printed_with_fixed_columns_and_say_why_a_scenario_missed() -> None:

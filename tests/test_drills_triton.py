@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from healer.drills.catalog import FAST
+from tests.browser import needs_chromium, open_in_chromium
 from tests.conftest import EXAMPLES
-from tests.test_drills_browser import needs_chromium, open_in_chromium
 
 HEALER = str(Path(sys.executable).parent / "healer")
 TRITON_PROCESSES = ("tritonserver", "triton_python_backend_stub")
@@ -128,6 +128,7 @@ def test_the_demo_leaves_no_triton_process_behind(demo_run: DemoRun) -> None:
     assert demo_run.leftover == set()
 
 
+@pytest.mark.browser
 @pytest.mark.triton
 @needs_chromium
 def test_the_demo_report_renders_in_a_browser_and_shows_every_scenario_it_ran(
@@ -141,6 +142,8 @@ def test_the_demo_report_renders_in_a_browser_and_shows_every_scenario_it_ran(
     assert "restore" in dom and 'id="restore-chart"' in dom
 
 
+@pytest.mark.subprocess
+@pytest.mark.timeout(360)  # `healer drill` runs under its own 300 s limit
 @pytest.mark.triton
 def test_drill_json_reports_every_field_and_the_target_ends_on_its_stable_version(tmp_path: Path) -> None:
     config = drill_config(tmp_path)

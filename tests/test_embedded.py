@@ -41,6 +41,7 @@ def wait_until(predicate: object, timeout_s: float) -> bool:
     return False
 
 
+@pytest.mark.triton
 def test_stop_leaves_no_process_of_the_group(tmp_path: Path) -> None:
     server = EmbeddedTriton(EXAMPLES / "model_repository", load_models=["linear_scorer"], workdir=tmp_path)
     server.start()
@@ -52,6 +53,8 @@ def test_stop_leaves_no_process_of_the_group(tmp_path: Path) -> None:
     assert group_members(pid) == []
 
 
+@pytest.mark.triton
+@pytest.mark.subprocess
 def test_triton_dies_with_its_parent(tmp_path: Path) -> None:
     """A test run that is SIGKILLed (no finally blocks run) must not leave tritonserver behind."""
     script = textwrap.dedent(
@@ -93,6 +96,7 @@ def test_tritonserver_env_that_is_not_executable(tmp_path: Path, monkeypatch: py
         find_tritonserver()
 
 
+@pytest.mark.subprocess  # a stand-in tritonserver script
 def test_server_that_exits_during_start_up_reports_its_log(tmp_path: Path) -> None:
     fake = tmp_path / "bin" / "tritonserver"
     fake.parent.mkdir()
@@ -105,6 +109,7 @@ def test_server_that_exits_during_start_up_reports_its_log(tmp_path: Path) -> No
     assert server.pid is None
 
 
+@pytest.mark.subprocess  # a stand-in tritonserver script
 def test_start_up_deadline_is_enforced(tmp_path: Path) -> None:
     fake = tmp_path / "bin" / "tritonserver"
     fake.parent.mkdir()

@@ -136,6 +136,7 @@ def test_in_cluster_without_a_token_is_a_clear_error(tmp_path: Path, monkeypatch
         KubeClient.in_cluster()
 
 
+@pytest.mark.subprocess  # openssl
 def test_a_token_that_vanishes_under_a_running_client_is_a_kube_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

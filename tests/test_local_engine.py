@@ -177,6 +177,7 @@ def test_cancel_all_stops_a_run_waiting_for_the_models_mutex(tmp_path: Path, rec
     assert engine.drain(10) == []
 
 
+@pytest.mark.subprocess
 def test_a_new_engine_lists_the_runs_it_marked_orphaned(tmp_path: Path, recorder: Recorder) -> None:
     import json
     import socket

@@ -27,11 +27,11 @@ from healer.settings import Settings, SidecarSettings, TierThresholds
 from healer.state import Phase
 from healer.webhook import InjectionConfig, sidecar_container
 from probes.result import Status, Tier
-from tests.test_sidecar_unit import cycle_all, fleet
+from tests.prometheus_rules import BASE_URL, PLACEHOLDER, RULES, rendered_rules
+from tests.sidecar_fleet import cycle_all, fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "healer"
-RULES = CHART / "files" / "prometheus-rules.yaml"
 DASHBOARD = CHART / "files" / "dashboards" / "healer.json"
 RULE_TEMPLATE = CHART / "templates" / "monitoring-prometheusrule.yaml"
 PODMONITOR_TEMPLATE = CHART / "templates" / "monitoring-podmonitor.yaml"
@@ -45,8 +45,6 @@ NOT_RUNBOOKS = {"README.md", "triton-troubleshooting.md"}
 TARGET_LABELS = {"namespace", "pod", "container", "job", "endpoint", "instance"}
 # Metrics from elsewhere that the rules use: Prometheus's own and kube-state-metrics'.
 EXTERNAL_METRICS = {"up": {"job"}, "kube_deployment_status_replicas_available": {"namespace", "deployment"}}
-PLACEHOLDER = re.compile(r"__[A-Z_]+__")
-BASE_URL = "https://example.com/healer/runbooks"
 
 
 # ---- the metrics, as a real sidecar exports them -------------------------------------------------------
@@ -263,19 +261,6 @@ def test_the_template_replaces_every_placeholder_of_the_rules() -> None:
     assert ".Values.monitoring.prometheusRule.enabled" in template
     replaced = set(re.findall(r'replace "(__[A-Z_]+__)"', template))
     assert replaced == set(PLACEHOLDER.findall(RULES.read_text()))
-
-
-def rendered_rules(base_url: str = BASE_URL) -> dict[str, Any]:
-    """The rules as the template renders them (release "healer" in namespace "healer")."""
-    values = {
-        "__RUNBOOK_BASE_URL__": base_url.rstrip("/"),
-        "__SIDECAR_JOB__": "healer/healer-sidecars",
-        "__RELEASE_NAMESPACE__": "healer",
-        "__WEBHOOK_DEPLOYMENT__": "healer-webhook",
-    }
-    text = PLACEHOLDER.sub(lambda m: values[m.group(0)], RULES.read_text())
-    rendered: dict[str, Any] = yaml.safe_load(text)
-    return rendered
 
 
 def test_rendered_runbook_urls_resolve_to_pages() -> None:

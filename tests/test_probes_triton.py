@@ -203,6 +203,7 @@ def test_unreachable_triton_fails_liveness_and_the_rest_is_inconclusive(example_
         assert tiers[Tier.BUSINESS].status is Status.ERROR
 
 
+@pytest.mark.triton
 def test_killed_triton_fails_liveness_and_errors_the_other_tiers(
     example_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -261,6 +261,7 @@ def test_the_keys_the_chart_derives_are_the_ones_its_template_refuses() -> None:
         assert f'"{key.rpartition(".")[2]}"' in helpers, key
 
 
+@pytest.mark.subprocess
 def test_the_settings_module_stays_free_of_clients() -> None:
     import subprocess
     import sys

@@ -185,7 +185,7 @@ class Backend:
     put: Callable[[str, bytes], None]  # key relative to the store root; overwrites
 
 
-@pytest.fixture(params=["filesystem", "s3"])
+@pytest.fixture(params=["filesystem", pytest.param("s3", marks=pytest.mark.s3)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "filesystem":
         root = tmp_path / "store"
@@ -559,6 +559,7 @@ def test_reading_a_missing_key_is_file_not_found(backend: Backend) -> None:
         backend.store.blobs.read("m/config.pbtxt")
 
 
+@pytest.mark.s3
 def test_a_seaweed_that_is_not_usable_in_time_raises_with_its_log_and_leaves_nothing_running(tmp_path: Path) -> None:
     workdir = tmp_path / "weed"
     server = SeaweedS3(workdir, startup_timeout_s=0.01)

@@ -285,6 +285,7 @@ def https(server: WebhookServer, ca: Path, method: str, path: str, body: bytes |
         connection.close()
 
 
+@pytest.mark.subprocess  # openssl
 def test_the_server_answers_over_tls_refuses_junk_and_reloads_a_renewed_certificate(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path, "first")
     serving_cert, serving_key = tmp_path / "tls.crt", tmp_path / "tls.key"
@@ -332,6 +333,7 @@ def test_the_server_answers_over_tls_refuses_junk_and_reloads_a_renewed_certific
         server.stop()
 
 
+@pytest.mark.subprocess
 def test_healer_webhook_command_serves_until_sigterm(tmp_path: Path) -> None:
     import signal
     import sys
@@ -368,6 +370,7 @@ def test_healer_webhook_command_serves_until_sigterm(tmp_path: Path) -> None:
         assert process.wait(timeout=10) == 0
 
 
+@pytest.mark.subprocess
 def test_healer_webhook_with_a_bad_injection_file_exits_64_naming_it(tmp_path: Path) -> None:
     from healer.cli import main
 

@@ -265,6 +265,8 @@ func main() {
 """
 
 
+@pytest.mark.subprocess
+@pytest.mark.timeout(660)  # go mod tidy, then go run: 300 s each at most
 def test_model_label_expression_gives_the_argo_engines_label_in_argos_own_expr(tmp_path: Path) -> None:
     """The committed template's expression, run by the expr and sprig versions Argo v4.1.2 uses, gives
     every name the label the ArgoEngine submits with. Argo's controller sets labelsFrom over the labels
@@ -375,6 +377,7 @@ def test_local_engine_runs_the_same_step_sequence_as_argo(tmp_path: Path, succee
     assert annotations["healer.io/engine-instance"] == process_instance(os.getpid())  # who ran it, exactly
 
 
+@pytest.mark.subprocess
 def test_runs_left_running_by_a_dead_engine_process_are_marked_error(tmp_path: Path) -> None:
     import socket
     import subprocess

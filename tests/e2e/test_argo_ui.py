@@ -43,8 +43,8 @@ from healer.alerts import build_alert
 from healer.engines.argo import ArgoEngine, title
 from healer.state import incident_key
 from healer.vocabulary import RollbackRequest
+from tests.browser import CHROMIUM, HEADLESS
 from tests.e2e.control_plane import ROOT, UI_CONFIG, ControlPlane, load_yaml_documents, versions, wait_for
-from tests.test_drills_browser import CHROMIUM, HEADLESS
 from workflows.rollback import RUNBOOK_BASE_URL, _parse_failures
 from workflows.steps import PHASES, PhaseReport
 

@@ -31,7 +31,7 @@ from healer.webhook import SIDECAR, load_injection_config
 from tests import helm
 from tests.e2e.conftest import ArgoCli
 from tests.e2e.control_plane import ApiError, ControlPlane
-from tests.test_deploy_manifests import argo_calls, granted, kube_calls
+from tests.rbac_scan import argo_calls, granted, kube_calls
 from workflows.render import render_all
 from workflows.rollback import ARGO_UI_CONFIG, TemplateOptions
 

@@ -15,7 +15,7 @@ import yaml
 
 from tests.e2e.conftest import manifest_documents
 from tests.e2e.control_plane import ControlPlane
-from tests.test_deploy_manifests import ROOT, argo_calls, kube_calls
+from tests.rbac_scan import ROOT, argo_calls, kube_calls
 
 pytestmark = pytest.mark.e2e
 
