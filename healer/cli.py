@@ -1058,16 +1058,21 @@ def _move_back(live: Path | None, model: str, version: str) -> int:
 
 
 def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
-    from healer.engines.factory import local_engine
+    from healer.engines import EngineError
+    from healer.engines.records import RunRecords
     from healer.runs import format_run, format_runs
 
-    engine = local_engine(settings)
+    # Only reads: no engine, no template, no folder created, no record marked.
+    records = RunRecords(settings.rollback.state_dir)
     output = args.output
     if args.runs_command in ("get", "show"):
         try:
-            record = engine.get(args.name)
+            record = records.get(args.name)
         except KeyError:
             print(f"healer: no run {args.name!r} in {settings.rollback.state_dir}", file=sys.stderr)
+            return 1
+        except EngineError as exc:  # a file of that name that is not a run record
+            print(f"healer: {exc}", file=sys.stderr)
             return 1
         if output in ("json", "yaml"):
             _print_data(record, output)
@@ -1076,7 +1081,7 @@ def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
         else:
             print(format_run(record, wide=output == "wide"))
         return 0
-    runs = engine.list_runs()
+    runs = records.runs()
     if output in ("json", "yaml"):
         _print_data(runs, output)
     elif output == "name":
@@ -1190,7 +1195,7 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
     if settings.rollback.engine == "local" or settings.sidecar.fallback_to_local:
         # In-pod rollbacks a previous run of this container left unfinished (it was killed): marked
         # Error here, before any engine is built (no hera import), and escalated for our models.
-        from healer.engines.local import mark_orphaned_runs
+        from healer.engines.records import mark_orphaned_runs
 
         sidecar.escalate_orphans(mark_orphaned_runs(settings.rollback.state_dir))
     server = SidecarServer(sidecar, args.listen or settings.sidecar.listen)

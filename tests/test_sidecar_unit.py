@@ -767,7 +767,7 @@ def test_an_orphaned_in_pod_rollback_is_escalated_at_start_up(settings: Settings
     import subprocess
     import sys
 
-    from healer.engines.local import mark_orphaned_runs
+    from healer.engines.records import mark_orphaned_runs
 
     dead = int(
         subprocess.run(

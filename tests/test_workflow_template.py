@@ -16,7 +16,8 @@ import yaml
 
 from healer.cli import main
 from healer.engines.argo import ArgoEngine, label_value, label_value_expression
-from healer.engines.local import LocalEngine, process_instance
+from healer.engines.local import LocalEngine
+from healer.engines.records import process_instance
 from healer.vocabulary import RollbackRequest
 from workflows.render import render_all
 from workflows.rollback import LABELS_FROM_PARAMETERS, PARAMETERS, TemplateOptions, build_rollback_template

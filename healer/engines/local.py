@@ -15,18 +15,15 @@ refuses any other construct loudly instead of half-running it.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import fcntl
 import importlib
 import json
-import os
 import re
 import shutil
 import socket
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +33,8 @@ import structlog
 
 from healer.decisions import same_occurrence_window_s
 from healer.engines import MAX_EARLIER_OCCURRENCES, EngineNotFound, EngineRejected, EngineUnavailable, join_or_step_past
-from healer.labels import ENGINE_ANNOTATION, ENGINE_INSTANCE_ANNOTATION, request_labels
-from healer.vocabulary import TEMPLATE_NAME, RollbackRequest, RunStatus, Submission, workflow_name
+from healer.engines.records import RunRecords, epoch, mark_orphaned_runs, new_record, now_text
+from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
 
 log = structlog.get_logger(__name__)
 
@@ -58,25 +55,6 @@ class UnsupportedTemplate(EngineRejected):
 
 class _Cancelled(Exception):
     """cancel_all() stopped a run before its steps started (e.g. while it waited for the mutex)."""
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _timestamp(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _epoch(text: Any) -> float | None:
-    """A record's RFC 3339 timestamp in seconds since the epoch; None if absent or not one."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).timestamp()
 
 
 def _duration_s(text: str | None) -> float:
@@ -129,6 +107,7 @@ class LocalEngine:
         self._context_factory = context_factory
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.records = RunRecords(self.state_dir)
         # Step attempts write their outputs here, not in the system temp folder: in a pod the root
         # filesystem is read-only and state_dir is the writable volume.
         self._step_dir = self.state_dir / STEP_DIR
@@ -188,18 +167,8 @@ class LocalEngine:
 
     def _create(self, name: str, request: RollbackRequest, parameters: dict[str, str]) -> bool:
         """Record and start the run ``name``; False if a record of that name exists."""
-        record = self._new_record(name, request, parameters)
-        # Exclusive create of a complete file (link() fails if the name exists): one run per incident
-        # name across threads and processes, and never a half-written record that blocks the name.
-        fd, temp = tempfile.mkstemp(dir=self.state_dir, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(record, handle, indent=2)
-            os.link(temp, self._record_path(name))
-        except FileExistsError:
+        if not self.records.create(name, new_record(name, request, parameters, created_at=self._wall_clock())):
             return False
-        finally:
-            os.unlink(temp)
         thread = threading.Thread(target=self._execute, args=(name, parameters), name=f"rollback-{name}", daemon=True)
         with self._lock:
             self._threads[name] = thread
@@ -219,7 +188,7 @@ class LocalEngine:
             request,
             name,
             phase=phase,
-            created_at=_epoch(created_text),
+            created_at=epoch(created_text),
             engine_now=self._wall_clock(),
             window_s=self.join_window_s,
             successor_seed=str(metadata.get("uid") or created_text or name),
@@ -260,23 +229,10 @@ class LocalEngine:
 
     # ---- records (argo list / argo get) ----------------------------------------------------------
     def get(self, name: str) -> dict[str, Any]:
-        path = self._record_path(name)
-        for _attempt in range(50):
-            try:
-                record: dict[str, Any] = json.loads(path.read_text())
-                return record
-            except FileNotFoundError:
-                raise EngineNotFound(f"no run {name} in {self.state_dir}") from None
-            except ValueError:
-                time.sleep(0.01)  # an exclusive create is visible before its first write completes
-        raise EngineRejected(f"{path}: not a run record")
+        return self.records.get(name)
 
     def list_runs(self) -> list[dict[str, Any]]:
-        runs = []
-        for path in sorted(self.state_dir.glob(f"{TEMPLATE_NAME}-*.json")):
-            with contextlib.suppress(ValueError, OSError):
-                runs.append(json.loads(path.read_text()))
-        return sorted(runs, key=lambda r: r["metadata"].get("creationTimestamp", ""), reverse=True)
+        return self.records.runs()
 
     # ---- execution -------------------------------------------------------------------------------
     def _execute(self, name: str, parameters: dict[str, str]) -> None:
@@ -295,7 +251,7 @@ class LocalEngine:
                 exit_params = {**parameters, "__status": phase, "__failures": json.dumps(failures)}
                 with contextlib.suppress(Exception):
                     self._run_steps(name, self.on_exit, exit_params, None, root=False)
-            self._update(name, lambda r: r["status"].update(phase=phase, message=message, finishedAt=_now()))
+            self.records.update(name, lambda r: r["status"].update(phase=phase, message=message, finishedAt=now_text()))
 
     def _execute_unchecked(self, name: str, parameters: dict[str, str], progress: dict[str, bool]) -> None:
         mutex = (
@@ -304,18 +260,18 @@ class LocalEngine:
         with self._mutex(name, mutex):
             started = time.monotonic()
             deadline = started + self.deadline_s if self.deadline_s else None
-            self._update(name, lambda r: r["status"].update(phase="Running", startedAt=_now()))
+            self.records.update(name, lambda r: r["status"].update(phase="Running", startedAt=now_text()))
             phase, message = self._run_steps(name, self.entrypoint, parameters, deadline, root=True)
             if phase != "Succeeded" and self._stopping.is_set():
                 message = f"{CANCELLED}; {message}" if message and message != CANCELLED else CANCELLED
             if self.on_exit:
-                failures = self._failures(name)
+                failures = self.records.failures(name)
                 exit_params = {**parameters, "__status": phase, "__failures": json.dumps(failures)}
                 # The exit handler runs even after the deadline, as in Argo; the run stays Running
                 # until it is done, so whoever waits for the outcome also waits for the alert.
                 progress["exit_handler_started"] = True
                 self._run_steps(name, self.on_exit, exit_params, None, root=False)
-            self._update(name, lambda r: r["status"].update(phase=phase, message=message, finishedAt=_now()))
+            self.records.update(name, lambda r: r["status"].update(phase=phase, message=message, finishedAt=now_text()))
             log.info(
                 "local_rollback_finished", workflow=name, phase=phase, duration_s=round(time.monotonic() - started, 3)
             )
@@ -333,7 +289,7 @@ class LocalEngine:
         if template.steps is None:
             raise UnsupportedTemplate(f"entry template {template_name!r} must be a steps template")
         node_id = name if root else f"{name}.onExit"
-        self._add_node(
+        self.records.add_node(
             name,
             node_id,
             {
@@ -342,7 +298,7 @@ class LocalEngine:
                 "type": "Steps",
                 "templateName": template_name,
                 "phase": "Running",
-                "startedAt": _now(),
+                "startedAt": now_text(),
                 "children": [],
             },
         )
@@ -353,7 +309,7 @@ class LocalEngine:
                     phase, message = "Failed", CANCELLED  # no further step of a cancelled run starts
                     break
                 if step.when and not _evaluate_when(_substitute(step.when, parameters)):
-                    self._add_node(
+                    self.records.add_node(
                         name,
                         f"{node_id}[{group_index}].{step.name}",
                         {
@@ -363,8 +319,8 @@ class LocalEngine:
                             "templateName": step.template,
                             "phase": "Skipped",
                             "message": f"when '{_substitute(step.when, parameters)}' evaluated false",
-                            "startedAt": _now(),
-                            "finishedAt": _now(),
+                            "startedAt": now_text(),
+                            "finishedAt": now_text(),
                         },
                     )
                     continue
@@ -383,7 +339,7 @@ class LocalEngine:
                     break
             if phase != "Succeeded":
                 break
-        self._update_node(name, node_id, phase=phase, message=message, finishedAt=_now())
+        self.records.update_node(name, node_id, phase=phase, message=message, finishedAt=now_text())
         return phase, message
 
     def _run_script(
@@ -408,7 +364,7 @@ class LocalEngine:
                 kwargs[input_name] = default
             else:
                 raise UnsupportedTemplate(f"step {display!r}: input {input_name!r} has no argument")
-        self._add_node(
+        self.records.add_node(
             name,
             node_id,
             {
@@ -417,7 +373,7 @@ class LocalEngine:
                 "type": "Retry",
                 "templateName": template_name,
                 "phase": "Running",
-                "startedAt": _now(),
+                "startedAt": now_text(),
                 "inputs": {"parameters": [{"name": k, "value": v} for k, v in kwargs.items()]},
                 "children": [],
             },
@@ -425,7 +381,7 @@ class LocalEngine:
         attempt, backoff = 0, spec.backoff_s
         while True:
             pod_id = f"{node_id}({attempt})"
-            self._add_node(
+            self.records.add_node(
                 name,
                 pod_id,
                 {
@@ -434,7 +390,7 @@ class LocalEngine:
                     "type": "Pod",
                     "templateName": template_name,
                     "phase": "Running",
-                    "startedAt": _now(),
+                    "startedAt": now_text(),
                 },
                 parent=node_id,
             )
@@ -444,7 +400,7 @@ class LocalEngine:
                 own = time.monotonic() + spec.deadline_s
                 attempt_deadline = own if deadline is None else min(deadline, own)
             phase, message, exit_code, outputs = self._attempt(name, spec, kwargs, attempt_deadline, cancellable)
-            self._update_node(name, pod_id, phase=phase, message=message, finishedAt=_now(), outputs=outputs)
+            self.records.update_node(name, pod_id, phase=phase, message=message, finishedAt=now_text(), outputs=outputs)
             retryable = (
                 phase == "Failed"
                 and not (cancellable and self._stopping.is_set())
@@ -454,7 +410,9 @@ class LocalEngine:
             )
             remaining = (deadline - time.monotonic()) if deadline is not None else None
             if not retryable or (remaining is not None and remaining <= backoff):
-                self._update_node(name, node_id, phase=phase, message=message, finishedAt=_now(), outputs=outputs)
+                self.records.update_node(
+                    name, node_id, phase=phase, message=message, finishedAt=now_text(), outputs=outputs
+                )
                 return phase, message
             time.sleep(backoff)
             backoff = min(backoff * spec.backoff_factor, spec.backoff_max_s)
@@ -620,37 +578,6 @@ class LocalEngine:
             log.warning("local_rollbacks_cancelled", workflows=running)
         return running
 
-    # ---- state -----------------------------------------------------------------------------------
-    def _record_path(self, name: str) -> Path:
-        return self.state_dir / f"{name}.json"
-
-    def _new_record(self, name: str, request: RollbackRequest, parameters: dict[str, str]) -> dict[str, Any]:
-        return {
-            "apiVersion": "argoproj.io/v1alpha1",
-            "kind": "Workflow",
-            "metadata": {
-                "name": name,
-                "uid": str(uuid.uuid4()),
-                "creationTimestamp": _timestamp(self._wall_clock()),
-                "labels": {
-                    **request_labels(request),
-                    "workflows.argoproj.io/workflow-template": TEMPLATE_NAME,
-                },
-                "annotations": {
-                    "workflows.argoproj.io/title": f"Rollback {request.model} v{request.from_version} → stable",
-                    "workflows.argoproj.io/description": request.detail,
-                    # Who runs it: a run whose engine process died is marked Error, not left Running.
-                    ENGINE_ANNOTATION: f"{socket.gethostname()}/{os.getpid()}",
-                    ENGINE_INSTANCE_ANNOTATION: process_instance(os.getpid()) or "",
-                },
-            },
-            "spec": {
-                "workflowTemplateRef": {"name": TEMPLATE_NAME},
-                "arguments": {"parameters": [{"name": k, "value": v} for k, v in parameters.items()]},
-            },
-            "status": {"phase": "Pending", "nodes": {}},
-        }
-
     @contextlib.contextmanager
     def _mutex(self, name: str, mutex: str | None) -> Iterator[None]:
         if mutex is None:
@@ -670,128 +597,17 @@ class LocalEngine:
                     break
                 except BlockingIOError:
                     if not waiting_noted:
-                        self._update(name, lambda r: r["status"].update(message=f"Waiting for {mutex} lock"))
+                        self.records.update(name, lambda r: r["status"].update(message=f"Waiting for {mutex} lock"))
                         waiting_noted = True
                     if time.monotonic() >= deadline:
                         raise TimeoutError(f"mutex {mutex} not acquired within {self._mutex_wait_s:g} s") from None
                     time.sleep(self._poll_interval_s)
             try:
                 if waiting_noted:
-                    self._update(name, lambda r: r["status"].update(message=""))
+                    self.records.update(name, lambda r: r["status"].update(message=""))
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def _failures(self, name: str) -> list[dict[str, Any]]:
-        nodes = self.get(name)["status"]["nodes"].values()
-        return [
-            {
-                "displayName": n["displayName"],
-                "message": n.get("message", ""),
-                "templateName": n["templateName"],
-                "phase": n["phase"],
-                "podName": n["name"],
-                "finishedAt": n.get("finishedAt", ""),
-            }
-            for n in nodes
-            if n.get("type") == "Pod" and n.get("phase") in {"Failed", "Error"}
-        ]
-
-    def _add_node(self, name: str, node_id: str, node: dict[str, Any], parent: str | None = None) -> None:
-        def change(record: dict[str, Any]) -> None:
-            nodes = record["status"]["nodes"]
-            node["id"] = node_id
-            nodes[node_id] = node
-            parent_id = parent or _parent_of(node_id, nodes)
-            if parent_id and parent_id in nodes:
-                nodes[parent_id].setdefault("children", []).append(node_id)
-
-        self._update(name, change)
-
-    def _update_node(self, name: str, node_id: str, **fields: Any) -> None:
-        self._update(name, lambda r: r["status"]["nodes"][node_id].update(fields))
-
-    def _update(self, name: str, change: Callable[[dict[str, Any]], Any]) -> None:
-        with self._lock:
-            record = self.get(name)
-            change(record)
-            _write_record(self._record_path(name), record)
-
-
-def mark_orphaned_runs(state_dir: Path) -> list[dict[str, Any]]:
-    """Mark Error the runs that a process of this host which no longer exists left Pending/Running:
-    they will never finish, and nobody will alert for them. Returns the records as marked.
-
-    The owner is recognised by its process instance (boot id and start time), not its PID alone:
-    in a container the engine is PID 1, and so is the engine of the restarted container. Light on
-    purpose (no template, no client): the sidecar calls it at start-up, before any engine is built.
-    A missing ``state_dir`` is not created (it may be on a read-only root filesystem): nothing to mark.
-    """
-    here = socket.gethostname()
-    marked: list[dict[str, Any]] = []
-    if not Path(state_dir).is_dir():
-        return marked
-    for path in sorted(Path(state_dir).glob(f"{TEMPLATE_NAME}-*.json")):
-        with contextlib.suppress(ValueError, OSError, KeyError, TypeError, AttributeError):
-            record = json.loads(path.read_text())
-            if record["status"].get("phase") not in {"Pending", "Running"}:
-                continue
-            annotations = record["metadata"].get("annotations", {})
-            host, _, pid = annotations.get(ENGINE_ANNOTATION, "").partition("/")
-            if host != here or not pid.isdigit():
-                continue  # another host's run: nothing here can tell whether its engine lives
-            if _owner_alive(int(pid), annotations.get(ENGINE_INSTANCE_ANNOTATION, "")):
-                continue
-            record["status"].update(
-                phase="Error", message=f"engine process {pid} ended before the run finished", finishedAt=_now()
-            )
-            _write_record(path, record)
-            marked.append(record)
-            log.warning("orphaned_run_marked", workflow=record["metadata"]["name"], pid=pid)
-    return marked
-
-
-def _write_record(path: Path, record: dict[str, Any]) -> None:
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(record, handle, indent=2)
-        os.replace(temp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-
-
-def process_instance(pid: int) -> str | None:
-    """``<boot id>/<start time>`` of process ``pid``: unlike the PID, never reused by a later process
-    (a restarted container's PID 1, a PID recycled after a wrap). None where /proc cannot tell."""
-    try:
-        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 2 (comm) is in parentheses and may itself hold ") ": count the fields after the last ")".
-    fields = stat[stat.rindex(")") + 1 :].split()
-    return f"{boot_id}/{fields[19]}" if len(fields) > 19 else None  # field 22: starttime, in clock ticks
-
-
-def _owner_alive(pid: int, instance: str) -> bool:
-    if not instance:  # a record written before instances were kept, or where /proc could not tell
-        return _alive(pid)
-    current = process_instance(pid)
-    if current is None:  # gone, or /proc hides it (hidepid): ask the kernel about the PID alone
-        return _alive(pid)
-    return current == instance
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _destroy_gevent_hub() -> None:
@@ -802,13 +618,6 @@ def _destroy_gevent_hub() -> None:
     if gevent is not None:
         with contextlib.suppress(Exception):
             gevent.get_hub().destroy(destroy_loop=True)
-
-
-def _parent_of(node_id: str, nodes: dict[str, Any]) -> str | None:
-    # "<wf>[0].heal" hangs under "<wf>"; "<wf>.onExit[0].escalate" under "<wf>.onExit".
-    if "[" in node_id:
-        return node_id[: node_id.rindex("[")]
-    return None
 
 
 def _int_or_string_s(value: Any) -> float | None:

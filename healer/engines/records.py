@@ -1,0 +1,250 @@
+"""The LocalEngine's run records: one JSON file per run under ``rollback.state_dir``, in Argo's
+Workflow shape (metadata, spec, status with phase and nodes), so ``healer runs`` lists and shows
+them the way ``argo list`` / ``argo get`` do.
+
+Reading needs nothing else (no template, no client, no folder created): ``healer runs`` and the
+sidecar's start-up (``mark_orphaned_runs``) only read, or mark what a dead process left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from healer.engines import EngineNotFound, EngineRejected
+from healer.labels import ENGINE_ANNOTATION, ENGINE_INSTANCE_ANNOTATION, request_labels
+from healer.vocabulary import TEMPLATE_NAME, RollbackRequest
+
+log = structlog.get_logger("healer.engines.local")
+
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")  # Kubernetes object names, and a little more
+
+
+def now_text() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def timestamp(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def epoch(text: Any) -> float | None:
+    """A record's RFC 3339 timestamp in seconds since the epoch; None if absent or not one."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).timestamp()
+
+
+class RunRecords:
+    """The run records in ``state_dir``: created exclusively (one run per name, across threads and
+    processes), read while another writer may be mid-create, changed under a lock (one writer per
+    engine; a run is changed only by the engine that runs it)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir)
+        self._lock = threading.Lock()
+
+    def path(self, name: str) -> Path:
+        if not _RUN_NAME.fullmatch(name):  # a name is a file name here: never a path out of state_dir
+            raise EngineNotFound(f"no run {name!r} in {self.state_dir}: not a run name")
+        return self.state_dir / f"{name}.json"
+
+    def create(self, name: str, record: dict[str, Any]) -> bool:
+        """Write ``record`` as the run ``name``; False if a record of that name exists."""
+        # Exclusive create of a complete file (link() fails if the name exists): one run per incident
+        # name across threads and processes, and never a half-written record that blocks the name.
+        fd, temp = tempfile.mkstemp(dir=self.state_dir, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(record, handle, indent=2)
+            os.link(temp, self.path(name))
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(temp)
+        return True
+
+    def get(self, name: str) -> dict[str, Any]:
+        path = self.path(name)
+        for _attempt in range(50):
+            try:
+                record: dict[str, Any] = json.loads(path.read_text())
+                return record
+            except FileNotFoundError:
+                raise EngineNotFound(f"no run {name} in {self.state_dir}") from None
+            except ValueError:
+                time.sleep(0.01)  # an exclusive create is visible before its first write completes
+        raise EngineRejected(f"{path}: not a run record")
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run, newest first (a missing folder: none)."""
+        runs = []
+        for path in sorted(self.state_dir.glob(f"{TEMPLATE_NAME}-*.json")):
+            with contextlib.suppress(ValueError, OSError):
+                runs.append(json.loads(path.read_text()))
+        return sorted(runs, key=lambda r: r["metadata"].get("creationTimestamp", ""), reverse=True)
+
+    def update(self, name: str, change: Callable[[dict[str, Any]], Any]) -> None:
+        with self._lock:
+            record = self.get(name)
+            change(record)
+            write_record(self.path(name), record)
+
+    def add_node(self, name: str, node_id: str, node: dict[str, Any], parent: str | None = None) -> None:
+        def change(record: dict[str, Any]) -> None:
+            nodes = record["status"]["nodes"]
+            node["id"] = node_id
+            nodes[node_id] = node
+            parent_id = parent or _parent_of(node_id, nodes)
+            if parent_id and parent_id in nodes:
+                nodes[parent_id].setdefault("children", []).append(node_id)
+
+        self.update(name, change)
+
+    def update_node(self, name: str, node_id: str, **fields: Any) -> None:
+        self.update(name, lambda r: r["status"]["nodes"][node_id].update(fields))
+
+    def failures(self, name: str) -> list[dict[str, Any]]:
+        """The failed steps, as Argo's ``{{workflow.failures}}`` lists them."""
+        nodes = self.get(name)["status"]["nodes"].values()
+        return [
+            {
+                "displayName": n["displayName"],
+                "message": n.get("message", ""),
+                "templateName": n["templateName"],
+                "phase": n["phase"],
+                "podName": n["name"],
+                "finishedAt": n.get("finishedAt", ""),
+            }
+            for n in nodes
+            if n.get("type") == "Pod" and n.get("phase") in {"Failed", "Error"}
+        ]
+
+
+def new_record(name: str, request: RollbackRequest, parameters: dict[str, str], *, created_at: float) -> dict[str, Any]:
+    """A run's record as the engine starts it (Pending), owned by this process."""
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {
+            "name": name,
+            "uid": str(uuid.uuid4()),
+            "creationTimestamp": timestamp(created_at),
+            "labels": {
+                **request_labels(request),
+                "workflows.argoproj.io/workflow-template": TEMPLATE_NAME,
+            },
+            "annotations": {
+                "workflows.argoproj.io/title": f"Rollback {request.model} v{request.from_version} → stable",
+                "workflows.argoproj.io/description": request.detail,
+                # Who runs it: a run whose engine process died is marked Error, not left Running.
+                ENGINE_ANNOTATION: f"{socket.gethostname()}/{os.getpid()}",
+                ENGINE_INSTANCE_ANNOTATION: process_instance(os.getpid()) or "",
+            },
+        },
+        "spec": {
+            "workflowTemplateRef": {"name": TEMPLATE_NAME},
+            "arguments": {"parameters": [{"name": k, "value": v} for k, v in parameters.items()]},
+        },
+        "status": {"phase": "Pending", "nodes": {}},
+    }
+
+
+def mark_orphaned_runs(state_dir: Path) -> list[dict[str, Any]]:
+    """Mark Error the runs that a process of this host which no longer exists left Pending/Running:
+    they will never finish, and nobody will alert for them. Returns the records as marked.
+
+    The owner is recognised by its process instance (boot id and start time), not its PID alone:
+    in a container the engine is PID 1, and so is the engine of the restarted container. Light on
+    purpose (no template, no client): the sidecar calls it at start-up, before any engine is built.
+    A missing ``state_dir`` is not created (it may be on a read-only root filesystem): nothing to mark.
+    """
+    here = socket.gethostname()
+    marked: list[dict[str, Any]] = []
+    if not Path(state_dir).is_dir():
+        return marked
+    for path in sorted(Path(state_dir).glob(f"{TEMPLATE_NAME}-*.json")):
+        with contextlib.suppress(ValueError, OSError, KeyError, TypeError, AttributeError):
+            record = json.loads(path.read_text())
+            if record["status"].get("phase") not in {"Pending", "Running"}:
+                continue
+            annotations = record["metadata"].get("annotations", {})
+            host, _, pid = annotations.get(ENGINE_ANNOTATION, "").partition("/")
+            if host != here or not pid.isdigit():
+                continue  # another host's run: nothing here can tell whether its engine lives
+            if _owner_alive(int(pid), annotations.get(ENGINE_INSTANCE_ANNOTATION, "")):
+                continue
+            record["status"].update(
+                phase="Error", message=f"engine process {pid} ended before the run finished", finishedAt=now_text()
+            )
+            write_record(path, record)
+            marked.append(record)
+            log.warning("orphaned_run_marked", workflow=record["metadata"]["name"], pid=pid)
+    return marked
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(record, handle, indent=2)
+        os.replace(temp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+
+
+def process_instance(pid: int) -> str | None:
+    """``<boot id>/<start time>`` of process ``pid``: unlike the PID, never reused by a later process
+    (a restarted container's PID 1, a PID recycled after a wrap). None where /proc cannot tell."""
+    try:
+        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 2 (comm) is in parentheses and may itself hold ") ": count the fields after the last ")".
+    fields = stat[stat.rindex(")") + 1 :].split()
+    return f"{boot_id}/{fields[19]}" if len(fields) > 19 else None  # field 22: starttime, in clock ticks
+
+
+def _owner_alive(pid: int, instance: str) -> bool:
+    if not instance:  # a record written before instances were kept, or where /proc could not tell
+        return _alive(pid)
+    current = process_instance(pid)
+    if current is None:  # gone, or /proc hides it (hidepid): ask the kernel about the PID alone
+        return _alive(pid)
+    return current == instance
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _parent_of(node_id: str, nodes: dict[str, Any]) -> str | None:
+    # "<wf>[0].heal" hangs under "<wf>"; "<wf>.onExit[0].escalate" under "<wf>.onExit".
+    if "[" in node_id:
+        return node_id[: node_id.rindex("[")]
+    return None

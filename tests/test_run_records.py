@@ -1,0 +1,64 @@
+"""healer/engines/records.py: the LocalEngine's run records, and `healer runs`, which only reads them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from healer.cli import main
+from healer.engines import EngineNotFound
+from healer.engines.records import RunRecords, new_record
+from healer.vocabulary import RollbackRequest, workflow_name
+from tests.conftest import example_config_document
+
+
+def config_with_state_dir(tmp_path: Path, state_dir: Path) -> Path:
+    document = example_config_document()  # absolute paths
+    document["rollback"] = {"state_dir": str(state_dir)}
+    path = tmp_path / "healer.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_runs_list_and_get_read_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HEALER_CONFIG", raising=False)
+    """No engine is built for `healer runs`: a missing state folder is not created, a run left Running by
+    a process that is gone is shown as it is (only an engine's start-up marks it), nothing is written."""
+    state = tmp_path / "runs"
+    config = config_with_state_dir(tmp_path, state)
+    assert main(["runs", "list", "--config", str(config), "-o", "name"]) == 0
+    assert not state.exists()
+
+    state.mkdir()
+    request = RollbackRequest(model="linear_scorer", from_version="3", incident="inc-1")
+    name = workflow_name(request)
+    record = new_record(name, request, request.parameters(), created_at=0.0)
+    record["status"]["phase"] = "Running"
+    record["metadata"]["annotations"]["healer.io/engine"] = "elsewhere/1"
+    assert RunRecords(state).create(name, record)
+    before = {p.name: p.read_bytes() for p in state.iterdir()}
+    capsys.readouterr()
+    assert main(["runs", "list", "--config", str(config), "-o", "name"]) == 0
+    assert capsys.readouterr().out.split() == [name]
+    assert main(["runs", "get", name, "--config", str(config), "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"]["phase"] == "Running"
+    assert {p.name: p.read_bytes() for p in state.iterdir()} == before
+
+
+def test_a_run_name_is_never_a_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HEALER_CONFIG", raising=False)
+    (tmp_path / "secret.json").write_text("{}")
+    records = RunRecords(tmp_path / "runs")
+    for name in ("../secret", "/etc/passwd", "", ".hidden"):
+        with pytest.raises(EngineNotFound, match="not a run name"):
+            records.get(name)
+    config = config_with_state_dir(tmp_path, tmp_path / "runs")
+    assert main(["runs", "get", "../secret", "--config", str(config)]) == 1
+    assert "no run '../secret'" in capsys.readouterr().err
