@@ -396,6 +396,27 @@ def readiness(
     return not problems, problems
 
 
+# ---- the probe loop's own liveness (/healthz) -------------------------------------------------------------
+
+
+def stall_after_s(*, period_s: float, golden_timeouts_s: Sequence[float], triton_timeout_s: float) -> float:
+    """How long without a finished cycle means the loop is stuck (a deadlock, a call without a bound):
+    three periods plus the longest a cycle can take, every model's golden request and Triton calls
+    timing out, plus a margin."""
+    per_model = max(golden_timeouts_s, default=0.0) + 2 * triton_timeout_s
+    return 3 * period_s + len(golden_timeouts_s) * per_model + 3 * triton_timeout_s + 30.0
+
+
+def loop_stalled(*, last_cycle_at: float | None, started_at: float, now: float, stall_after_s: float) -> str:
+    """Why the probe loop looks stuck ("" when it turns): for the sidecar container's own liveness
+    (/healthz), so a hung loop restarts the sidecar instead of freezing /readyz's verdict."""
+    idle_s = now - (last_cycle_at if last_cycle_at is not None else started_at)
+    if idle_s <= stall_after_s:
+        return ""
+    what = "no probe cycle finished since the start" if last_cycle_at is None else "the last probe cycle"
+    return f"{what} {idle_s:.0f} s ago (over {stall_after_s:.0f} s)"
+
+
 # ---- readiness thresholds -----------------------------------------------------------------------------
 
 

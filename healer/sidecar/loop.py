@@ -30,9 +30,11 @@ from healer.decisions import (
     ReadinessStreak,
     drain_standing,
     healing_timeout_s,
+    loop_stalled,
     models_to_confirm,
     next_probe,
     readiness,
+    stall_after_s,
     verdict_for,
     wants_drain,
     with_readiness_threshold,
@@ -434,22 +436,21 @@ class Sidecar:
 
     @property
     def stall_after_s(self) -> float:
-        """How long without a finished cycle means the loop is stuck (a deadlock, a call without a
-        bound): three periods plus the longest a cycle can take, every model's golden request and
-        Triton calls timing out, plus a margin."""
         sidecar, triton = self.settings.sidecar, self.settings.triton
-        per_model = max((m.golden.timeout_s for m in self.settings.models), default=0.0) + 2 * triton.timeout_s
-        return 3 * sidecar.period_s + len(self.settings.models) * per_model + 3 * triton.timeout_s + 30.0
+        return stall_after_s(
+            period_s=sidecar.period_s,
+            golden_timeouts_s=[m.golden.timeout_s for m in self.settings.models],
+            triton_timeout_s=triton.timeout_s,
+        )
 
     def loop_stalled(self) -> str:
-        """Why the probe loop looks stuck ("" when it turns): for the sidecar container's own
-        liveness (/healthz), so a hung loop restarts the sidecar instead of freezing /readyz's verdict."""
-        last = self.last_cycle_at if self.last_cycle_at is not None else self.started_at
-        idle_s = time.monotonic() - last
-        if idle_s <= self.stall_after_s:
-            return ""
-        what = "no probe cycle finished since the start" if self.last_cycle_at is None else "the last probe cycle"
-        return f"{what} {idle_s:.0f} s ago (over {self.stall_after_s:.0f} s)"
+        """Why the probe loop looks stuck ("" when it turns): healer/decisions.py ``loop_stalled``."""
+        return loop_stalled(
+            last_cycle_at=self.last_cycle_at,
+            started_at=self.started_at,
+            now=time.monotonic(),
+            stall_after_s=self.stall_after_s,
+        )
 
     def ready(self) -> tuple[bool, list[str]]:
         """(/readyz) healer/decisions.py ``readiness`` on the last cycle's verdicts and drain decision."""

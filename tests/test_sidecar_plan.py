@@ -1,0 +1,85 @@
+"""The sidecar's per-cycle rules that moved out of its loop into healer/decisions.py: whether the pod
+wants to drain, where it stands, what /readyz says, when the loop counts as stuck. Table tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from healer.decisions import DrainDecision, drain_standing, loop_stalled, readiness, stall_after_s, wants_drain
+
+ADMITTED = DrainDecision(True, "admitted: 2 others serve")
+HELD = DrainDecision(False, "held back: 0 others serve, min_ready 1")
+
+
+@pytest.mark.parametrize(
+    ("problems", "stopping", "wants"),
+    [([], False, False), (["m: escalated"], False, True), (["m: escalated"], True, False), ([], True, False)],
+)
+def test_wants_drain(problems: list[str], stopping: bool, wants: bool) -> None:
+    assert wants_drain(problems, stopping=stopping) is wants
+
+
+@pytest.mark.parametrize(
+    ("wants", "rule", "decision", "standing"),
+    [
+        (False, False, HELD, (False, False)),
+        (True, False, HELD, (True, False)),  # no rule: a pod that wants to drain does
+        (True, True, ADMITTED, (True, False)),
+        (True, True, HELD, (False, True)),
+        (False, True, ADMITTED, (False, False)),  # nothing wrong: an old admission does not drain it
+    ],
+)
+def test_drain_standing(wants: bool, rule: bool, decision: DrainDecision, standing: tuple[bool, bool]) -> None:
+    assert drain_standing(wants=wants, rule=rule, decision=decision) == standing
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"stopping": True}, (False, ["stopping: SIGTERM received, leaving the Service"])),
+        ({"cycles": 0}, (False, ["no probe cycle completed yet"])),
+        ({}, (True, [])),
+        ({"triton_live": False}, (False, ["Triton not live"])),
+        ({"model_problems": ["m: healing"]}, (False, ["m: healing"])),
+        ({"model_problems": ["m: healing"], "rule": True, "decision": ADMITTED}, (False, ["m: healing"])),
+        (
+            {"model_problems": ["m: healing"], "rule": True, "decision": HELD},
+            (True, [f"drain held back (m: healing): {HELD.why}"]),
+        ),
+        # Held back, but Triton is down: not ready for that (the rule keeps pods serving, not dead ones).
+        (
+            {"model_problems": ["m: healing"], "rule": True, "decision": HELD, "triton_live": False},
+            (False, ["Triton not live"]),
+        ),
+        ({"model_problems": ["m: healing"], "triton_live": False}, (False, ["Triton not live", "m: healing"])),
+    ],
+)
+def test_readiness(kwargs: dict[str, object], expected: tuple[bool, list[str]]) -> None:
+    base: dict[str, object] = {
+        "stopping": False,
+        "cycles": 3,
+        "triton_live": True,
+        "model_problems": [],
+        "rule": False,
+        "decision": DrainDecision(False, ""),
+    }
+    assert readiness(**{**base, **kwargs}) == expected  # type: ignore[arg-type]
+
+
+def test_stall_after_grows_with_the_models_and_their_timeouts() -> None:
+    one = stall_after_s(period_s=5, golden_timeouts_s=[2.0], triton_timeout_s=2)
+    assert one == 3 * 5 + (2 + 4) + 6 + 30
+    assert stall_after_s(period_s=5, golden_timeouts_s=[2.0, 10.0], triton_timeout_s=2) == 15 + 2 * (10 + 4) + 6 + 30
+
+
+@pytest.mark.parametrize(
+    ("last", "now", "stalled"),
+    [
+        (None, 50.0, ""),  # starting, within the bound
+        (None, 200.0, "no probe cycle finished since the start 200 s ago (over 60 s)"),
+        (150.0, 200.0, ""),
+        (100.0, 200.0, "the last probe cycle 100 s ago (over 60 s)"),
+    ],
+)
+def test_loop_stalled(last: float | None, now: float, stalled: str) -> None:
+    assert loop_stalled(last_cycle_at=last, started_at=0.0, now=now, stall_after_s=60.0) == stalled
