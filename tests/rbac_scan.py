@@ -35,6 +35,16 @@ def called_attributes(*paths: Path) -> set[str]:
     return names
 
 
+def sidecar_sources() -> list[Path]:
+    """The code a sidecar pod runs that may call the Kubernetes API: the sidecar package, its
+    composition root and the CLI that starts it."""
+    return [
+        *sorted((ROOT / "healer" / "sidecar").glob("*.py")),
+        ROOT / "healer" / "compose.py",
+        ROOT / "healer" / "cli.py",
+    ]
+
+
 def kube_calls(*paths: Path) -> set[tuple[str, str, str]]:
     from healer.kube import API_CALLS
 

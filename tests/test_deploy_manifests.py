@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from healer.settings import parse_settings
-from tests.rbac_scan import argo_calls, granted, kube_calls
+from tests.rbac_scan import argo_calls, granted, kube_calls, sidecar_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
@@ -154,7 +154,7 @@ def test_the_sidecar_role_allows_exactly_the_calls_the_sidecar_makes() -> None:
     account = (deployment["metadata"]["namespace"], deployment["spec"]["template"]["spec"]["serviceAccountName"])
     config = yaml.safe_load(next(d for d in documents() if d["kind"] == "ConfigMap")["data"]["healer.yaml"])
     assert config["rollback"]["argo"]["namespace"] == account[0]  # Argo calls land in the Role's namespace
-    needed = kube_calls(*(ROOT / "healer" / "sidecar").glob("*.py"), ROOT / "healer" / "cli.py") | argo_calls()
+    needed = kube_calls(*sidecar_sources()) | argo_calls()
     granted = allowed(account)
     assert needed - granted == set(), "the sidecar makes calls its Role does not allow"
     assert granted - needed == set(), "the sidecar's Role allows calls the sidecar never makes"

@@ -31,7 +31,7 @@ from healer.webhook import SIDECAR, load_injection_config
 from tests import helm
 from tests.e2e.conftest import ArgoCli
 from tests.e2e.control_plane import ApiError, ControlPlane
-from tests.rbac_scan import argo_calls, granted, kube_calls
+from tests.rbac_scan import argo_calls, granted, kube_calls, sidecar_sources
 from workflows.render import render_all
 from workflows.rollback import ARGO_UI_CONFIG, TemplateOptions
 
@@ -83,7 +83,7 @@ def default_image(values: dict[str, Any]) -> str:
 
 
 def sidecar_needs(triton: str, argo: str) -> set[Quad]:
-    kube = kube_calls(ROOT / "healer" / "sidecar.py", ROOT / "healer" / "cli.py")
+    kube = kube_calls(*sidecar_sources())
     return {(triton, *call) for call in kube} | {(argo, *call) for call in argo_calls()}
 
 

@@ -15,7 +15,7 @@ import yaml
 
 from tests.e2e.conftest import manifest_documents
 from tests.e2e.control_plane import ControlPlane
-from tests.rbac_scan import ROOT, argo_calls, kube_calls
+from tests.rbac_scan import ROOT, argo_calls, kube_calls, sidecar_sources
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +31,7 @@ def sidecar_config() -> dict[str, Any]:
 
 
 def sidecar_needs() -> set[Call]:
-    return kube_calls(ROOT / "healer" / "sidecar.py", ROOT / "healer" / "cli.py") | argo_calls()
+    return kube_calls(*sidecar_sources()) | argo_calls()
 
 
 def rollback_needs() -> set[Call]:
