@@ -1095,11 +1095,10 @@ def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     from healer.engines import EngineError
     from healer.engines.factory import engine_from_settings
-    from healer.vocabulary import RollbackRequest
+    from healer.vocabulary import RollbackRequest, model_slug
 
     stamp = int(time.time())
-    model_slug = "".join(c if c.isalnum() else "-" for c in args.model.lower())[:30].strip("-") or "model"
-    incident = args.incident or f"manual-{model_slug}-{args.from_version}-{stamp}"[:63].rstrip("-.")
+    incident = args.incident or f"manual-{model_slug(args.model)}-{args.from_version}-{stamp}"[:63].rstrip("-.")
     # Machine-readable output keeps stdout for the result alone; progress goes to stderr.
     progress = sys.stderr if args.output in ("json", "yaml", "name") else sys.stdout
     try:

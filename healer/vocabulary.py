@@ -76,6 +76,11 @@ class RollbackRequest:
         }
 
 
+def model_slug(model: str) -> str:
+    """A model's name as a piece of a Kubernetes name or label value: [a-z0-9-], at most 30 characters."""
+    return re.sub(r"[^a-z0-9-]+", "-", model.lower()).strip("-")[:30].strip("-") or "model"
+
+
 def workflow_name(request: RollbackRequest, *, after: str = "") -> str:
     """One deterministic name per incident: a second submission collides (409) and joins the first.
 
@@ -83,7 +88,7 @@ def workflow_name(request: RollbackRequest, *, after: str = "") -> str:
     ``joins_same_occurrence``): the successor's name, the same for every replica that finds that run,
     so the replicas of the new occurrence still collide and join. As long as the first (<= 57 chars:
     Argo labels the workflow's pods with its name)."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", request.model.lower()).strip("-")[:30].strip("-") or "model"
+    slug = model_slug(request.model)
     key = f"{request.model}\0{request.incident}" + (f"\0{after}" if after else "")
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     return f"{TEMPLATE_NAME}-{slug}-{digest}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from healer.vocabulary import AUTO, RollbackRequest
+from healer.vocabulary import AUTO, RollbackRequest, model_slug
 
 
 @pytest.mark.parametrize("version", ["../../2", "2/../1", "v3", "0", "01", "", " 3", "3\n", "1" * 20])
@@ -27,3 +27,14 @@ def test_version_numbers_auto_and_the_sidecars_unknown_version_are_accepted(from
     the heal step moves no files for it (workflows/steps.py quarantine_files)."""
     request = RollbackRequest(model="m", from_version=from_version, incident="inc-1", to_version=to_version)
     assert request.parameters()["from-version"] == from_version
+
+
+@pytest.mark.parametrize(
+    ("model", "slug"),
+    [("linear_scorer", "linear-scorer"), ("Modèle_v2", "mod-le-v2"), ("ééé", "model"), ("x" * 40, "x" * 30)],
+)
+def test_a_model_slug_is_label_safe_for_any_model_name(model: str, slug: str) -> None:
+    """The workflow name's and `healer rollback`'s incident's piece of the model name (a non-ASCII
+    letter used to pass str.isalnum() into the incident, which the request then refused)."""
+    assert model_slug(model) == slug
+    RollbackRequest(model=model, from_version="2", incident=f"manual-{model_slug(model)}-2-1700000000")
