@@ -782,6 +782,11 @@ def test_example_store_is_the_repository_triton_reads() -> None:
     ("section", "problem"),
     [
         ({"store": {}}, "<file>: store: needs exactly one of 'filesystem' or 's3'"),
+        # Both named, one as null: still two (review of issue 17: a null s3 was taken for none).
+        (
+            {"store": {"filesystem": {"root": "x"}, "s3": None}},
+            "<file>: store: needs exactly one of 'filesystem' or 's3'",
+        ),
         (
             {"store": {"s3": {"bucket": "b"}}},
             "<file>: live_repository: is required with an S3 store (the directory Triton reads)",

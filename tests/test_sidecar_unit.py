@@ -519,6 +519,17 @@ def test_a_bug_in_deciding_does_not_freeze_the_drain(settings: Settings, tmp_pat
         cycle_all(members2, clock2, board2, interleave=False)
     assert board2.ready_pods() == {"triton-0", "triton-1"}
 
+    # Asking whether the pod wants to drain raising too (the bug is in the models' verdicts): the cycle
+    # still ends, and the pod serves (review of issue 17: it used to be asked outside the guard).
+    board3, members3, clock3 = fleet(settings, tmp_path / "c", 2)
+    cycle_all(members3, clock3, board3)
+    members3[0][1].wrong = True
+    cycle_all(members3, clock3, board3)
+    members3[0][0]._wants_drain = broken  # type: ignore[method-assign]
+    for _ in range(11):
+        cycle_all(members3, clock3, board3, interleave=False)
+    assert board3.ready_pods() == {"triton-0", "triton-1"}
+
 
 def test_without_the_drain_setting_every_failing_pod_drains_as_before(settings: Settings) -> None:
     primary = ScriptedEngine()

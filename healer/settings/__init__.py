@@ -3,7 +3,7 @@
 Each key is declared once, on the dataclass field that holds it (``Setting``: its documentation and
 bounds; the field: its name, type and default). The loader reads every section by those declarations;
 the configuration reference (docs/configuration.md) and the Helm chart's values.schema.json are
-generated from them (``python -m healer.settings_reference``).
+generated from them (``python -m healer.settings.reference``).
 
 Every error names the file, the key path and what is wrong, e.g.
 ``examples/bad.yaml: models[1].golden.outputs[0].atol: must be >= 0, got -1``.
@@ -76,7 +76,7 @@ class ConfigError(ValueError):
 SETTING = "healer.setting"  # the dataclass field metadata key a Setting is stored under
 
 # Kinds of text a string setting can be, beyond "a non-empty string": each is checked by one function
-# below (_read_form), described once in the reference and in the chart's schema (healer/settings_reference.py).
+# below (_read_form), described once in the reference and in the chart's schema (healer/settings/reference.py).
 FORMS = ("address", "url", "version", "model-name", "set-name")
 
 
@@ -963,7 +963,7 @@ def _build_drain(reader: _Reader, key: str, data: dict[str, Any], values: dict[s
 
 
 def _check_store(reader: _Reader, key: str, data: dict[str, Any]) -> None:
-    if (data.get("filesystem") is None) == (data.get("s3") is None):
+    if ("filesystem" in data) == ("s3" in data):  # given, even as null: each then says what it lacks
         raise reader.fail(key, "needs exactly one of 'filesystem' or 's3'")
 
 

@@ -102,11 +102,13 @@ class DrainKeeper:
         self._trouble = trouble
         self._set(wants, self._decision(wants, plan, trouble, now))
 
-    def without_a_view(self, *, wants: bool, trouble: str) -> None:
-        """The drain decision when deciding itself failed (a bug): as if nothing was learnt."""
+    def without_a_view(self, *, wants: Callable[[], bool], trouble: str) -> None:
+        """The drain decision when deciding itself failed (a bug): as if nothing was learnt. ``wants`` is
+        asked in here, so that it failing too (the same bug) still ends in "serving"."""
         try:
             assert self.settings is not None
-            self._set(wants, self._decision(wants, None, trouble, self._clock()))
+            wanted = wants()
+            self._set(wanted, self._decision(wanted, None, trouble, self._clock()))
         except Exception:  # even that failed: serve (never empty the Service on a bug)
             log.exception("drain_decision_failed")
             self.decision = DrainDecision(False, f"held back: deciding failed ({trouble}): serving")

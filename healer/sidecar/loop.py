@@ -205,7 +205,7 @@ class Sidecar:
                     self._decide_drain()
             except Exception as exc:  # a bug: nothing learnt this cycle, and the pure rule still says what that means
                 log.exception("drain_decision_failed")
-                self.drain_keeper.without_a_view(wants=self._wants_drain(), trouble=short_error(exc))
+                self.drain_keeper.without_a_view(wants=self._wants_drain, trouble=short_error(exc))
             if results is not None and only is None:
                 with self._lock:
                     self.cycles += 1
@@ -296,8 +296,7 @@ class Sidecar:
             model=model.name,
             from_version=incident.version,
             incident=incident.key,
-            # "timeout" travels as "slow" until the engines accept it (a timeout is over the SLO).
-            reason=incident.reason,
+            reason=incident.reason,  # every failure code is a reason (healer/vocabulary.py REASONS)
             detail=incident.detail[:500],
             pod=self.pod,
             triton_url=self.triton_url,
