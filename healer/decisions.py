@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from healer.state import ModelState, Phase, Probed, Verdict
+from healer.labels import FROM_VERSION_LABEL, INCIDENT_LABEL, MODEL_LABEL, REASON_LABEL
+from healer.state import Incident, ModelState, Phase, Probed, Verdict
 from healer.vocabulary import SLOW, TIMEOUT, WRONG_ANSWER
 from probes.result import ProbeResult, Status, Tier
 
@@ -415,6 +416,38 @@ def loop_stalled(*, last_cycle_at: float | None, started_at: float, now: float, 
         return ""
     what = "no probe cycle finished since the start" if last_cycle_at is None else "the last probe cycle"
     return f"{what} {idle_s:.0f} s ago (over {stall_after_s:.0f} s)"
+
+
+# ---- in-pod runs a dead process left behind -----------------------------------------------------------
+
+
+def orphan_incident(record: Mapping[str, Any], models: Collection[str], now: float) -> Incident | None:
+    """An in-pod rollback a process that ended (a SIGKILL, an OOM kill) left unfinished, as LocalEngine
+    marks it at start-up: the incident the sidecar escalates for it (state.py RollbackLost; its detail
+    says why), or None when the run is not of one of ``models``. A record without a name raises."""
+    metadata, status = record["metadata"], record.get("status") or {}
+    name, labels = str(metadata["name"]), metadata.get("labels") or {}
+    model = labels.get(MODEL_LABEL)
+    if model not in models:
+        return None
+    return Incident(
+        key=str(labels.get(INCIDENT_LABEL) or "unknown"),
+        model=str(model),
+        version=str(labels.get(FROM_VERSION_LABEL) or "unknown"),
+        reason=str(labels.get(REASON_LABEL) or WRONG_ANSWER),
+        detail=f"in-pod rollback {name} was cut off: {status.get('message') or 'its process ended'}",
+        first_bad_at=now,
+        detected_at=now,
+        workflow=name,
+    )
+
+
+def confirmation_verdict(probed: Probed, *, confirming: bool) -> Probed:
+    """A confirmation cycle (suspect models re-probed between two periods) never reports NOT_READY:
+    readiness counts full cycles, so confirming must not drain a reloading model faster."""
+    if confirming and probed.verdict is Verdict.NOT_READY:
+        return replace(probed, verdict=Verdict.UNKNOWN)
+    return probed
 
 
 # ---- readiness thresholds -----------------------------------------------------------------------------

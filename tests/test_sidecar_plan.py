@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from healer.decisions import DrainDecision, drain_standing, loop_stalled, readiness, stall_after_s, wants_drain
+from healer.decisions import (
+    DrainDecision,
+    confirmation_verdict,
+    drain_standing,
+    loop_stalled,
+    orphan_incident,
+    readiness,
+    stall_after_s,
+    wants_drain,
+)
+from healer.state import Incident, Probed, Verdict
 
 ADMITTED = DrainDecision(True, "admitted: 2 others serve")
 HELD = DrainDecision(False, "held back: 0 others serve, min_ready 1")
@@ -83,3 +93,48 @@ def test_stall_after_grows_with_the_models_and_their_timeouts() -> None:
 )
 def test_loop_stalled(last: float | None, now: float, stalled: str) -> None:
     assert loop_stalled(last_cycle_at=last, started_at=0.0, now=now, stall_after_s=60.0) == stalled
+
+
+def test_an_orphaned_run_becomes_the_incident_of_its_model() -> None:
+    record = {
+        "metadata": {
+            "name": "healer-rollback-m-0123456789",
+            "labels": {
+                "healer.io/model": "m",
+                "healer.io/incident": "inc-1",
+                "healer.io/from-version": "3",
+                "healer.io/reason": "non-finite",
+            },
+        },
+        "status": {"phase": "Error", "message": "engine process 7 ended before the run finished"},
+    }
+    incident = orphan_incident(record, ["m"], 12.0)
+    assert incident is not None
+    assert (incident.key, incident.model, incident.version, incident.reason, incident.workflow) == (
+        "inc-1",
+        "m",
+        "3",
+        "non-finite",
+        "healer-rollback-m-0123456789",
+    )
+    assert incident.detail.endswith("was cut off: engine process 7 ended before the run finished")
+    assert incident.detected_at == incident.first_bad_at == 12.0
+    assert orphan_incident(record, ["other"], 12.0) is None  # not a model of this sidecar
+    bare = {"metadata": {"name": "r", "labels": {"healer.io/model": "m"}}}
+    assert orphan_incident(bare, ["m"], 0.0) == Incident(
+        "unknown", "m", "unknown", "wrong-answer", incident_detail(), 0.0, 0.0, "r"
+    )
+
+
+def incident_detail() -> str:
+    return "in-pod rollback r was cut off: its process ended"
+
+
+@pytest.mark.parametrize("confirming", [True, False])
+def test_a_confirmation_cycle_never_reports_not_ready(confirming: bool) -> None:
+    not_ready = Probed(1.0, Verdict.NOT_READY, version="3")
+    wrong = Probed(1.0, Verdict.WRONG, version="3")
+    assert confirmation_verdict(not_ready, confirming=confirming).verdict is (
+        Verdict.UNKNOWN if confirming else Verdict.NOT_READY
+    )
+    assert confirmation_verdict(wrong, confirming=confirming) == wrong

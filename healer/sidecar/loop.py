@@ -17,7 +17,6 @@ server threads read a snapshot under a lock and talk to Triton only through a pl
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import uuid
@@ -28,11 +27,13 @@ import structlog
 
 from healer.decisions import (
     ReadinessStreak,
+    confirmation_verdict,
     drain_standing,
     healing_timeout_s,
     loop_stalled,
     models_to_confirm,
     next_probe,
+    orphan_incident,
     readiness,
     stall_after_s,
     verdict_for,
@@ -40,7 +41,6 @@ from healer.decisions import (
     with_readiness_threshold,
 )
 from healer.engines import RollbackEngine
-from healer.labels import FROM_VERSION_LABEL, INCIDENT_LABEL, MODEL_LABEL, REASON_LABEL
 from healer.metrics import Registry, sidecar_registry
 from healer.settings import ModelSettings, Settings
 from healer.sidecar.drain import DrainKeeper, short_error
@@ -192,10 +192,7 @@ class Sidecar:
                 self._step(model, "retry_submission", self._retry_pending, model)
                 if results is not None:
                     mine = [r for r in results if r.model == model.name]
-                    verdict = verdict_for(mine, now)
-                    if only is not None and verdict.verdict is Verdict.NOT_READY:
-                        # Readiness counts full cycles: confirmation must not drain a reloading model faster.
-                        verdict = dataclasses.replace(verdict, verdict=Verdict.UNKNOWN)
+                    verdict = confirmation_verdict(verdict_for(mine, now), confirming=only is not None)
                     self._step(model, "verdict", self._apply_verdict, model, verdict)
                 self._step(model, "tick", self._apply, model, Tick(self.clock()))
                 self._step(model, "alert", self.notify.keep_firing, model.name, self.states[model.name].phase)
@@ -345,27 +342,15 @@ class Sidecar:
         unload-first, maybe an unloaded model) is unknown. Each of a model this sidecar watches is
         escalated (state.py RollbackLost): alert, incident line, Event; the model serves again after
         success_threshold good answers."""
+        names = [m.name for m in self.settings.models]
         for record in records:
             try:
-                metadata, status = record["metadata"], record.get("status") or {}
-                name, labels = str(metadata["name"]), metadata.get("labels") or {}
-                model = next((m for m in self.settings.models if m.name == labels.get(MODEL_LABEL)), None)
-                if model is None or name in self._orphans_seen:
+                incident = orphan_incident(record, names, self.clock())
+                if incident is None or incident.workflow in self._orphans_seen:
                     continue
-                self._orphans_seen.add(name)
-                why = f"in-pod rollback {name} was cut off: {status.get('message') or 'its process ended'}"
-                now = self.clock()
-                incident = Incident(
-                    key=str(labels.get(INCIDENT_LABEL) or "unknown"),
-                    model=model.name,
-                    version=str(labels.get(FROM_VERSION_LABEL) or "unknown"),
-                    reason=str(labels.get(REASON_LABEL) or "wrong-answer"),
-                    detail=why,
-                    first_bad_at=now,
-                    detected_at=now,
-                    workflow=name,
-                )
-                self._apply(model, RollbackLost(now, incident, why))
+                self._orphans_seen.add(incident.workflow)
+                model = next(m for m in self.settings.models if m.name == incident.model)
+                self._apply(model, RollbackLost(incident.detected_at, incident, incident.detail))
             except Exception:  # one bad record must not hide the others
                 log.exception("orphaned_run_not_escalated", record=str(record)[:300])
 
