@@ -41,7 +41,7 @@ test: lint typecheck
 FAST_TESTS := not (triton or s3 or browser or promtool or hadolint or subprocess)
 check: lint typecheck
 	$(BIN)/pytest -q -m "$(FAST_TESTS)" --no-processes --ignore=tests/e2e
-	$(BIN)/pytest -q --collect-only tests/e2e >/dev/null  # an e2e module that fails to import fails make test too
+	$(BIN)/pytest -q -m e2e --collect-only tests/e2e >/dev/null  # an e2e module that fails to import fails make test too
 
 # The end-to-end tier (tests/e2e, pytest -m e2e): real etcd, kube-apiserver and Argo, built from the
 # Go module proxy on first use by e2e/build.sh (needs Go; says so when it is missing) and cached in
