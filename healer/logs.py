@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import sys
 from typing import TextIO
@@ -28,3 +29,8 @@ def configure_logging(*, stream: TextIO | None = None, level: str = "info") -> N
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
     logger: structlog.stdlib.BoundLogger = structlog.get_logger(name)
     return logger
+
+
+def iso_utc(wall: float) -> str:
+    """A wall-clock time as the log lines and reports write it: UTC, milliseconds, a trailing Z."""
+    return dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

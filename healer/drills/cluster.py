@@ -36,6 +36,7 @@ from healer.drills.inject import (
 from healer.drills.observe import GoldenWatch, HttpView, SidecarView, Watch, sample
 from healer.drills.report import explain, header, row
 from healer.drills.verdict import DrillResult, Mark, Observation, PhaseSpan, Verdict, finished, judge
+from healer.logs import iso_utc
 from healer.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -222,7 +223,7 @@ def assert_outcome(settings: Settings, scenario_name: str, model: str, broken: P
         observation,
         judge(scenario, observation, settings.rollback.deadline_s),
         settings.rollback.deadline_s,
-        started_at=_iso(record["injected_wall"]) if record.get("injected_wall") else "",
+        started_at=iso_utc(record["injected_wall"]) if record.get("injected_wall") else "",
     )
     record["result"] = result.to_dict()
     if record:
@@ -323,9 +324,3 @@ def observation_from_dict(d: dict[str, Any]) -> Observation:
         ),
         error=str(d.get("error", "")),
     )
-
-
-def _iso(wall: float) -> str:
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

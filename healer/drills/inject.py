@@ -20,6 +20,7 @@ from pathlib import Path
 import structlog
 
 from healer.ledger import StableRecord, choose_restore_version
+from healer.logs import iso_utc
 from healer.settings import VERSION_PATTERN, ModelSettings, Settings
 from healer.store import DISPLACED_DIR, QUARANTINE_DIR, FilesystemBlobs, ModelStore, StoreError
 from healer.triton import TritonError, TritonHttp
@@ -135,12 +136,6 @@ def served(url: str, model: str, timeout_s: float = 5.0) -> list[str]:
         triton.close()
 
 
-def _iso(wall: float) -> str:
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 # ---- pushing versions ----------------------------------------------------------------------------------
 
 
@@ -250,7 +245,7 @@ def push_and_serve(target: DrillTarget, source: Path, injected: Injected, urls: 
         "drill_version_serving",
         model=target.model,
         version=version,
-        serving_at=_iso(injected.wall),
+        serving_at=iso_utc(injected.wall),
         seen_serving=moment is not None,
         load_returned_after_s=round(time.monotonic() - injected.at, 3),
     )

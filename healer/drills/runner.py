@@ -44,6 +44,7 @@ from healer.drills.inject import (
 from healer.drills.observe import GoldenWatch, HttpView, LocalView, SidecarView, Watch, sample
 from healer.drills.verdict import DrillResult, Observation, finished, judge, phase_spans
 from healer.engines import RollbackEngine
+from healer.logs import iso_utc
 from healer.processes import free_port
 from healer.settings import DrainSettings, Settings
 
@@ -157,7 +158,7 @@ class DrillRunner:
         if error:
             observation = dataclasses.replace(observation, error=error)
         verdict = judge(scenario, observation, budget_s)
-        started = _iso(injected.wall) if injected is not None and injected.wall else ""
+        started = iso_utc(injected.wall) if injected is not None and injected.wall else ""
         return DrillResult(scenario, observation, verdict, budget_s, started_at=started, notes=tuple(notes))
 
     def _clean_up(
@@ -401,9 +402,3 @@ def _sidecar_settings(settings: Settings, *, url: str, listen: str, max_rollback
     from healer.drills.stack import sidecar_settings_for
 
     return sidecar_settings_for(settings, url=url, listen=listen, max_rollbacks=max_rollbacks)
-
-
-def _iso(wall: float) -> str:
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -5,7 +5,6 @@ others."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,7 @@ import structlog
 from healer.alerts import NO_WEBHOOK, PostAlerts, build_alert, deliver_alert, post_alerts
 from healer.decisions import AlertStep, alert_step
 from healer.labels import diagnosis_annotations
+from healer.logs import iso_utc
 from healer.metrics import Registry
 from healer.settings import Settings
 from healer.state import Incident, Phase
@@ -22,10 +22,6 @@ from healer.vocabulary import RollbackRequest
 log = structlog.get_logger("healer.sidecar")
 
 ALERT_RESEND_S = 120.0  # well inside Alertmanager's default resolve_timeout of 5 minutes
-
-
-def iso(wall: float) -> str:
-    return dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Notifier:
@@ -84,7 +80,7 @@ class Notifier:
             incident=incident.key,
             outcome="escalated",
             why=why,
-            detected_at=iso(self.wall_of(incident.detected_at)),
+            detected_at=iso_utc(self.wall_of(incident.detected_at)),
             workflow=incident.workflow,
             alert_sent=sent,
         )
@@ -126,9 +122,9 @@ class Notifier:
             incident=incident.key,
             outcome="restored",
             reason=incident.reason,
-            first_bad_at=iso(self.wall_of(incident.first_bad_at)),
-            detected_at=iso(self.wall_of(incident.detected_at)),
-            restored_at=iso(self.wall_of(at)),
+            first_bad_at=iso_utc(self.wall_of(incident.first_bad_at)),
+            detected_at=iso_utc(self.wall_of(incident.detected_at)),
+            restored_at=iso_utc(self.wall_of(at)),
             time_to_detect_s=round(incident.detected_at - incident.first_bad_at, 3),
             time_to_restore_s=round(restore_s, 3),
             workflow=incident.workflow,
