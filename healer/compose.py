@@ -64,13 +64,14 @@ def build_sidecar(
 ) -> Sidecar:
     """A sidecar as `healer sidecar` runs it; each argument given replaces what the settings say
     (a drill gives one engine for its whole replica set, its own pod names and peers)."""
-    from healer.triton import TritonHttp
+    # The sidecar's own client: no tritonclient (nor its gevent) in the pod's memory, safe across threads.
+    from healer.triton_rest import TritonRest
 
     if engine_factory is None:
         engine_factory, fallback_factory = sidecar_engines(settings)
     return Sidecar(
         settings,
-        triton if triton is not None else TritonHttp(settings.triton.url, timeout_s=settings.triton.timeout_s),
+        triton if triton is not None else TritonRest(settings.triton.url, timeout_s=settings.triton.timeout_s),
         engine_factory=engine_factory,
         fallback_factory=fallback_factory,
         pod=pod if pod is not None else pod_identity(),

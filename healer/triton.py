@@ -130,7 +130,7 @@ class TritonHttp:
                 raise TritonUnavailable(f"HTTP {exc.code} on readiness of {model} v{version}") from exc
             if exc.code in (400, 404):
                 return False
-            raise TritonRejected(exc.code, _error_message(exc.read().decode(errors="replace"))) from exc
+            raise TritonRejected(exc.code, error_message(exc.read().decode(errors="replace"))) from exc
         except (urllib.error.URLError, OSError) as exc:
             raise TritonUnavailable(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from exc
 
@@ -172,7 +172,7 @@ class TritonHttp:
         request_inputs = []
         for tensor in inputs:
             infer_input = self._http.InferInput(tensor.name, list(tensor.shape), tensor.datatype)
-            infer_input.set_data_from_numpy(_as_wire_array(tensor), binary_data=True)
+            infer_input.set_data_from_numpy(wire_array(tensor), binary_data=True)
             request_inputs.append(infer_input)
         requested = [self._http.InferRequestedOutput(name, binary_data=True) for name in output_names]
         result = self._call(client.infer, model, request_inputs, model_version=version, outputs=requested)
@@ -248,11 +248,11 @@ def _from_triton_exception(exc: Any) -> TritonError:
         return TritonUnavailable(message)
     if status in UNAVAILABLE_STATUSES:
         return TritonUnavailable(f"HTTP {status}: {message}")
-    body_message = _error_message(message)
+    body_message = error_message(message)
     return TritonRejected(status, body_message)
 
 
-def _error_message(message: str) -> str:
+def error_message(message: str) -> str:
     try:
         body = json.loads(message)
     except ValueError:
@@ -262,7 +262,7 @@ def _error_message(message: str) -> str:
     return message
 
 
-def _as_wire_array(tensor: TensorSpec) -> npt.NDArray[Any]:
+def wire_array(tensor: TensorSpec) -> npt.NDArray[Any]:
     if tensor.datatype == "BYTES":
         return np.asarray(tensor.values, dtype=np.object_)
     return np.ascontiguousarray(tensor.values, dtype=DATATYPES[tensor.datatype])

@@ -1,21 +1,39 @@
-"""The three tiers against the real tritonserver (Python backend, CPU)."""
+"""The three tiers against the real tritonserver (Python backend, CPU), through both Triton clients:
+tritonclient's (the workflow steps and the CLI) and the sidecar's own (healer/triton_rest.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from healer.embedded import EmbeddedTriton
 from healer.settings import ModelSettings, Settings
-from healer.triton import TritonHttp
+from healer.triton import TritonAPI, TritonHttp
+from healer.triton_rest import TritonRest
 from probes.result import ProbeResult, Status, Tier
 from probes.runner import EXIT_ERROR_ONLY, EXIT_FAIL, EXIT_OK, exit_code, probe_all
 from probes.tiers import check_business, check_liveness, check_readiness
 from tests.conftest import settings_for
 
 Deploy = Callable[..., ModelSettings]
+CLIENTS: dict[str, Callable[..., TritonAPI]] = {"tritonclient": TritonHttp, "rest": TritonRest}
+
+
+@pytest.fixture(params=sorted(CLIENTS))
+def client_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def triton(triton_server: EmbeddedTriton, client_kind: str) -> Iterator[TritonAPI]:
+    """Every test here runs once per client: the probes must judge a model the same through either."""
+    client = CLIENTS[client_kind](triton_server.url, timeout_s=5.0)
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def by_tier(results: list[ProbeResult], model: str) -> dict[Tier, ProbeResult]:
@@ -26,7 +44,7 @@ def by_tier(results: list[ProbeResult], model: str) -> dict[Tier, ProbeResult]:
 
 
 def test_healthy_example_models_pass_every_tier(
-    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonHttp
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI
 ) -> None:
     settings = settings_for(example_settings, *example_settings.models, url=triton_server.url)
     results = probe_all(settings, triton)
@@ -42,7 +60,7 @@ def test_healthy_example_models_pass_every_tier(
 
 
 def test_wrong_weights_fail_only_the_business_tier_with_expected_and_actual(
-    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonHttp, deploy: Deploy
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI, deploy: Deploy
 ) -> None:
     model = deploy("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")})
     results = probe_all(settings_for(example_settings, model, url=triton_server.url), triton)
@@ -64,7 +82,7 @@ def test_wrong_weights_fail_only_the_business_tier_with_expected_and_actual(
 
 
 def test_classifier_with_wrong_weights_fails_on_probabilities_and_label(
-    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonHttp, deploy: Deploy
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI, deploy: Deploy
 ) -> None:
     model = deploy("tiny_classifier", {1: ("good", "1"), 2: ("broken", "wrong_weights")})
     business = check_business(triton, model.name, "2", model.golden)
@@ -74,7 +92,7 @@ def test_classifier_with_wrong_weights_fails_on_probabilities_and_label(
 
 
 @pytest.mark.parametrize("base", ["linear_scorer", "tiny_classifier"])
-def test_nan_output_fails_business(triton: TritonHttp, deploy: Deploy, base: str) -> None:
+def test_nan_output_fails_business(triton: TritonAPI, deploy: Deploy, base: str) -> None:
     model = deploy(base, {3: ("broken", "nan")})
     business = check_business(triton, model.name, "3", model.golden)
     assert business.status is Status.FAIL
@@ -83,7 +101,7 @@ def test_nan_output_fails_business(triton: TritonHttp, deploy: Deploy, base: str
 
 
 @pytest.mark.parametrize("base", ["linear_scorer", "tiny_classifier"])
-def test_raising_model_fails_business_with_its_exception(triton: TritonHttp, deploy: Deploy, base: str) -> None:
+def test_raising_model_fails_business_with_its_exception(triton: TritonAPI, deploy: Deploy, base: str) -> None:
     model = deploy(base, {3: ("broken", "raises")})
     assert check_readiness(triton, model.name, "3").status is Status.PASS
     business = check_business(triton, model.name, "3", model.golden)
@@ -94,7 +112,7 @@ def test_raising_model_fails_business_with_its_exception(triton: TritonHttp, dep
     assert business.code == "model-error"
 
 
-def test_slow_model_breaks_the_latency_slo(triton: TritonHttp, deploy: Deploy) -> None:
+def test_slow_model_breaks_the_latency_slo(triton: TritonAPI, deploy: Deploy) -> None:
     model = deploy("linear_scorer", {3: ("broken", "slow")})
     business = check_business(triton, model.name, "3", model.golden)
     assert business.status is Status.FAIL
@@ -105,7 +123,7 @@ def test_slow_model_breaks_the_latency_slo(triton: TritonHttp, deploy: Deploy) -
     assert all(o["ok"] for o in business.details["outputs"])
 
 
-def test_a_timeout_without_liveness_and_readiness_is_an_error_not_a_failure(triton: TritonHttp, deploy: Deploy) -> None:
+def test_a_timeout_without_liveness_and_readiness_is_an_error_not_a_failure(triton: TritonAPI, deploy: Deploy) -> None:
     model = deploy("linear_scorer", {3: ("broken", "slow")})
     impatient = dataclasses.replace(model.golden, timeout_s=0.1, latency_slo_ms=50)
     business = check_business(triton, model.name, "3", impatient)  # nobody confirmed live and ready
@@ -115,7 +133,7 @@ def test_a_timeout_without_liveness_and_readiness_is_an_error_not_a_failure(trit
 
 
 def test_a_hung_model_fails_business_with_code_timeout(
-    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonHttp, deploy: Deploy
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI, deploy: Deploy
 ) -> None:
     """execute() sleeps 3 s, past the golden timeout, while Triton is live and the version ready:
     the model hangs, a FAIL with code ``timeout`` (it counts toward the threshold like ``slow``)."""
@@ -133,10 +151,12 @@ def test_a_hung_model_fails_business_with_code_timeout(
     assert exit_code(results) == EXIT_FAIL
 
 
-def test_a_refused_connection_stays_an_error_even_when_confirmed_serving(example_settings: Settings) -> None:
+def test_a_refused_connection_stays_an_error_even_when_confirmed_serving(
+    example_settings: Settings, client_kind: str
+) -> None:
     from healer.embedded import free_port
 
-    client = TritonHttp(f"127.0.0.1:{free_port()}", timeout_s=1.0)
+    client = CLIENTS[client_kind](f"127.0.0.1:{free_port()}", timeout_s=1.0)
     model = example_settings.model("linear_scorer")
     try:
         business = check_business(client, model.name, "2", model.golden, serving_confirmed=True)
@@ -147,7 +167,7 @@ def test_a_refused_connection_stays_an_error_even_when_confirmed_serving(example
 
 
 def test_unloaded_model_fails_readiness_and_skips_business(
-    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonHttp, deploy: Deploy
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI, deploy: Deploy
 ) -> None:
     model = deploy("linear_scorer", {1: ("good", "1")})
     triton.unload_model(model.name)
@@ -161,7 +181,7 @@ def test_unloaded_model_fails_readiness_and_skips_business(
 
 
 def test_pinned_version_that_is_not_served_fails_readiness(
-    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonHttp, deploy: Deploy
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI, deploy: Deploy
 ) -> None:
     model = deploy("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, pin=1)
     results = probe_all(settings_for(example_settings, model, url=triton_server.url), triton)
@@ -172,7 +192,7 @@ def test_pinned_version_that_is_not_served_fails_readiness(
 
 
 def test_model_that_fails_to_load_shows_tritons_reason(
-    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonHttp, deploy: Deploy
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI, deploy: Deploy
 ) -> None:
     model = deploy("linear_scorer", {1: ("good", "1")}, load=False)
     version_dir = triton_server.model_repository / model.name / "1"
@@ -185,11 +205,13 @@ def test_model_that_fails_to_load_shows_tritons_reason(
     assert "JSONDecodeError" in readiness.reason
 
 
-def test_unreachable_triton_fails_liveness_and_the_rest_is_inconclusive(example_settings: Settings) -> None:
+def test_unreachable_triton_fails_liveness_and_the_rest_is_inconclusive(
+    example_settings: Settings, client_kind: str
+) -> None:
     from healer.embedded import free_port
 
     url = f"127.0.0.1:{free_port()}"
-    client = TritonHttp(url, timeout_s=1.0)
+    client = CLIENTS[client_kind](url, timeout_s=1.0)
     try:
         results = probe_all(settings_for(example_settings, *example_settings.models, url=url), client)
         assert check_liveness(client).status is Status.FAIL
@@ -215,17 +237,18 @@ def test_killed_triton_fails_liveness_and_errors_the_other_tiers(
     model = example_settings.model("linear_scorer")
     try:
         server.start()
-        client = TritonHttp(server.url, timeout_s=1.0)
+        clients = [make(server.url, timeout_s=1.0) for make in CLIENTS.values()]
         settings = settings_for(example_settings, model, url=server.url)
-        assert exit_code(probe_all(settings, client)) == EXIT_OK
+        assert [exit_code(probe_all(settings, client)) for client in clients] == [EXIT_OK, EXIT_OK]
         server.kill()
-        # The tiers directly, without the runner's short-cut: readiness and business must not say "fail".
-        assert check_liveness(client).status is Status.FAIL
-        assert check_readiness(client, model.name, "2").status is Status.ERROR
-        assert check_business(client, model.name, "2", model.golden).status is Status.ERROR
-        tiers = by_tier(probe_all(settings, client), model.name)
-        assert [tiers[t].status for t in Tier] == [Status.FAIL, Status.ERROR, Status.ERROR]
-        client.close()
+        for client in clients:
+            # The tiers directly, without the runner's short-cut: readiness and business must not say "fail".
+            assert check_liveness(client).status is Status.FAIL
+            assert check_readiness(client, model.name, "2").status is Status.ERROR
+            assert check_business(client, model.name, "2", model.golden).status is Status.ERROR
+            tiers = by_tier(probe_all(settings, client), model.name)
+            assert [tiers[t].status for t in Tier] == [Status.FAIL, Status.ERROR, Status.ERROR]
+            client.close()
     finally:
         server.stop()
 

@@ -1,0 +1,216 @@
+"""The sidecar's Triton client (healer/triton_rest.py): the same answers as tritonclient's on the real
+Triton, the binary tensor format both ways, and the three error kinds from real sockets."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from healer.embedded import EmbeddedTriton
+from healer.settings import ModelSettings, Settings, TensorSpec
+from healer.triton import TritonAPI, TritonHttp, TritonRejected, TritonTimeout, TritonUnavailable
+from healer.triton_rest import TritonRest, _from_bytes, _to_bytes
+
+Deploy = Callable[..., ModelSettings]
+
+
+@pytest.fixture
+def rest(triton_server: EmbeddedTriton) -> TritonRest:
+    return TritonRest(triton_server.url, timeout_s=5.0)
+
+
+def golden_call(client: TritonAPI, model: ModelSettings, version: str) -> dict[str, npt.NDArray[Any]]:
+    golden = model.golden
+    names = [o.tensor.name for o in golden.outputs]
+    outputs = client.infer(model.name, version, golden.inputs, names, golden.timeout_s)
+    return {name: tensor.values for name, tensor in outputs.items()}
+
+
+@pytest.mark.parametrize("which", ["good", "nan", "wrong_weights"])
+@pytest.mark.parametrize("base", ["linear_scorer", "tiny_classifier"])
+def test_both_clients_read_the_same_tensors(
+    triton: TritonHttp, rest: TritonRest, deploy: Deploy, base: str, which: str
+) -> None:
+    model = deploy(base, {3: ("good", "2") if which == "good" else ("broken", which)})
+    by_tritonclient = golden_call(triton, model, "3")
+    by_rest = golden_call(rest, model, "3")
+    assert by_tritonclient.keys() == by_rest.keys() and by_rest
+    for name, values in by_tritonclient.items():
+        assert by_rest[name].dtype == values.dtype, name
+        assert by_rest[name].shape == values.shape, name
+        # Bit for bit (NaN included): the comparison sees what Triton sent, whichever client asked.
+        assert by_rest[name].tobytes() == values.tobytes(), name
+
+
+def test_metadata_calls_match_tritonclient(triton: TritonHttp, rest: TritonRest, example_settings: Settings) -> None:
+    assert rest.server_live() is True
+    for model in ("linear_scorer", "tiny_classifier"):
+        assert rest.served_versions(model) == triton.served_versions(model) == ["2"]
+        assert rest.model_version_ready(model, "2") is True
+        assert rest.model_version_ready(model, "1") is False
+        assert rest.model_config(model) == triton.model_config(model)
+    assert rest.served_versions("no_such_model") == []
+    assert rest.model_version_ready("no_such_model", "1") is False
+    assert sorted(rest.repository_index(), key=repr) == sorted(triton.repository_index(), key=repr)
+
+
+def test_load_with_an_override_then_unload(rest: TritonRest, deploy: Deploy, triton_server: EmbeddedTriton) -> None:
+    model = deploy("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, load=False)
+    rest.load_model(model.name, timeout_s=60)
+    assert rest.served_versions(model.name) == ["2"]
+    config = rest.model_config(model.name)
+    config["version_policy"] = {"specific": {"versions": [1]}}
+    import json
+
+    rest.load_model(model.name, config=json.dumps(config), timeout_s=60)
+    assert rest.served_versions(model.name) == ["1"]
+    rest.unload_model(model.name)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        states = {e.state for e in rest.repository_index() if e.name == model.name}
+        if states <= {"UNAVAILABLE"}:
+            break
+        time.sleep(0.2)
+    assert rest.served_versions(model.name) == []
+
+
+def test_a_failed_load_is_rejected_with_tritons_reason(
+    rest: TritonRest, deploy: Deploy, triton_server: EmbeddedTriton
+) -> None:
+    model = deploy("linear_scorer", {1: ("good", "1")}, load=False)
+    (Path(triton_server.model_repository) / model.name / "1" / "params.json").write_text("{not json")
+    with pytest.raises(TritonRejected) as raised:
+        rest.load_model(model.name, timeout_s=60)
+    assert raised.value.status == 400
+    assert "JSONDecodeError" in raised.value.message
+
+
+def test_a_raising_model_is_rejected_with_its_exception(rest: TritonRest, deploy: Deploy) -> None:
+    model = deploy("linear_scorer", {3: ("broken", "raises")})
+    with pytest.raises(TritonRejected) as raised:
+        golden_call(rest, model, "3")
+    assert raised.value.status == 500
+    assert "ValueError" in raised.value.message
+
+
+def test_threads_share_one_client(rest: TritonRest, example_settings: Settings) -> None:
+    model = example_settings.model("linear_scorer")
+    expected = golden_call(rest, model, "2")
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: golden_call(rest, model, "2"), range(64)))
+    for answer in answers:
+        assert {k: v.tobytes() for k, v in answer.items()} == {k: v.tobytes() for k, v in expected.items()}
+
+
+# ---- the error kinds, from real sockets (no Triton needed) ------------------------------------------
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """Accepts connections and never answers: a hung model behind a live port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for connection in accepted:
+            connection.close()
+        listener.close()
+
+
+def test_no_answer_in_time_is_a_timeout(silent_server: str) -> None:
+    client = TritonRest(silent_server, timeout_s=2.0)
+    spec = TensorSpec(name="X", datatype="FP32", shape=(1,), values=np.zeros(1, dtype=np.float32))
+    started = time.monotonic()
+    with pytest.raises(TritonTimeout):
+        client.infer("m", "1", [spec], ["Y"], timeout_s=0.3)
+    assert time.monotonic() - started < 1.5  # the call's own timeout, not the client's 2 s
+
+
+def test_a_refused_connection_is_unavailable_not_a_timeout() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    client = TritonRest(f"127.0.0.1:{port}", timeout_s=1.0)
+    with pytest.raises(TritonUnavailable) as raised:
+        client.server_live()
+    assert not isinstance(raised.value, TritonTimeout)
+
+
+class _Proxy503(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(503)
+        self.end_headers()
+        self.wfile.write(b"upstream down")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_proxys_503_is_unavailable_and_never_not_ready() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Proxy503)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = TritonRest(f"127.0.0.1:{server.server_address[1]}", timeout_s=2.0)
+        with pytest.raises(TritonUnavailable, match="503"):
+            client.model_version_ready("m", "1")
+        with pytest.raises(TritonUnavailable, match="503"):
+            client.served_versions("m")
+        assert client.server_live() is False  # as tritonclient: live only on 200
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_a_url_that_is_not_host_and_port_is_refused_at_once() -> None:
+    with pytest.raises(ValueError, match="host:port"):
+        TritonRest("http://triton", timeout_s=1.0)
+
+
+# ---- the binary tensor format --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("datatype", "values"),
+    [
+        ("FP32", np.array([[1.5, np.nan], [np.inf, -0.0]], dtype=np.float32)),
+        ("INT64", np.array([1, -2, 3], dtype=np.int64)),
+        ("BOOL", np.array([True, False], dtype=np.bool_)),
+        ("FP16", np.array([0.5, 2.0], dtype=np.float16)),
+        ("BYTES", np.array([b"cat", b"", "dóg".encode()], dtype=np.object_)),
+    ],
+)
+def test_tensors_round_trip_through_the_wire_format(datatype: str, values: npt.NDArray[Any]) -> None:
+    raw = _to_bytes(values, datatype)
+    back = _from_bytes(raw, datatype, values.shape)
+    assert back.shape == values.shape
+    if datatype == "BYTES":
+        assert list(back.ravel()) == list(values.ravel())
+        assert raw[:4] == (3).to_bytes(4, "little")  # Triton's length prefix, little-endian
+    else:
+        assert back.tobytes() == values.tobytes()
