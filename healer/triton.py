@@ -105,6 +105,8 @@ class TritonAPI(Protocol):
 class TritonHttp:
     """TritonAPI over tritonclient.http. Not thread-safe (neither is tritonclient): one per thread."""
 
+    thread_safe = False
+
     def __init__(self, url: str, *, timeout_s: float) -> None:
         # Imported here: tritonclient pulls in gevent (~50 MB RSS); only code that talks to Triton pays.
         import tritonclient.http as triton_http

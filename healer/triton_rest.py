@@ -42,6 +42,8 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 class TritonRest:
     """TritonAPI over plain HTTP/1.1; safe to share between threads (nothing is kept between calls)."""
 
+    thread_safe = True
+
     def __init__(self, url: str, *, timeout_s: float) -> None:
         host, _, port = url.rpartition(":")
         if not host or not port.isdigit():

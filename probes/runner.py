@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from healer.settings import ModelSettings, Settings
 from healer.triton import TritonAPI, TritonError
@@ -15,29 +16,78 @@ EXIT_FAIL = 1
 EXIT_ERROR_ONLY = 2
 
 
-def probe_all(settings: Settings, triton: TritonAPI, *, only: Collection[str] | None = None) -> list[ProbeResult]:
+def probe_all(
+    settings: Settings,
+    triton: TritonAPI,
+    *,
+    only: Collection[str] | None = None,
+    concurrency: int = 1,
+    last: Collection[str] = (),
+) -> list[ProbeResult]:
     """All three tiers for every model (or the models named in ``only``): liveness once for the
-    server, then per model and version.
+    server, then per model and version. Results come back in the configured order of the models.
 
     Contained per model: an exception while probing one model (a bug, an answer that does not convert)
-    makes that model's results ``error`` (nothing learnt), and every other model is still probed."""
+    makes that model's results ``error`` (nothing learnt), and every other model is still probed.
+
+    ``concurrency`` > 1 probes that many models at once, when the client is safe to share between
+    threads (``thread_safe``; tritonclient's is not, and is then used one model at a time): a hung
+    model holds one worker for its golden timeout, never the other models' probes. Models in ``last``
+    (those that timed out before) start after the others, so they cannot occupy every worker first."""
     try:
         liveness = check_liveness(triton)
     except Exception as exc:  # nothing learnt about the server: every tier below is inconclusive
         liveness = ProbeResult(Tier.LIVENESS, Status.ERROR, None, None, 0.0, f"liveness probe raised: {_what(exc)}")
-    results: list[ProbeResult] = []
-    for model in settings.models:
-        if only is not None and model.name not in only:
-            continue
-        results.append(dataclasses.replace(liveness, model=model.name, version=model.version))
+    models = [m for m in settings.models if only is None or m.name in only]
+    workers = min(concurrency, len(models)) if getattr(triton, "thread_safe", False) else 1
+    if workers <= 1 or not liveness.passed:  # a dead server: nothing to wait for, no thread worth starting
+        per_model = {m.name: _contained(triton, m, liveness) for m in models}
+    else:
+        started = sorted(models, key=lambda m: m.name in last)  # stable: the configured order otherwise
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="probe")
         try:
-            results += _probe_model(triton, model, liveness)
-        except Exception as exc:
-            results += [
-                ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0, f"probe raised: {_what(exc)}")
-                for tier in (Tier.READINESS, Tier.BUSINESS)
-            ]
-    return results
+            futures = {m.name: pool.submit(_contained, triton, m, liveness) for m in started}
+            done, _ = wait(futures.values(), timeout=_deadline_s(settings, models, workers))
+            per_model = {
+                m.name: futures[m.name].result() if futures[m.name] in done else _overran(m, liveness) for m in models
+            }
+        finally:
+            # A probe past its deadline is left to finish on its own (its calls have timeouts).
+            pool.shutdown(wait=False, cancel_futures=True)
+    return [result for m in models for result in per_model[m.name]]
+
+
+def _contained(triton: TritonAPI, model: ModelSettings, liveness: ProbeResult) -> list[ProbeResult]:
+    results = [dataclasses.replace(liveness, model=model.name, version=model.version)]
+    try:
+        return results + _probe_model(triton, model, liveness)
+    except Exception as exc:
+        return results + [
+            ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0, f"probe raised: {_what(exc)}")
+            for tier in (Tier.READINESS, Tier.BUSINESS)
+        ]
+
+
+# Versions probed per model at most in one cycle, for the deadline only (a model usually serves one).
+_VERSIONS_BOUND = 4
+
+
+def _deadline_s(settings: Settings, models: list[ModelSettings], workers: int) -> float:
+    """Long enough for every model's calls to time out one after another on its worker: a deadline that
+    only a bug (a call without its timeout) can reach."""
+    per_model = max(
+        (settings.triton.timeout_s * (1 + 2 * _VERSIONS_BOUND) + m.golden.timeout_s * _VERSIONS_BOUND for m in models),
+        default=0.0,
+    )
+    rounds = -(-len(models) // workers)
+    return per_model * rounds + 1.0
+
+
+def _overran(model: ModelSettings, liveness: ProbeResult) -> list[ProbeResult]:
+    return [dataclasses.replace(liveness, model=model.name, version=model.version)] + [
+        ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0, "probe overran the cycle's deadline")
+        for tier in (Tier.READINESS, Tier.BUSINESS)
+    ]
 
 
 def _what(exc: BaseException) -> str:

@@ -4,6 +4,7 @@ tritonclient's (the workflow steps and the CLI) and the sidecar's own (healer/tr
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -257,3 +258,50 @@ def test_errors_only_exit_code() -> None:
     error = ProbeResult(Tier.BUSINESS, Status.ERROR, "m", "1", 0.0, "timeout")
     passed = ProbeResult(Tier.READINESS, Status.PASS, "m", "1", 0.0)
     assert exit_code([passed, error]) == EXIT_ERROR_ONLY
+
+
+class _Recording:
+    """A TritonAPI that records when each golden request started and ended (what overlapped)."""
+
+    def __init__(self, inner: TritonAPI) -> None:
+        self._inner = inner
+        self.url = inner.url
+        self.thread_safe = getattr(inner, "thread_safe", False)
+        self.spans: dict[str, tuple[float, float]] = {}
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def infer(self, model: str, *args: object, **kwargs: object) -> object:
+        import time
+
+        started = time.monotonic()
+        try:
+            return self._inner.infer(model, *args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            self.spans[model] = (started, time.monotonic())
+
+
+def test_hung_models_do_not_hold_the_other_models_probes(
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI, deploy: Deploy, client_kind: str
+) -> None:
+    """Five hung models and one with wrong weights, probed at concurrency 8: through the thread-safe
+    client the hung ones wait side by side and the wrong one is answered before any of them gives up;
+    through tritonclient's (not thread-safe) they still go one after another."""
+    hung = [deploy("linear_scorer", {3: ("broken", "hang")}, pin=3) for _ in range(5)]
+    wrong = deploy("linear_scorer", {3: ("broken", "wrong_weights")}, pin=3)
+    impatient = [dataclasses.replace(m, golden=dataclasses.replace(m.golden, timeout_s=0.5)) for m in hung]
+    settings = settings_for(example_settings, *impatient, wrong, url=triton_server.url)
+    recording = _Recording(triton)
+    results = probe_all(settings, recording, concurrency=8, last=[m.name for m in hung])
+    business = {r.model: r for r in results if r.tier is Tier.BUSINESS}
+    assert [business[m.name].code for m in hung] == ["timeout"] * 5
+    assert business[wrong.name].code == "wrong-answer"
+    assert [r.model for r in results if r.tier is Tier.BUSINESS] == [m.name for m in (*hung, wrong)]  # config order
+    hung_spans = [recording.spans[m.name] for m in hung]
+    if client_kind == "rest":
+        assert recording.spans[wrong.name][1] < min(end for _, end in hung_spans)
+        assert max(start for start, _ in hung_spans) < min(end for _, end in hung_spans)  # all waited at once
+    else:
+        ordered = sorted(hung_spans)
+        assert all(before[1] <= after[0] for before, after in itertools.pairwise(ordered))

@@ -497,6 +497,12 @@ class SidecarSettings:
             minimum=0,
         ),
     )
+    # Each model is probed on its own worker, so a hung model holds one worker for its golden timeout
+    # and never the others' probes. Triton does the work; the sidecar's threads only wait on sockets.
+    probe_concurrency: int = field(
+        default=8,
+        metadata=setting("models probed at once against this pod's Triton (1: one after another)", minimum=1),
+    )
     readiness: TierThresholds = field(
         default=TierThresholds(failure_threshold=2, success_threshold=1),
         metadata=setting("the readiness tier's thresholds"),
