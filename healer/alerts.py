@@ -1,13 +1,18 @@
 """Alertmanager-compatible alerts: built purely, sent with a timeout; the one way an escalation tells a
-person, from the sidecar (healer/sidecar/loop.py) and from the rollback's escalate step (workflows/steps.py)."""
+person (``escalate_to_people``), from the sidecar (healer/sidecar/notify.py) and from the rollback's
+escalate step (workflows/steps.py)."""
 
 from __future__ import annotations
 
+import enum
 import json
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from healer.labels import diagnosis_annotations
+from healer.settings import AlertSettings
 from healer.store import utc_now
 from healer.vocabulary import RollbackRequest
 
@@ -57,16 +62,76 @@ def post_alerts(base_url: str, alerts: list[dict[str, Any]], timeout_s: float) -
 
 
 PostAlerts = Callable[[str, list[dict[str, Any]], float], None]
+PodMarker = Callable[[str, Mapping[str, str]], None]  # (pod "namespace/name", annotations): annotate it
 NO_WEBHOOK = "no rollback.alert.webhook_url configured"
 
 
-def deliver_alert(post: PostAlerts, webhook_url: str | None, alert: dict[str, Any], timeout_s: float) -> str:
-    """Send one alert through ``post`` (``post_alerts`` in production); "" when it was delivered, else
-    why not. Never raises: a bad reply from Alertmanager must not stop the other channels."""
+class DeliveryStatus(enum.Enum):
+    SENT = "sent"
+    NO_WEBHOOK = "no_webhook"  # nowhere to send it: not a failure to report
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What became of one alert: sent, not sent because no webhook is configured, or failed (``error``)."""
+
+    status: DeliveryStatus
+    error: str = ""  # FAILED: the exception, one line
+
+    @property
+    def sent(self) -> bool:
+        return self.status is DeliveryStatus.SENT
+
+    @property
+    def why_not(self) -> str:
+        """ "" when sent, else why not in words (the escalate step's outcome records it)."""
+        return NO_WEBHOOK if self.status is DeliveryStatus.NO_WEBHOOK else self.error
+
+
+def deliver_alert(post: PostAlerts, webhook_url: str | None, alert: dict[str, Any], timeout_s: float) -> Delivery:
+    """Send one alert through ``post`` (``post_alerts`` in production). Never raises: a bad reply from
+    Alertmanager must not stop the other channels."""
     if not webhook_url:
-        return NO_WEBHOOK
+        return Delivery(DeliveryStatus.NO_WEBHOOK)
     try:
         post(webhook_url, [alert], timeout_s)
     except Exception as exc:  # any failure to alert is reported; the escalation goes on
-        return f"{type(exc).__name__}: {exc}"
-    return ""
+        return Delivery(DeliveryStatus.FAILED, f"{type(exc).__name__}: {exc}")
+    return Delivery(DeliveryStatus.SENT)
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """An escalation as people meet it: the alert (and whether it went out), the pod marked for diagnosis."""
+
+    alert: dict[str, Any]
+    delivery: Delivery
+    pod_marked: bool = False
+    pod_error: Exception | None = None  # marking the pod failed (the Kubernetes API, a bad pod name)
+
+
+def escalate_to_people(
+    request: RollbackRequest,
+    *,
+    failure: str,
+    timeline: Sequence[str],
+    workflow: str,
+    config: AlertSettings,
+    post: PostAlerts,
+    mark_pod: PodMarker | None,
+) -> Escalation:
+    """The one assembly of an escalation, the sidecar's and the rollback's escalate step's: the alert
+    (``build_alert``) sent once, and the request's pod marked to be kept for diagnosis (``mark_pod``,
+    when given and the request names a pod). Best effort on each channel: one failing never stops the
+    other, and nothing raises. What differs stays with the callers (the step records an outcome and a
+    quarantine; the sidecar keeps the alert firing until the model serves again)."""
+    alert = build_alert(request, failure=failure, timeline=timeline, runbook_url=config.runbook_url, workflow=workflow)
+    delivery = deliver_alert(post, config.webhook_url, alert, config.timeout_s)
+    if mark_pod is None or not request.pod:
+        return Escalation(alert, delivery)
+    try:
+        mark_pod(request.pod, diagnosis_annotations(request.incident))
+    except Exception as exc:  # the Kubernetes API failing must not stop the escalation
+        return Escalation(alert, delivery, pod_error=exc)
+    return Escalation(alert, delivery, pod_marked=True)

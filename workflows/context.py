@@ -8,9 +8,10 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from healer.alerts import PodMarker
 from healer.settings import Settings, load_settings
 from workflows.plan import ReplicaTarget, replica_targets
-from workflows.steps import PodMarker, StepContext
+from workflows.steps import StepContext
 
 DEFAULT_CONFIG = "/etc/healer/healer.yaml"  # mounted from a ConfigMap in the healer image's pods
 DEFAULT_OUTPUT_DIR = "/tmp/healer-outputs"  # noqa: S108 - Argo reads output parameters from files in the pod

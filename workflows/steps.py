@@ -23,8 +23,7 @@ from typing import Any
 
 import structlog
 
-from healer.alerts import PostAlerts, build_alert, deliver_alert, post_alerts
-from healer.labels import diagnosis_annotations
+from healer.alerts import PodMarker, PostAlerts, escalate_to_people, post_alerts
 from healer.ledger import PutBack, QuarantineRecord, StableRecord, choose_restore_version
 from healer.settings import Settings
 from healer.store import (
@@ -60,9 +59,6 @@ class TransientStepError(StepError):
 
 class PermanentStepError(StepError):
     """A retry will not help: escalate."""
-
-
-PodMarker = Callable[[str, Mapping[str, str]], None]
 
 
 @dataclass
@@ -791,26 +787,25 @@ def escalate(
     timeline = [
         f"{p.get('started_at', '?')} {p.get('name')}: {p.get('outcome')} {p.get('error', '')}".strip() for p in tried
     ]
-    alert = build_alert(
+    told = escalate_to_people(
         request,
         failure=failure,
         timeline=timeline,
-        runbook_url=ctx.settings.rollback.alert.runbook_url,
         workflow=ctx.workflow_name,
+        config=ctx.settings.rollback.alert,
+        post=ctx.send_alert,
+        mark_pod=ctx.mark_pod,
     )
-    outcome: dict[str, Any] = {"alert": alert, "alert_sent": False, "pod_marked": False, "quarantined": False}
-    alert_error = deliver_alert(
-        ctx.send_alert, ctx.settings.rollback.alert.webhook_url, alert, ctx.settings.rollback.alert.timeout_s
-    )
-    outcome["alert_sent"] = not alert_error
-    if alert_error:
-        outcome["alert_error"] = alert_error
-    if ctx.mark_pod is not None and request.pod:
-        try:
-            ctx.mark_pod(request.pod, diagnosis_annotations(request.incident))
-            outcome["pod_marked"] = True
-        except Exception as exc:  # the Kubernetes API failing must not stop the escalation
-            outcome["pod_error"] = f"{type(exc).__name__}: {exc}"
+    outcome: dict[str, Any] = {
+        "alert": told.alert,
+        "alert_sent": told.delivery.sent,
+        "pod_marked": told.pod_marked,
+        "quarantined": False,
+    }
+    if not told.delivery.sent:
+        outcome["alert_error"] = told.delivery.why_not
+    if told.pod_error is not None:
+        outcome["pod_error"] = f"{type(told.pod_error).__name__}: {told.pod_error}"
     try:
         keep = why_not_quarantined(ctx, request, tried)
         if _configured(ctx, request.model):

@@ -5,14 +5,13 @@ others."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
-from healer.alerts import NO_WEBHOOK, PostAlerts, build_alert, deliver_alert, post_alerts
+from healer.alerts import Delivery, DeliveryStatus, PostAlerts, deliver_alert, escalate_to_people, post_alerts
 from healer.decisions import AlertStep, alert_step
-from healer.labels import diagnosis_annotations
 from healer.logs import iso_utc
 from healer.metrics import Registry
 from healer.settings import Settings
@@ -62,17 +61,20 @@ class Notifier:
 
     def escalated(self, request: RollbackRequest, incident: Incident, why: str) -> None:
         """Alert (kept firing until the model serves again), the incident line, an Event, and the pod
-        marked to be kept for diagnosis."""
+        marked to be kept for diagnosis (healer/alerts.py ``escalate_to_people``, as the escalate step)."""
         self._metrics.inc("healer_rollbacks_total", {"model": request.model, "outcome": "escalated"})
-        alert = build_alert(
+        self._alert_sent_at[request.model] = self._clock()
+        told = escalate_to_people(
             request,
             failure=why,
             timeline=[f"detected: {incident.detail}"],
-            runbook_url=self._settings.rollback.alert.runbook_url,
             workflow=incident.workflow,
+            config=self._settings.rollback.alert,
+            post=self._post,
+            mark_pod=self._mark_pod if self._kube is not None else None,
         )
-        self._firing[request.model] = alert
-        sent = self._send(request.model, alert)
+        self._firing[request.model] = told.alert
+        self._said(request.model, told.alert, told.delivery)
         log.error(
             "incident",
             model=request.model,
@@ -82,18 +84,16 @@ class Notifier:
             why=why,
             detected_at=iso_utc(self.wall_of(incident.detected_at)),
             workflow=incident.workflow,
-            alert_sent=sent,
+            alert_sent=told.delivery.sent,
         )
         self.event("RollbackEscalated", f"{request.model} v{incident.version}: {why}", "Warning")
-        if self._kube is not None and self._pod:
-            from healer.kube import KubeError, PodRef
+        if told.pod_error is not None:
+            log.warning("pod_not_annotated", error=str(told.pod_error))
 
-            try:
-                self._kube.annotate_pod(
-                    PodRef.parse(self._pod, default_namespace="default"), diagnosis_annotations(incident.key)
-                )
-            except (KubeError, ValueError) as exc:
-                log.warning("pod_not_annotated", error=str(exc))
+    def _mark_pod(self, pod: str, annotations: Mapping[str, str]) -> None:
+        from healer.kube import PodRef
+
+        self._kube.annotate_pod(PodRef.parse(pod, default_namespace="default"), annotations)
 
     def keep_firing(self, model: str, phase: Phase) -> None:
         """Re-send the escalation's alert while the model stays escalated; resolve it once it serves."""
@@ -150,11 +150,13 @@ class Notifier:
     def wall_of(self, monotonic_at: float) -> float:
         return self._wall() - (self._clock() - monotonic_at)
 
-    def _send(self, model: str, alert: dict[str, Any]) -> bool:
-        """Send (or re-send) one alert; remembered per model so it can be kept firing and resolved."""
+    def _send(self, model: str, alert: dict[str, Any]) -> None:
+        """Re-send (or resolve) the alert kept firing; remembered per model."""
         self._alert_sent_at[model] = self._clock()
         config = self._settings.rollback.alert
-        why = deliver_alert(self._post, config.webhook_url, alert, config.timeout_s)
-        if why and why != NO_WEBHOOK:
-            log.error("alert_not_sent", model=model, incident=alert["labels"].get("incident"), error=why)
-        return not why
+        self._said(model, alert, deliver_alert(self._post, config.webhook_url, alert, config.timeout_s))
+
+    @staticmethod
+    def _said(model: str, alert: dict[str, Any], delivery: Delivery) -> None:
+        if delivery.status is DeliveryStatus.FAILED:
+            log.error("alert_not_sent", model=model, incident=alert["labels"].get("incident"), error=delivery.error)
