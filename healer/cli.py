@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from healer.settings import MAX_DEADLINE_S, ConfigError, Settings, check_listen, load_settings, parse_address
+from healer.settings import MAX_DEADLINE_S, ConfigError, Settings, load_settings, parse_address
 
 EXIT_USAGE = 64  # bad arguments or configuration (sysexits EX_USAGE); 0/1/2 are the probe verdicts
 EXIT_REFUSED = 3  # promote refused, rollback did not succeed
@@ -1146,31 +1146,15 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if status.succeeded else EXIT_REFUSED
 
 
-def _sidecar_problem(settings: Settings, args: argparse.Namespace) -> str | None:
-    """Why the sidecar cannot start with these settings and arguments, or None."""
-    if args.listen:
-        try:  # as sidecar.listen is checked when the file is read
-            check_listen(settings, args.listen)
-        except ValueError as exc:
-            return f"sidecar: --listen: {exc}"
-    if settings.store is None and (settings.rollback.engine == "local" or settings.sidecar.fallback_to_local):
-        return (
-            f"{settings.source}: store: is required to roll back in the pod (engine local or sidecar.fallback_to_local)"
-        )
-    if settings.store is None and settings.sidecar.drain is not None:
-        return f"{settings.source}: store: is required by sidecar.drain (the replica set's drain set lives there)"
-    return None
-
-
 def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
     import signal
     import threading
 
     from healer import kube
-    from healer.compose import build_sidecar, drain_peers
+    from healer.compose import build_sidecar, drain_peers, sidecar_problem
     from healer.sidecar.views import SidecarServer
 
-    problem = _sidecar_problem(settings, args)
+    problem = sidecar_problem(settings, listen=args.listen)
     if problem is not None:
         print(f"healer: {problem}", file=sys.stderr)
         return EXIT_USAGE

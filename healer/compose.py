@@ -11,13 +11,32 @@ import structlog
 
 from healer.engines import RollbackEngine
 from healer.engines.factory import argo_engine, local_engine
-from healer.settings import Settings
+from healer.settings import Settings, check_listen
 from healer.sidecar import HttpPeers, KubePeers, PeerSource, Sidecar, pod_identity, pod_triton_url
 from healer.triton import TritonAPI
 
 log = structlog.get_logger("healer.sidecar")
 
 EngineFactory = Callable[[], RollbackEngine]
+
+
+def sidecar_problem(settings: Settings, *, listen: str | None = None) -> str | None:
+    """Why a sidecar cannot start with these settings, or None (pure: `healer sidecar` prints it and
+    exits). ``listen``: the address given on the command line (``--listen``), checked as sidecar.listen
+    is when the file is read. The store is required by what lives in it: the in-pod rollbacks (engine
+    local, or the LocalEngine as the fallback) and the drain set."""
+    if listen:
+        try:
+            check_listen(settings, listen)
+        except ValueError as exc:
+            return f"sidecar: --listen: {exc}"
+    if settings.store is None and (settings.rollback.engine == "local" or settings.sidecar.fallback_to_local):
+        return (
+            f"{settings.source}: store: is required to roll back in the pod (engine local or sidecar.fallback_to_local)"
+        )
+    if settings.store is None and settings.sidecar.drain is not None:
+        return f"{settings.source}: store: is required by sidecar.drain (the replica set's drain set lives there)"
+    return None
 
 
 def sidecar_engines(settings: Settings) -> tuple[EngineFactory, EngineFactory | None]:

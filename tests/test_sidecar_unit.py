@@ -966,6 +966,50 @@ def test_the_sidecar_command_refuses_a_drain_without_a_store(
     assert "store: is required by sidecar.drain" in capsys.readouterr().err
 
 
+def _without_store(settings: Settings, **sidecar: Any) -> Settings:
+    return dataclasses.replace(settings, store=None, sidecar=dataclasses.replace(settings.sidecar, **sidecar))
+
+
+@pytest.mark.parametrize(
+    ("case", "listen", "problem"),
+    [
+        ("as configured", None, None),
+        ("a --listen of its own", "127.0.0.1:9090", None),
+        ("--listen on Triton's port", "127.0.0.1:8000", "sidecar: --listen: port 8000 is Triton's"),
+        ("--listen with no port", "127.0.0.1", "sidecar: --listen: "),
+        ("no store, the in-pod engine", None, "store: is required to roll back in the pod (engine local"),
+        ("no store, the in-pod fallback", None, "store: is required to roll back in the pod"),
+        ("no store, a drain set", None, "store: is required by sidecar.drain"),
+        ("no store, nothing in the pod", None, None),
+    ],
+)
+def test_what_keeps_a_sidecar_from_starting(
+    example_settings: Settings, case: str, listen: str | None, problem: str | None
+) -> None:
+    """healer/compose.py ``sidecar_problem``, pure: `healer sidecar` prints it and exits EXIT_USAGE."""
+    from healer.compose import sidecar_problem
+
+    argo = dataclasses.replace(example_settings.rollback, engine="argo")
+    drain = DrainSettings(peer_urls=("http://127.0.0.1:9",), set_name="triton")
+    settings = {
+        "no store, the in-pod engine": _without_store(example_settings),
+        "no store, the in-pod fallback": dataclasses.replace(
+            _without_store(example_settings, fallback_to_local=True), rollback=argo
+        ),
+        "no store, a drain set": dataclasses.replace(
+            _without_store(example_settings, fallback_to_local=False, drain=drain), rollback=argo
+        ),
+        "no store, nothing in the pod": dataclasses.replace(
+            _without_store(example_settings, fallback_to_local=False), rollback=argo
+        ),
+    }.get(case, example_settings)
+    found = sidecar_problem(settings, listen=listen)
+    if problem is None:
+        assert found is None, case
+    else:
+        assert found is not None and problem in found, (case, found)
+
+
 # ---- fast confirmation ------------------------------------------------------------------------------------
 
 
