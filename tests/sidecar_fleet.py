@@ -5,6 +5,7 @@ Kubernetes API would show it. For the sidecar's unit tests and the metrics its e
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -97,11 +98,42 @@ class ScriptedEngine:
 
 
 class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
+    """The sidecar's clock (healer/sidecar/clock.py ``Clock``) on fake time, kopf-style: it moves only
+    when the code under test waits on it, or when the test moves it (``now += seconds``). A wait
+    returns at once: the time moved to when its event gets set (``set_at``), else by the whole timeout.
+    ``waits``: every wait's timeout, in order. The wall clock reads the same seconds."""
 
-    def __call__(self) -> float:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+        self.waits: list[float] = []
+        self._alarms: list[tuple[float, threading.Event]] = []
+
+    def monotonic(self) -> float:
         return self.now
+
+    def wall(self) -> float:
+        return self.now
+
+    def set_at(self, when: float, event: threading.Event | None = None) -> threading.Event:
+        """``event`` (a new one if None), set once this clock reaches ``when``: e.g. the loop's stop."""
+        alarm = event if event is not None else threading.Event()
+        self._alarms.append((when, alarm))
+        return alarm
+
+    def wait(self, event: threading.Event, timeout_s: float) -> bool:
+        assert timeout_s >= 0
+        self.waits.append(round(timeout_s, 6))
+        if event.is_set():
+            return True
+        until = self.now + timeout_s
+        for when, alarm in sorted(self._alarms, key=lambda a: a[0]):
+            if when <= until and not alarm.is_set():
+                self.now = max(self.now, when)
+                alarm.set()
+                if alarm is event:
+                    return True
+        self.now = until
+        return event.is_set()
 
 
 class Board:
@@ -213,7 +245,6 @@ def fleet(
             engine_factory=lambda engine=engine: engine,  # type: ignore[misc]
             pod=f"ml/{name}",
             clock=clock,
-            wall=lambda: clock.now,
             peers=BoardPeers(board, name),
             drain_store=lambda store=store: store,  # type: ignore[misc]
         )

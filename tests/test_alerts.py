@@ -114,6 +114,7 @@ def test_the_sidecar_and_the_escalate_step_tell_people_the_same_way(example_sett
     from healer.metrics import sidecar_registry
     from healer.sidecar.notify import Notifier
     from healer.state import Incident
+    from tests.sidecar_fleet import FakeClock
     from workflows.context import context_from_settings
     from workflows.steps import escalate
 
@@ -132,7 +133,7 @@ def test_the_sidecar_and_the_escalate_step_tell_people_the_same_way(example_sett
     sidecar_posts, kube = Posts(), FakeKube()
     notifier = Notifier(
         settings, metrics=sidecar_registry(), pod=REQUEST.pod, kube=kube, send_alert=sidecar_posts,
-        clock=lambda: 5.0, wall=lambda: 1_000_000.0,
+        clock=FakeClock(),
     )  # fmt: skip
     incident = Incident(
         model=REQUEST.model, version="3", reason="wrong-answer", detail="off by 100", key="i-1",

@@ -19,6 +19,7 @@ from healer.decisions import Peer
 from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable
 from healer.settings import DrainPeers, DrainSettings, Settings, SidecarSettings, TensorSpec, TierThresholds
 from healer.sidecar import HttpPeers, KubePeers, PeersUnavailable, Sidecar
+from healer.sidecar.clock import REAL_CLOCK, Clock
 from healer.state import Phase
 from healer.triton import OutputTensor
 from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
@@ -51,7 +52,6 @@ def make(
         engine_factory=lambda: primary,
         fallback_factory=(lambda: fallback) if fallback else None,
         clock=clock,
-        wall=lambda: clock.now,
     )
     return sidecar, triton, clock
 
@@ -141,7 +141,6 @@ def test_a_failed_run_alerts_and_the_alert_keeps_firing_until_restored(settings:
         triton,
         engine_factory=lambda: primary,
         clock=clock,
-        wall=lambda: clock.now,
         send_alert=lambda url, alerts, timeout: sent.extend(alerts),
     )
     triton.wrong = True
@@ -207,7 +206,6 @@ def make_alerting(
         engine_factory=engine_factory,
         fallback_factory=fallback_factory,
         clock=clock,
-        wall=lambda: clock.now,
         send_alert=lambda url, alerts, timeout: sent.extend(alerts),
     )
     return sidecar, triton, clock, sent
@@ -743,9 +741,12 @@ def test_draining_the_engines_survives_an_engine_added_meanwhile(settings: Setti
     assert sidecar.drain(1.0) == ["run-a"]
 
 
-def test_shutdown_cancels_in_pod_rollbacks_within_the_grace_period(settings: Settings) -> None:
-    sidecar, _triton, _clock = make(settings, ScriptedEngine())
-    sidecar.clock = time.monotonic  # real time: the engine's drain waits for real
+@pytest.mark.parametrize("time_", ["fake", "real"])
+def test_shutdown_cancels_in_pod_rollbacks_within_the_grace_period(settings: Settings, time_: str) -> None:
+    """On fake time, and once on the real clock end to end (about a second: the first drain's share)."""
+    clock: Clock = FakeClock() if time_ == "fake" else REAL_CLOCK
+    engine = ScriptedEngine()
+    sidecar = Sidecar(settings, ScriptedTriton(settings), engine_factory=lambda: engine, clock=clock)
     calls: list[tuple[str, float]] = []
 
     class Local:
@@ -754,7 +755,7 @@ def test_shutdown_cancels_in_pod_rollbacks_within_the_grace_period(settings: Set
 
         def drain(self, timeout_s: float) -> list[str]:
             calls.append(("drain", timeout_s))
-            self.cancelled.wait(timeout_s)
+            clock.wait(self.cancelled, timeout_s)  # an in-pod rollback that goes on until cancelled
             return [] if self.cancelled.is_set() else ["healer-rollback-x"]
 
         def cancel_all(self) -> list[str]:
@@ -763,10 +764,10 @@ def test_shutdown_cancels_in_pod_rollbacks_within_the_grace_period(settings: Set
             return ["healer-rollback-x"]
 
     sidecar.handovers.engines["fallback"] = Local()  # type: ignore[assignment]
-    started = time.monotonic()
+    started = clock.monotonic()
     sidecar.begin_stop()
     assert sidecar.shutdown(grace_s=3.0) == []
-    assert time.monotonic() - started < 3.0  # within the grace period: cancelled, not SIGKILLed mid-step
+    assert clock.monotonic() - started < 3.0  # within the grace period: cancelled, not SIGKILLed mid-step
     assert [c[0] for c in calls] == ["drain", "cancel_all", "drain"]
     assert 0 < calls[0][1] < 2.0  # part of the time for the rollback to finish, the rest to stop and alert
 
@@ -857,7 +858,7 @@ def test_an_exception_probing_one_model_leaves_the_others_verdicts(two_models: S
     triton.wrong_models = {"linear_scorer"}
     clock = FakeClock()
     primary = ScriptedEngine()
-    sidecar = Sidecar(two_models, triton, engine_factory=lambda: primary, clock=clock, wall=lambda: clock.now)
+    sidecar = Sidecar(two_models, triton, engine_factory=lambda: primary, clock=clock)
     sidecar.cycle()
     assert sidecar.cycles == 1  # a fresh sidecar completes its cycle
     assert sidecar.states["linear_scorer"].phase is Phase.HEALING  # the other model's verdict still counts
@@ -892,7 +893,6 @@ def test_a_hung_call_for_one_model_does_not_block_the_fallback_of_another(two_mo
         engine_factory=lambda: primary,
         fallback_factory=lambda: fallback,
         clock=clock,
-        wall=lambda: clock.now,
     )
     try:
         triton.wrong_models = {"linear_scorer"}
@@ -1013,22 +1013,6 @@ def test_what_keeps_a_sidecar_from_starting(
 # ---- fast confirmation ------------------------------------------------------------------------------------
 
 
-class FakeStop(threading.Event):
-    """``Sidecar.run``'s stop event on fake time: each wait moves the clock; set after ``until``."""
-
-    def __init__(self, clock: FakeClock, until: float) -> None:
-        super().__init__()
-        self.clock, self.until, self.waits = clock, until, []  # type: list[float]
-
-    def wait(self, timeout: float | None = None) -> bool:
-        assert timeout is not None and timeout >= 0
-        self.waits.append(round(timeout, 6))
-        self.clock.now += timeout
-        if self.clock.now >= self.until:
-            self.set()
-        return self.is_set()
-
-
 class CountingTriton(ScriptedTriton):
     """Answers wrong to the requests ``wrong_at`` says (1-based count of golden requests)."""
 
@@ -1057,17 +1041,17 @@ def test_a_wrong_answer_is_confirmed_at_the_confirm_interval_not_the_period(sett
     settings = confirming(settings)
     triton = CountingTriton(settings, lambda n: n >= 3)  # broken from the third request on
     clock = FakeClock()
-    sidecar = Sidecar(settings, triton, engine_factory=lambda: engine, clock=clock, wall=lambda: clock.now)
-    stop = FakeStop(clock, until=clock.now + 10)
+    sidecar = Sidecar(settings, triton, engine_factory=lambda: engine, clock=clock)
+    stop = clock.set_at(clock.now + 10)
     start = clock.now
     sidecar.run(stop)
     # Two good periods, a wrong answer at t=2, confirmed by two re-probes 0.2 s apart: rolled back at t=2.4.
-    assert stop.waits[:4] == [1.0, 1.0, 0.2, 0.2]
+    assert clock.waits[:4] == [1.0, 1.0, 0.2, 0.2]
     assert len(engine.created) == 1 and engine.requests[0].reason == "wrong-answer"
     assert sidecar.states["linear_scorer"].incident is not None
     assert sidecar.states["linear_scorer"].incident.detected_at == pytest.approx(start + 2.4)
     assert sidecar.metrics.value("healer_probe_confirmations_total", {"model": "linear_scorer"}) == 2
-    assert stop.waits[4:] == [0.6] + [1.0] * (len(stop.waits) - 5)  # back on the period once healing
+    assert clock.waits[4:] == [0.6] + [1.0] * (len(clock.waits) - 5)  # back on the period once healing
 
 
 @pytest.mark.parametrize(
@@ -1081,8 +1065,8 @@ def test_isolated_wrong_answers_are_re_probed_and_never_roll_back(
     settings = confirming(settings, threshold=2)
     triton = CountingTriton(settings, wrong_at)
     clock = FakeClock()
-    sidecar = Sidecar(settings, triton, engine_factory=lambda: engine, clock=clock, wall=lambda: clock.now)
-    sidecar.run(FakeStop(clock, until=clock.now + 30))
+    sidecar = Sidecar(settings, triton, engine_factory=lambda: engine, clock=clock)
+    sidecar.run(clock.set_at(clock.now + 30))
     assert engine.requests == [], name
     assert sidecar.metrics.value("healer_probe_confirmations_total", {"model": "linear_scorer"}) >= 1
     assert sidecar.states["linear_scorer"].phase in {Phase.HEALTHY, Phase.SUSPECT}
@@ -1095,7 +1079,7 @@ def test_confirmation_is_bounded_while_nothing_is_learnt(settings: Settings) -> 
     settings = confirming(settings, threshold=3)
     triton = CountingTriton(settings, lambda n: True)
     clock = FakeClock()
-    sidecar = Sidecar(settings, triton, engine_factory=ScriptedEngine, clock=clock, wall=lambda: clock.now)
+    sidecar = Sidecar(settings, triton, engine_factory=ScriptedEngine, clock=clock)
     original = sidecar.cycle
 
     def cycle(only: Any = None) -> None:
@@ -1103,10 +1087,9 @@ def test_confirmation_is_bounded_while_nothing_is_learnt(settings: Settings) -> 
         triton.live = False  # down after the first answer
 
     sidecar.cycle = cycle  # type: ignore[method-assign]
-    stop = FakeStop(clock, until=clock.now + 5)
-    sidecar.run(stop)
+    sidecar.run(clock.set_at(clock.now + 5))
     assert sidecar.states["linear_scorer"].phase is Phase.SUSPECT
-    assert stop.waits[:4] == [0.2, 0.2, 0.2, 0.4]  # three re-probes, then the rest of the period
+    assert clock.waits[:4] == [0.2, 0.2, 0.2, 0.4]  # three re-probes, then the rest of the period
     assert sidecar.metrics.value("healer_probe_confirmations_total", {"model": "linear_scorer"}) == 3 * 5
 
 
@@ -1115,10 +1098,9 @@ def test_confirmation_off(settings: Settings) -> None:
     triton = CountingTriton(settings, lambda n: True)
     clock = FakeClock()
     engine = ScriptedEngine()
-    sidecar = Sidecar(settings, triton, engine_factory=lambda: engine, clock=clock, wall=lambda: clock.now)
-    stop = FakeStop(clock, until=clock.now + 5)
-    sidecar.run(stop)
-    assert set(stop.waits) == {1.0}
+    sidecar = Sidecar(settings, triton, engine_factory=lambda: engine, clock=clock)
+    sidecar.run(clock.set_at(clock.now + 5))
+    assert set(clock.waits) == {1.0}
     assert sidecar.states["linear_scorer"].incident is not None
     assert sidecar.states["linear_scorer"].incident.detected_at == pytest.approx(1002.0)  # the third period
 
@@ -1162,7 +1144,7 @@ def test_a_slow_answer_waits_for_the_period_not_the_confirm_interval(settings: S
     triton = CountingTriton(settings, lambda n: False)
     clock = FakeClock()
     engine = ScriptedEngine()
-    sidecar = Sidecar(settings, triton, engine_factory=lambda: engine, clock=clock, wall=lambda: clock.now)
+    sidecar = Sidecar(settings, triton, engine_factory=lambda: engine, clock=clock)
     original = triton.infer
 
     def slow_after_two(*args: Any, **kwargs: Any) -> dict[str, OutputTensor]:
@@ -1173,8 +1155,7 @@ def test_a_slow_answer_waits_for_the_period_not_the_confirm_interval(settings: S
         return answer
 
     triton.infer = slow_after_two  # type: ignore[method-assign]
-    stop = FakeStop(clock, until=clock.now + 6)
-    sidecar.run(stop)
+    sidecar.run(clock.set_at(clock.now + 6))
     assert sidecar.metrics.value("healer_probe_confirmations_total", {"model": "linear_scorer"}) == 0
     incident = sidecar.states["linear_scorer"].incident
     assert incident is not None and incident.reason == "slow"
@@ -1214,7 +1195,7 @@ def test_a_confirmation_cycle_probes_only_the_suspect_model_and_keeps_the_others
     )
     triton = ConfirmTriton(settings)
     clock = FakeClock()
-    sidecar = Sidecar(settings, triton, engine_factory=ScriptedEngine, clock=clock, wall=lambda: clock.now)
+    sidecar = Sidecar(settings, triton, engine_factory=ScriptedEngine, clock=clock)
     sidecar.cycle()
     other = next(m.name for m in settings.models if m.name != "linear_scorer")
     triton.broken, triton.asked = {"linear_scorer"}, []
@@ -1234,7 +1215,7 @@ def test_a_model_not_ready_during_confirmation_is_judged_by_the_next_full_cycle(
     settings = confirming(settings)
     triton = ConfirmTriton(settings)
     clock = FakeClock()
-    sidecar = Sidecar(settings, triton, engine_factory=ScriptedEngine, clock=clock, wall=lambda: clock.now)
+    sidecar = Sidecar(settings, triton, engine_factory=ScriptedEngine, clock=clock)
     triton.broken = {"linear_scorer"}
     sidecar.cycle()
     triton.ready = False  # reloading
@@ -1244,22 +1225,18 @@ def test_a_model_not_ready_during_confirmation_is_judged_by_the_next_full_cycle(
     assert (state.phase, state.not_ready, sidecar.ready()[0]) == (Phase.SUSPECT, False, True)
 
 
-def test_a_stalled_probe_loop_fails_the_sidecars_own_liveness(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_stalled_probe_loop_fails_the_sidecars_own_liveness(settings: Settings) -> None:
     """Review of issue 15, 2: /readyz answers from the last verdict, so a hung loop would freeze it
     forever; /healthz (the sidecar container's livenessProbe) fails instead, and the kubelet restarts it."""
-    from healer.sidecar import loop as sidecar_module
     from healer.sidecar.views import healthz
 
-    sidecar, _triton, _clock = make(settings, ScriptedEngine())
-    now = [time.monotonic()]
-    monkeypatch.setattr(sidecar_module.time, "monotonic", lambda: now[0])
-    sidecar.started_at = now[0]
+    sidecar, _triton, clock = make(settings, ScriptedEngine())
     assert healthz(sidecar).code == 200  # starting: within the grace
+    clock.now += sidecar.stall_after_s - 1
+    assert healthz(sidecar).code == 200
     sidecar.cycle()
     assert healthz(sidecar).code == 200
-    now[0] += sidecar.stall_after_s + 1
+    clock.now += sidecar.stall_after_s + 1
     answer = healthz(sidecar)
     assert answer.code == 503 and b"probe loop stalled: the last probe cycle" in answer.body
     sidecar.cycle()

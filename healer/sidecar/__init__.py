@@ -5,6 +5,7 @@
 * ``handover``: a rollback handed to an engine, one workflow per incident, every call bounded;
 * ``peers``: the replica set a drain is weighed against (Kubernetes API or the sidecars' /status);
 * ``identity``: who this pod is (downward API);
+* ``clock``: its time (monotonic, wall, waits), injected: fake in the tests;
 * ``views``: the HTTP endpoints (/livez, /healthz, /readyz, /metrics, /status).
 
 Composed from settings by the CLI (``healer sidecar``) and the drills.

@@ -18,6 +18,7 @@ from healer.decisions import DrainDecision, DrainPlan, Peer, drain_decision, dra
 from healer.engines import EngineError
 from healer.metrics import Registry
 from healer.settings import DrainSettings, Settings
+from healer.sidecar.clock import Clock
 from healer.sidecar.handover import BoundedCalls
 from healer.sidecar.peers import PeerSource, PeersUnavailable
 
@@ -43,8 +44,7 @@ class DrainKeeper:
         *,
         store_factory: Callable[[], Any] | None,
         metrics: Registry,
-        clock: Callable[[], float],
-        wall: Callable[[], float],
+        clock: Clock,
     ) -> None:
         self.settings: DrainSettings | None = settings.sidecar.drain
         self.peers = peers if self.settings is not None else None
@@ -62,7 +62,6 @@ class DrainKeeper:
         self._calls = BoundedCalls(self.settings.store_timeout_s if self.settings else 5.0)
         self._metrics = metrics
         self._clock = clock
-        self._wall = wall
         # Whether this pod may be in the drain set: unknown at start-up (an entry a previous run of this
         # pod left behind is removed on the first cycle), then what the last read or write said.
         self._maybe_in_set = True
@@ -87,7 +86,7 @@ class DrainKeeper:
         drain = self.settings
         if self.peers is None or drain is None:
             return
-        now = self._clock()
+        now = self._clock.monotonic()
         plan: DrainPlan | None = None
         trouble = ""
         # A pod that does not want to drain and is not in the set has nothing to read or write.
@@ -108,7 +107,7 @@ class DrainKeeper:
         try:
             assert self.settings is not None
             wanted = wants()
-            self._set(wanted, self._decision(wanted, None, trouble, self._clock()))
+            self._set(wanted, self._decision(wanted, None, trouble, self._clock.monotonic()))
         except Exception:  # even that failed: serve (never empty the Service on a bug)
             log.exception("drain_decision_failed")
             self.decision = DrainDecision(False, f"held back: deciding failed ({trouble}): serving")
@@ -136,7 +135,7 @@ class DrainKeeper:
             listed = self._calls.run("drain-peers", "read the peers", source.peers, timeout_s=source.timeout_s + 1.0)
             peers = self._with_me(listed, stopping=stopping, my_readiness=my_readiness)
         store = self._store_built(drain)
-        me, name, now_wall = source.me, drain.drain_set, self._wall()
+        me, name, now_wall = source.me, drain.drain_set, self._clock.wall()
 
         def plan(drained: Mapping[str, float]) -> DrainPlan:
             return drain_plan(

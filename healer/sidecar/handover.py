@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -15,6 +14,7 @@ import structlog
 
 from healer.decisions import Handover, joins_existing_run, may_fall_back, needs_asking
 from healer.engines import EngineError, EngineNotFound, EngineUnavailable, RollbackEngine
+from healer.sidecar.clock import REAL_CLOCK, Clock
 from healer.vocabulary import RollbackRequest, Submission, workflow_name
 
 log = structlog.get_logger("healer.sidecar")
@@ -143,6 +143,7 @@ class Handovers:
         call_timeout_s: float,
         metrics: Any,
         on_orphans: Callable[[Sequence[Mapping[str, Any]]], None],
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self._factories = {"primary": engine_factory}
         if fallback_factory is not None:
@@ -152,6 +153,7 @@ class Handovers:
         self._calls = BoundedCalls(call_timeout_s)
         self._metrics = metrics
         self._on_orphans = on_orphans
+        self._clock = clock
 
     def workflow(self, model: str) -> str:
         watched = self.watching.get(model)
@@ -237,13 +239,13 @@ class Handovers:
 
     def drain(self, timeout_s: float) -> list[str]:
         """Let in-pod (LocalEngine) rollbacks finish, bounded by ``timeout_s``; returns those still going."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._clock.monotonic() + timeout_s
         still: list[str] = []
         # A copy: a construction left to its worker thread (past the bound) may still add an engine.
         for engine in list(self.engines.values()):
             wait = getattr(engine, "drain", None)
             if wait is not None:
-                still += wait(max(0.0, deadline - time.monotonic()))
+                still += wait(max(0.0, deadline - self._clock.monotonic()))
         return still
 
     def cancel_all(self) -> list[str]:

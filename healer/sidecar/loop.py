@@ -18,7 +18,6 @@ server threads read a snapshot under a lock and talk to Triton only through a pl
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -43,6 +42,7 @@ from healer.decisions import (
 from healer.engines import RollbackEngine
 from healer.metrics import Registry, sidecar_registry
 from healer.settings import ModelSettings, Settings
+from healer.sidecar.clock import REAL_CLOCK, Clock
 from healer.sidecar.drain import DrainKeeper, short_error
 from healer.sidecar.handover import Handovers
 from healer.sidecar.notify import Notifier
@@ -92,8 +92,7 @@ class Sidecar:
         triton_url: str = "",
         kube: Any = None,
         send_alert: Callable[[str, list[dict[str, Any]], float], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        clock: Clock = REAL_CLOCK,
         registry: Registry | None = None,
         peers: PeerSource | None = None,
         drain_store: Callable[[], Any] | None = None,
@@ -103,8 +102,7 @@ class Sidecar:
         self.pod = pod
         self.triton_url = triton_url  # how a rollback pod reaches this pod's Triton ("": triton.url)
         self.kube = kube
-        self.clock = clock
-        self.wall = wall
+        self.clock = clock  # healer/sidecar/clock.py: fake in the tests
         self.metrics = registry or sidecar_registry()
         sc = settings.sidecar
         self.policy = Policy(
@@ -121,7 +119,7 @@ class Sidecar:
         self.last_results: dict[str, list[ProbeResult]] = {}
         self.triton_live = False
         self.cycles = 0
-        self.started_at = time.monotonic()
+        self.started_at = clock.monotonic()
         self.last_cycle_at: float | None = None
         self._pending: dict[str, Incident] = {}  # decided to roll back, no engine has taken it yet
         self.handovers = Handovers(
@@ -130,13 +128,10 @@ class Sidecar:
             call_timeout_s=settings.sidecar.engine_call_timeout_s,
             metrics=self.metrics,
             on_orphans=self.escalate_orphans,
+            clock=clock,
         )
-        self.notify = Notifier(
-            settings, metrics=self.metrics, pod=pod, kube=kube, send_alert=send_alert, clock=clock, wall=wall
-        )
-        self.drain_keeper = DrainKeeper(
-            settings, peers, store_factory=drain_store, metrics=self.metrics, clock=clock, wall=wall
-        )
+        self.notify = Notifier(settings, metrics=self.metrics, pod=pod, kube=kube, send_alert=send_alert, clock=clock)
+        self.drain_keeper = DrainKeeper(settings, peers, store_factory=drain_store, metrics=self.metrics, clock=clock)
         self._stopping = threading.Event()  # SIGTERM: leaving the Service (set from a signal handler)
         self._stop_at: float | None = None
         self._orphans_seen: set[str] = set()
@@ -146,12 +141,12 @@ class Sidecar:
         """Probe every period until ``stop`` is set (or ``max_cycles`` full cycles ran); between two
         periods, re-probe the models that answered wrong (fast confirmation, ``confirm_interval_s``)."""
         sidecar = self.settings.sidecar
-        next_full_at = self.clock()
+        next_full_at = self.clock.monotonic()
         only: frozenset[str] | None = None
         confirmed: dict[str, int] = {}
         while not stop.is_set() and (max_cycles is None or self.cycles < max_cycles):
             self.cycle(only)
-            now = self.clock()
+            now = self.clock.monotonic()
             if only is None:
                 confirmed = {}
                 # A slow cycle: skip the missed ticks instead of bursting.
@@ -165,7 +160,7 @@ class Sidecar:
             delay, only = next_probe(
                 now, next_full_at, confirm_interval_s=sidecar.confirm_interval_s, suspects=suspects
             )
-            stop.wait(delay)
+            self.clock.wait(stop, delay)
 
     def cycle(self, only: Collection[str] | None = None) -> None:
         """One period: probe, then per model: watch the rollback, retry a submission, apply the verdict,
@@ -176,7 +171,7 @@ class Sidecar:
         trace_id = uuid.uuid4().hex[:16]
         models = [m for m in self.settings.models if only is None or m.name in only]
         with structlog.contextvars.bound_contextvars(trace_id=trace_id):
-            now = self.clock()
+            now = self.clock.monotonic()
             results: list[ProbeResult] | None = None
             try:
                 results = probe_all(self.settings, self.triton, only=only)
@@ -194,7 +189,7 @@ class Sidecar:
                     mine = [r for r in results if r.model == model.name]
                     verdict = confirmation_verdict(verdict_for(mine, now), confirming=only is not None)
                     self._step(model, "verdict", self._apply_verdict, model, verdict)
-                self._step(model, "tick", self._apply, model, Tick(self.clock()))
+                self._step(model, "tick", self._apply, model, Tick(self.clock.monotonic()))
                 self._step(model, "alert", self.notify.keep_firing, model.name, self.states[model.name].phase)
             try:
                 # A confirmation cycle decides the drain only when it changed what a model may serve.
@@ -206,7 +201,7 @@ class Sidecar:
             if results is not None and only is None:
                 with self._lock:
                     self.cycles += 1
-            self.last_cycle_at = time.monotonic()  # /healthz: the loop is turning (fake clocks aside)
+            self.last_cycle_at = self.clock.monotonic()  # /healthz: the loop is turning
 
     def _serving_flags(self) -> dict[str, bool]:
         with self._lock:
@@ -283,7 +278,7 @@ class Sidecar:
         if watched is None:
             return
         del self._pending[model.name]
-        self._apply(model, RollbackSubmitted(self.clock(), watched.workflow))
+        self._apply(model, RollbackSubmitted(self.clock.monotonic(), watched.workflow))
         self.notify.event(
             "RollbackStarted", f"{model.name} v{incident.version} → stable: {watched.workflow}", "Warning"
         )
@@ -311,7 +306,7 @@ class Sidecar:
         """SIGTERM: leave the Service now (/readyz 503, /status ``stopping``: the peers stop counting this
         pod). Safe from a signal handler: no lock is taken."""
         if self._stop_at is None:
-            self._stop_at = self.clock()
+            self._stop_at = self.clock.monotonic()
         self._stopping.set()
 
     def shutdown(self, grace_s: float) -> list[str]:
@@ -326,12 +321,12 @@ class Sidecar:
             self._decide_drain()  # stopping: takes this pod's entry out of the drain set
         except Exception:
             log.exception("drain_set_not_left")
-        remaining = max(0.0, end - self.clock())
+        remaining = max(0.0, end - self.clock.monotonic())
         still = self.drain(max(0.0, remaining - min(CANCEL_RESERVE_S, remaining / 2)))
         if still:
             log.warning("rollbacks_cancelled_at_exit", workflows=still)
             self.cancel_rollbacks()
-            still = self.drain(max(0.0, end - self.clock()))
+            still = self.drain(max(0.0, end - self.clock.monotonic()))
         if still:
             log.error("rollbacks_cut_off_at_exit", workflows=still)
         return still
@@ -345,7 +340,7 @@ class Sidecar:
         names = [m.name for m in self.settings.models]
         for record in records:
             try:
-                incident = orphan_incident(record, names, self.clock())
+                incident = orphan_incident(record, names, self.clock.monotonic())
                 if incident is None or incident.workflow in self._orphans_seen:
                     continue
                 self._orphans_seen.add(incident.workflow)
@@ -358,7 +353,7 @@ class Sidecar:
         ended = self.handovers.poll(model.name)
         if ended is None:
             return
-        self._apply(model, RollbackFinished(self.clock(), ended.succeeded, ended.message))
+        self._apply(model, RollbackFinished(self.clock.monotonic(), ended.succeeded, ended.message))
         if ended.event is not None:
             self.notify.event(*ended.event)
 
@@ -432,7 +427,7 @@ class Sidecar:
         return loop_stalled(
             last_cycle_at=self.last_cycle_at,
             started_at=self.started_at,
-            now=time.monotonic(),
+            now=self.clock.monotonic(),
             stall_after_s=self.stall_after_s,
         )
 

@@ -5,7 +5,7 @@ others."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -15,6 +15,7 @@ from healer.decisions import AlertStep, alert_step
 from healer.logs import iso_utc
 from healer.metrics import Registry
 from healer.settings import Settings
+from healer.sidecar.clock import Clock
 from healer.state import Incident, Phase
 from healer.vocabulary import RollbackRequest
 
@@ -32,8 +33,7 @@ class Notifier:
         pod: str,
         kube: Any,
         send_alert: PostAlerts | None,
-        clock: Callable[[], float],
-        wall: Callable[[], float],
+        clock: Clock,
     ) -> None:
         self._settings = settings
         self._metrics = metrics
@@ -41,7 +41,6 @@ class Notifier:
         self._kube = kube
         self._post = send_alert or post_alerts
         self._clock = clock
-        self._wall = wall
         self._firing: dict[str, dict[str, Any]] = {}  # model -> the alert kept firing while escalated
         self._alert_sent_at: dict[str, float] = {}
 
@@ -63,7 +62,7 @@ class Notifier:
         """Alert (kept firing until the model serves again), the incident line, an Event, and the pod
         marked to be kept for diagnosis (healer/alerts.py ``escalate_to_people``, as the escalate step)."""
         self._metrics.inc("healer_rollbacks_total", {"model": request.model, "outcome": "escalated"})
-        self._alert_sent_at[request.model] = self._clock()
+        self._alert_sent_at[request.model] = self._clock.monotonic()
         told = escalate_to_people(
             request,
             failure=why,
@@ -101,7 +100,7 @@ class Notifier:
         if alert is None:
             return
         step = alert_step(
-            phase, sent_at=self._alert_sent_at.get(model, 0.0), now=self._clock(), resend_s=ALERT_RESEND_S
+            phase, sent_at=self._alert_sent_at.get(model, 0.0), now=self._clock.monotonic(), resend_s=ALERT_RESEND_S
         )
         if step is AlertStep.RESEND:
             self._send(model, alert)
@@ -148,11 +147,11 @@ class Notifier:
             log.warning("kubernetes_event_not_recorded", reason=reason, error=str(exc))
 
     def wall_of(self, monotonic_at: float) -> float:
-        return self._wall() - (self._clock() - monotonic_at)
+        return self._clock.wall() - (self._clock.monotonic() - monotonic_at)
 
     def _send(self, model: str, alert: dict[str, Any]) -> None:
         """Re-send (or resolve) the alert kept firing; remembered per model."""
-        self._alert_sent_at[model] = self._clock()
+        self._alert_sent_at[model] = self._clock.monotonic()
         config = self._settings.rollback.alert
         self._said(model, alert, deliver_alert(self._post, config.webhook_url, alert, config.timeout_s))
 
