@@ -77,3 +77,17 @@ def test_replica_targets_skip_terminating_pending_and_addressless_pods() -> None
     assert "no pod IP" in targets[4].skip
     assert "Failed" in targets[5].skip
     assert [t.name for t in targets if not t.skip] == ["triton-a", "triton-b"]
+
+
+def test_waves_after_the_canary_keep_order_and_bound_each_wave() -> None:
+    from workflows.plan import waves
+
+    rest = [ReplicaTarget(f"10.0.0.{i}:8000", f"triton-{i}") for i in range(7)]
+    assert [[t.name for t in wave] for wave in waves(rest, 3)] == [
+        ["triton-0", "triton-1", "triton-2"],
+        ["triton-3", "triton-4", "triton-5"],
+        ["triton-6"],
+    ]
+    assert waves(rest, 100) == [rest]
+    assert waves([], 3) == []
+    assert [len(w) for w in waves(rest, 0)] == [1] * 7  # never an empty or unbounded wave

@@ -232,6 +232,7 @@ def test_one_rollback_heals_every_replica(fs_stack_factory, tmp_path: Path) -> N
                 assert stack.triton.served_versions(stack.model) == replica.served_versions(stack.model) == ["2"]
                 phases = {p["name"]: p for p in json.loads(status.outputs["phases"])}
                 assert set(phases["restore"]["outputs"]["replicas"]) == set(urls)
+                assert phases["restore"]["outputs"]["waves"] == [[urls[0]], [urls[1]]]  # the canary, then the rest
                 assert all(r["verify"]["status"] == "pass" for r in phases["restore"]["outputs"]["replicas"].values())
             finally:
                 replica.close()
@@ -344,6 +345,75 @@ def test_a_failure_on_one_replica_leaves_the_others_serving(fs_stack_factory, tm
                 assert [p["name"] for p in phases] == ["lease", "fetch-stable", "restore"]
             finally:
                 replica_b.close()
+
+
+def test_a_canary_that_cannot_serve_the_stable_version_stops_before_any_other_replica(  # type: ignore[no-untyped-def]
+    fs_stack_factory, tmp_path: Path
+) -> None:
+    """The first replica (the canary) cannot load the stable version (its repository lacks it): the
+    rollback stops there; the canary keeps serving what it served and the other replica is never touched."""
+    from healer.embedded import EmbeddedTriton
+    from healer.triton import TritonHttp
+    from tests.rollback_stack import write_model
+    from workflows.plan import ReplicaTarget
+
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
+        stack: RollbackStack
+        lacking = tmp_path / "canary-repository"
+        write_model(lacking, "linear_scorer", stack.model, {2: ("broken", "wrong_weights")})
+        with EmbeddedTriton(lacking, load_models=[stack.model], workdir=tmp_path / "canary") as canary:
+            canary_client = TritonHttp(canary.url, timeout_s=5)
+            try:
+                targets = [ReplicaTarget(canary.url, "triton-0"), ReplicaTarget(stack.settings.triton.url, "triton-1")]
+                engine = _engine_with(stack, tmp_path, targets=targets, parallelism=4)
+                status = engine.run(stack.request("2"), timeout_s=120)  # type: ignore[attr-defined]
+                assert status.phase == "Failed", status
+                assert canary_client.served_versions(stack.model) == ["2"]  # as before, loaded
+                assert stack.triton.served_versions(stack.model) == ["2"]  # never touched
+                index = {(e.name, e.version): e.state for e in stack.triton.repository_index()}
+                assert index[(stack.model, "2")] == "READY"
+            finally:
+                canary_client.close()
+
+
+def test_a_replica_failing_mid_wave_stops_after_its_wave_and_leaves_it_serving(  # type: ignore[no-untyped-def]
+    fs_stack_factory, tmp_path: Path
+) -> None:
+    """Three replicas: the canary is restored, then B and C in one wave; B cannot load the stable
+    version. C is still restored (a wave finishes), B keeps serving what it served, and the error
+    names B and counts what was restored."""
+    from healer.embedded import EmbeddedTriton
+    from healer.triton import TritonHttp
+    from tests.rollback_stack import write_model
+    from workflows.plan import ReplicaTarget
+
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
+        stack: RollbackStack
+        lacking = tmp_path / "b-repository"
+        write_model(lacking, "linear_scorer", stack.model, {2: ("broken", "wrong_weights")})
+        with (
+            EmbeddedTriton(lacking, load_models=[stack.model], workdir=tmp_path / "b") as b,
+            EmbeddedTriton(stack.live, load_models=[stack.model], workdir=tmp_path / "c") as c,
+        ):
+            b_client, c_client = TritonHttp(b.url, timeout_s=5), TritonHttp(c.url, timeout_s=5)
+            try:
+                assert c_client.served_versions(stack.model) == ["2"]
+                targets = [
+                    ReplicaTarget(stack.settings.triton.url, "triton-a"),
+                    ReplicaTarget(b.url, "triton-b"),
+                    ReplicaTarget(c.url, "triton-c"),
+                ]
+                engine = _engine_with(stack, tmp_path, targets=targets, parallelism=2)
+                status = engine.run(stack.request("2"), timeout_s=120)  # type: ignore[attr-defined]
+                assert status.phase == "Failed", status
+                assert stack.triton.served_versions(stack.model) == ["1"]  # the canary: restored
+                assert c_client.served_versions(stack.model) == ["1"]  # its wave-mate: restored too
+                assert b_client.served_versions(stack.model) == ["2"]  # as before, loaded and answering
+                assert "1 replica(s) failed" in status.message and b.url in status.message, status.message
+                assert "2 restored before the stop" in status.message, status.message
+            finally:
+                b_client.close()
+                c_client.close()
 
 
 def test_a_restarted_triton_serves_the_stable_version_not_the_quarantined_one(  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ Rules that keep a rollback from doing harm:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -111,3 +111,11 @@ def replica_targets(pods: Iterable[PodView], port: int) -> list[ReplicaTarget]:
         else:
             targets.append(ReplicaTarget(url, pod.name))
     return targets
+
+
+def waves(rest: Sequence[ReplicaTarget], parallelism: int) -> list[list[ReplicaTarget]]:
+    """The replicas left after the canary (the first replica restored and verified alone: a stable
+    version that fails there stops the rollback with every other replica untouched), at most
+    ``parallelism`` at a time, in the listed order."""
+    step = max(1, parallelism)
+    return [list(rest[i : i + step]) for i in range(0, len(rest), step)]

@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import structlog
 
 from healer.alerts import PodMarker, PostAlerts, escalate_to_people, post_alerts
 from healer.ledger import PutBack, QuarantineRecord, StableRecord, choose_restore_version
+from healer.logs import iso_utc
 from healer.settings import Settings
 from healer.store import (
     LeaseHeld,
@@ -34,13 +36,12 @@ from healer.store import (
     StoreUnavailable,
     check_hashes,
     sweep_staging,
-    utc_now,
 )
 from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
 from healer.vocabulary import AUTO, RollbackRequest
 from probes.result import Status
 from probes.tiers import check_after_load
-from workflows.plan import ReplicaAction, ReplicaTarget, pinned_versions, replica_action, touches_triton
+from workflows.plan import ReplicaAction, ReplicaTarget, pinned_versions, replica_action, touches_triton, waves
 
 log = structlog.get_logger(__name__)
 
@@ -242,7 +243,7 @@ def record(
         version=request.from_version,
         reason=f"{request.reason}: {request.detail}".strip(": "),
         incident=request.incident,
-        at=utc_now(),
+        at=iso_utc(time.time()),
         by=ACTOR,
     )
     with store_errors(ctx, f"record in {ctx.store.location}"):
@@ -328,6 +329,8 @@ class LeaseKeeper:
         self.lease: Any = None
         self.lost = ""
         self._lock = threading.Lock()
+        # The replicas of a wave unload at once: each read-modify-write of the duties is one at a time.
+        self._duties_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -395,10 +398,12 @@ class LeaseKeeper:
     def remember_unloaded(self, duty: PutBack) -> None:
         """Write the duty into the lease before unloading (raises a step error if that fails: then
         nothing is unloaded)."""
-        self.set_duties((*(d for d in self.duties() if d.replica != duty.replica), duty))
+        with self._duties_lock:
+            self.set_duties((*(d for d in self.duties() if d.replica != duty.replica), duty))
 
     def forget_unloaded(self, replica: str) -> None:
-        self.set_duties(tuple(d for d in self.duties() if d.replica != replica))
+        with self._duties_lock:
+            self.set_duties(tuple(d for d in self.duties() if d.replica != replica))
 
     def set_duties(self, duties: tuple[PutBack, ...]) -> None:
         self._fenced_write(put_back=duties)
@@ -466,7 +471,7 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
     phases: list[PhaseReport] = []
 
     def run(name: str, action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        report = PhaseReport(name=name, started_at=utc_now())
+        report = PhaseReport(name=name, started_at=iso_utc(time.time()))
         phases.append(report)
         started = ctx.clock()
         bound = log.bind(model=request.model, version=request.from_version, incident=request.incident, phase=name)
@@ -481,7 +486,7 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
             bound.warning("phase_failed", error=str(exc), transient=exc.transient)
             raise HealFailed(exc, phases) from exc
         finally:
-            report.finished_at = utc_now()
+            report.finished_at = iso_utc(time.time())
             report.duration_s = round(ctx.clock() - started, 3)
 
     holder = f"{request.incident}/{ctx.workflow_name or 'local'}/{socket.gethostname()}/{uuid.uuid4().hex[:8]}"
@@ -578,13 +583,21 @@ def put_back_unloaded(ctx: StepContext, model: str, keeper: LeaseKeeper, triton_
 def restore_replicas(
     ctx: StepContext, request: RollbackRequest, version: str, *, before_each: Callable[[], None] = lambda: None
 ) -> dict[str, Any]:
-    """Each replica in turn: decide (workflows/plan.py), act, verify, then the next. A failure stops
-    here: replicas already restored stay restored, the rest keep what they serve (loaded)."""
+    """The canary, then waves: the first replica that answers is restored and verified alone; only if
+    it passes are the others restored, ``rollback.parallelism`` at a time, each decided
+    (workflows/plan.py), acted on and verified on its own. ``before_each`` (the lease's fence) runs
+    before the canary and before each wave. A failure stops the rollback after its wave: replicas
+    already restored stay restored, the rest keep what they serve (loaded); every other replica of
+    the failing wave still finishes, so none is left halfway."""
     targets = replica_targets_for(ctx, request.triton_url)
     record_ = _stable_record(ctx, request.model, version)
     healed: dict[str, Any] = {}
     skipped = {t.name or t.url: t.skip for t in targets if t.skip}
-    for target in (t for t in targets if not t.skip):
+    waiting = [t for t in targets if not t.skip]
+    plan: list[list[str]] = []
+    # The canary: replicas that do not answer are skipped until one does.
+    while waiting and not healed:
+        target = waiting.pop(0)
         ctx.check_cancelled(f"restore of {target.url}")
         before_each()
         with on_replica(ctx, target.url) as replica:
@@ -592,6 +605,21 @@ def restore_replicas(
                 skipped[target.name or target.url] = "Triton not live"
                 continue
             healed[target.url] = restore_replica(replica, request.model, request.from_version, record_)
+            plan.append([target.url])
+    for wave in waves(waiting, ctx.settings.rollback.parallelism):
+        ctx.check_cancelled(f"restore of {', '.join(t.url for t in wave)}")
+        before_each()
+        plan.append([t.url for t in wave])
+        outcomes = _restore_wave(ctx, request, record_, wave)
+        failed = {url: exc for url, exc in outcomes.items() if isinstance(exc, BaseException)}
+        for target in wave:
+            outcome = outcomes[target.url]
+            if outcome is None:
+                skipped[target.name or target.url] = "Triton not live"
+            elif not isinstance(outcome, BaseException):
+                healed[target.url] = outcome
+        if failed:
+            raise _wave_failed(request.model, failed, restored=len(healed))
     if not healed:
         listed = "; ".join(f"{k}: {v}" for k, v in skipped.items())
         raise TransientStepError(f"no replica of {request.model} could be healed ({listed})")
@@ -602,8 +630,45 @@ def restore_replicas(
         "replicas": healed,
         "skipped": skipped,
         "touched": touched,
+        "waves": plan,
         "golden": next(iter(golden.values())) if len(golden) == 1 else {"replicas": golden},
     }
+
+
+def _restore_wave(
+    ctx: StepContext, request: RollbackRequest, stable: StableRecord, wave: list[ReplicaTarget]
+) -> dict[str, dict[str, Any] | BaseException | None]:
+    """Every replica of one wave at once, each on a client of its own; per replica: its outcome, the
+    exception that stopped it, or None when its Triton did not answer (skipped)."""
+
+    def one(target: ReplicaTarget) -> dict[str, Any] | None:
+        with on_replica(ctx, target.url, own_client=True) as replica:
+            if not _live(replica):
+                return None
+            return restore_replica(replica, request.model, request.from_version, stable)
+
+    outcomes: dict[str, dict[str, Any] | BaseException | None] = {}
+    with ThreadPoolExecutor(len(wave), thread_name_prefix="restore") as pool:
+        futures = {target.url: pool.submit(one, target) for target in wave}
+        # Every call inside has its timeout (loads: rollback.load_timeout_s): waiting for all is bounded.
+        for url, future in futures.items():
+            try:
+                outcomes[url] = future.result()
+            except Exception as exc:
+                outcomes[url] = exc
+    return outcomes
+
+
+def _wave_failed(model: str, failed: Mapping[str, BaseException], *, restored: int) -> StepError:
+    """One error for a wave's failures: permanent if any was (a retry would not change it), else transient."""
+    listed = "; ".join(f"{url}: {exc}" for url, exc in failed.items())
+    message = f"{model}: {len(failed)} replica(s) failed ({listed}); {restored} restored before the stop"
+    if any(isinstance(exc, PermanentStepError) for exc in failed.values()):
+        return PermanentStepError(message)
+    if all(isinstance(exc, StepError) for exc in failed.values()):
+        return TransientStepError(message)
+    first = next(exc for exc in failed.values() if not isinstance(exc, StepError))
+    raise first  # a bug: surfaces as itself, as it would on a single replica
 
 
 def restore_replica(ctx: StepContext, model: str, failing: str, stable: StableRecord) -> dict[str, Any]:
@@ -757,10 +822,10 @@ def replica_targets_for(ctx: StepContext, triton_url: str = "") -> list[ReplicaT
 
 
 @contextlib.contextmanager
-def on_replica(ctx: StepContext, url: str) -> Iterator[StepContext]:
+def on_replica(ctx: StepContext, url: str, *, own_client: bool = False) -> Iterator[StepContext]:
     """``ctx`` aimed at the Triton at ``url`` (its own client, closed afterwards; ``ctx`` itself when
-    that is its Triton already)."""
-    if url == ctx.triton.url:
+    that is its Triton already, unless ``own_client``: a thread of a wave never shares a client)."""
+    if url == ctx.triton.url and not own_client:
         yield ctx
         return
     triton = _triton_for(ctx, url)
@@ -771,9 +836,10 @@ def on_replica(ctx: StepContext, url: str) -> Iterator[StepContext]:
 
 
 def _triton_for(ctx: StepContext, url: str) -> TritonAPI:
-    from healer.triton import TritonHttp
+    # The thread-safe client: the replicas of a wave are restored from threads of one process.
+    from healer.triton_rest import TritonRest
 
-    return TritonHttp(url, timeout_s=ctx.settings.triton.timeout_s)
+    return TritonRest(url, timeout_s=ctx.settings.triton.timeout_s)
 
 
 def escalate(

@@ -383,6 +383,13 @@ class RollbackSettings:
             default_doc="the Triton the request names (the submitting pod's), or triton.url",
         ),
     )
+    # Restore in waves: one replica first (the canary: if the stable version fails there, nothing else
+    # was touched), then this many at once. Concurrent loads read one shared repository, so more is
+    # not always faster: benchmarks/scale.py measures where it stops helping.
+    parallelism: int = field(
+        default=10,
+        metadata=setting("replicas restored at once after the first (the canary) is restored and verified", minimum=1),
+    )
     # swap: load the stable version over the broken one (Triton loads the new version, then releases
     # the old; a failed load keeps the old): the model is never absent. unload-first: for models too
     # large to be resident twice; the model is absent between unload and load.
