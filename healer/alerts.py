@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import enum
 import json
+import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from healer.labels import diagnosis_annotations
+from healer.logs import iso_utc
 from healer.settings import AlertSettings
-from healer.store import utc_now
 from healer.vocabulary import RollbackRequest
 
 ALERT_NAME = "HealerRollbackEscalated"
@@ -47,7 +48,7 @@ def build_alert(
             "runbook_url": runbook_url,
             "workflow": workflow,
         },
-        "startsAt": utc_now(),
+        "startsAt": iso_utc(time.time()),
     }
 
 

@@ -977,7 +977,8 @@ class _NotQuarantined(Exception):
 def _cmd_store_unquarantine(settings: Settings, args: argparse.Namespace) -> int:
     """Lift a quarantine: the ledger first (the truth), then the audit record, then the files."""
     from healer.ledger import Ledger
-    from healer.store import StoreError, quarantined_copies, utc_now
+    from healer.logs import iso_utc
+    from healer.store import StoreError, quarantined_copies
 
     model, version, reason = args.model, args.version, args.reason.strip()  # names checked in main
     if not reason:
@@ -989,7 +990,7 @@ def _cmd_store_unquarantine(settings: Settings, args: argparse.Namespace) -> int
     def lift(current: Ledger) -> Ledger:
         if not current.is_quarantined(version):
             raise _NotQuarantined
-        return current.with_lifted(version, reason, utc_now(), who)
+        return current.with_lifted(version, reason, iso_utc(time.time()), who)
 
     try:
         store = _store(settings)

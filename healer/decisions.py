@@ -225,7 +225,7 @@ def joins_same_occurrence(
 
 # ---- draining without emptying the Service ------------------------------------------------------------
 #
-# The rule. The pods of a replica set share a **drain set** in the store (healer/store.py): the pods
+# The rule. The pods of a replica set share a **drain set** in the store (healer/store/drain.py): the pods
 # that have left the Service on purpose. It is written with compare-and-swap, so admissions are
 # serialised: each pod decides against the set as it is, including every admission before its own.
 # A pod that wants to drain (a required model failing, healing or escalated) is admitted only if,

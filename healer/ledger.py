@@ -3,7 +3,7 @@
 A ledger says which versions were promoted *stable* (with the sha256 of every file and the
 model config Triton served them with), which are *quarantined* (with the reason and the
 incident) and which quarantines a person *lifted* (who, why, and which incidents). It is
-stored as numbered snapshots; see healer/store.py for how they are written.
+stored as numbered snapshots; see healer/store/ for how they are written.
 
 A model's *lease* (one rollback per model, whichever engine runs it) is stored the same way;
 the decision whether a holder may take it is ``decide_lease``. Nothing here does I/O.

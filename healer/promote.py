@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from healer.ledger import Ledger, StableRecord
+from healer.logs import iso_utc
 from healer.settings import Settings
-from healer.store import ModelStore, hash_directory, utc_now
+from healer.store import ModelStore, hash_directory
 from healer.triton import TritonAPI, TritonError
 from probes.result import Status
 from probes.tiers import check_after_load
@@ -71,7 +73,7 @@ def promote(
     record = StableRecord(
         version=version,
         files=files,
-        promoted_at=utc_now(),
+        promoted_at=iso_utc(time.time()),
         promoted_by=by,
         config=config,
         config_file=_config_file(store, live, model),

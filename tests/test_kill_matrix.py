@@ -69,7 +69,8 @@ def _kill_before(target: Any, name: str) -> None:
 # kill point -> how the child arms it (run in the child only, after fork).
 KILL_POINTS: dict[str, Callable[[], None]] = {
     # fetch_version has written the staging copy and is about to check it: a .fetch-* is left behind.
-    "mid-staging": lambda: _kill_before(__import__("healer.store").store, "check_hashes"),
+    # (Patched where fetch_version looks check_hashes up: healer/store/versions.py.)
+    "mid-staging": lambda: _kill_before(__import__("healer.store.versions").store.versions, "check_hashes"),
     "after-staging": lambda: _kill_before(steps, "restore_replicas"),
     "after-replica-1-of-2": lambda: _kill_after(steps, "restore_replica"),
     # Triton goes on unloading after the kill: the retry finds the model UNLOADING, not yet gone.
@@ -77,6 +78,7 @@ KILL_POINTS: dict[str, Callable[[], None]] = {
     "between-unload-and-load": lambda: _kill_after(steps, "unload"),
     "before-record": lambda: _kill_before(steps, "record"),
     "after-ledger-write": lambda: _kill_before(ModelStore, "append_audit"),
+    # (workflows/steps.py imports quarantine_live_version from healer.store when it calls it: patched there.)
     "after-quarantine-rename": lambda: _kill_after(__import__("healer.store").store, "quarantine_live_version"),
 }
 

@@ -5,6 +5,7 @@ others."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -105,10 +106,8 @@ class Notifier:
         if step is AlertStep.RESEND:
             self._send(model, alert)
         elif step is AlertStep.RESOLVE:
-            from healer.store import utc_now
-
             del self._firing[model]
-            self._send(model, {**alert, "endsAt": utc_now()})
+            self._send(model, {**alert, "endsAt": iso_utc(time.time())})
 
     def restored(self, incident: Incident, at: float) -> None:
         restore_s = at - incident.detected_at

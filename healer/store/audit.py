@@ -1,0 +1,34 @@
+"""A model's audit trail in the store: one record per rollback step that changed something."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from healer.logs import iso_utc
+from healer.store.base import StoreBase
+from healer.store.errors import StoreConflict
+from healer.store.layout import META_DIR, _check_name, _safe_part
+
+
+class AuditTrail(StoreBase):
+    """The audit part of the ModelStore."""
+
+    def append_audit(self, model: str, record: Mapping[str, Any]) -> str:
+        _check_name(model)
+        # The incident becomes part of a key: no "/" (or anything odd) may steer it out of the audit folder.
+        incident = _safe_part(str(record.get("incident", "none")), limit=200)
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        data = (json.dumps({"model": model, "at": iso_utc(time.time()), **record}, sort_keys=True) + "\n").encode()
+        for n in range(100):
+            key = f"{META_DIR}/{model}/audit/{stamp}-{incident}-{n}.json"
+            if self.blobs.create(key, data):
+                return key
+        raise StoreConflict(f"{self.location}: could not append an audit record for {model!r}")
+
+    def audit(self, model: str) -> list[dict[str, Any]]:
+        _check_name(model)
+        return [json.loads(self.blobs.read(k)) for k in self.blobs.keys(f"{META_DIR}/{model}/audit")]

@@ -1,0 +1,142 @@
+"""healer store doctor's side of the store: what blocks a model (an unreadable ledger or lease snapshot,
+a held lease), and the two ways out (release the lease by hand, copy the last readable ledger forward)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from healer.ledger import LeaseSnapshot, Ledger, LedgerFormatError, wall_time
+from healer.store.errors import LeaseHeld, StoreConflict, StoreError
+from healer.store.layout import MAX_LEDGER_ATTEMPTS, _check_name, _safe_part
+from healer.store.lease import Leases
+from healer.store.ledger import Ledgers
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What ``ModelStore.diagnose`` found for one model (healer store doctor)."""
+
+    model: str
+    ledger_generation: int  # the newest snapshot's generation (0: none)
+    ledger_readable_generation: int  # the newest readable one's (0: none readable)
+    ledger: Ledger | None
+    lease_generation: int
+    lease_readable_generation: int
+    lease: LeaseSnapshot | None
+    unreadable: tuple[tuple[str, str], ...]  # (where, what is wrong), newest first
+
+    @property
+    def healthy(self) -> bool:
+        return not self.unreadable
+
+
+class Doctor(Ledgers, Leases):
+    """The doctor part of the ModelStore: reads both the ledger's and the lease's snapshots."""
+
+    def diagnose(self, model: str) -> Diagnosis:
+        """The ledger's and the lease's newest snapshots, each read as healer reads it, and every
+        unreadable snapshot from the newest back to the newest readable one (a repair copies that
+        one forward). Never raises for a bad snapshot: that is what it reports."""
+        _check_name(model)
+        problems: list[tuple[str, str]] = []
+
+        def newest_readable(prefix: str, read: Callable[[int, str], Any]) -> tuple[int, int, Any]:
+            snapshots = self._snapshots(prefix)
+            newest = snapshots[-1][0] if snapshots else 0
+            for generation, key in reversed(snapshots):
+                try:
+                    return newest, generation, read(generation, key)
+                except (LedgerFormatError, ValueError, FileNotFoundError) as exc:
+                    problems.append((f"{self.location}/{key}", str(exc)))
+            return newest, 0, None
+
+        ledger_newest, ledger_good, ledger = newest_readable(
+            self._ledger_prefix(model), lambda generation, key: self._read_ledger(model, generation, key)
+        )
+        lease_newest, lease_good, lease = newest_readable(
+            self._lease_prefix(model), lambda _generation, key: self._read_lease(key)
+        )
+        return Diagnosis(
+            model=model,
+            ledger_generation=ledger_newest,
+            ledger_readable_generation=ledger_good,
+            ledger=ledger,
+            lease_generation=lease_newest,
+            lease_readable_generation=lease_good,
+            lease=lease,
+            unreadable=tuple(problems),
+        )
+
+    def release_lease_by_hand(
+        self,
+        model: str,
+        *,
+        reason: str,
+        by: str,
+        force: bool = False,
+        clear_put_back: bool = False,
+        now: Callable[[], float] = time.time,
+    ) -> LeaseSnapshot:
+        """A person frees the model's lease (``healer store doctor --release-lease``): a released
+        snapshot naming who and why. An unexpired lease is refused (LeaseHeld) unless ``force``: its
+        holder may be at work, and a dead one's lease expires by itself within the TTL; a holder
+        forced out stops at its next renewal, not in the middle of a Triton call. Put-back duties
+        carry over from the newest readable snapshot unless ``clear_put_back`` (a replica that is
+        gone for good). Also frees a lease whose newest snapshot is unreadable. Returns the
+        snapshot written."""
+        _check_name(model)
+        for _attempt in range(MAX_LEDGER_ATTEMPTS):
+            diagnosis = self.diagnose(model)
+            newest_readable = diagnosis.lease_readable_generation == diagnosis.lease_generation
+            previous = diagnosis.lease
+            released_at = now()
+            if (
+                newest_readable
+                and previous is not None
+                and not previous.released
+                and previous.expires_at > released_at
+                and not force
+            ):
+                raise LeaseHeld(
+                    f"{self.location}: lease of {model!r} is held by {previous.holder} until "
+                    f"{wall_time(previous.expires_at)} and may be at work: wait for it, or --force",
+                    holder=previous.holder,
+                    expires_at=previous.expires_at,
+                )
+            snapshot = LeaseSnapshot(
+                holder=f"healer-doctor/{_safe_part(by)}",
+                expires_at=released_at,
+                released=True,
+                at=wall_time(released_at),
+                incident=previous.incident if previous is not None else "",
+                put_back=() if clear_put_back or previous is None else previous.put_back,
+                note=reason,
+            )
+            key = f"{self._lease_prefix(model)}/{diagnosis.lease_generation + 1:08d}.json"
+            if self.blobs.create(key, snapshot.to_json()):
+                return snapshot
+        raise StoreConflict(
+            f"{self.location}: lease of {model!r} changed under us {MAX_LEDGER_ATTEMPTS} times in a row"
+        )
+
+    def repair_ledger(self, model: str) -> Ledger | None:
+        """Write the newest *readable* ledger snapshot forward as the next generation when the
+        newest one is unreadable (the bad one stays, as history). None when nothing needed repair.
+        Raises StoreError when no snapshot is readable: nothing healer could write would be
+        better than a person's look at the files (an empty ledger would forget every quarantine)."""
+        diagnosis = self.diagnose(model)
+        if diagnosis.ledger_generation == diagnosis.ledger_readable_generation:
+            return None
+        if diagnosis.ledger is None:
+            raise StoreError(
+                f"{self.location}: no ledger snapshot of {model!r} is readable; look at "
+                f"{self.location}/{self._ledger_prefix(model)}/ by hand"
+            )
+        repaired = dataclasses.replace(diagnosis.ledger, generation=diagnosis.ledger_generation + 1)
+        if not self.blobs.create(f"{self._ledger_prefix(model)}/{repaired.generation:08d}.json", repaired.to_json()):
+            raise StoreConflict(f"{self.location}: the ledger of {model!r} changed during the repair; run it again")
+        return repaired

@@ -1,0 +1,143 @@
+"""A model's lease in the store: one rollback per model, whichever engine runs it."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from healer.ledger import LeaseSnapshot, LedgerFormatError, PutBack, decide_lease, wall_time
+from healer.logs import get_logger
+from healer.store.base import StoreBase
+from healer.store.errors import LeaseHeld, StoreConflict, StoreError
+from healer.store.layout import MAX_LEDGER_ATTEMPTS, META_DIR, _check_name
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A model's lease as acquired: release it with this value (the generation names the snapshot)."""
+
+    model: str
+    holder: str
+    generation: int
+    expires_at: float  # unix wall-clock seconds
+    incident: str = ""
+    # Replicas whose model an earlier holder unloaded and may not have loaded again: the holder's
+    # first duty (workflows/steps.py put_back_unloaded), carried into every snapshot until done.
+    put_back: tuple[PutBack, ...] = ()
+    taken_from: str = ""  # the earlier holder whose unexpired lease this one took over ("" if none)
+
+
+class Leases(StoreBase):
+    """The lease part of the ModelStore."""
+
+    # One rollback per model whichever engine runs it: the Argo workflow and the sidecar's in-pod
+    # fallback both have the store. Snapshots are append-only and created exclusively, like the
+    # ledger's; the decision is healer.ledger.decide_lease. Expiry compares wall clocks of
+    # different pods: they must agree within a few seconds, and a holder's TTL should be its
+    # rollback deadline plus a margin. A holder that outlives its TTL has lost the lease.
+    def _lease_prefix(self, model: str) -> str:
+        return f"{META_DIR}/{model}/lease"
+
+    def _read_lease(self, key: str) -> LeaseSnapshot:
+        return LeaseSnapshot.from_json(self.blobs.read(key), where=f"{self.location}/{key}")
+
+    def _newest_lease(self, model: str) -> tuple[int, LeaseSnapshot | None]:
+        snapshots = self._snapshots(self._lease_prefix(model))
+        if not snapshots:
+            return 0, None
+        generation, key = snapshots[-1]
+        return generation, self._read_lease(key)
+
+    def acquire_lease(
+        self,
+        model: str,
+        holder: str,
+        ttl_s: float,
+        *,
+        incident: str = "",
+        run: str = "",
+        put_back: tuple[PutBack, ...] | None = None,
+        renewing: bool = False,
+        now: Callable[[], float] = time.time,
+    ) -> Lease:
+        """Take (or, for the same holder, extend) the model's lease for ``ttl_s`` seconds.
+
+        Raises LeaseHeld while another holder's lease is unexpired and unreleased, unless that
+        holder is an earlier attempt of the same ``run`` of ``incident`` (then it is taken over:
+        see decide_lease);
+        StoreConflict if writers kept winning the next generation. Re-entrant per ``holder``:
+        give every attempt its own holder name, so that a taken-over attempt is fenced off.
+
+        ``put_back``: the replicas still to be loaded again (PutBack); None keeps what the newest
+        snapshot says, whoever wrote it, so that the duty passes to every next holder until done.
+        ``renewing``: only extend a lease this holder has; LeaseHeld if it was taken over or released.
+        """
+        _check_name(model)
+        if not isinstance(holder, str) or not holder.strip():
+            raise ValueError(f"invalid lease holder {holder!r} (a non-empty name)")
+        if not math.isfinite(ttl_s) or ttl_s <= 0:
+            raise ValueError(f"invalid lease ttl_s {ttl_s!r} (positive seconds)")
+        for _attempt in range(MAX_LEDGER_ATTEMPTS):
+            generation, newest = self._newest_lease(model)
+            taken_at = now()
+            decision = decide_lease(newest, holder, taken_at, incident=incident, run=run, renewing=renewing)
+            if not decision.may_take:
+                raise LeaseHeld(
+                    f"{self.location}: lease of {model!r} (generation {generation}) {decision.reason}",
+                    holder=newest.holder if newest is not None else "",
+                    expires_at=newest.expires_at if newest is not None else 0.0,
+                )
+            duties = put_back if put_back is not None else (newest.put_back if newest is not None else ())
+            snapshot = LeaseSnapshot(
+                holder=holder,
+                expires_at=taken_at + ttl_s,
+                released=False,
+                at=wall_time(taken_at),
+                incident=incident,
+                run=run,
+                put_back=duties,
+            )
+            if self.blobs.create(f"{self._lease_prefix(model)}/{generation + 1:08d}.json", snapshot.to_json()):
+                taken_from = newest.holder if decision.taken_over and newest is not None else ""
+                return Lease(model, holder, generation + 1, snapshot.expires_at, incident, duties, taken_from)
+        raise StoreConflict(
+            f"{self.location}: lease of {model!r} changed under us {MAX_LEDGER_ATTEMPTS} times in a row"
+        )
+
+    def lease_snapshot(self, model: str) -> tuple[int, LeaseSnapshot | None]:
+        """The newest lease snapshot and its generation (0, None if never taken). Raises
+        LedgerFormatError for an unreadable snapshot (healer store doctor repairs it)."""
+        _check_name(model)
+        return self._newest_lease(model)
+
+    def release_lease(self, lease: Lease, *, now: Callable[[], float] = time.time) -> None:
+        """Write a released snapshot if the newest generation is still ``lease``'s; otherwise (taken
+        over after expiry, extended by a later acquire, already released) do nothing. Never raises
+        a store failure: it is logged, and the TTL frees the lease anyway. Put-back duties stay
+        in the released snapshot for the next holder."""
+        _check_name(lease.model)
+        log = get_logger("healer.store").bind(store=self.location, model=lease.model, holder=lease.holder)
+        try:
+            generation, newest = self._newest_lease(lease.model)
+            if generation != lease.generation or newest is None or newest.holder != lease.holder or newest.released:
+                log.info("lease_release_skipped", generation=lease.generation, newest_generation=generation)
+                return
+            released_at = now()
+            snapshot = LeaseSnapshot(
+                holder=lease.holder,
+                expires_at=released_at,
+                released=True,
+                at=wall_time(released_at),
+                incident=newest.incident,
+                run=newest.run,
+                put_back=newest.put_back,
+            )
+            if not self.blobs.create(
+                f"{self._lease_prefix(lease.model)}/{generation + 1:08d}.json", snapshot.to_json()
+            ):
+                # Someone wrote the next generation first: the lease is theirs now, nothing to release.
+                log.info("lease_release_skipped", generation=lease.generation, newest_generation=generation + 1)
+        except (StoreError, LedgerFormatError, OSError) as exc:
+            log.warning("lease_release_failed", generation=lease.generation, error=str(exc))

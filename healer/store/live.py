@@ -1,0 +1,177 @@
+"""A live repository (the directory Triton reads): quarantine of a version and its way back, the model's
+config file, and the sweep of what a killed fetch left there. See healer/store/__init__.py for the layout."""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from healer.logs import get_logger
+from healer.store.files import _write_atomic, make_dirs
+from healer.store.layout import DISPLACED_DIR, QUARANTINE_DIR, _check_name, _safe_part
+
+# ---- quarantine in a live repository ---------------------------------------------------------------
+QUARANTINE_ATTEMPTS = 8
+
+
+def _quarantine_dir(live_repository: Path, model: str) -> Path:
+    return live_repository / model / QUARANTINE_DIR
+
+
+def _require_live(live_repository: Path) -> None:
+    # Never create a missing live repository: files would land beside an unmounted volume.
+    if not live_repository.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "live repository is not a directory (not mounted?)", str(live_repository))
+
+
+def quarantine_live_version(live_repository: Path, model: str, version: str, *, incident: str) -> Path | None:
+    """Move ``<live>/<model>/<version>`` to ``<live>/<model>/.healer-quarantine/<version>-<incident>``
+    (a short unique suffix if that exists), out of Triton's sight: its default version policy
+    would otherwise load the newest version, the broken one, after a restart. Never deletes.
+
+    Returns the new path, or None if there is no such version directory (already moved:
+    idempotent). Raises ValueError for bad names, OSError (naming the paths) if the move fails.
+    """
+    _check_name(model, version)
+    _require_live(live_repository)
+    source = live_repository / model / version
+    if not os.path.lexists(source):
+        return None
+    folder = _quarantine_dir(live_repository, model)
+    make_dirs(folder)
+    stem = f"{version}-{_safe_part(incident)}"
+    for attempt in range(QUARANTINE_ATTEMPTS):
+        destination = folder / (stem if attempt == 0 else f"{stem}-{uuid.uuid4().hex[:8]}")
+        if os.path.lexists(destination):
+            continue
+        try:
+            # rename(2) within one filesystem: atomic, and it never replaces a non-empty directory.
+            os.rename(source, destination)
+        except FileNotFoundError:
+            if not os.path.lexists(source):
+                return None  # a concurrent quarantine moved it first
+            raise
+        except OSError as exc:
+            if exc.errno in {errno.EEXIST, errno.ENOTEMPTY}:
+                continue  # the name was taken meanwhile
+            raise
+        # The move's time, for restore_quarantined_version's "newest copy" (the files are untouched).
+        os.utime(destination, follow_symlinks=False)
+        return destination
+    raise FileExistsError(errno.EEXIST, f"no free quarantine name after {QUARANTINE_ATTEMPTS} tries", str(folder))
+
+
+def quarantined_copies(live_repository: Path, model: str, version: str) -> list[Path]:
+    """The quarantined copies of a version in a live repository, oldest first."""
+    _check_name(model, version)
+    folder = _quarantine_dir(live_repository, model)
+    if not folder.is_dir():
+        return []
+    copies = [p for p in folder.iterdir() if p.name == version or p.name.startswith(f"{version}-")]
+    return sorted(copies, key=lambda p: (p.lstat().st_mtime_ns, p.name))
+
+
+def restore_quarantined_version(live_repository: Path, model: str, version: str) -> Path | None:
+    """Move the newest quarantined copy of a version back to ``<live>/<model>/<version>``.
+
+    Returns the restored path; None when there is no quarantined copy, or when the slot is
+    occupied (then both are left alone). Never deletes."""
+    _check_name(model, version)
+    _require_live(live_repository)
+    copies = quarantined_copies(live_repository, model, version)
+    target = live_repository / model / version
+    if not copies or os.path.lexists(target):
+        return None
+    make_dirs(target.parent)
+    try:
+        os.rename(copies[-1], target)
+    except OSError as exc:
+        if exc.errno in {errno.EEXIST, errno.ENOTEMPTY}:
+            return None  # the slot was filled meanwhile
+        raise
+    return target
+
+
+# ---- the model's config file in a live repository ------------------------------------------------------
+def write_live_config(live_repository: Path, model: str, text: str) -> Path | None:
+    """Make ``<live>/<model>/config.pbtxt`` hold ``text``. A different file already there is first
+    copied to ``<live>/<model>/.healer-displaced/config.pbtxt-<time>-<id>`` (never deleted), then
+    the new one is renamed into place (readers see the old file or the new one, never a part). If
+    the file changed between the copy and the rename (someone pushed a new one), nothing is
+    replaced: a newer file wins over a restore. A symlinked config (a managed file) is left alone.
+
+    Returns the displaced copy, or None when the file already held ``text`` (idempotent). Raises
+    ValueError for a bad name or a symlink, OSError (naming the path) if a write fails."""
+    _check_name(model)
+    _require_live(live_repository)
+    model_dir = live_repository / model
+    target = model_dir / "config.pbtxt"
+    if target.is_symlink():
+        raise ValueError(f"{target} is a symlink (a managed file): left alone")
+    data = text.encode()
+    try:
+        current = target.read_bytes()
+    except FileNotFoundError:
+        current = None
+    if current == data:
+        return None
+    make_dirs(model_dir)
+    displaced: Path | None = None
+    if current is not None:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        displaced = model_dir / DISPLACED_DIR / f"config.pbtxt-{stamp}-{uuid.uuid4().hex[:8]}"
+        make_dirs(displaced.parent)
+        _write_atomic(displaced, current)
+    try:
+        now = target.read_bytes()
+    except FileNotFoundError:
+        now = None
+    if now != current:
+        raise OSError(errno.EAGAIN, "config.pbtxt changed while it was being restored: the newer one kept", str(target))
+    _write_atomic(target, data)
+    return displaced
+
+
+# ---- staging leftovers ---------------------------------------------------------------------------------
+STAGING_PREFIXES = (".fetch-", ".tmp-", ".healer-trash-")
+
+
+def sweep_staging(live_repository: Path, model: str) -> list[str]:
+    """Remove what a killed fetch left in ``<live>/<model>/``: ``.fetch-*`` staging copies (a whole
+    version each) and ``.tmp-*`` files of an interrupted atomic write. Called only while holding the
+    model's lease. Each entry is first renamed to a ``.healer-trash-*`` name and only then deleted:
+    if another attempt is just renaming that staging copy into place, exactly one of the two renames
+    wins, so a version directory is never emptied by the sweep. Never touches a version, the
+    quarantine or the displaced copies. Returns the names removed; one that cannot be removed is
+    left and logged (a sweep never fails a rollback)."""
+    _check_name(model)
+    model_dir = live_repository / model
+    removed: list[str] = []
+    try:
+        entries = list(model_dir.iterdir())
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(STAGING_PREFIXES):
+            continue
+        trash = model_dir / f".healer-trash-{uuid.uuid4().hex[:12]}"
+        try:
+            os.rename(entry, trash)
+        except FileNotFoundError:
+            continue  # renamed into place (or swept) by someone else meanwhile: not ours
+        except OSError as exc:
+            get_logger("healer.store").warning("staging_sweep_failed", model=model, path=str(entry), error=str(exc))
+            continue
+        try:
+            if trash.is_dir() and not trash.is_symlink():
+                shutil.rmtree(trash)
+            else:
+                trash.unlink()
+            removed.append(entry.name)
+        except OSError as exc:
+            get_logger("healer.store").warning("staging_sweep_failed", model=model, path=str(trash), error=str(exc))
+    return removed

@@ -1,0 +1,105 @@
+"""The model versions in the store: listing, hashing and the fetch into a live repository."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from healer.settings import MODEL_NAME_PATTERN, VERSION_PATTERN
+from healer.store.base import StoreBase
+from healer.store.errors import StoreIntegrityError
+from healer.store.files import _write_atomic, make_dirs
+from healer.store.hashing import DERIVED_DIRS, _hash_tree, check_hashes
+from healer.store.layout import DIR_MODE, DISPLACED_DIR, FILE_MODE, META_DIR, _check_name
+
+
+@dataclass(frozen=True)
+class FetchedVersion:
+    model: str
+    version: str
+    path: Path
+    files: Mapping[str, str]  # relative path -> sha256, computed from the bytes written
+
+
+class Versions(StoreBase):
+    """The model versions part of the ModelStore."""
+
+    def models(self) -> list[str]:
+        names = {key.split("/", 1)[0] for key in self.blobs.keys("") if "/" in key}
+        return sorted(n for n in names if n != META_DIR and MODEL_NAME_PATTERN.match(n))
+
+    def versions(self, model: str) -> list[str]:
+        _check_name(model)
+        found = {key.split("/")[1] for key in self.blobs.keys(model) if key.count("/") >= 2}
+        return sorted((v for v in found if VERSION_PATTERN.match(v)), key=int)
+
+    def _version_keys(self, model: str, version: str) -> list[str]:
+        return [k for k in self.blobs.keys(f"{model}/{version}") if not DERIVED_DIRS.intersection(k.split("/"))]
+
+    def version_files(self, model: str, version: str) -> dict[str, str]:
+        """sha256 of every file of a version, keyed by the path relative to the version directory."""
+        _check_name(model, version)
+        prefix = f"{model}/{version}/"
+        hashes = {}
+        for key in self._version_keys(model, version):
+            digest = hashlib.sha256()
+            for chunk in self.blobs.open_stream(key):
+                digest.update(chunk)
+            hashes[key[len(prefix) :]] = digest.hexdigest()
+        return hashes
+
+    def fetch_version(
+        self, model: str, version: str, live_repository: Path, *, expected: Mapping[str, str]
+    ) -> FetchedVersion:
+        """Copy a version (and the model's config.pbtxt if the live repository lacks one) into the
+        directory Triton reads. The copy is assembled beside the target and renamed into place; an
+        existing different copy is moved aside, never deleted. Every file's sha256 must equal
+        ``expected`` (the ledger's record) before anything is renamed into place."""
+        _check_name(model, version)
+        model_dir = live_repository / model
+        target = model_dir / version
+        make_dirs(model_dir)
+        staging = Path(tempfile.mkdtemp(prefix=f".fetch-{version}-", dir=model_dir))
+        try:
+            hashes: dict[str, str] = {}
+            prefix = f"{model}/{version}/"
+            for key in self._version_keys(model, version):
+                relative = key[len(prefix) :]
+                destination = staging / relative
+                if not destination.resolve().is_relative_to(staging.resolve()):
+                    raise StoreIntegrityError(f"{self.location}: key {key!r} escapes the version directory")
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                digest = hashlib.sha256()
+                with destination.open("wb") as handle:
+                    os.fchmod(handle.fileno(), FILE_MODE)
+                    for chunk in self.blobs.open_stream(key):
+                        digest.update(chunk)
+                        handle.write(chunk)
+                hashes[relative] = digest.hexdigest()
+            if not hashes:
+                raise StoreIntegrityError(f"{self.location}: {model} v{version} has no files")
+            check_hashes(expected, hashes, where=f"{self.location}/{model}/{version}")
+            config = model_dir / "config.pbtxt"
+            if not config.exists():
+                with contextlib.suppress(FileNotFoundError):
+                    _write_atomic(config, self.blobs.read(f"{model}/config.pbtxt"))
+            if target.exists():
+                if _hash_tree(target) == hashes:
+                    return FetchedVersion(model, version, target, hashes)
+                aside = model_dir / DISPLACED_DIR / f"{version}-{uuid.uuid4().hex[:8]}"
+                make_dirs(aside.parent)
+                os.replace(target, aside)
+            # mkdtemp makes 0700: Triton may run as another user, or read through root_squash NFS.
+            for directory in [staging, *(p for p in staging.rglob("*") if p.is_dir())]:
+                directory.chmod(DIR_MODE)
+            os.replace(staging, target)
+            return FetchedVersion(model, version, target, hashes)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
