@@ -15,7 +15,8 @@ from enum import StrEnum
 from typing import Any
 
 from healer.labels import FROM_VERSION_LABEL, INCIDENT_LABEL, MODEL_LABEL, REASON_LABEL
-from healer.state import Incident, ModelState, Phase, Probed, Verdict
+from healer.settings import Settings
+from healer.state import Incident, ModelState, Phase, Policy, Probed, Verdict
 from healer.vocabulary import SLOW, TIMEOUT, WRONG_ANSWER
 from probes.result import ProbeResult, Status, Tier
 
@@ -166,6 +167,18 @@ def healing_timeout_s(deadline_s: float) -> float:
     """How long a sidecar waits, from a detection, for the rollback's outcome (and keeps trying to hand
     it to an engine) before it escalates: the rollback's deadline plus a margin for queueing and polling."""
     return deadline_s + HEALING_MARGIN_S
+
+
+def sidecar_policy(settings: Settings) -> Policy:
+    """The state machine's policy (healer/state.py) as healer.yaml sets it for the sidecar."""
+    sidecar = settings.sidecar
+    return Policy(
+        failure_threshold=sidecar.business.failure_threshold,
+        success_threshold=sidecar.business.success_threshold,
+        max_rollbacks=sidecar.max_rollbacks,
+        window_s=sidecar.window_s,
+        rollback_timeout_s=healing_timeout_s(settings.rollback.deadline_s),  # also the engines' join window's
+    )
 
 
 def same_occurrence_window_s(deadline_s: float) -> float:

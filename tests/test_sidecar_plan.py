@@ -9,12 +9,15 @@ from healer.decisions import (
     DrainDecision,
     confirmation_verdict,
     drain_standing,
+    healing_timeout_s,
     loop_stalled,
     orphan_incident,
     readiness,
+    sidecar_policy,
     stall_after_s,
     wants_drain,
 )
+from healer.settings import Settings
 from healer.state import Incident, Probed, Verdict
 
 ADMITTED = DrainDecision(True, "admitted: 2 others serve")
@@ -138,3 +141,17 @@ def test_a_confirmation_cycle_never_reports_not_ready(confirming: bool) -> None:
         Verdict.UNKNOWN if confirming else Verdict.NOT_READY
     )
     assert confirmation_verdict(wrong, confirming=confirming) == wrong
+
+
+def test_sidecar_policy_is_the_settings_thresholds_and_the_healing_timeout(example_settings: Settings) -> None:
+    policy = sidecar_policy(example_settings)
+    business = example_settings.sidecar.business
+    assert (policy.failure_threshold, policy.success_threshold) == (
+        business.failure_threshold,
+        business.success_threshold,
+    )
+    assert (policy.max_rollbacks, policy.window_s) == (
+        example_settings.sidecar.max_rollbacks,
+        example_settings.sidecar.window_s,
+    )
+    assert policy.rollback_timeout_s == healing_timeout_s(example_settings.rollback.deadline_s)

@@ -2,11 +2,12 @@
 
 * ``loop``: the ``Sidecar``: probes every model each period, asks the pure core what to do
   (healer/state.py, healer/decisions.py) and does it;
+* ``book``: what the loop learnt, per model, under one lock (states, results, metrics that follow);
 * ``handover``: a rollback handed to an engine, one workflow per incident, every call bounded;
 * ``peers``: the replica set a drain is weighed against (Kubernetes API or the sidecars' /status);
 * ``identity``: who this pod is (downward API);
 * ``clock``: its time (monotonic, wall, waits), injected: fake in the tests;
-* ``views``: the HTTP endpoints (/livez, /healthz, /readyz, /metrics, /status).
+* ``views``: the HTTP endpoints (/livez, /healthz, /readyz, /metrics, /status) and /status's document.
 
 Composed from settings by the CLI (``healer sidecar``) and the drills.
 """

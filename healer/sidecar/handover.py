@@ -15,11 +15,27 @@ import structlog
 from healer.decisions import Handover, joins_existing_run, may_fall_back, needs_asking
 from healer.engines import EngineError, EngineNotFound, EngineUnavailable, RollbackEngine
 from healer.sidecar.clock import REAL_CLOCK, Clock
+from healer.state import Incident
 from healer.vocabulary import RollbackRequest, Submission, workflow_name
 
 log = structlog.get_logger("healer.sidecar")
 
 MAX_INCIDENT_RUNS = 20  # runs of the same broken content, each healed then broken again, before we give up
+CANCEL_RESERVE_S = 20.0  # at most this much of the grace period is kept for cancelled rollbacks to stop and alert
+
+
+def rollback_request(incident: Incident, *, pod: str, triton_url: str) -> RollbackRequest:
+    """The rollback a sidecar asks for an incident (``triton_url``: how a rollback pod reaches this
+    pod's Triton, "" for its own triton.url)."""
+    return RollbackRequest(
+        model=incident.model,
+        from_version=incident.version,
+        incident=incident.key,
+        reason=incident.reason,  # every failure code is a reason (healer/vocabulary.py REASONS)
+        detail=incident.detail[:500],
+        pod=pod,
+        triton_url=triton_url,
+    )
 
 
 def submit_incident(engine: RollbackEngine, request: RollbackRequest) -> tuple[Submission, str]:
@@ -246,6 +262,21 @@ class Handovers:
             wait = getattr(engine, "drain", None)
             if wait is not None:
                 still += wait(max(0.0, deadline - self._clock.monotonic()))
+        return still
+
+    def wind_down(self, end: float) -> list[str]:
+        """Fit the in-pod rollbacks into what is left of the pod's grace period (until ``end`` on the
+        clock): let them run for part of it, then cancel them, so that each stops at its next check and
+        its exit handler alerts within the rest. Returns those still going at the end (cut off: found
+        and escalated at the next start-up)."""
+        remaining = max(0.0, end - self._clock.monotonic())
+        still = self.drain(max(0.0, remaining - min(CANCEL_RESERVE_S, remaining / 2)))
+        if still:
+            log.warning("rollbacks_cancelled_at_exit", workflows=still)
+            self.cancel_all()
+            still = self.drain(max(0.0, end - self._clock.monotonic()))
+        if still:
+            log.error("rollbacks_cut_off_at_exit", workflows=still)
         return still
 
     def cancel_all(self) -> list[str]:

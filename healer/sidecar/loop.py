@@ -25,36 +25,33 @@ from typing import Any
 import structlog
 
 from healer.decisions import (
-    ReadinessStreak,
     confirmation_verdict,
-    drain_standing,
-    healing_timeout_s,
     loop_stalled,
     models_to_confirm,
     next_probe,
     orphan_incident,
     readiness,
+    sidecar_policy,
     stall_after_s,
     verdict_for,
     wants_drain,
-    with_readiness_threshold,
 )
 from healer.engines import RollbackEngine
 from healer.metrics import Registry, sidecar_registry
 from healer.settings import ModelSettings, Settings
+from healer.sidecar.book import ModelBook
 from healer.sidecar.clock import REAL_CLOCK, Clock
 from healer.sidecar.drain import DrainKeeper, short_error
-from healer.sidecar.handover import Handovers
+from healer.sidecar.handover import Handovers, rollback_request
 from healer.sidecar.notify import Notifier
 from healer.sidecar.peers import PeerSource
+from healer.sidecar.views import status_document
 from healer.state import (
     Action,
     Escalate,
     Event,
     Incident,
-    ModelState,
     Phase,
-    Policy,
     Probed,
     Restored,
     RollbackFinished,
@@ -62,19 +59,15 @@ from healer.state import (
     RollbackSubmitted,
     SubmitRollback,
     Tick,
-    Verdict,
-    summarise,
-    transition,
 )
 from healer.triton import TritonAPI
 from healer.vocabulary import RollbackRequest
-from probes.result import ProbeResult, Status, Tier
+from probes.result import ProbeResult
 from probes.runner import probe_all
 
 log = structlog.get_logger("healer.sidecar")
 
 SHUTDOWN_MARGIN_S = 1.0  # exit this long before the pod's grace period ends (then SIGKILL)
-CANCEL_RESERVE_S = 20.0  # at most this much of the grace period is kept for cancelled rollbacks to stop and alert
 
 
 # ---- the sidecar -----------------------------------------------------------------------------------------
@@ -104,21 +97,9 @@ class Sidecar:
         self.kube = kube
         self.clock = clock  # healer/sidecar/clock.py: fake in the tests
         self.metrics = registry or sidecar_registry()
-        sc = settings.sidecar
-        self.policy = Policy(
-            failure_threshold=sc.business.failure_threshold,
-            success_threshold=sc.business.success_threshold,
-            max_rollbacks=sc.max_rollbacks,
-            window_s=sc.window_s,
-            rollback_timeout_s=healing_timeout_s(settings.rollback.deadline_s),  # also the engines' join window's
-        )
-        self._lock = threading.Lock()
-        self.states = {m.name: ModelState(model=m.name) for m in settings.models}
-        self._readiness = dict.fromkeys(self.states, ReadinessStreak())
-        self._wrong_answers = dict.fromkeys(self.states, 0)  # since start-up, for /status (drills count them)
-        self.last_results: dict[str, list[ProbeResult]] = {}
-        self.triton_live = False
-        self.cycles = 0
+        self.policy = sidecar_policy(settings)
+        self.book = ModelBook(settings.models, self.metrics)  # what the loop learnt, under its lock
+        self.states = self.book.states  # the state machine's, per model (the same dict)
         self.started_at = clock.monotonic()
         self.last_cycle_at: float | None = None
         self._pending: dict[str, Incident] = {}  # decided to roll back, no engine has taken it yet
@@ -154,7 +135,7 @@ class Sidecar:
             else:
                 for name in only:
                     confirmed[name] = confirmed.get(name, 0) + 1
-            with self._lock:
+            with self.book.lock:
                 states = dict(self.states)
             suspects = models_to_confirm(states, confirmed, limit=sidecar.business.failure_threshold)
             delay, only = next_probe(
@@ -175,11 +156,11 @@ class Sidecar:
             results: list[ProbeResult] | None = None
             try:
                 results = probe_all(self.settings, self.triton, only=only)
-                self._record_results(results, trace_id, partial=only is not None)
+                self.book.record(results, trace_id, partial=only is not None)
             except Exception:  # a bug in probing: no verdicts this cycle; rollbacks and timeouts still run
                 log.exception("probe_cycle_failed")
                 results = None
-            serving_before = self._serving_flags()
+            serving_before = self.book.serving_flags()
             for model in models:
                 if only is not None:
                     self.metrics.inc("healer_probe_confirmations_total", {"model": model.name})
@@ -193,19 +174,14 @@ class Sidecar:
                 self._step(model, "alert", self.notify.keep_firing, model.name, self.states[model.name].phase)
             try:
                 # A confirmation cycle decides the drain only when it changed what a model may serve.
-                if only is None or self._serving_flags() != serving_before:
+                if only is None or self.book.serving_flags() != serving_before:
                     self._decide_drain()
             except Exception as exc:  # a bug: nothing learnt this cycle, and the pure rule still says what that means
                 log.exception("drain_decision_failed")
                 self.drain_keeper.without_a_view(wants=self._wants_drain, trouble=short_error(exc))
             if results is not None and only is None:
-                with self._lock:
-                    self.cycles += 1
+                self.book.count_cycle()
             self.last_cycle_at = self.clock.monotonic()  # /healthz: the loop is turning
-
-    def _serving_flags(self) -> dict[str, bool]:
-        with self._lock:
-            return {name: state.serving for name, state in self.states.items()}
 
     @staticmethod
     def _step(model: ModelSettings, what: str, action: Callable[..., None], *args: Any) -> None:
@@ -223,47 +199,18 @@ class Sidecar:
             del self._pending[model.name]  # escalated (or good again): nothing to submit
 
     def _apply_verdict(self, model: ModelSettings, probed: Probed) -> None:
-        if probed.verdict is Verdict.WRONG:
-            with self._lock:
-                self._wrong_answers[model.name] += 1
-        self._apply(model, self._with_readiness_threshold(model.name, probed))
-
-    def _with_readiness_threshold(self, model: str, probed: Probed) -> Probed:
-        thresholds = self.settings.sidecar.readiness
-        self._readiness[model], probed = with_readiness_threshold(
-            self._readiness[model],
-            probed,
-            drained=self.states[model].not_ready,
-            failure_threshold=thresholds.failure_threshold,
-            success_threshold=thresholds.success_threshold,
-        )
-        return probed
+        self._apply(model, self.book.judged(model.name, probed, self.settings.sidecar.readiness))
 
     # ---- decisions → actions ---------------------------------------------------------------------------
     def _apply(self, model: ModelSettings, event: Event) -> None:
-        with self._lock:
-            before = self.states[model.name]
-            after, actions = transition(before, event, self.policy)
-            self.states[model.name] = after
-        if after.phase is not before.phase:
-            log.info(
-                "model_state_changed",
-                model=model.name,
-                version=getattr(event, "version", None),
-                from_state=before.phase.value,
-                to_state=after.phase.value,
-                reason=after.last_reason,
-                incident=after.incident.key if after.incident else None,
-            )
-        self._export_state(model.name, after)
-        for action in actions:
+        for action in self.book.apply(model.name, event, self.policy):
             self._perform(model, action)
 
     def _perform(self, model: ModelSettings, action: Action) -> None:
         if isinstance(action, SubmitRollback):
             self._submit(model, action.incident)
         elif isinstance(action, Escalate):
-            self.notify.escalated(self._request(model, action.incident), action.incident, action.why)
+            self.notify.escalated(self._request(action.incident), action.incident, action.why)
         elif isinstance(action, Restored):
             self.notify.restored(action.incident, action.at)
 
@@ -274,7 +221,7 @@ class Sidecar:
 
     def _try_submit(self, model: ModelSettings) -> None:
         incident = self._pending[model.name]
-        watched = self.handovers.submit(self._request(model, incident))
+        watched = self.handovers.submit(self._request(incident))
         if watched is None:
             return
         del self._pending[model.name]
@@ -283,24 +230,12 @@ class Sidecar:
             "RollbackStarted", f"{model.name} v{incident.version} → stable: {watched.workflow}", "Warning"
         )
 
-    def _request(self, model: ModelSettings, incident: Incident) -> RollbackRequest:
-        return RollbackRequest(
-            model=model.name,
-            from_version=incident.version,
-            incident=incident.key,
-            reason=incident.reason,  # every failure code is a reason (healer/vocabulary.py REASONS)
-            detail=incident.detail[:500],
-            pod=self.pod,
-            triton_url=self.triton_url,
-        )
+    def _request(self, incident: Incident) -> RollbackRequest:
+        return rollback_request(incident, pod=self.pod, triton_url=self.triton_url)
 
     def drain(self, timeout_s: float) -> list[str]:
         """Let in-pod (LocalEngine) rollbacks finish, bounded by ``timeout_s``; returns those still going."""
         return self.handovers.drain(timeout_s)
-
-    def cancel_rollbacks(self) -> list[str]:
-        """Cancel every in-pod rollback: each stops at its step's next check and its exit handler alerts."""
-        return self.handovers.cancel_all()
 
     def begin_stop(self) -> None:
         """SIGTERM: leave the Service now (/readyz 503, /status ``stopping``: the peers stop counting this
@@ -321,15 +256,7 @@ class Sidecar:
             self._decide_drain()  # stopping: takes this pod's entry out of the drain set
         except Exception:
             log.exception("drain_set_not_left")
-        remaining = max(0.0, end - self.clock.monotonic())
-        still = self.drain(max(0.0, remaining - min(CANCEL_RESERVE_S, remaining / 2)))
-        if still:
-            log.warning("rollbacks_cancelled_at_exit", workflows=still)
-            self.cancel_rollbacks()
-            still = self.drain(max(0.0, end - self.clock.monotonic()))
-        if still:
-            log.error("rollbacks_cut_off_at_exit", workflows=still)
-        return still
+        return self.handovers.wind_down(end)
 
     def escalate_orphans(self, records: Sequence[Mapping[str, Any]]) -> None:
         """In-pod rollbacks that a process which ended (a SIGKILL, an OOM kill) left unfinished, as
@@ -357,55 +284,10 @@ class Sidecar:
         if ended.event is not None:
             self.notify.event(*ended.event)
 
-    # ---- observability -------------------------------------------------------------------------------
-    def _record_results(self, results: Sequence[ProbeResult], trace_id: str, *, partial: bool = False) -> None:
-        by_model: dict[str, list[ProbeResult]] = {}
-        for result in results:
-            model = result.model or "-"
-            by_model.setdefault(model, []).append(result)
-            labels = {"model": model, "tier": result.tier.value}
-            self.metrics.inc("healer_probe_results_total", {**labels, "status": result.status.value})
-            if result.latency_ms:
-                self.metrics.observe("healer_probe_latency_seconds", labels, result.latency_ms / 1000)
-            if result.status is not Status.PASS:
-                log.info(
-                    "probe",
-                    trace_id=trace_id,
-                    model=result.model,
-                    version=result.version,
-                    tier=result.tier.value,
-                    status=result.status.value,
-                    reason=result.reason,
-                    input_hash=result.details.get("input_hash"),
-                    latency_ms=round(result.latency_ms, 3),
-                )
-        live = any(r.tier is Tier.LIVENESS and r.passed for r in results)
-        with self._lock:
-            # A confirmation cycle probed some models: the others keep their last results.
-            self.last_results = {**self.last_results, **by_model} if partial else by_model
-            self.triton_live = live
-        self.metrics.set("healer_triton_live", {}, 1.0 if live else 0.0)
-
-    def _export_state(self, model: str, state: ModelState) -> None:
-        for phase in Phase:
-            self.metrics.set(
-                "healer_model_state", {"model": model, "state": phase.value}, 1.0 if state.phase is phase else 0.0
-            )
-        self.metrics.set("healer_model_serving", {"model": model}, 1.0 if state.serving else 0.0)
-        self.metrics.set("healer_circuit_breaker_open", {"model": model}, 1.0 if state.breaker_open else 0.0)
-
     # ---- draining ------------------------------------------------------------------------------------
-    def _model_problems(self) -> list[str]:
-        """Required models that must not take traffic here (call with the lock held)."""
-        return [
-            f"{model.name}: {state.phase.value}{' (not ready)' if state.not_ready else ''}"
-            for model in self.settings.models
-            if model.required and not (state := self.states[model.name]).serving
-        ]
-
     def _wants_drain(self) -> bool:
-        with self._lock:
-            return wants_drain(self._model_problems(), stopping=self._stopping.is_set())
+        with self.book.lock:
+            return wants_drain(self.book.model_problems(self.settings.models), stopping=self._stopping.is_set())
 
     def _decide_drain(self) -> None:
         """The drain decision /readyz follows (healer/sidecar/drain.py), on what the models say now."""
@@ -434,57 +316,38 @@ class Sidecar:
     def ready(self) -> tuple[bool, list[str]]:
         """(/readyz) healer/decisions.py ``readiness`` on the last cycle's verdicts and drain decision."""
         stopping = self._stopping.is_set()
-        with self._lock:
+        with self.book.lock:
             return readiness(
                 stopping=stopping,
-                cycles=self.cycles,
-                triton_live=self.triton_live,
-                model_problems=self._model_problems(),
+                cycles=self.book.cycles,
+                triton_live=self.book.triton_live,
+                model_problems=self.book.model_problems(self.settings.models),
                 rule=self.drain_keeper.rule,
                 decision=self.drain_keeper.decision,
             )
 
     def status(self) -> dict[str, Any]:
-        ready, ready_lines = self.ready()
-        stopping = self._stopping.is_set()
-        drain = self.settings.sidecar.drain
-        with self._lock:
-            models = {}
-            for name, state in self.states.items():
-                entry = dict(summarise(state))
-                entry["workflow"] = self.handovers.workflow(name) or (state.incident.workflow if state.incident else "")
-                entry["wrong_answers"] = self._wrong_answers[name]
-                entry["last"] = {
-                    r.tier.value + (f"@v{r.version}" if r.version and r.tier is not Tier.LIVENESS else ""): {
-                        "status": r.status.value,
-                        "latency_ms": round(r.latency_ms, 3),
-                        "reason": r.reason,
-                    }
-                    for r in self.last_results.get(name, [])
-                }
-                models[name] = entry
-            wants = wants_drain(self._model_problems(), stopping=stopping)
-            keeper = self.drain_keeper
-            decision = keeper.decision
-            draining, held_back = drain_standing(wants=wants, rule=keeper.rule, decision=decision)
-            return {
-                "pod": self.pod,
-                "triton": self.settings.triton.url,
-                "triton_live": self.triton_live,
-                "cycles": self.cycles,
-                "stopping": stopping,  # SIGTERM received: the peers count this pod as terminating
-                "models": models,
-                # What the peers weigh a drain against (HttpPeers reads it), and why this pod drains or not.
-                "drain": {
-                    "rule": keeper.rule,
-                    "set": drain.drain_set if drain is not None and keeper.rule else None,
-                    "ready": ready,
-                    "stopping": stopping,
-                    "wanted": wants,
-                    "in_set_since": keeper.in_set_since,
-                    "draining": draining,
-                    "held_back": held_back,
-                    "why": decision.why if wants else "",
-                    "readyz": ready_lines,
-                },
-            }
+        """The /status document (healer/sidecar/views.py ``status_document``)."""
+        ready = self.ready()
+        return status_document(
+            self.settings,
+            self.pod,
+            self.book,
+            self.drain_keeper,
+            workflow_of=self.handovers.workflow,
+            ready=ready,
+            stopping=self._stopping.is_set(),
+        )
+
+    # ---- what the loop learnt (healer/sidecar/book.py), as the endpoints read it --------------------------
+    @property
+    def cycles(self) -> int:
+        return self.book.cycles
+
+    @property
+    def triton_live(self) -> bool:
+        return self.book.triton_live
+
+    @property
+    def last_results(self) -> dict[str, list[ProbeResult]]:
+        return self.book.last_results

@@ -1,29 +1,115 @@
 """The sidecar's HTTP endpoints (/livez, /healthz, /readyz, /metrics, /status) on the listener of
-healer/http_listener.py: /readyz and /livez answered from memory on the loop, the rest on its pool."""
+healer/http_listener.py: /readyz and /livez answered from memory on the loop, the rest on its pool;
+and the /status document, assembled from what the loop learnt (``status_document``)."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
+from healer.decisions import drain_standing, wants_drain
 from healer.http_listener import MAX_CONNECTIONS, BackgroundServer, Request, Response
-from probes.result import Tier
+from healer.metrics import Registry
+from healer.settings import Settings
+from healer.state import summarise
+from probes.result import ProbeResult, Tier
 
 if TYPE_CHECKING:
-    from healer.sidecar.loop import Sidecar
+    from healer.sidecar.book import ModelBook
+    from healer.sidecar.drain import DrainKeeper
+
+
+class Observed(Protocol):
+    """What the endpoints read of a sidecar (healer/sidecar/loop.py ``Sidecar``; a stand-in in tests)."""
+
+    metrics: Registry
+
+    @property
+    def cycles(self) -> int: ...
+
+    @property
+    def triton_live(self) -> bool: ...
+
+    @property
+    def last_results(self) -> Mapping[str, Sequence[ProbeResult]]: ...
+
+    def ready(self) -> tuple[bool, list[str]]: ...
+
+    def loop_stalled(self) -> str: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+# ---- the /status document ----------------------------------------------------------------------------------
+
+
+def status_document(
+    settings: Settings,
+    pod: str,
+    book: ModelBook,
+    keeper: DrainKeeper,
+    *,
+    workflow_of: Callable[[str], str],
+    ready: tuple[bool, list[str]],
+    stopping: bool,
+) -> dict[str, Any]:
+    """Each model's state, last results and rollback, and the drain as this pod stands in it (what the
+    peers weigh a drain against: HttpPeers reads it). ``ready``: /readyz's answer, taken before."""
+    ready_now, ready_lines = ready
+    drain = settings.sidecar.drain
+    with book.lock:
+        models = {}
+        for name, state in book.states.items():
+            entry = dict(summarise(state))
+            entry["workflow"] = workflow_of(name) or (state.incident.workflow if state.incident else "")
+            entry["wrong_answers"] = book.wrong_answers[name]
+            entry["last"] = {
+                r.tier.value + (f"@v{r.version}" if r.version and r.tier is not Tier.LIVENESS else ""): {
+                    "status": r.status.value,
+                    "latency_ms": round(r.latency_ms, 3),
+                    "reason": r.reason,
+                }
+                for r in book.last_results.get(name, [])
+            }
+            models[name] = entry
+        wants = wants_drain(book.model_problems(settings.models), stopping=stopping)
+        decision = keeper.decision
+        draining, held_back = drain_standing(wants=wants, rule=keeper.rule, decision=decision)
+        return {
+            "pod": pod,
+            "triton": settings.triton.url,
+            "triton_live": book.triton_live,
+            "cycles": book.cycles,
+            "stopping": stopping,  # SIGTERM received: the peers count this pod as terminating
+            "models": models,
+            # What the peers weigh a drain against (HttpPeers reads it), and why this pod drains or not.
+            "drain": {
+                "rule": keeper.rule,
+                "set": drain.drain_set if drain is not None and keeper.rule else None,
+                "ready": ready_now,
+                "stopping": stopping,
+                "wanted": wants,
+                "in_set_since": keeper.in_set_since,
+                "draining": draining,
+                "held_back": held_back,
+                "why": decision.why if wants else "",
+                "readyz": ready_lines,
+            },
+        }
 
 
 # ---- the sidecar's endpoints ---------------------------------------------------------------------------
 
 
-def readyz(owner: Sidecar) -> Response:
+def readyz(owner: Observed) -> Response:
     ready, problems = owner.ready()
     return Response.text(
         200 if ready else 503, "".join(f"{line}\n" for line in (["ok", *problems] if ready else problems))
     )
 
 
-def healthz(owner: Sidecar) -> Response:
+def healthz(owner: Observed) -> Response:
     """The sidecar's own liveness (its container's livenessProbe): the probe loop is turning."""
     stalled = owner.loop_stalled()
     if stalled:
@@ -31,7 +117,7 @@ def healthz(owner: Sidecar) -> Response:
     return Response.text(200, "ok: the probe loop is turning\n")
 
 
-def livez(owner: Sidecar) -> Response:
+def livez(owner: Observed) -> Response:
     """The liveness tier as the sidecar's loop last probed it (every ``period_s``): no I/O here."""
     if owner.cycles == 0:
         return Response.text(503, "triton not live: no probe cycle completed yet\n")
@@ -44,7 +130,7 @@ def livez(owner: Sidecar) -> Response:
 class SidecarServer(BackgroundServer):
     """/livez (Triton), /healthz (the sidecar itself), /readyz, /metrics, /status on a background thread."""
 
-    def __init__(self, sidecar: Sidecar, listen: str, *, max_connections: int = MAX_CONNECTIONS) -> None:
+    def __init__(self, sidecar: Observed, listen: str, *, max_connections: int = MAX_CONNECTIONS) -> None:
         owner = sidecar
 
         def inline(request: Request) -> Response | None:
