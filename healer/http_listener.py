@@ -118,7 +118,9 @@ class BackgroundServer:
 
     ``inline`` answers on the event loop (it must not block: in-memory verdicts only) or returns None;
     ``handler`` then answers on the thread pool. ``tls`` gives the SSL context for each new connection
-    (None: plain HTTP). ``max_body`` bytes at most per request body (0: no method with a body)."""
+    (None: plain HTTP). ``max_body`` bytes at most per request body (0: no method with a body).
+    ``clock``: the event loop's time, for its deadlines (None: the loop's own monotonic clock); a test
+    gives a fake one to pass a deadline without waiting for it, then calls ``settle()``."""
 
     def __init__(
         self,
@@ -133,6 +135,7 @@ class BackgroundServer:
         request_deadline_s: float = REQUEST_DEADLINE_S,
         workers: int = WORKERS,
         body_budget: int = BODY_BUDGET_BYTES,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
@@ -159,6 +162,7 @@ class BackgroundServer:
         self._started = threading.Event()
         self._failed: BaseException | None = None
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._clock = clock
 
     # ---- life cycle (any thread) ------------------------------------------------------------------
     def start(self) -> None:
@@ -177,9 +181,19 @@ class BackgroundServer:
         self._sock.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def settle(self, timeout_s: float = 5.0) -> None:
+        """Return once the event loop has run what was due by its clock when called (after a test moved
+        a fake ``clock``: the loop then sees the new time, and the deadlines passed begin to fire)."""
+        loop, done = self._loop, threading.Event()
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
+                loop.call_soon_threadsafe(done.set)
+                done.wait(timeout_s)
+
     def _serve(self) -> None:
         try:
-            asyncio.run(self._main())
+            with asyncio.Runner(loop_factory=_clocked_loop(self._clock) if self._clock else None) as runner:
+                runner.run(self._main())
         except Exception as exc:  # the listener's own failure: said, and the probes fail (the kubelet sees it)
             self._failed = exc
             log.exception("listener_failed", listener=self._thread.name)
@@ -360,6 +374,16 @@ class BackgroundServer:
                     writer.write_eof()
         except TimeoutError:
             pass  # the client does not read: it loses the connection
+
+
+def _clocked_loop(clock: Callable[[], float]) -> Callable[[], asyncio.AbstractEventLoop]:
+    """An event loop whose time (its timers, timeouts and sleeps) is ``clock``."""
+
+    class ClockedLoop(asyncio.SelectorEventLoop):
+        def time(self) -> float:
+            return clock()
+
+    return ClockedLoop
 
 
 async def _line(reader: asyncio.StreamReader) -> bytes:

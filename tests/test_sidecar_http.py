@@ -29,6 +29,23 @@ def fake_sidecar() -> Any:
     )
 
 
+class LoopTime:
+    """The listener's event-loop time, fake (``BackgroundServer(clock=...)``): its deadlines fire only
+    when the test moves it, and then at once; no test waits for one."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def settle(server: Any) -> None:
+    """A few rounds of the listener's loop: a deadline's timer, the read it cancels, the close."""
+    for _ in range(3):
+        server.settle()
+
+
 def get(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - http to our own server
@@ -37,8 +54,18 @@ def get(url: str) -> int:
         return exc.code
 
 
-def test_fifty_idle_clients_hold_no_threads_and_lose_their_connections_after_the_deadline() -> None:
-    server = SidecarServer(fake_sidecar(), "127.0.0.1:0")
+def wait_for(condition: Any, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(condition())
+
+
+def test_fifty_idle_clients_hold_no_threads_and_lose_their_connections_at_the_deadline() -> None:
+    """On the listener's fake time: the idle clients keep their connections until the request's
+    deadline, and lose them all once it passes."""
+    clock = LoopTime()
+    server = SidecarServer(fake_sidecar(), "127.0.0.1:0", clock=clock)
     server.start()
     idle: list[socket.socket] = []
     try:
@@ -49,10 +76,14 @@ def test_fifty_idle_clients_hold_no_threads_and_lose_their_connections_after_the
             idle.append(socket.create_connection(("127.0.0.1", int(server.address.rsplit(":", 1)[1])), timeout=5))
         assert get(f"{base}/readyz") == 200  # answered beside them
         assert threading.active_count() == threads_before  # a connection is a few buffers, not a thread
-        # The idle clients lose their connections once the request's deadline passes.
-        deadline = time.monotonic() + REQUEST_DEADLINE_S + 10.0
-        while server.stats.timed_out < 50 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        assert wait_for(lambda: server.stats.open_now == 50)  # each admitted, its deadline running
+        settle(server)
+        clock.now += REQUEST_DEADLINE_S - 0.01
+        settle(server)
+        assert server.stats.timed_out == 0 and server.stats.open_now == 50  # not a moment before the deadline
+        clock.now += 0.02
+        settle(server)
+        assert wait_for(lambda: server.stats.timed_out == 50)
         assert server.stats.timed_out == 50 and server.stats.open_now == 0
         for sock in idle:
             sock.settimeout(5)
@@ -140,18 +171,30 @@ def test_readyz_answers_every_probe_within_a_second_while_slow_clients_flood_the
         server.stop()
 
 
-def test_a_client_sending_one_byte_a_second_loses_its_connection_after_the_total_deadline() -> None:
-    """A per-read timeout lets a client that sends one byte a second keep its slot forever; the
-    request has a total deadline (REQUEST_DEADLINE_S) however the bytes trickle in."""
-    from tests.flood import trickle
-
-    server = SidecarServer(fake_sidecar(), "127.0.0.1:0")
+def test_a_client_sending_one_byte_every_half_second_loses_its_connection_at_the_total_deadline() -> None:
+    """A per-read timeout lets a client that sends one byte every half second keep its slot forever;
+    the request has a total deadline (REQUEST_DEADLINE_S) however the bytes trickle in. On the
+    listener's fake time: each byte is read before the time moves on, and the connection ends at the
+    deadline. (The webhook's test trickles on the real clock, TLS included: tests/test_webhook.py.)"""
+    clock = LoopTime()
+    server = SidecarServer(fake_sidecar(), "127.0.0.1:0", clock=clock)
     server.start()
+    host, port = server.address.rsplit(":", 1)
     try:
-        data = b"GET /readyz HTTP/1.1\r\nX-Slow: " + b"a" * 200
-        held = trickle(server.address, data, every_s=0.5, give_up_s=REQUEST_DEADLINE_S + 6.0)
-        print(f"a one-byte-per-0.5 s client held its connection {held:.2f} s (deadline {REQUEST_DEADLINE_S} s)")
-        assert held < REQUEST_DEADLINE_S + 2.0
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            assert wait_for(lambda: server.stats.open_now == 1)
+            data, started, ended_at = b"GET /readyz HTTP/1.1\r\nX-Slow: " + b"a" * 200, clock.now, None
+            for byte in range(len(data)):
+                sock.sendall(data[byte : byte + 1])
+                settle(server)  # read: a per-read timeout would start again here
+                clock.now += 0.5
+                settle(server)
+                if server.stats.timed_out:
+                    ended_at = clock.now - started
+                    break
+                assert server.stats.open_now == 1
+            assert ended_at == REQUEST_DEADLINE_S, ended_at  # at the deadline, with bytes still coming
+            assert sock.recv(1) == b""  # closed by the server, unanswered
     finally:
         server.stop()
 

@@ -130,7 +130,14 @@ def livez(owner: Observed) -> Response:
 class SidecarServer(BackgroundServer):
     """/livez (Triton), /healthz (the sidecar itself), /readyz, /metrics, /status on a background thread."""
 
-    def __init__(self, sidecar: Observed, listen: str, *, max_connections: int = MAX_CONNECTIONS) -> None:
+    def __init__(
+        self,
+        sidecar: Observed,
+        listen: str,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         owner = sidecar
 
         def inline(request: Request) -> Response | None:
@@ -151,4 +158,6 @@ class SidecarServer(BackgroundServer):
                 return Response(200, owner.metrics.expose().encode(), "text/plain; version=0.0.4; charset=utf-8")
             return Response(200, (json.dumps(owner.status(), indent=2) + "\n").encode(), "application/json")
 
-        super().__init__(listen, handler=handler, inline=inline, name="sidecar-http", max_connections=max_connections)
+        super().__init__(
+            listen, handler=handler, inline=inline, name="sidecar-http", max_connections=max_connections, clock=clock
+        )
