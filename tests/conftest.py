@@ -45,8 +45,15 @@ def example_config_document() -> dict[str, Any]:
 
 @pytest.fixture(autouse=True)
 def _fresh_structlog() -> Iterator[None]:
-    """Commands under test configure logging (level, stream); no test sees another's configuration."""
+    """Commands under test configure logging (level, stream); no test sees another's configuration.
+    Between them, structlog's defaults, but for exceptions written as plain tracebacks: with rich
+    installed (import-linter brings it) each one took about 0.3 s to render, and the sidecar's tests
+    log dozens on purpose (a bug in a step must not stop the loop)."""
     structlog.reset_defaults()
+    *processors, _console = structlog.get_config()["processors"]
+    structlog.configure(
+        processors=[*processors, structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)]
+    )
     yield
     structlog.reset_defaults()
 
