@@ -486,6 +486,25 @@ def _store_subcommands(store: argparse.ArgumentParser) -> None:
         "--reason", required=True, help="why the version is safe again (kept in the ledger and the audit trail)"
     )
 
+    store_stage = store_commands.add_parser(
+        "stage",
+        help="read the stable versions a rollback may restore in full and stamp them (run it in the background)",
+        description=(
+            "Puts the two newest stable versions of each model (not quarantined) in the live repository, "
+            "fetching from the store what is missing or different (the old copy is moved aside), and reads "
+            "each in full against the ledger. A version that matches is stamped: a rollback then checks it "
+            "from its files' identities instead of hashing it on its 90 s budget. Run it after promoting "
+            "and in the background (e.g. hourly); exit 3 when a version could not be staged."
+        ),
+        epilog=_epilog("store"),
+        formatter_class=formatter,
+    )
+    _add_config(store_stage, default=argparse.SUPPRESS)
+    store_stage.add_argument(
+        "model", metavar="MODEL", nargs="?", help="only this model (default: every configured model)"
+    )
+    _add_output(store_stage, "a line per version; json/yaml: the results", sub=True)
+
     store_doctor = store_commands.add_parser(
         "doctor",
         help="what blocks a model's rollbacks: its lease, its ledger's head, unreadable snapshots; and the fixes",
@@ -776,6 +795,8 @@ def _cmd_store(settings: Settings, args: argparse.Namespace) -> int:
         return _cmd_store_unquarantine(settings, args)
     if args.store_command == "doctor":
         return _cmd_store_doctor(settings, args)
+    if args.store_command == "stage":
+        return _cmd_store_stage(settings, args)
     return _cmd_store_ls(settings, args)
 
 
@@ -890,6 +911,39 @@ def _lease_state(lease: Any, now: float) -> str:
     if lease.expires_at <= now:
         return f"free: {who}'s lease expired at {wall_time(lease.expires_at)}"
     return f"HELD by {who} until {wall_time(lease.expires_at)} ({lease.expires_at - now:.1f} s from now)"
+
+
+def _cmd_store_stage(settings: Settings, args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from healer.stage import stage_model
+    from healer.store import StoreError
+
+    live = settings.live_repository_path
+    try:
+        store = _store(settings)
+        if live is None:
+            raise ConfigError(settings.source, "live_repository", "is required to stage versions")
+    except ConfigError as exc:
+        print(f"healer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    models = [args.model] if args.model else [m.name for m in settings.models]
+    store_root = settings.store.filesystem if settings.store else None
+    store_is_live = store_root is not None and store_root.resolve() == live.resolve()
+    try:
+        results = [r for model in models for r in stage_model(store, model, live, store_is_live=store_is_live)]
+    except (StoreError, ValueError) as exc:
+        print(f"healer: store {store.location}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.output in ("json", "yaml"):
+        _print_data([asdict(r) for r in results], args.output)
+    else:
+        for r in results:
+            detail = f": {r.detail}" if r.detail else ""
+            print(f"{r.model} v{r.version}: {r.outcome} ({r.bytes / 1e6:.1f} MB in {r.seconds:.2f} s){detail}")
+        if not results:
+            print("nothing to stage: no stable version in the store's ledgers")
+    return 0 if all(r.ok for r in results) else EXIT_REFUSED
 
 
 def _cmd_store_ls(settings: Settings, args: argparse.Namespace) -> int:

@@ -415,3 +415,18 @@ def wall_time(seconds: float) -> str:
     except (OverflowError, OSError, ValueError):
         return f"unix time {seconds}"  # out of datetime's range: still say what it is
     return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def versions_to_stage(ledger: Ledger, *, available: Iterable[str], keep: int = 2) -> list[StableRecord]:
+    """The stable versions a rollback may restore next, newest first: the ``keep`` newest that are not
+    quarantined and are in the store (if the newest is the one that fails, the one before it serves)."""
+    present = set(available)
+    candidates = sorted(ledger.stable, key=lambda r: int(r.version), reverse=True)
+    chosen: list[StableRecord] = []
+    for record in candidates:
+        if len(chosen) == keep:
+            break
+        fresh = all(c.version != record.version for c in chosen)
+        if fresh and record.version in present and not ledger.is_quarantined(record.version):
+            chosen.append(record)
+    return chosen

@@ -8,7 +8,7 @@ from pathlib import Path
 from healer.ledger import Ledger, StableRecord
 from healer.logs import iso_utc
 from healer.settings import Settings
-from healer.store import ModelStore, hash_directory
+from healer.store import ModelStore, StoreIntegrityError, verify_version
 from healer.triton import TritonAPI, TritonError
 from probes.result import Status
 from probes.tiers import check_after_load
@@ -55,12 +55,14 @@ def promote(
             raise PromotionRefused(
                 f"{model} v{version} is not in the live repository {live}: promote from where Triton's files are"
             )
-        served_files = hash_directory(live / model / version)
-        if served_files != files:
+        try:
+            # Read in full, and stamped: a rollback to this version then checks it without hashing it.
+            verify_version(live / model / version, files, where=str(live / model / version), trust_stamp=False)
+        except StoreIntegrityError:
             raise PromotionRefused(
                 f"{model} v{version}: the files Triton reads in {live} differ from the store's; "
                 "promote only what the store holds"
-            )
+            ) from None
     try:
         if not triton.model_version_ready(model, version):
             raise PromotionRefused(f"{model} v{version} is not ready on Triton {triton.url}; load it first")

@@ -536,6 +536,29 @@ def test_store_ls_in_every_output(
     assert yaml.safe_load(capsys.readouterr().out)[0]["model"] == "linear_scorer"
 
 
+def test_store_stage_reads_the_stable_versions_in_full_and_refuses_a_changed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from healer.ledger import StableRecord
+    from healer.store import FilesystemBlobs, ModelStore, stamped_hashes
+
+    config, root = unquarantine_setup(tmp_path, monkeypatch)  # the store is the live repository
+    store = ModelStore(FilesystemBlobs(root))
+    record = StableRecord(
+        version="1", files=store.version_files("linear_scorer", "1"), promoted_at="t", promoted_by="a"
+    )
+    store.update_ledger("linear_scorer", lambda ledger: ledger.with_stable(record))
+    assert main(["store", "stage", "--config", str(config), "-o", "json"]) == 0
+    [staged] = json.loads(capsys.readouterr().out)
+    assert (staged["model"], staged["version"], staged["outcome"]) == ("linear_scorer", "1", "verified")
+    assert stamped_hashes(root / "linear_scorer" / "1") == dict(record.files)
+    (root / "linear_scorer" / "1" / "params.json").write_text("{}")
+    assert main(["store", "stage", "linear_scorer", "--config", str(config)]) == EXIT_REFUSED
+    out = capsys.readouterr().out
+    assert "linear_scorer v1: refused" in out and "params.json" in out, out
+    assert stamped_hashes(root / "linear_scorer" / "1") is None
+
+
 # ---- unreadable YAML: exit 64 naming the file, never a traceback ------------------------------------
 
 

@@ -67,6 +67,35 @@ def test_broken_newest_version_is_rolled_back_to_the_last_stable(fs_stack_factor
         assert stack.alerts.alerts == []
 
 
+def test_a_tampered_staged_stable_version_is_never_loaded(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
+    """v2 was staged and stamped when promoted; then its weights in the live repository were
+    overwritten (same size, mtime put back). The rollback's quick check sees the change, reads the copy
+    in full, refuses it and fetches v2 from the store again: Triton only ever loads the ledger's bytes."""
+    import os
+
+    from healer.store import DISPLACED_DIR
+
+    with fs_stack_factory(
+        "linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "wrong_weights")}, stable=[1, 2]
+    ) as stack:
+        stack: RollbackStack
+        golden = stack.settings.models[0].golden
+        staged = stack.live / stack.model / "2" / "params.json"
+        before = staged.stat()
+        text = staged.read_text()
+        assert "0.50002" in text
+        staged.write_text(text.replace("0.50002", "9.50002"))
+        os.utime(staged, ns=(before.st_atime_ns, before.st_mtime_ns))
+        status = stack.engine.run(stack.request("3"), timeout_s=120)
+        assert status.phase == "Succeeded", status
+        phases = {p["name"]: p for p in json.loads(status.outputs["phases"])}
+        assert phases["fetch-stable"]["outputs"]["verified"] == "fetched"
+        assert stack.triton.served_versions(stack.model) == ["2"]
+        assert check_business(stack.triton, stack.model, "2", golden).status is Status.PASS
+        [aside] = (stack.live / stack.model / DISPLACED_DIR).iterdir()
+        assert "9.50002" in (aside / "params.json").read_text()  # kept for diagnosis, never deleted
+
+
 def test_stable_version_also_broken_escalates_within_budget_and_deletes_nothing(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
     with fs_stack_factory(
         "linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "nan")}, stable=[1, 2]
@@ -233,6 +262,7 @@ def test_one_rollback_heals_every_replica(fs_stack_factory, tmp_path: Path) -> N
                 phases = {p["name"]: p for p in json.loads(status.outputs["phases"])}
                 assert set(phases["restore"]["outputs"]["replicas"]) == set(urls)
                 assert phases["restore"]["outputs"]["waves"] == [[urls[0]], [urls[1]]]  # the canary, then the rest
+                assert phases["fetch-stable"]["outputs"]["verified"] == "stamp"  # staged at promotion: no hash
                 assert all(r["verify"]["status"] == "pass" for r in phases["restore"]["outputs"]["replicas"].values())
             finally:
                 replica.close()

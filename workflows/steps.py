@@ -34,8 +34,8 @@ from healer.store import (
     StoreError,
     StoreIntegrityError,
     StoreUnavailable,
-    check_hashes,
     sweep_staging,
+    verify_version,
 )
 from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
 from healer.vocabulary import AUTO, RollbackRequest
@@ -153,10 +153,11 @@ def fetch_stable(ctx: StepContext, model: str, failing_version: str, requested: 
     where = f"{ctx.store.location}/{model}/{record.version}"
     try:
         if ctx.store_is_live:
-            check_hashes(record.files, ctx.store.version_files(model, record.version), where=where)
             path = ctx.live_repository / model / record.version
+            verified = verify_version(path, record.files, where=where)
         else:
-            path = ctx.store.fetch_version(model, record.version, ctx.live_repository, expected=record.files).path
+            fetched = ctx.store.fetch_version(model, record.version, ctx.live_repository, expected=record.files)
+            path, verified = fetched.path, fetched.verified
     except StoreIntegrityError as exc:
         raise PermanentStepError(f"refused {model} v{record.version}: {exc}") from exc
     except StoreUnavailable as exc:
@@ -169,6 +170,7 @@ def fetch_stable(ctx: StepContext, model: str, failing_version: str, requested: 
         "files": dict(record.files),
         "promoted_at": record.promoted_at,
         "source": ctx.store.location,
+        "verified": verified,
         "swept": swept,
     }
 

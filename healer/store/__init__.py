@@ -98,6 +98,7 @@ from healer.store.live import (
     write_live_config,
 )
 from healer.store.model_store import ModelStore, store_from_settings
+from healer.store.stamps import STAMP_DIR, forget_stamp, stamped_hashes, verify_version
 from healer.store.versions import FetchedVersion
 
 __all__ = [
@@ -114,6 +115,7 @@ __all__ = [
     "QUARANTINE_DIR",
     "RESERVED_DRAIN_SETS",
     "STAGING_PREFIXES",
+    "STAMP_DIR",
     "Blobs",
     "ConditionalWritesIgnored",
     "Diagnosis",
@@ -133,12 +135,15 @@ __all__ = [
     "check_hashes",
     "check_name",
     "forget_conditional_write_checks",
+    "forget_stamp",
     "hash_directory",
     "make_dirs",
     "quarantine_live_version",
     "quarantined_copies",
     "restore_quarantined_version",
+    "stamped_hashes",
     "store_from_settings",
     "sweep_staging",
+    "verify_version",
     "write_live_config",
 ]

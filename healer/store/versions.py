@@ -16,8 +16,10 @@ from healer.settings import MODEL_NAME_PATTERN, VERSION_PATTERN
 from healer.store.base import StoreBase
 from healer.store.errors import StoreIntegrityError
 from healer.store.files import _write_atomic, make_dirs
-from healer.store.hashing import DERIVED_DIRS, _hash_tree, check_hashes
+from healer.store.hashing import DERIVED_DIRS, check_hashes
 from healer.store.layout import DIR_MODE, DISPLACED_DIR, FILE_MODE, META_DIR, _check_name
+from healer.store.stamps import record as record_stamp
+from healer.store.stamps import verify_version
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,9 @@ class FetchedVersion:
     version: str
     path: Path
     files: Mapping[str, str]  # relative path -> sha256, computed from the bytes written
+    # How it was checked: "stamp" (a staged copy whose files are unchanged since a full check),
+    # "hashed" (a staged copy read in full), "fetched" (copied from the store, hashed as written).
+    verified: str = "fetched"
 
 
 class Versions(StoreBase):
@@ -65,6 +70,16 @@ class Versions(StoreBase):
         _check_name(model, version)
         model_dir = live_repository / model
         target = model_dir / version
+        if target.is_dir():
+            # Staged before (promoted from here, fetched, or `healer stage`): checked where it lies,
+            # from its stamp when no file changed since a full check. Nothing is downloaded.
+            try:
+                verified = verify_version(target, expected, where=str(target))
+            except StoreIntegrityError:
+                pass  # it differs: fetched below, and this copy moved aside
+            else:
+                self._config_if_missing(model_dir, model)
+                return FetchedVersion(model, version, target, dict(expected), verified)
         make_dirs(model_dir)
         staging = Path(tempfile.mkdtemp(prefix=f".fetch-{version}-", dir=model_dir))
         try:
@@ -86,13 +101,8 @@ class Versions(StoreBase):
             if not hashes:
                 raise StoreIntegrityError(f"{self.location}: {model} v{version} has no files")
             check_hashes(expected, hashes, where=f"{self.location}/{model}/{version}")
-            config = model_dir / "config.pbtxt"
-            if not config.exists():
-                with contextlib.suppress(FileNotFoundError):
-                    _write_atomic(config, self.blobs.read(f"{model}/config.pbtxt"))
+            self._config_if_missing(model_dir, model)
             if target.exists():
-                if _hash_tree(target) == hashes:
-                    return FetchedVersion(model, version, target, hashes)
                 aside = model_dir / DISPLACED_DIR / f"{version}-{uuid.uuid4().hex[:8]}"
                 make_dirs(aside.parent)
                 os.replace(target, aside)
@@ -100,6 +110,13 @@ class Versions(StoreBase):
             for directory in [staging, *(p for p in staging.rglob("*") if p.is_dir())]:
                 directory.chmod(DIR_MODE)
             os.replace(staging, target)
+            record_stamp(target, hashes)  # hashed as written, a moment ago: the next rollback trusts it
             return FetchedVersion(model, version, target, hashes)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def _config_if_missing(self, model_dir: Path, model: str) -> None:
+        config = model_dir / "config.pbtxt"
+        if not config.exists():
+            with contextlib.suppress(FileNotFoundError):
+                _write_atomic(config, self.blobs.read(f"{model}/config.pbtxt"))

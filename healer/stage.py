@@ -1,0 +1,52 @@
+"""Stage the stable versions before a rollback needs them: each one the next rollback may restore is
+put in the live repository (fetched from the store if missing or different) and read in full against
+the ledger, which stamps it (healer/store/stamps.py). A rollback then checks it from its stamp, without
+hashing gigabytes against its 90 s budget. `healer store stage` runs this; run it in the background
+(e.g. hourly) to re-check what is staged: a copy that no longer matches is fetched again, or refused
+when the store is the live repository."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from healer.ledger import versions_to_stage
+from healer.store import ModelStore, StoreError, StoreIntegrityError, verify_version
+
+
+@dataclass(frozen=True)
+class Staged:
+    model: str
+    version: str
+    outcome: str  # "verified" (read in full, stamped), "fetched" (copied again from the store), "refused"
+    bytes: int
+    seconds: float
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome != "refused"
+
+
+def stage_model(store: ModelStore, model: str, live: Path, *, store_is_live: bool, keep: int = 2) -> list[Staged]:
+    """Stage (and re-check in full) the ``keep`` stable versions a rollback of ``model`` may restore."""
+    results = []
+    for record in versions_to_stage(store.ledger(model), available=store.versions(model), keep=keep):
+        started = time.monotonic()
+        target = live / model / record.version
+        outcome, detail = "verified", ""
+        try:
+            try:
+                verify_version(target, record.files, where=str(target), trust_stamp=False)
+            except StoreIntegrityError as exc:
+                if store_is_live:
+                    raise
+                detail = f"the staged copy differed ({exc}); fetched again, the old copy moved aside"
+                store.fetch_version(model, record.version, live, expected=record.files)
+                outcome = "fetched"
+        except (StoreError, OSError) as exc:
+            outcome, detail = "refused", str(exc)
+        size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) if target.is_dir() else 0
+        results.append(Staged(model, record.version, outcome, size, round(time.monotonic() - started, 3), detail))
+    return results

@@ -1,0 +1,175 @@
+"""Staged stable versions: a stamp lets a rollback check a version without hashing it, and anything
+that changes a file (its bytes, even with the mtime put back; a replacement; a file added or removed)
+sends the check back to a full read, which refuses what no longer matches the ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from healer.ledger import Ledger, QuarantineRecord, StableRecord, versions_to_stage
+from healer.stage import stage_model
+from healer.store import (
+    DISPLACED_DIR,
+    FilesystemBlobs,
+    ModelStore,
+    StoreIntegrityError,
+    hash_directory,
+    stamped_hashes,
+    verify_version,
+)
+from healer.store.stamps import stamp_path
+
+
+def make_version(root: Path, files: dict[str, bytes]) -> Path:
+    root.mkdir(parents=True)
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    return root
+
+
+FILES = {"model.py": b"print('v1')\n", "weights/w.bin": b"\x01" * 4096}
+
+
+@pytest.fixture
+def version(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    root = make_version(tmp_path / "live" / "m" / "1", FILES)
+    return root, hash_directory(root)
+
+
+def test_a_full_check_stamps_and_the_next_check_trusts_the_stamp(version: tuple[Path, dict[str, str]]) -> None:
+    root, expected = version
+    assert verify_version(root, expected, where="t") == "hashed"
+    assert stamp_path(root).is_file()
+    assert verify_version(root, expected, where="t") == "stamp"
+    assert verify_version(root, expected, where="t", trust_stamp=False) == "hashed"  # a full re-check on demand
+
+
+def test_bytes_changed_with_the_mtime_put_back_are_still_caught(version: tuple[Path, dict[str, str]]) -> None:
+    root, expected = version
+    verify_version(root, expected, where="t")
+    weights = root / "weights" / "w.bin"
+    before = weights.stat()
+    weights.write_bytes(b"\x02" * 4096)  # same size
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))  # mtime as it was; ctime cannot be
+    assert stamped_hashes(root) is None
+    with pytest.raises(StoreIntegrityError, match=r"weights/w\.bin"):
+        verify_version(root, expected, where="t")
+    assert not stamp_path(root).exists()  # a copy that failed its check keeps no stamp
+
+
+@pytest.mark.parametrize("change", ["replaced", "added", "removed"])
+def test_any_change_to_the_file_set_sends_the_check_back_to_hashing(
+    version: tuple[Path, dict[str, str]], change: str
+) -> None:
+    root, expected = version
+    verify_version(root, expected, where="t")
+    if change == "replaced":  # same bytes, a new file (another inode): read again, still fine
+        shutil.copy(root / "model.py", root / "model.py.new")
+        os.replace(root / "model.py.new", root / "model.py")
+        assert stamped_hashes(root) is None
+        assert verify_version(root, expected, where="t") == "hashed"
+        return
+    if change == "added":
+        (root / "extra.bin").write_bytes(b"x")
+    else:
+        (root / "model.py").unlink()
+    assert stamped_hashes(root) is None
+    with pytest.raises(StoreIntegrityError):
+        verify_version(root, expected, where="t")
+
+
+def test_a_forged_stamp_fools_a_rollback_but_not_the_background_check(version: tuple[Path, dict[str, str]]) -> None:
+    """Someone who can write the live repository rewrites a file and the stamp to match its new identity:
+    the rollback's quick check trusts it (the documented limit); the full check refuses and unstamps."""
+    root, expected = version
+    verify_version(root, expected, where="t")
+    (root / "model.py").write_bytes(b"print('evil')\n")
+    stamp = json.loads(stamp_path(root).read_text())
+    info = (root / "model.py").stat()
+    stamp["files"]["model.py"]["identity"].update(
+        size=info.st_size, mtime_ns=info.st_mtime_ns, ctime_ns=info.st_ctime_ns, inode=info.st_ino
+    )
+    stamp_path(root).write_text(json.dumps(stamp))
+    assert verify_version(root, expected, where="t") == "stamp"
+    with pytest.raises(StoreIntegrityError, match=r"model\.py"):
+        verify_version(root, expected, where="t", trust_stamp=False)
+    assert not stamp_path(root).exists()
+
+
+def test_an_unreadable_or_foreign_stamp_is_ignored(version: tuple[Path, dict[str, str]]) -> None:
+    root, expected = version
+    stamp_path(root).parent.mkdir(parents=True)
+    for text in ("{not json", json.dumps({"format": 99, "files": {}}), json.dumps({"format": 1, "files": []})):
+        stamp_path(root).write_text(text)
+        assert stamped_hashes(root) is None
+        assert verify_version(root, expected, where="t") == "hashed"
+
+
+# ---- fetch and stage -----------------------------------------------------------------------------
+
+
+class CountingBlobs(FilesystemBlobs):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.streamed: list[str] = []
+
+    def open_stream(self, key: str):  # type: ignore[no-untyped-def]
+        self.streamed.append(key)
+        return super().open_stream(key)
+
+
+def test_fetch_trusts_a_staged_copy_and_replaces_a_tampered_one(tmp_path: Path) -> None:
+    blobs = CountingBlobs(tmp_path / "store")
+    make_version(tmp_path / "store" / "m" / "1", FILES)
+    store, live = ModelStore(blobs), tmp_path / "live"
+    expected = store.version_files("m", "1")
+    blobs.streamed.clear()
+    first = store.fetch_version("m", "1", live, expected=expected)
+    assert first.verified == "fetched" and len(blobs.streamed) == len(FILES)
+    blobs.streamed.clear()
+    again = store.fetch_version("m", "1", live, expected=expected)
+    assert again.verified == "stamp" and blobs.streamed == []  # nothing downloaded, nothing hashed
+    (live / "m" / "1" / "weights" / "w.bin").write_bytes(b"\x00" * 10)
+    healed = store.fetch_version("m", "1", live, expected=expected)
+    assert healed.verified == "fetched"
+    assert hash_directory(live / "m" / "1") == expected
+    [aside] = (live / "m" / DISPLACED_DIR).iterdir()  # the tampered copy, moved aside, never deleted
+    assert (aside / "weights" / "w.bin").read_bytes() == b"\x00" * 10
+
+
+def test_stage_keeps_the_two_newest_stable_versions_checked(tmp_path: Path) -> None:
+    store_root, live = tmp_path / "store", tmp_path / "live"
+    for v in ("1", "2", "3"):
+        make_version(store_root / "m" / v, {"model.py": f"v{v}".encode()})
+    store = ModelStore(FilesystemBlobs(store_root))
+    for v in ("1", "2", "3"):
+        record = StableRecord(version=v, files=store.version_files("m", v), promoted_at="t", promoted_by="test")
+        store.update_ledger("m", lambda ledger, r=record: ledger.with_stable(r))  # type: ignore[misc]
+    staged = stage_model(store, "m", live, store_is_live=False)
+    assert [(s.version, s.outcome) for s in staged] == [("3", "fetched"), ("2", "fetched")]
+    assert stamped_hashes(live / "m" / "3") is not None and not (live / "m" / "1").exists()
+    again = stage_model(store, "m", live, store_is_live=False)
+    assert [(s.version, s.outcome) for s in again] == [("3", "verified"), ("2", "verified")]
+    # The store is the live repository: a copy that differs cannot be fetched again, only refused.
+    (store_root / "m" / "3" / "model.py").write_bytes(b"tampered")
+    refused = stage_model(store, "m", store_root, store_is_live=True)
+    assert [(s.version, s.outcome) for s in refused] == [("3", "refused"), ("2", "verified")]
+    assert "model.py" in refused[0].detail
+
+
+def test_versions_to_stage_skips_quarantined_and_missing_ones() -> None:
+    stable = tuple(StableRecord(version=v, files={}, promoted_at="t", promoted_by="x") for v in ("1", "2", "3", "4"))
+    ledger = Ledger(
+        model="m",
+        stable=stable,
+        quarantined=(QuarantineRecord(version="4", incident="i", at="t", reason="r", by="healer"),),
+    )
+    assert [r.version for r in versions_to_stage(ledger, available=["1", "2", "3", "4"])] == ["3", "2"]
+    assert [r.version for r in versions_to_stage(ledger, available=["1", "4"])] == ["1"]
+    assert versions_to_stage(Ledger(model="m"), available=["1"]) == []
