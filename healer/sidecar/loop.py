@@ -11,8 +11,10 @@ keeps /readyz 200 and says why in /status, the ``healer_drain_held_back`` gauge 
 ``drain_held_back`` log line. The rollback runs either way: it heals the model on every replica.
 Without the setting, every failing pod drains.
 
-Thread model: the probe loop owns the Triton client (tritonclient is not thread-safe); the HTTP
-server threads read a snapshot under a lock and talk to Triton only through a plain urllib GET.
+Thread model: the probe loop drives each cycle; within it every model is probed on a worker of its
+own (sidecar.probe_concurrency, probes/runner.py), through the thread-safe healer/triton_rest.py
+client, so a hung model holds one worker for its golden timeout and never the others. The HTTP server
+threads read a snapshot under a lock and talk to Triton only through a plain urllib GET.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from healer.state import (
     Tick,
 )
 from healer.triton import TritonAPI
-from healer.vocabulary import RollbackRequest
+from healer.vocabulary import TIMEOUT, RollbackRequest
 from probes.result import ProbeResult
 from probes.runner import probe_all
 
@@ -155,7 +157,15 @@ class Sidecar:
             now = self.clock.monotonic()
             results: list[ProbeResult] | None = None
             try:
-                results = probe_all(self.settings, self.triton, only=only)
+                with self.book.lock:  # models that hung last time start last: they cannot take every worker first
+                    hung = [name for name, state in self.states.items() if state.bad_code == TIMEOUT]
+                results = probe_all(
+                    self.settings,
+                    self.triton,
+                    only=only,
+                    concurrency=self.settings.sidecar.probe_concurrency,
+                    last=hung,
+                )
                 self.book.record(results, trace_id, partial=only is not None)
             except Exception:  # a bug in probing: no verdicts this cycle; rollbacks and timeouts still run
                 log.exception("probe_cycle_failed")
