@@ -45,8 +45,8 @@ def test_the_exit_handler_has_its_own_deadline_in_argo_and_in_the_local_engine(t
     [escalate] = [t for t in template.templates if t.name == "escalate"]
     assert str(escalate.active_deadline_seconds) == str(ESCALATE_DEADLINE_S)
     engine = LocalEngine(template, lambda: None, tmp_path)  # type: ignore[arg-type,return-value]
-    assert engine._scripts["escalate"].deadline_s == ESCALATE_DEADLINE_S
-    assert engine._scripts["heal"].deadline_s is None  # bounded by the workflow's deadline instead
+    assert engine.template_spec.scripts["escalate"].deadline_s == ESCALATE_DEADLINE_S
+    assert engine.template_spec.scripts["heal"].deadline_s is None  # bounded by the workflow's deadline instead
 
 
 def test_the_failures_argo_passes_are_read_in_both_encodings() -> None:

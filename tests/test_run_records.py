@@ -26,9 +26,19 @@ def config_with_state_dir(tmp_path: Path, state_dir: Path) -> Path:
 def test_runs_list_and_get_read_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("HEALER_CONFIG", raising=False)
     """No engine is built for `healer runs`: a missing state folder is not created, a run left Running by
     a process that is gone is shown as it is (only an engine's start-up marks it), nothing is written."""
+    monkeypatch.delenv("HEALER_CONFIG", raising=False)
+
+    def no_engine(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("`healer runs` built an engine")
+
+    from healer.engines import factory, local
+
+    for name in ("local_engine", "argo_engine", "engine_from_settings"):
+        monkeypatch.setattr(factory, name, no_engine)
+    monkeypatch.setattr(local.LocalEngine, "__init__", no_engine)
+    monkeypatch.setattr(local, "read_template", no_engine)
     state = tmp_path / "runs"
     config = config_with_state_dir(tmp_path, state)
     assert main(["runs", "list", "--config", str(config), "-o", "name"]) == 0
@@ -47,7 +57,8 @@ def test_runs_list_and_get_read_only(
     assert capsys.readouterr().out.split() == [name]
     assert main(["runs", "get", name, "--config", str(config), "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["status"]["phase"] == "Running"
-    assert {p.name: p.read_bytes() for p in state.iterdir()} == before
+    assert main(["runs", "get", "healer-rollback-nope", "--config", str(config)]) == 1
+    assert {p.name: p.read_bytes() for p in state.iterdir()} == before  # no steps/ or locks/ folder either
 
 
 def test_a_run_name_is_never_a_path(
