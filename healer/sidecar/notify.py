@@ -5,7 +5,6 @@ others."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -107,7 +106,7 @@ class Notifier:
             self._send(model, alert)
         elif step is AlertStep.RESOLVE:
             del self._firing[model]
-            self._send(model, {**alert, "endsAt": iso_utc(time.time())})
+            self._send(model, {**alert, "endsAt": iso_utc(self._clock.wall())})
 
     def restored(self, incident: Incident, at: float) -> None:
         restore_s = at - incident.detected_at
