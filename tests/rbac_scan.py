@@ -1,6 +1,6 @@
 """The Kubernetes and Argo calls healer makes, read from its code (a call added to the code shows up
 without anyone listing it), and what the Roles bound to a service account grant: for the RBAC
-tests of deploy/ (tests/test_deploy_manifests.py) and of the chart (tests/e2e)."""
+tests of deploy/ (tests/deploy/test_deploy_manifests.py) and of the chart (tests/e2e)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ def relaxed_slo(settings: Settings) -> Settings:
     """``settings`` with every golden latency SLO at least 2 s. For tests about restoring, not latency:
     on a busy 2-core CI box the first request after a load can take longer than the examples' 100 ms
     SLO, which would fail promote or verify for the wrong reason (the SLO has its own tests in
-    test_probes_triton.py)."""
+    tests/probes/test_probes_triton.py)."""
     return replace(
         settings,
         models=tuple(

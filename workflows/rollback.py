@@ -363,7 +363,8 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
             retry_policy="Always",
             # The step's "transient" exit code (Triton or the store did not answer), and 137: the pod
             # was SIGKILLed (OOM, eviction, a node lost) halfway. A retry of the same incident takes the
-            # lease over at once and converges (tests/test_kill_matrix.py); a permanent failure is not retried.
+            # lease over at once and converges (tests/workflows/test_kill_matrix.py); a permanent failure is
+            # not retried.
             expression=f"asInt(lastRetry.exitCode) == {EXIT_TRANSIENT} || asInt(lastRetry.exitCode) == {EXIT_KILLED}",
             backoff=m.Backoff(duration="2s", factor=m.IntOrString("2"), max_duration="20s"),
         )

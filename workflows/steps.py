@@ -468,7 +468,7 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
                   write the stable version's config as the model's config.pbtxt
 
     Running it again changes nothing: every replica is then "already restored". Killed at any point,
-    a retry of the same run takes the lease over at once and converges (tests/test_kill_matrix.py).
+    a retry of the same run takes the lease over at once and converges (tests/workflows/test_kill_matrix.py).
     """
     phases: list[PhaseReport] = []
 

@@ -2,7 +2,7 @@
 
 Every scenario is an action against a Triton target and its store (healer/drills/inject.py does
 it) with an expected outcome; healer/drills/verdict.py compares what a run observed with it. No
-I/O here: the catalog is data, tested as a table (tests/test_drills_catalog.py).
+I/O here: the catalog is data, tested as a table (tests/drills/test_drills_catalog.py).
 """
 
 from __future__ import annotations

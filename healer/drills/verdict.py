@@ -4,7 +4,7 @@ The runner (healer/drills/runner.py, or the Argo drill's wait step) measures fro
 injection (the broken version starts serving) and fills an ``Observation``; ``classify`` names the
 outcome, ``judge`` compares it with the scenario's expectation and the budget
 (``rollback.deadline_s``), and ``finished`` says when there is nothing more to wait for. No I/O and
-no clock here: every rule is a table test (tests/test_drills_catalog.py).
+no clock here: every rule is a table test (tests/drills/test_drills_catalog.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ deploy/helm/healer/values.schema.json, with the chart's own values that restate 
     python -m healer.settings.reference           # rewrite both files
     python -m healer.settings.reference --check   # exit 1 naming each file that differs
 
-tests/test_settings_reference.py fails when a committed file is not what this generates.
+tests/settings/test_settings_reference.py fails when a committed file is not what this generates.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ CHART_DERIVED: Mapping[str, str] = {
     "sidecar.drain.peer_urls": "never: the chart sets peers",
 }
 # The chart's own values that become one healer.yaml key: their schema is that key's, and their
-# default in values.yaml must be healer's (tests/test_settings_reference.py).
+# default in values.yaml must be healer's (tests/settings/test_settings_reference.py).
 CHART_VALUES: Mapping[str, str] = {
     "argo.server": "rollback.argo.host",
     "argo.verifySSL": "rollback.argo.verify_ssl",

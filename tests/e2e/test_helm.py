@@ -4,7 +4,7 @@ For the defaults and each example in deploy/helm/examples: ``helm lint --strict`
 with every object validated against its own schema (Kubernetes', Argo's vendored schema.json, the
 cert-manager and Prometheus Operator CRDs from their Go modules); the Argo objects equal to what
 ``healer render`` produces for the same namespace, image and claim; the Roles equal to the calls
-read from the code (as tests/test_deploy_manifests.py reads them); healer.yaml a valid config.
+read from the code (as tests/deploy/test_deploy_manifests.py reads them); healer.yaml a valid config.
 Then ``helm install`` into the tier's real kube-apiserver and Argo: with cert-manager's and the
 Prometheus Operator's CRDs installed, and without cert-manager (a provided Secret and caBundle);
 the created objects read back, the WorkflowTemplates listed by ``argo template list``, the Roles

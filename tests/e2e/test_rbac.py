@@ -1,6 +1,6 @@
 """The shipped roles (deploy/kubernetes/*.yaml) against the calls healer makes, decided by the real
 RBAC authorizer (SubjectAccessReview, what `kubectl auth can-i --as system:serviceaccount:ml:...`
-asks), with the calls read from the code as tests/test_deploy_manifests.py reads them. That test
+asks), with the calls read from the code as tests/deploy/test_deploy_manifests.py reads them. That test
 compares the YAML with the calls; this one asks the API server, which also applies the bindings,
 the namespaces and the default roles. The ArgoEngine's calls through argo-server are exercised for
 real, with the sidecar's token, in tests/e2e/test_argo.py.

@@ -30,7 +30,7 @@ from probes.result import Status, Tier
 from tests.prometheus_rules import BASE_URL, PLACEHOLDER, RULES, rendered_rules
 from tests.sidecar_fleet import cycle_all, fleet
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "healer"
 DASHBOARD = CHART / "files" / "dashboards" / "healer.json"
 RULE_TEMPLATE = CHART / "templates" / "monitoring-prometheusrule.yaml"

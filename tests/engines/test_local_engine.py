@@ -1,6 +1,7 @@
 """The LocalEngine's edges the sidecar relies on: "absent" means absent, step attempts write under its
 state directory (a pod's root filesystem is read-only), and SIGTERM cancels a run cleanly (its exit
-handler still alerts). The step functions are replaced by recorders, as in test_workflow_template.py."""
+handler still alerts). The step functions are replaced by recorders, as in
+tests/workflows/test_workflow_template.py."""
 
 from __future__ import annotations
 

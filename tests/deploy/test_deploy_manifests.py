@@ -12,7 +12,7 @@ import yaml
 from healer.settings import parse_settings
 from tests.rbac_scan import argo_calls, granted, kube_calls, sidecar_sources
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
 MANIFEST = ROOT / "deploy" / "kubernetes" / "triton-with-healer.yaml"
 K8S_VERSION = "1.37.0"

@@ -36,7 +36,7 @@ from healer.drills.verdict import (
 from tests.conftest import EXAMPLE_MODELS, EXAMPLES
 from tests.drill_results import full_catalog_results, result
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PURE = ("catalog", "verdict", "report")
 
 # ---- the catalog -----------------------------------------------------------------------------------------

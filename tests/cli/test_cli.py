@@ -86,7 +86,7 @@ def test_probe_exit_1_when_a_live_and_ready_model_hangs(
     code = main(["probe", "--config", str(config), "--url", triton_server.url, "--json"])
     results = json.loads(capsys.readouterr().out)
     # Live and ready in the same cycle, then no answer: the model hangs, a fail (not "inconclusive").
-    # Exit 2 for errors only is covered by tests/test_probes_triton.py::test_errors_only_exit_code.
+    # Exit 2 for errors only is covered by tests/probes/test_probes_triton.py::test_errors_only_exit_code.
     assert code == 1
     business = next(r for r in results if r["model"] == slow.name and r["tier"] == "business")
     assert (business["status"], business["code"]) == ("fail", "timeout")
@@ -187,7 +187,7 @@ def test_store_unquarantine_lifts_the_ledger_records_the_audit_and_moves_the_fil
     assert list((root / "linear_scorer" / ".healer-quarantine").iterdir()) == []
 
     # Promotable again: promote now gets past the quarantine and the store checks to Triton itself
-    # (not running here; promoting with a Triton is covered in tests/test_cli_rollback.py).
+    # (not running here; promoting with a Triton is covered in tests/cli/test_cli_rollback.py).
     assert main(["promote", "--config", str(config), "linear_scorer", "2"]) == EXIT_REFUSED
     err = capsys.readouterr().err
     assert "quarantined" not in err and "Triton 127.0.0.1:" in err
@@ -385,7 +385,7 @@ def _all_parsers() -> list[argparse.ArgumentParser]:
 
 def test_every_argument_has_help_and_every_command_an_epilog_with_its_exit_codes() -> None:
     parsers = _all_parsers()
-    assert len(parsers) == 1 + len(EXIT_CODES) + 5  # healer, its commands, store ls/unquarantine/doctor, runs list/get
+    assert len(parsers) == 1 + len(EXIT_CODES) + 6  # healer, its commands, 4 store and 2 runs subcommands
     for parser in parsers:
         for action in parser._actions:
             if action.help != argparse.SUPPRESS:
@@ -408,7 +408,7 @@ def test_top_level_help_says_what_healer_is_and_lists_every_command(capsys: pyte
 
 
 def test_readme_exit_code_table_matches_the_commands() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     table = readme[readme.index("### Exit codes") :].split("\n\n")[1]
     rows = {int(line.split("|")[1]): line.split("|")[3] for line in table.splitlines()[2:]}
     for command, codes in EXIT_CODES.items():

@@ -328,7 +328,7 @@ def test_the_manifests_fallback_engine_writes_to_an_empty_dir_not_the_read_only_
 
     from healer.settings import parse_settings
 
-    manifest = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "triton-with-healer.yaml"
+    manifest = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "triton-with-healer.yaml"
     docs = {d["kind"]: d for d in yaml.safe_load_all(manifest.read_text()) if d}
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     healer = next(c for c in pod["containers"] if c["name"] == "healer")

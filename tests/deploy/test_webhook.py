@@ -668,7 +668,7 @@ def test_the_readiness_probe_through_the_sidecar_survives_one_missed_answer_and_
 
     pod = triton_pod(readiness=True)
     injected = apply(pod, review(admission_review(pod), CONFIG))["spec"]["containers"][0]["readinessProbe"]
-    manifest = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes" / "triton-with-healer.yaml"
+    manifest = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "triton-with-healer.yaml"
     deployment = next(d for d in yaml.safe_load_all(manifest.read_text()) if d and d["kind"] == "Deployment")
     by_hand = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "triton")
     for probe in (injected, by_hand["readinessProbe"]):

@@ -22,7 +22,7 @@ from healer.vocabulary import RollbackRequest
 from workflows.render import render_all
 from workflows.rollback import LABELS_FROM_PARAMETERS, PARAMETERS, TemplateOptions, build_rollback_template
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VENDORED_ARGO = ROOT / "tests" / "vendor" / "argo"  # Argo v4.1.2, see its README
 COMMITTED = ROOT / "deploy" / "argo"
 CHART = ROOT / "deploy" / "helm" / "healer"  # its files/argo/ are copies of the render

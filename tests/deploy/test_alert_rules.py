@@ -16,7 +16,7 @@ import yaml
 
 from tests.prometheus_rules import rendered_rules
 
-TESTS = Path(__file__).resolve().parent / "promtool" / "alerts.test.yaml"
+TESTS = Path(__file__).resolve().parents[1] / "promtool" / "alerts.test.yaml"
 BASE_URL = "https://runbooks.example/healer"  # what the annotation case expects
 
 pytestmark = [

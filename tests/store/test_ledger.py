@@ -1,4 +1,4 @@
-"""Pure parts of healer/ledger.py not covered in tests/test_store.py: the model's lease, lifting a quarantine."""
+"""Pure parts of healer/ledger.py not covered in tests/store/test_store.py: the model's lease, lifting a quarantine."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import pytest
 
 from workflows.rollback import HEALER_UID, TemplateOptions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 
 

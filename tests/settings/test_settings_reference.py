@@ -34,7 +34,7 @@ from healer.settings.reference import (
     sections,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "healer"
 CHART_EXAMPLES = sorted((ROOT / "deploy" / "helm" / "examples").glob("values-*.yaml"))
 # values.yaml's config keys that are the chart's choice rather than healer's default.

@@ -28,7 +28,7 @@ from healer.settings import (
     parse_settings,
 )
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EXAMPLE_CONFIG = EXAMPLES / "healer.yaml"
 EXAMPLE_INPUT = EXAMPLES / "golden" / "tiny_classifier_input.npy"
 
@@ -867,7 +867,7 @@ def test_sidecar_drain_with_peer_urls(tmp_path: Path) -> None:
     drain = {
         "peer_urls": ["http://triton-0:8088/", "http://triton-1:8088"],
         "keep_decision_s": 5,
-        "set": "triton",  # required with peer_urls (tests/test_drain_set_names.py)
+        "set": "triton",  # required with peer_urls (tests/sidecar/test_drain_set_names.py)
     }
     loaded = _load(tmp_path, _config(sidecar={"drain": drain})).sidecar.drain
     assert loaded is not None and loaded.peers is None
@@ -901,7 +901,7 @@ def test_a_deprecated_key_is_accepted_with_a_warning_and_ignored(tmp_path: Path)
 
 
 def test_the_cluster_example_never_drains_the_last_replica() -> None:
-    drain = load_settings(Path(__file__).resolve().parents[1] / "examples" / "healer-cluster.yaml").sidecar.drain
+    drain = load_settings(Path(__file__).resolve().parents[2] / "examples" / "healer-cluster.yaml").sidecar.drain
     assert drain is not None and drain.peers == DrainPeers("ml", "app.kubernetes.io/name=triton")
     assert drain.min_ready == 1
 
