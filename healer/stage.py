@@ -19,7 +19,8 @@ from healer.store import ModelStore, StoreError, StoreIntegrityError, verify_ver
 class Staged:
     model: str
     version: str
-    outcome: str  # "verified" (read in full, stamped), "fetched" (copied again from the store), "refused"
+    # "verified" (read in full, stamped), "fetched" (copied again from the store), "refused", "skipped"
+    outcome: str
     bytes: int
     seconds: float
     detail: str = ""
@@ -30,7 +31,11 @@ class Staged:
 
 
 def stage_model(store: ModelStore, model: str, live: Path, *, store_is_live: bool, keep: int = 2) -> list[Staged]:
-    """Stage (and re-check in full) the ``keep`` stable versions a rollback of ``model`` may restore."""
+    """Stage (and re-check in full) the ``keep`` stable versions a rollback of ``model`` may restore.
+    Not while a rollback holds the model's lease: it is fetching or loading these very directories."""
+    _, lease = store.lease_snapshot(model)
+    if lease is not None and not lease.released and lease.expires_at > time.time():
+        return [Staged(model, "-", "skipped", 0, 0.0, f"a rollback holds the model's lease ({lease.holder})")]
     results = []
     for record in versions_to_stage(store.ledger(model), available=store.versions(model), keep=keep):
         started = time.monotonic()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import http.client
 import json
 import struct
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
@@ -24,7 +25,7 @@ from urllib.parse import quote
 import numpy as np
 import numpy.typing as npt
 
-from healer.settings import DATATYPES, TensorSpec
+from healer.settings import DATATYPES, TensorSpec, parse_address
 from healer.triton import (
     UNAVAILABLE_STATUSES,
     IndexEntry,
@@ -45,13 +46,16 @@ class TritonRest:
     thread_safe = True
 
     def __init__(self, url: str, *, timeout_s: float) -> None:
-        host, _, port = url.rpartition(":")
-        if not host or not port.isdigit():
+        try:
+            host, port = parse_address(url, url=False)  # host:port or [v6]:port, the brackets removed
+        except ValueError as exc:
+            raise ValueError(f"Triton url {exc}") from None
+        if port is None:
             raise ValueError(f"Triton url must be host:port, got {url!r}")
         self.url = url
         self.timeout_s = timeout_s
         self._host = host
-        self._port = int(port)
+        self._port = port
 
     # ---- health and metadata ----------------------------------------------------------------------
 
@@ -130,7 +134,10 @@ class TritonRest:
         json_length = headers.get(HEADER_LENGTH.lower())
         split = int(json_length) if json_length and json_length.isdigit() else len(body)
         response = self._json(status, body[:split])
-        return _outputs(response, body[split:])
+        try:
+            return _outputs(response, body[split:])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # not the shape Triton answers in
+            raise TritonUnavailable(f"garbled answer: {type(exc).__name__}: {exc}") from exc
 
     # ---- repository ------------------------------------------------------------------------------
 
@@ -162,19 +169,24 @@ class TritonRest:
         timeout_s: float,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
-        # The connect gets the client's timeout (at most the call's); every read the call's own.
+        """One call under one deadline: connect (the client's timeout at most), send, then the answer
+        read in pieces, each with what is left of ``timeout_s`` (a server trickling bytes cannot
+        stretch it), and at most MAX_ANSWER_BYTES of it (a runaway output cannot exhaust the pod)."""
+        deadline = time.monotonic() + timeout_s
         connection = http.client.HTTPConnection(self._host, self._port, timeout=min(timeout_s, self.timeout_s))
         try:
             try:
                 connection.connect()
-            except OSError as exc:  # refused, unreachable, or no connection in time: nothing was sent
-                raise TritonUnavailable(f"{type(exc).__name__}: {exc}".strip()) from exc
-            assert connection.sock is not None
-            connection.sock.settimeout(timeout_s)
-            try:
+                assert connection.sock is not None
+                connection.sock.settimeout(_left(deadline))
                 connection.request(method, path, body=body, headers=headers or {})
+            except (OSError, http.client.HTTPException) as exc:
+                # Refused, unreachable, no connection or the request not taken in time: nothing was
+                # answered, and nothing says the model hangs.
+                raise TritonUnavailable(f"{type(exc).__name__}: {exc}".strip()) from exc
+            try:
                 response = connection.getresponse()
-                data = response.read()
+                data = _read_within(response, deadline, connection)
             except TimeoutError as exc:
                 raise TritonTimeout(f"no answer within {timeout_s:g}s: {method} {path}") from exc
             except (OSError, http.client.HTTPException) as exc:  # reset, closed, a garbled answer
@@ -193,6 +205,35 @@ class TritonRest:
             return json.loads(body)
         except ValueError as exc:
             raise TritonUnavailable(f"answer is not JSON: {body[:200]!r}") from exc
+
+
+# The longest answer read: a golden request's outputs are small; a version answering with a runaway
+# tensor must not take the sidecar's memory (64 MiB) with it.
+MAX_ANSWER_BYTES = 16 << 20
+_PIECE = 1 << 16
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("deadline passed")
+    return left
+
+
+def _read_within(response: http.client.HTTPResponse, deadline: float, connection: http.client.HTTPConnection) -> bytes:
+    pieces: list[bytes] = []
+    size = 0
+    while True:
+        if connection.sock is not None:
+            connection.sock.settimeout(_left(deadline))
+        piece = response.read1(_PIECE) if size < MAX_ANSWER_BYTES else b""
+        if not piece:
+            break
+        pieces.append(piece)
+        size += len(piece)
+        if size > MAX_ANSWER_BYTES:
+            raise http.client.HTTPException(f"answer larger than {MAX_ANSWER_BYTES >> 20} MiB")
+    return b"".join(pieces)
 
 
 def _part(text: str) -> str:
@@ -218,15 +259,29 @@ def _to_bytes(array: npt.NDArray[Any], datatype: str) -> bytes:
 
 
 def _from_bytes(raw: bytes, datatype: str, shape: Sequence[int]) -> npt.NDArray[Any]:
+    """Raw tensor bytes → an array of ``shape``; anything that does not add up is a garbled answer
+    (TritonUnavailable: nothing learnt), never a wrong one."""
+    count = int(np.prod(shape)) if shape else 1
     if datatype != "BYTES":
+        itemsize = np.dtype(DATATYPES[datatype]).itemsize
+        if len(raw) != count * itemsize:
+            raise TritonUnavailable(f"garbled answer: {len(raw)} bytes for {count} x {datatype}")
         return np.frombuffer(raw, dtype=DATATYPES[datatype]).reshape(shape)
     items: list[bytes] = []
     offset = 0
     while offset < len(raw):
+        if offset + 4 > len(raw):
+            raise TritonUnavailable("garbled answer: a BYTES element's length is cut off")
         (length,) = struct.unpack_from("<I", raw, offset)
+        if offset + 4 + length > len(raw):
+            raise TritonUnavailable(f"garbled answer: a BYTES element of {length} bytes runs past the tensor")
         items.append(raw[offset + 4 : offset + 4 + length])
         offset += 4 + length
-    return np.array(items, dtype=np.object_).reshape(shape)
+    if len(items) != count:
+        raise TritonUnavailable(f"garbled answer: {len(items)} BYTES elements for shape {list(shape)}")
+    array = np.empty(count, dtype=np.object_)
+    array[:] = items
+    return array.reshape(shape)
 
 
 def _outputs(response: dict[str, Any], binary: bytes) -> dict[str, OutputTensor]:
@@ -238,10 +293,17 @@ def _outputs(response: dict[str, Any], binary: bytes) -> dict[str, OutputTensor]
         if datatype not in DATATYPES:
             continue  # as tritonclient: not read, so the comparison reports the output missing
         if size is not None:
+            if int(size) < 0 or offset + int(size) > len(binary):
+                raise TritonUnavailable(
+                    f"garbled answer: output {name!r} says {size} bytes, {len(binary) - offset} left"
+                )
             values = _from_bytes(binary[offset : offset + int(size)], datatype, shape)
             offset += int(size)
         elif "data" in meta:
-            values = np.array(meta["data"], dtype=DATATYPES[datatype]).reshape(shape)
+            try:
+                values = np.array(meta["data"], dtype=DATATYPES[datatype]).reshape(shape)
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise TritonUnavailable(f"garbled answer: output {name!r}: {exc}") from exc
         else:
             continue
         outputs[name] = OutputTensor(name=name, datatype=datatype, values=values)

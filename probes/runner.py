@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 from healer.settings import ModelSettings, Settings
 from healer.triton import TritonAPI, TritonError
+from healer.vocabulary import SLOW
 from probes.result import ProbeResult, Status, Tier
 from probes.tiers import check_business, check_liveness, check_readiness, resolve_versions
 
@@ -33,7 +34,8 @@ def probe_all(
     ``concurrency`` > 1 probes that many models at once, when the client is safe to share between
     threads (``thread_safe``; tritonclient's is not, and is then used one model at a time): a hung
     model holds one worker for its golden timeout, never the other models' probes. Models in ``last``
-    (those that timed out before) start after the others, so they cannot occupy every worker first."""
+    (those that timed out before) start after the others, so they cannot occupy every worker first.
+    A slow answer among others is asked again alone before it counts."""
     try:
         liveness = check_liveness(triton)
     except Exception as exc:  # nothing learnt about the server: every tier below is inconclusive
@@ -54,6 +56,11 @@ def probe_all(
         finally:
             # A probe past its deadline is left to finish on its own (its calls have timeouts).
             pool.shutdown(wait=False, cancel_futures=True)
+        for m in models:
+            # Probed beside others, a model may answer slowly because of them: a slow answer is asked
+            # again alone before it counts, so concurrency never makes a healthy model look slow.
+            if any(r.tier is Tier.BUSINESS and r.status is Status.FAIL and r.code == SLOW for r in per_model[m.name]):
+                per_model[m.name] = _contained(triton, m, liveness)
     return [result for m in models for result in per_model[m.name]]
 
 

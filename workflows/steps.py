@@ -154,6 +154,8 @@ def fetch_stable(ctx: StepContext, model: str, failing_version: str, requested: 
     try:
         if ctx.store_is_live:
             path = ctx.live_repository / model / record.version
+            if not ctx.live_repository.is_dir():  # an unmounted share is not a version with no files
+                raise StoreUnavailable(f"{ctx.live_repository}: not a directory (not mounted?)")
             verified = verify_version(path, record.files, where=where)
         else:
             fetched = ctx.store.fetch_version(model, record.version, ctx.live_repository, expected=record.files)
@@ -597,8 +599,10 @@ def restore_replicas(
     skipped = {t.name or t.url: t.skip for t in targets if t.skip}
     waiting = [t for t in targets if not t.skip]
     plan: list[list[str]] = []
-    # The canary: replicas that do not answer are skipped until one does.
-    while waiting and not healed:
+    # The canary: the first replica that answers and needs a load. One that does not answer is
+    # skipped; one already on the stable version (nothing loaded) is healed but proves nothing.
+    canary_loaded = False
+    while waiting and not canary_loaded:
         target = waiting.pop(0)
         ctx.check_cancelled(f"restore of {target.url}")
         before_each()
@@ -608,7 +612,10 @@ def restore_replicas(
                 continue
             healed[target.url] = restore_replica(replica, request.model, request.from_version, record_)
             plan.append([target.url])
-    for wave in waves(waiting, ctx.settings.rollback.parallelism):
+            canary_loaded = touches_triton(ReplicaAction(healed[target.url]["action"]))
+    # Unload-first leaves each replica it works on without the model: one at a time, never a wave.
+    parallelism = 1 if ctx.settings.rollback.order == "unload-first" else ctx.settings.rollback.parallelism
+    for wave in waves(waiting, parallelism):
         ctx.check_cancelled(f"restore of {', '.join(t.url for t in wave)}")
         before_each()
         plan.append([t.url for t in wave])
@@ -621,7 +628,7 @@ def restore_replicas(
             elif not isinstance(outcome, BaseException):
                 healed[target.url] = outcome
         if failed:
-            raise _wave_failed(request.model, failed, restored=len(healed))
+            raise _wave_failed(request.model, failed, restored=sorted(healed))
     if not healed:
         listed = "; ".join(f"{k}: {v}" for k, v in skipped.items())
         raise TransientStepError(f"no replica of {request.model} could be healed ({listed})")
@@ -661,10 +668,12 @@ def _restore_wave(
     return outcomes
 
 
-def _wave_failed(model: str, failed: Mapping[str, BaseException], *, restored: int) -> StepError:
-    """One error for a wave's failures: permanent if any was (a retry would not change it), else transient."""
+def _wave_failed(model: str, failed: Mapping[str, BaseException], *, restored: list[str]) -> StepError:
+    """One error for a wave's failures, naming what is restored (the escalation says where things
+    stand): permanent if any was (a retry would not change it), else transient."""
     listed = "; ".join(f"{url}: {exc}" for url, exc in failed.items())
-    message = f"{model}: {len(failed)} replica(s) failed ({listed}); {restored} restored before the stop"
+    shown = ", ".join(restored[:10]) + (f" and {len(restored) - 10} more" if len(restored) > 10 else "")
+    message = f"{model}: {len(failed)} replica(s) failed ({listed}); {len(restored)} restored before the stop ({shown})"
     if any(isinstance(exc, PermanentStepError) for exc in failed.values()):
         return PermanentStepError(message)
     if all(isinstance(exc, StepError) for exc in failed.values()):

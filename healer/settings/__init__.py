@@ -385,10 +385,16 @@ class RollbackSettings:
     )
     # Restore in waves: one replica first (the canary: if the stable version fails there, nothing else
     # was touched), then this many at once. Concurrent loads read one shared repository, so more is
-    # not always faster: benchmarks/scale.py measures where it stops helping.
+    # not always faster: benchmarks/scale_restore.py measures it. 50: 1000 replicas in 33 s at a 1.45 s
+    # load (10: 151 s); from about 74 at once, a 1 GB model on a 10 Gbit/s store runs past
+    # load_timeout_s; 1000 at once made the verifies themselves slow (docs/scale.md).
     parallelism: int = field(
-        default=10,
-        metadata=setting("replicas restored at once after the first (the canary) is restored and verified", minimum=1),
+        default=50,
+        metadata=setting(
+            "replicas restored at once after the first (the canary) is restored and verified; the swap order "
+            "only (unload-first restores one at a time: the model is absent on each replica it unloads)",
+            minimum=1,
+        ),
     )
     # swap: load the stable version over the broken one (Triton loads the new version, then releases
     # the old; a failed load keeps the old): the model is never absent. unload-first: for models too

@@ -17,27 +17,39 @@ only numeric version directories).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
+import structlog
+
+from healer.store.blobs import _filesystem_error
 from healer.store.files import _write_atomic, make_dirs
 from healer.store.hashing import DERIVED_DIRS, _hash_tree, check_hashes
 
+log = structlog.get_logger("healer.store")
+
 STAMP_DIR = ".healer-verified"  # in <live>/<model>/
-STAMP_FORMAT = 1
+STAMP_FORMAT = 2  # 2: no device number
 
 
 @dataclass(frozen=True)
 class FileIdentity:
+    # No device number: NFS, CephFS and overlay number devices per mount and node, and a stamp written
+    # on one node must hold in a rollback pod on another.
     size: int
     mtime_ns: int
     ctime_ns: int
     inode: int
-    device: int
+
+
+# On a filesystem with whole-second timestamps (NFSv3, ext4 with small inodes), a file changed this
+# recently is not stamped (git's "racy" rule): a write in the same second as the stat would leave its
+# identity unchanged. Nanosecond timestamps need no such wait.
+RACY_S = 2.0
 
 
 def identities(root: Path) -> dict[str, FileIdentity]:
@@ -47,9 +59,10 @@ def identities(root: Path) -> dict[str, FileIdentity]:
         relative = path.relative_to(root)
         if DERIVED_DIRS.intersection(relative.parts) or not path.is_file():
             continue
-        info = path.stat()
+        with path.open("rb") as handle:  # fstat of an open file: NFS revalidates what an open returns
+            info = os.fstat(handle.fileno())
         found[str(PurePosixPath(relative))] = FileIdentity(
-            info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev
+            info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
         )
     return found
 
@@ -82,32 +95,57 @@ def verify_version(version_dir: Path, expected: Mapping[str, str], *, where: str
     full check) or ``"hashed"`` (read in full; the stamp is then written, or removed on a mismatch)."""
     if trust_stamp and stamped_hashes(version_dir) == dict(expected):
         return "stamp"
-    before = identities(version_dir)
-    hashes = _hash_tree(version_dir)
+    try:
+        before = identities(version_dir)
+        hashes = _hash_tree(version_dir)
+    except OSError as exc:  # an I/O error or a vanished file: classified as the filesystem store does
+        raise _filesystem_error(f"{where}: cannot read", exc) from exc
     try:
         check_hashes(expected, hashes, where=where)
     except Exception:
         forget_stamp(version_dir)
         raise
-    if identities(version_dir) == before:  # nothing changed while it was read: worth remembering
+    try:
+        unchanged = identities(version_dir) == before
+    except OSError:
+        unchanged = False
+    if unchanged:  # nothing changed while it was read: worth remembering
         record(version_dir, hashes, before)
     return "hashed"
 
 
-def record(version_dir: Path, hashes: Mapping[str, str], seen: Mapping[str, FileIdentity] | None = None) -> None:
-    """Write the stamp: ``hashes`` as checked, against the identities ``seen`` (now, by default)."""
-    seen = identities(version_dir) if seen is None else seen
-    if seen.keys() != hashes.keys():
-        return  # files came or went since they were hashed: no stamp rather than a wrong one
-    stamp = {
-        "format": STAMP_FORMAT,
-        "files": {name: {"sha256": hashes[name], "identity": asdict(seen[name])} for name in sorted(hashes)},
-    }
-    path = stamp_path(version_dir)
-    make_dirs(path.parent)
-    _write_atomic(path, json.dumps(stamp, indent=1).encode())
+def record(version_dir: Path, hashes: Mapping[str, str], seen: Mapping[str, FileIdentity] | None = None) -> bool:
+    """Write the stamp: ``hashes`` as checked, against the identities ``seen`` (now, by default).
+    Best effort, it is only a cache: a read-only or foreign-owned live repository, files that came or
+    went, or one changed too recently to trust its timestamps leave no stamp (the next check reads in
+    full). Returns whether it was written."""
+    try:
+        seen = identities(version_dir) if seen is None else seen
+        if seen.keys() != hashes.keys():
+            return False
+        coarse = all(i.mtime_ns % 1_000_000_000 == 0 and i.ctime_ns % 1_000_000_000 == 0 for i in seen.values())
+        newest = max((max(i.mtime_ns, i.ctime_ns) for i in seen.values()), default=0) / 1e9
+        if coarse and time.time() - newest < RACY_S:
+            return False
+        stamp = {
+            "format": STAMP_FORMAT,
+            "files": {name: {"sha256": hashes[name], "identity": asdict(seen[name])} for name in sorted(hashes)},
+        }
+        path = stamp_path(version_dir)
+        make_dirs(path.parent)
+        _write_atomic(path, json.dumps(stamp, indent=1).encode())
+        return True
+    except OSError as exc:
+        log.warning("stamp_not_written", version_dir=str(version_dir), error=str(exc))
+        return False
 
 
 def forget_stamp(version_dir: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    """Remove a stamp that no longer holds (best effort: one that cannot be removed no longer matches
+    the files either, or the full check refusing them is what counts)."""
+    try:
         os.unlink(stamp_path(version_dir))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("stamp_not_removed", version_dir=str(version_dir), error=str(exc))

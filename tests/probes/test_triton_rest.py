@@ -4,6 +4,7 @@ Triton, the binary tensor format both ways, and the three error kinds from real 
 from __future__ import annotations
 
 import http.server
+import json
 import socket
 import threading
 import time
@@ -214,3 +215,98 @@ def test_tensors_round_trip_through_the_wire_format(datatype: str, values: npt.N
         assert raw[:4] == (3).to_bytes(4, "little")  # Triton's length prefix, little-endian
     else:
         assert back.tobytes() == values.tobytes()
+
+
+# ---- answers that do not add up, and servers that stretch a call ------------------------------------
+
+
+def _serve_once(answer: bytes, *, family: int = socket.AF_INET, trickle_s: float = 0.0) -> tuple[str, threading.Thread]:
+    """A one-connection server that reads the request and sends ``answer`` (a byte at a time every
+    ``trickle_s`` when set)."""
+    host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    listener = socket.create_server((host, 0), family=family)
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        with listener:
+            listener.settimeout(10)
+            connection, _ = listener.accept()
+            with connection:
+                connection.settimeout(10)
+                connection.recv(65536)
+                try:
+                    if trickle_s:
+                        for byte in answer:
+                            connection.sendall(bytes([byte]))
+                            time.sleep(trickle_s)
+                    else:
+                        connection.sendall(answer)
+                except OSError:
+                    pass  # the client gave up: what the test wants
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return (f"[::1]:{port}" if family == socket.AF_INET6 else f"127.0.0.1:{port}"), thread
+
+
+def _http(body: bytes, headers: dict[str, str] | None = None) -> bytes:
+    lines = [b"HTTP/1.1 200 OK", f"Content-Length: {len(body)}".encode()]
+    lines += [f"{k}: {v}".encode() for k, v in (headers or {}).items()]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def test_an_ipv6_address_in_brackets_is_reached() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    try:
+        url, thread = _serve_once(_http(b""), family=socket.AF_INET6)
+    except OSError:
+        pytest.skip("::1 is not configured here")
+    assert TritonRest(url, timeout_s=2.0).server_live() is True
+    thread.join(timeout=5)
+
+
+def test_a_trickling_answer_cannot_stretch_the_calls_deadline() -> None:
+    url, thread = _serve_once(_http(b"x" * 200), trickle_s=0.05)  # 10 s to send it all
+    started = time.monotonic()
+    with pytest.raises(TritonTimeout):
+        TritonRest(url, timeout_s=2.0).model_config("m")
+    assert time.monotonic() - started < 3.0  # one deadline for the call (2 s), not one per byte (10 s)
+    thread.join(timeout=15)
+
+
+def _infer_answer(header: dict[str, object], binary: bytes) -> bytes:
+    head = json.dumps(header).encode()
+    return _http(head + binary, {"Inference-Header-Content-Length": str(len(head))})
+
+
+FP32_SPEC = TensorSpec(name="X", datatype="FP32", shape=(1,), values=np.zeros(1, dtype=np.float32))
+
+
+@pytest.mark.parametrize(
+    ("outputs", "binary"),
+    [
+        ([{"name": "Y", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}}], b"\0" * 4),
+        ([{"name": "Y", "datatype": "FP32", "shape": [3], "parameters": {"binary_data_size": 8}}], b"\0" * 8),
+        ([{"name": "Y", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 7}}], b"\x64\0\0\0abc"),
+        ([{"name": "Y", "datatype": "BYTES", "shape": [2], "parameters": {"binary_data_size": 7}}], b"\x03\0\0\0abc"),
+        ([{"datatype": "FP32", "shape": [1], "parameters": {"binary_data_size": 4}}], b"\0" * 4),
+        ([{"name": "Y", "datatype": "FP32", "shape": [2], "data": [1.0]}], b""),
+    ],
+    ids=["short", "shape", "bytes-overrun", "bytes-count", "no-name", "json-shape"],
+)
+def test_a_garbled_answer_is_nothing_learnt_never_a_wrong_one(outputs: list[dict[str, object]], binary: bytes) -> None:
+    url, thread = _serve_once(_infer_answer({"outputs": outputs}, binary))
+    with pytest.raises(TritonUnavailable, match="garbled"):
+        TritonRest(url, timeout_s=2.0).infer("m", "1", [FP32_SPEC], ["Y"], timeout_s=2.0)
+    thread.join(timeout=5)
+
+
+def test_a_runaway_answer_is_cut_off_not_read_into_memory() -> None:
+    from healer.triton_rest import MAX_ANSWER_BYTES
+
+    size = MAX_ANSWER_BYTES + (1 << 20)
+    url, thread = _serve_once(_http(b"\0" * size))
+    with pytest.raises(TritonUnavailable, match="larger than"):
+        TritonRest(url, timeout_s=5.0).model_config("m")
+    thread.join(timeout=10)

@@ -173,3 +173,27 @@ def test_versions_to_stage_skips_quarantined_and_missing_ones() -> None:
     assert [r.version for r in versions_to_stage(ledger, available=["1", "2", "3", "4"])] == ["3", "2"]
     assert [r.version for r in versions_to_stage(ledger, available=["1", "4"])] == ["1"]
     assert versions_to_stage(Ledger(model="m"), available=["1"]) == []
+
+
+def test_a_stamp_that_cannot_be_written_is_no_failure(version: tuple[Path, dict[str, str]]) -> None:
+    """A read-only or foreign-owned live repository: the version is checked in full every time, and the
+    check still passes (the stamp is a cache, never a condition)."""
+    from healer.store import STAMP_DIR
+
+    root, expected = version
+    (root.parent / STAMP_DIR).write_text("a file where the stamps' folder would go")
+    assert verify_version(root, expected, where="t") == "hashed"
+    assert verify_version(root, expected, where="t") == "hashed"
+    with pytest.raises(StoreIntegrityError):
+        verify_version(root, {**expected, "model.py": "0" * 64}, where="t")  # a mismatch still refused
+
+
+def test_an_unreadable_file_is_a_store_error_not_a_crash(version: tuple[Path, dict[str, str]]) -> None:
+    from healer.store import StoreError
+
+    root, expected = version
+    (root / "weights" / "w.bin").unlink()
+    (root / "weights" / "w.bin").symlink_to(root / "weights" / "loop")
+    (root / "weights" / "loop").symlink_to(root / "weights" / "w.bin")
+    with pytest.raises(StoreError):
+        verify_version(root, expected, where="t")
