@@ -1,0 +1,151 @@
+"""The canary and the waves, on in-memory Tritons (the real-Triton cases are in test_rollback_triton.py):
+which replica is the canary, how many load at once, and what a failure leaves."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from healer.ledger import StableRecord
+from healer.settings import Settings
+from healer.store import FilesystemBlobs, ModelStore
+from healer.triton import IndexEntry, OutputTensor, TritonRejected
+from healer.vocabulary import RollbackRequest
+from workflows import steps
+from workflows.plan import ReplicaTarget
+
+MODEL = "linear_scorer"
+
+
+class FakeTriton:
+    """One replica: what it serves, loads that take ``load_s``, the golden answer from the settings."""
+
+    running = 0
+    most_at_once = 0
+    lock = threading.Lock()
+
+    def __init__(self, url: str, serves: list[str], golden: Any, *, refuses: bool = False, load_s: float = 0.05):
+        self.url, self.serves, self.golden, self.refuses, self.load_s = url, serves, golden, refuses, load_s
+        self.loads = 0
+
+    def server_live(self) -> bool:
+        return True
+
+    def served_versions(self, model: str) -> list[str]:
+        return list(self.serves)
+
+    def repository_index(self) -> list[IndexEntry]:
+        return [IndexEntry(MODEL, v, "READY", "") for v in self.serves]
+
+    def model_config(self, model: str) -> dict[str, Any]:
+        return {"name": MODEL}
+
+    def model_version_ready(self, model: str, version: str) -> bool:
+        return version in self.serves
+
+    def load_model(self, model: str, *, config: str | None = None, timeout_s: float) -> None:
+        with FakeTriton.lock:
+            FakeTriton.running += 1
+            FakeTriton.most_at_once = max(FakeTriton.most_at_once, FakeTriton.running)
+        try:
+            time.sleep(self.load_s)
+            if self.refuses:
+                raise TritonRejected(400, "load failed: no such version in this repository")
+            self.loads += 1
+            policy = json.loads(config or "{}").get("version_policy", {})
+            self.serves = [str(v) for v in policy.get("specific", {}).get("versions", [])]
+        finally:
+            with FakeTriton.lock:
+                FakeTriton.running -= 1
+
+    def unload_model(self, model: str) -> None:
+        self.serves = []
+
+    def infer(self, model: str, version: str, inputs: Any, output_names: Any, timeout_s: float) -> dict[str, Any]:
+        return {
+            o.tensor.name: OutputTensor(o.tensor.name, o.tensor.datatype, o.tensor.values) for o in self.golden.outputs
+        }
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def fleet(example_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    FakeTriton.running = FakeTriton.most_at_once = 0
+    store = ModelStore(FilesystemBlobs(tmp_path / "store"))
+    (tmp_path / "store" / MODEL / "1").mkdir(parents=True)
+    (tmp_path / "store" / MODEL / "1" / "model.py").write_text("v1")
+    record = StableRecord(version="1", files={}, promoted_at="t", promoted_by="test", config={"name": MODEL})
+    store.update_ledger(MODEL, lambda ledger: ledger.with_stable(record))
+    golden = example_settings.model(MODEL).golden
+
+    def make(serving: list[list[str]], *, refuses: set[int] = frozenset(), order: str = "swap", parallelism: int = 50):
+        tritons = {
+            f"10.0.0.{i}:8000": FakeTriton(f"10.0.0.{i}:8000", serves, golden, refuses=i in refuses)
+            for i, serves in enumerate(serving)
+        }
+        monkeypatch.setattr(steps, "_triton_for", lambda ctx, url: tritons[url])
+        settings = dataclasses.replace(
+            example_settings,
+            rollback=dataclasses.replace(example_settings.rollback, order=order, parallelism=parallelism),
+        )
+        first = next(iter(tritons.values()))
+        ctx = steps.StepContext(
+            settings=settings,
+            triton=FakeTriton("local:1", [], golden),
+            store=store,
+            live_repository=tmp_path / "live",
+            list_replicas=lambda: [ReplicaTarget(url, f"triton-{i}") for i, url in enumerate(tritons)],
+        )
+        assert first.url != ctx.triton.url
+        return ctx, tritons
+
+    return make
+
+
+REQUEST = RollbackRequest(model=MODEL, from_version="2", incident="inc-1")
+
+
+def test_a_replica_already_restored_is_no_canary(fleet: Any) -> None:
+    """The first replica already serves v1 (nothing to load): the canary is the next one, and only
+    after it loaded and passed do the other two load, together."""
+    ctx, tritons = fleet([["1"], ["2"], ["2"], ["2"]])
+    outcome = steps.restore_replicas(ctx, REQUEST, "1")
+    urls = list(tritons)
+    assert outcome["waves"] == [[urls[0]], [urls[1]], [urls[2], urls[3]]]
+    assert [t.serves for t in tritons.values()] == [["1"]] * 4
+    assert outcome["replicas"][urls[0]]["action"] == "already"
+
+
+def test_a_canary_that_refuses_stops_before_any_other_load(fleet: Any) -> None:
+    ctx, tritons = fleet([["2"], ["2"], ["2"]], refuses={0})
+    with pytest.raises(steps.PermanentStepError, match="Triton refused"):
+        steps.restore_replicas(ctx, REQUEST, "1")
+    assert [t.loads for t in tritons.values()] == [0, 0, 0]
+    assert [t.serves for t in tritons.values()] == [["2"]] * 3
+
+
+def test_a_wave_loads_at_once_and_a_failing_member_stops_the_next_wave(fleet: Any) -> None:
+    ctx, tritons = fleet([["2"]] * 7, refuses={2}, parallelism=3)
+    with pytest.raises(steps.PermanentStepError) as raised:
+        steps.restore_replicas(ctx, REQUEST, "1")
+    served = [t.serves for t in tritons.values()]
+    assert served[:4] == [["1"], ["1"], ["2"], ["1"]]  # canary, then the wave: two restored, one kept v2
+    assert served[4:] == [["2"]] * 3  # the next wave never started
+    assert FakeTriton.most_at_once == 3
+    assert "1 replica(s) failed" in str(raised.value) and "3 restored before the stop" in str(raised.value)
+
+
+def test_unload_first_never_unloads_two_replicas_at_once(fleet: Any) -> None:
+    ctx, tritons = fleet([["2"]] * 5, order="unload-first", parallelism=50)
+    outcome = steps.restore_replicas(ctx, REQUEST, "1")
+    assert FakeTriton.most_at_once == 1
+    assert [len(w) for w in outcome["waves"]] == [1] * 5
+    assert [t.serves for t in tritons.values()] == [["1"]] * 5
