@@ -46,15 +46,23 @@ def models_to_confirm(
 
 
 def next_probe(
-    now: float, next_full_at: float, *, confirm_interval_s: float, suspects: frozenset[str]
+    now: float,
+    next_full_at: float,
+    *,
+    confirm_interval_s: float,
+    suspects: frozenset[str],
+    answered_at: float | None = None,
 ) -> tuple[float, frozenset[str] | None]:
     """(seconds to wait, the models to probe then; None: every model, the regular cycle).
 
-    Suspect models are re-probed ``confirm_interval_s`` after the last answer (a gap, so a glitch has
-    time to pass), when that comes before the next full cycle; otherwise the full cycle (which probes
-    them too) comes first."""
-    if suspects and confirm_interval_s > 0 and now + confirm_interval_s < next_full_at:
-        return confirm_interval_s, suspects
+    Suspect models are re-probed ``confirm_interval_s`` after their last answer (``answered_at``, now
+    by default; a gap, so a glitch has time to pass), not after the whole cycle: a hung model elsewhere
+    in the pod must not delay the confirmation. That is when it comes before the next full cycle;
+    otherwise the full cycle (which probes them too) comes first."""
+    waited = 0.0 if answered_at is None else max(0.0, now - answered_at)
+    delay = max(0.0, confirm_interval_s - waited)
+    if suspects and confirm_interval_s > 0 and now + delay < next_full_at:
+        return delay, suspects
     return max(0.0, next_full_at - now), None
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Callable, Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from healer.settings import ModelSettings, Settings
 from healer.triton import TritonAPI, TritonError
@@ -24,6 +24,7 @@ def probe_all(
     only: Collection[str] | None = None,
     concurrency: int = 1,
     last: Collection[str] = (),
+    on_model: Callable[[str, list[ProbeResult]], None] | None = None,
 ) -> list[ProbeResult]:
     """All three tiers for every model (or the models named in ``only``): liveness once for the
     server, then per model and version. Results come back in the configured order of the models.
@@ -34,34 +35,57 @@ def probe_all(
     ``concurrency`` > 1 probes that many models at once, when the client is safe to share between
     threads (``thread_safe``; tritonclient's is not, and is then used one model at a time): a hung
     model holds one worker for its golden timeout, never the other models' probes. Models in ``last``
-    (those that timed out before) start after the others, so they cannot occupy every worker first.
-    A slow answer among others is asked again alone before it counts."""
+    (those that timed out before) start first while they are fewer than the workers (their timeouts
+    run beside the others' probes), last when they are not (they cannot take every worker). A slow
+    answer among others is asked again alone before it counts. ``on_model(name, results)`` is called
+    in the caller's thread as each model's results are in, so the caller can act on a fast answer
+    while a hung model is still timing out."""
     try:
         liveness = check_liveness(triton)
     except Exception as exc:  # nothing learnt about the server: every tier below is inconclusive
         liveness = ProbeResult(Tier.LIVENESS, Status.ERROR, None, None, 0.0, f"liveness probe raised: {_what(exc)}")
     models = [m for m in settings.models if only is None or m.name in only]
     workers = min(concurrency, len(models)) if getattr(triton, "thread_safe", False) else 1
+    per_model: dict[str, list[ProbeResult]] = {}
+
+    def done_with(model: ModelSettings, results: list[ProbeResult]) -> None:
+        per_model[model.name] = results
+        if on_model is not None:
+            on_model(model.name, results)
+
     if workers <= 1 or not liveness.passed:  # a dead server: nothing to wait for, no thread worth starting
-        per_model = {m.name: _contained(triton, m, liveness) for m in models}
+        for m in models:
+            done_with(m, _contained(triton, m, liveness))
     else:
-        started = sorted(models, key=lambda m: m.name in last)  # stable: the configured order otherwise
+        hung = [m for m in models if m.name in last]
+        started = sorted(models, key=lambda m: (m.name in last) == (len(hung) >= workers))  # stable otherwise
+        slow: list[ModelSettings] = []
         pool = ThreadPoolExecutor(workers, thread_name_prefix="probe")
         try:
-            futures = {m.name: pool.submit(_contained, triton, m, liveness) for m in started}
-            done, _ = wait(futures.values(), timeout=_deadline_s(settings, models, workers))
-            per_model = {
-                m.name: futures[m.name].result() if futures[m.name] in done else _overran(m, liveness) for m in models
-            }
+            futures = {pool.submit(_contained, triton, m, liveness): m for m in started}
+            try:
+                for future in as_completed(futures, timeout=_deadline_s(settings, models, workers)):
+                    model, results = futures[future], future.result()
+                    if _slow(results):
+                        slow.append(model)
+                    else:
+                        done_with(model, results)
+            except TimeoutError:
+                for m in models:
+                    if m.name not in per_model and all(m.name != s.name for s in slow):
+                        done_with(m, _overran(m, liveness))
         finally:
             # A probe past its deadline is left to finish on its own (its calls have timeouts).
             pool.shutdown(wait=False, cancel_futures=True)
-        for m in models:
-            # Probed beside others, a model may answer slowly because of them: a slow answer is asked
-            # again alone before it counts, so concurrency never makes a healthy model look slow.
-            if any(r.tier is Tier.BUSINESS and r.status is Status.FAIL and r.code == SLOW for r in per_model[m.name]):
-                per_model[m.name] = _contained(triton, m, liveness)
+        for m in slow:
+            # Probed beside others, a model may answer slowly because of them: asked again alone (the
+            # pool has finished) before it counts, so concurrency never makes a healthy model look slow.
+            done_with(m, _contained(triton, m, liveness))
     return [result for m in models for result in per_model[m.name]]
+
+
+def _slow(results: list[ProbeResult]) -> bool:
+    return any(r.tier is Tier.BUSINESS and r.status is Status.FAIL and r.code == SLOW for r in results)
 
 
 def _contained(triton: TritonAPI, model: ModelSettings, liveness: ProbeResult) -> list[ProbeResult]:

@@ -666,3 +666,17 @@ def test_models_to_confirm(states: dict[str, ModelState], confirmed: dict[str, i
 )
 def test_next_probe(now: float, suspects: frozenset[str], confirm_s: float, expected: tuple[Any, Any]) -> None:
     assert next_probe(now, 11.0, confirm_interval_s=confirm_s, suspects=suspects) == expected
+
+
+@pytest.mark.parametrize(
+    ("answered_at", "expected"),
+    [
+        (10.0, (0.2, frozenset({"a"}))),  # answered as the cycle ended: the whole gap
+        (9.5, (pytest.approx(0.0), frozenset({"a"}))),  # answered 0.5 s ago (a hung model held the cycle): now
+        (9.9, (pytest.approx(0.1), frozenset({"a"}))),  # the rest of the gap
+        (10.5, (0.2, frozenset({"a"}))),  # a clock oddity (in the future): never less than the gap
+    ],
+)
+def test_next_probe_counts_the_gap_from_the_models_own_answer(answered_at: float, expected: tuple[Any, Any]) -> None:
+    planned = next_probe(10.0, 11.0, confirm_interval_s=0.2, suspects=frozenset({"a"}), answered_at=answered_at)
+    assert planned == expected

@@ -118,6 +118,7 @@ class Sidecar:
         self._stopping = threading.Event()  # SIGTERM: leaving the Service (set from a signal handler)
         self._stop_at: float | None = None
         self._orphans_seen: set[str] = set()
+        self.answered_at: dict[str, float] = {}  # when each model's last verdict was applied (confirmations)
 
     # ---- the loop ------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, *, max_cycles: int | None = None) -> None:
@@ -141,7 +142,11 @@ class Sidecar:
                 states = dict(self.states)
             suspects = models_to_confirm(states, confirmed, limit=sidecar.business.failure_threshold)
             delay, only = next_probe(
-                now, next_full_at, confirm_interval_s=sidecar.confirm_interval_s, suspects=suspects
+                now,
+                next_full_at,
+                confirm_interval_s=sidecar.confirm_interval_s,
+                suspects=suspects,
+                answered_at=max((self.answered_at.get(name, now) for name in suspects), default=now),
             )
             self.clock.wait(stop, delay)
 
@@ -156,8 +161,18 @@ class Sidecar:
         with structlog.contextvars.bound_contextvars(trace_id=trace_id):
             now = self.clock.monotonic()
             results: list[ProbeResult] | None = None
+            serving_before = self.book.serving_flags()
+            done: set[str] = set()
+
+            def act(name: str, mine: list[ProbeResult] | None) -> None:
+                # Each model as soon as its own results are in: a wrong answer is acted on while a
+                # hung model elsewhere in the pod is still timing out.
+                model = next(m for m in models if m.name == name)
+                done.add(name)
+                self._model_steps(model, mine, now, confirming=only is not None)
+
             try:
-                with self.book.lock:  # models that hung last time start last: they cannot take every worker first
+                with self.book.lock:
                     hung = [name for name, state in self.states.items() if state.bad_code == TIMEOUT]
                 results = probe_all(
                     self.settings,
@@ -165,23 +180,15 @@ class Sidecar:
                     only=only,
                     concurrency=self.settings.sidecar.probe_concurrency,
                     last=hung,
+                    on_model=act,
                 )
                 self.book.record(results, trace_id, partial=only is not None)
             except Exception:  # a bug in probing: no verdicts this cycle; rollbacks and timeouts still run
                 log.exception("probe_cycle_failed")
                 results = None
-            serving_before = self.book.serving_flags()
             for model in models:
-                if only is not None:
-                    self.metrics.inc("healer_probe_confirmations_total", {"model": model.name})
-                self._step(model, "poll_rollback", self._poll_rollback, model)
-                self._step(model, "retry_submission", self._retry_pending, model)
-                if results is not None:
-                    mine = [r for r in results if r.model == model.name]
-                    verdict = confirmation_verdict(verdict_for(mine, now), confirming=only is not None)
-                    self._step(model, "verdict", self._apply_verdict, model, verdict)
-                self._step(model, "tick", self._apply, model, Tick(self.clock.monotonic()))
-                self._step(model, "alert", self.notify.keep_firing, model.name, self.states[model.name].phase)
+                if model.name not in done:
+                    self._model_steps(model, None, now, confirming=only is not None)
             try:
                 # A confirmation cycle decides the drain only when it changed what a model may serve.
                 if only is None or self.book.serving_flags() != serving_before:
@@ -192,6 +199,22 @@ class Sidecar:
             if results is not None and only is None:
                 self.book.count_cycle()
             self.last_cycle_at = self.clock.monotonic()  # /healthz: the loop is turning
+
+    def _model_steps(
+        self, model: ModelSettings, mine: list[ProbeResult] | None, probed_at: float, *, confirming: bool
+    ) -> None:
+        """Watch the rollback, retry a submission, apply the verdict (when the model was probed), let
+        time pass, keep alerts firing; each step contained on its own."""
+        if confirming:
+            self.metrics.inc("healer_probe_confirmations_total", {"model": model.name})
+        self._step(model, "poll_rollback", self._poll_rollback, model)
+        self._step(model, "retry_submission", self._retry_pending, model)
+        if mine is not None:
+            verdict = confirmation_verdict(verdict_for(mine, probed_at), confirming=confirming)
+            self._step(model, "verdict", self._apply_verdict, model, verdict)
+            self.answered_at[model.name] = self.clock.monotonic()
+        self._step(model, "tick", self._apply, model, Tick(self.clock.monotonic()))
+        self._step(model, "alert", self.notify.keep_firing, model.name, self.states[model.name].phase)
 
     @staticmethod
     def _step(model: ModelSettings, what: str, action: Callable[..., None], *args: Any) -> None:
