@@ -284,8 +284,8 @@ def figures(result: dict[str, Any]) -> dict[str, str]:
     gb = [(r["size_bytes"] / 1e9, r) for r in result["sizes"]]
     series = {
         "Triton's load": [(x, r["staged"]["triton_load_s"]) for x, r in gb],
-        "healer's share, staged": [(x, r["staged"]["healer_share_s"]) for x, r in gb],
-        "healer's share, unstaged (before)": [(x, r["unstaged"]["healer_share_s"]) for x, r in gb],
+        "healer, staged": [(x, r["staged"]["healer_share_s"]) for x, r in gb],
+        "healer, hashing (before)": [(x, r["unstaged"]["healer_share_s"]) for x, r in gb],
     }
     return {
         "restore-vs-model-size.svg": line_chart(
