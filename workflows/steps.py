@@ -461,10 +461,12 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
     lease         one rollback per model whichever engine runs it (a lease in the store, taken over
                   at once only from an earlier attempt of the same run); first duty: load again what
                   an earlier, killed attempt unloaded
-    fetch-stable  choose the stable version, check its sha256, stage it where Triton reads it
+    fetch-stable  choose the stable version, check its sha256 (from its stamp when staged and
+                  unchanged), stage it where Triton reads it
                   (after sweeping a killed attempt's staging copies); nothing that serves has been
                   touched yet, so any failure here changes nothing
-    restore       replica by replica: swap in the stable version (or unload-first), verify, next;
+    restore       the canary (one replica, loaded and verified), then waves of replicas at once:
+                  swap in the stable version (or unload-first, one at a time), verify each;
                   a replica that no longer serves the failing version is left as it is
     record        quarantine the failing version (ledger, audit, its directory moved aside) and
                   write the stable version's config as the model's config.pbtxt
@@ -587,8 +589,9 @@ def put_back_unloaded(ctx: StepContext, model: str, keeper: LeaseKeeper, triton_
 def restore_replicas(
     ctx: StepContext, request: RollbackRequest, version: str, *, before_each: Callable[[], None] = lambda: None
 ) -> dict[str, Any]:
-    """The canary, then waves: the first replica that answers is restored and verified alone; only if
-    it passes are the others restored, ``rollback.parallelism`` at a time, each decided
+    """The canary, then waves: the first replica that answers and needs a load is restored and
+    verified alone; only if it passes are the others restored, ``rollback.parallelism`` at a time
+    (unload-first: one at a time), each decided
     (workflows/plan.py), acted on and verified on its own. ``before_each`` (the lease's fence) runs
     before the canary and before each wave. A failure stops the rollback after its wave: replicas
     already restored stay restored, the rest keep what they serve (loaded); every other replica of
