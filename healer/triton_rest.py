@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import struct
 import time
 from collections.abc import Sequence
@@ -184,9 +185,12 @@ class TritonRest:
                 # Refused, unreachable, no connection or the request not taken in time: nothing was
                 # answered, and nothing says the model hangs.
                 raise TritonUnavailable(f"{type(exc).__name__}: {exc}".strip()) from exc
+            # The socket itself: http.client lets go of it (connection.sock = None) when the answer
+            # says "Connection: close", and every read must still get what is left of the deadline.
+            sock = connection.sock
             try:
                 response = connection.getresponse()
-                data = _read_within(response, deadline, connection)
+                data = _read_within(response, deadline, sock)
             except TimeoutError as exc:
                 raise TritonTimeout(f"no answer within {timeout_s:g}s: {method} {path}") from exc
             except (OSError, http.client.HTTPException) as exc:  # reset, closed, a garbled answer
@@ -220,12 +224,11 @@ def _left(deadline: float) -> float:
     return left
 
 
-def _read_within(response: http.client.HTTPResponse, deadline: float, connection: http.client.HTTPConnection) -> bytes:
+def _read_within(response: http.client.HTTPResponse, deadline: float, sock: socket.socket) -> bytes:
     pieces: list[bytes] = []
     size = 0
     while True:
-        if connection.sock is not None:
-            connection.sock.settimeout(_left(deadline))
+        sock.settimeout(_left(deadline))
         piece = response.read1(_PIECE) if size < MAX_ANSWER_BYTES else b""
         if not piece:
             break
