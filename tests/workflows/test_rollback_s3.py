@@ -164,8 +164,12 @@ def test_broken_newest_version_is_rolled_back_to_the_stable_one_fetched_from_s3(
 
 
 def test_a_stable_version_overwritten_in_s3_is_refused_and_escalated(s3_stacks: S3Stacks) -> None:
+    """Nothing good staged (a new node's empty volume): the bucket's copy is the only one, and it differs
+    from the ledger. (With v2 staged where it was promoted, the rollback restores that copy, which is
+    the ledger's bytes: test_a_stable_version_overwritten_in_s3_is_restored_from_its_staged_copy.)"""
     with s3_stacks("linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "nan")}, stable=[1, 2]) as stack:
-        live_before = {v: hash_directory(stack.live / stack.model / v) for v in ("1", "2", "3")}
+        shutil.rmtree(stack.live / stack.model / "2")
+        live_before = {v: hash_directory(stack.live / stack.model / v) for v in ("1", "3")}
         # v2 was promoted while good; then someone overwrote its weights in the bucket.
         s3_stacks.overwrite(f"{stack.model}/2/params.json", lambda body: body.replace(b"0.50002", b"-9.0"))
 
@@ -187,12 +191,29 @@ def test_a_stable_version_overwritten_in_s3_is_refused_and_escalated(s3_stacks: 
             n for n in record["status"]["nodes"].values() if n["type"] == "Pod" and n["templateName"] == "heal"
         ]
         assert len(heal_pods) == 1  # permanent: not retried
-        # Nothing deleted or changed: the store, the live repository (v2 was not replaced by the bad copy).
+        # Nothing deleted or changed: the store, the live repository (the bad copy was never put there).
         assert stack.store.versions(stack.model) == ["1", "2", "3"]
-        assert {v: hash_directory(stack.live / stack.model / v) for v in ("1", "2", "3")} == live_before
+        assert {v: hash_directory(stack.live / stack.model / v) for v in ("1", "3")} == live_before
+        assert not (stack.live / stack.model / "2").exists()
         assert not (stack.live / stack.model / ".healer-displaced").exists()
         assert stack.store.ledger(stack.model).is_quarantined("3")
         assert [a["event"] for a in stack.store.audit(stack.model)] == ["escalated"]
+
+
+def test_a_stable_version_overwritten_in_s3_is_restored_from_its_staged_copy(s3_stacks: S3Stacks) -> None:
+    """v2 is staged (and stamped) in the live repository where it was promoted; the bucket's copy was
+    overwritten since. The rollback needs nothing from the bucket: it restores the staged copy, which
+    is the ledger's bytes, and never downloads the bad one."""
+    with s3_stacks("linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "nan")}, stable=[1, 2]) as stack:
+        staged = hash_directory(stack.live / stack.model / "2")
+        s3_stacks.overwrite(f"{stack.model}/2/params.json", lambda body: body.replace(b"0.50002", b"-9.0"))
+        status = stack.engine.run(stack.request("3"), timeout_s=120)
+        assert status.phase == "Succeeded", status
+        phases = {p["name"]: p for p in json.loads(status.outputs["phases"])}
+        assert phases["fetch-stable"]["outputs"]["verified"] == "stamp"
+        assert hash_directory(stack.live / stack.model / "2") == staged
+        golden = stack.settings.models[0].golden
+        assert check_business(stack.triton, stack.model, "2", golden).status is Status.PASS
 
 
 def test_an_unreachable_s3_escalates_within_the_deadline_and_deletes_nothing(s3_stacks: S3Stacks) -> None:
