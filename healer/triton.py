@@ -70,6 +70,21 @@ class IndexEntry:
     state: str | None
     reason: str
 
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> IndexEntry:
+        """A row of Triton's JSON index, as both clients receive it."""
+        return cls(
+            name=str(row.get("name")),
+            version=str(row["version"]) if row.get("version") is not None else None,
+            state=row.get("state"),
+            reason=str(row.get("reason", "")),
+        )
+
+
+def served_in(metadata: Mapping[str, Any]) -> list[str]:
+    """The versions a model's metadata lists, oldest first."""
+    return sorted((str(v) for v in metadata.get("versions", [])), key=int)
+
 
 class TritonAPI(Protocol):
     """What the probes (and later the workflow steps) need from Triton."""
@@ -144,19 +159,10 @@ class TritonHttp:
             if exc.status in (400, 404):
                 return []
             raise
-        return sorted((str(v) for v in metadata.get("versions", [])), key=int)
+        return served_in(metadata)
 
     def repository_index(self) -> list[IndexEntry]:
-        rows = self._call(self._client.get_model_repository_index)
-        return [
-            IndexEntry(
-                name=str(row.get("name")),
-                version=str(row["version"]) if row.get("version") is not None else None,
-                state=row.get("state"),
-                reason=str(row.get("reason", "")),
-            )
-            for row in rows
-        ]
+        return [IndexEntry.from_row(row) for row in self._call(self._client.get_model_repository_index)]
 
     def model_config(self, model: str) -> dict[str, Any]:
         """The config Triton serves the model with (JSON form of config.pbtxt, after auto-complete)."""

@@ -35,6 +35,7 @@ from healer.triton import (
     TritonTimeout,
     TritonUnavailable,
     error_message,
+    served_in,
     wire_array,
 )
 
@@ -81,20 +82,11 @@ class TritonRest:
         status, _, body = self._request("GET", f"/v2/models/{_part(model)}", timeout_s=self.timeout_s)
         if status in (400, 404):
             return []
-        metadata = self._json(status, body)
-        return sorted((str(v) for v in metadata.get("versions", [])), key=int)
+        return served_in(self._json(status, body))
 
     def repository_index(self) -> list[IndexEntry]:
         status, _, body = self._request("POST", "/v2/repository/index", b"{}", timeout_s=self.timeout_s)
-        return [
-            IndexEntry(
-                name=str(row.get("name")),
-                version=str(row["version"]) if row.get("version") is not None else None,
-                state=row.get("state"),
-                reason=str(row.get("reason", "")),
-            )
-            for row in self._json(status, body)
-        ]
+        return [IndexEntry.from_row(row) for row in self._json(status, body)]
 
     def model_config(self, model: str) -> dict[str, Any]:
         status, _, body = self._request("GET", f"/v2/models/{_part(model)}/config", timeout_s=self.timeout_s)
