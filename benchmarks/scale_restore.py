@@ -63,8 +63,9 @@ MODEL = "linear_scorer"
 FAILING, STABLE = "3", "2"
 CONFIG = ROOT / "examples" / "healer.yaml"
 BUDGET_S = 90.0  # rollback.deadline_s's default: lease → verified on every replica
-# The default I recommend for rollback.parallelism (healer/settings RollbackSettings has 10); the
-# targets are evaluated at it. Why: see RECOMMENDATION below and the README's Measured section.
+# rollback.parallelism's default, the first wave after the canary (each next wave doubles while the
+# store keeps up, up to rollback.max_parallelism); the targets are evaluated at this default. Why: see
+# RECOMMENDATION below and docs/scale.md.
 RECOMMENDED_PARALLELISM = 50
 REAL_LOAD = "simulation-unsaturated-real-load"
 CHOSEN_LOAD = "simulation-unsaturated-chosen-load"
@@ -86,7 +87,8 @@ class Plan:
     bandwidth_bps: float  # B, its store's bandwidth (bytes/s)
     load_timeout_s: float  # rollback.load_timeout_s
     cap_s: float  # skip a simulated combination predicted to take longer
-    recommended: int
+    recommended: int  # the first wave of the product's default (rollback.parallelism)
+    ceiling: int = 200  # the largest wave of the product's default (rollback.max_parallelism)
     tick_s: float = 0.01
     stores: tuple[str, ...] = ("real-load", "chosen-load", "bandwidth-limited")
 
@@ -120,7 +122,21 @@ class Plan:
             load_timeout_s=3.0,
             cap_s=20.0,
             recommended=4,
+            ceiling=8,
         )
+
+
+def policies(plan: Plan) -> list[tuple[int, int]]:
+    """The wave policies measured, as (first wave, largest wave): each fixed size of the matrix (waves
+    that never grow), then the product's default (waves that start at ``recommended`` and double while
+    the store keeps up, up to ``ceiling``: workflows/plan.py next_wave_size)."""
+    fixed = [(p, p) for p in plan.parallelism]
+    default = (plan.recommended, max(plan.recommended, plan.ceiling))
+    return fixed + ([default] if default not in fixed else [])
+
+
+def policy_label(parallelism: int, ceiling: int) -> str:
+    return f"{parallelism}" if ceiling == parallelism else f"{parallelism}→{ceiling}"
 
 
 # ---- shared set-up --------------------------------------------------------------------------------------
@@ -292,7 +308,10 @@ def run_real(plan: Plan, log: Any) -> dict[str, Any]:
             for count, parallelism in plan.real:
                 urls = replicas(count)
                 ordered = dataclasses.replace(
-                    settings, rollback=dataclasses.replace(settings.rollback, parallelism=parallelism)
+                    settings,
+                    rollback=dataclasses.replace(
+                        settings.rollback, parallelism=parallelism, max_parallelism=parallelism
+                    ),
                 )
                 targets = [ReplicaTarget(u, f"triton-{i}") for i, u in enumerate(urls)]
 
@@ -395,11 +414,18 @@ def _store_models(plan: Plan, real_load_s: float) -> list[StoreModel]:
     ]
 
 
-def predict(model: StoreModel, replicas: int, parallelism: int, load_timeout_s: float) -> tuple[float, str]:
-    """Canary + waves × load; and, when a wave's loads would outlast load_timeout_s, why it fails."""
+def predict(
+    model: StoreModel, replicas: int, parallelism: int, load_timeout_s: float, ceiling: int | None = None
+) -> tuple[float, str]:
+    """Canary + waves × load, the waves sized as the product sizes them (growing up to ``ceiling``);
+    and, when a wave's loads would outlast load_timeout_s, why it fails."""
+    from workflows.plan import SHRINK_AT, next_wave_size
+
     seconds = model.load_alone_s()
     rest = replicas - 1
     step = max(1, parallelism)
+    if seconds > SHRINK_AT * load_timeout_s:
+        step = 1
     while rest > 0:
         size = min(step, rest)
         wave = model.wave_s(size)
@@ -411,6 +437,7 @@ def predict(model: StoreModel, replicas: int, parallelism: int, load_timeout_s: 
             return seconds + load_timeout_s, why
         seconds += wave
         rest -= size
+        step = next_wave_size(step, wave, load_timeout_s=load_timeout_s, ceiling=ceiling or parallelism)
     return seconds, ""
 
 
@@ -453,6 +480,7 @@ def run_simulated(
     model: StoreModel,
     replicas: int,
     parallelism: int,
+    ceiling: int,
     plan: Plan,
     template: Path,
     outputs: Mapping[str, OutputSpec],
@@ -481,6 +509,7 @@ def run_simulated(
                 "root": str(root),
                 "urls": sim.urls,
                 "parallelism": parallelism,
+                "max_parallelism": ceiling,
                 "load_timeout_s": plan.load_timeout_s,
                 "example_slo": example_slo,
                 "incident": f"sim-{replicas}-{parallelism}-{time.time_ns() % 10**12}",
@@ -528,7 +557,10 @@ def simulation_child() -> int:
         store=StoreSettings(filesystem=root),
         live_repository=root,
         rollback=RollbackSettings(
-            state_dir=root.parent / "runs", parallelism=spec["parallelism"], load_timeout_s=spec["load_timeout_s"]
+            state_dir=root.parent / "runs",
+            parallelism=spec["parallelism"],
+            max_parallelism=spec["max_parallelism"],
+            load_timeout_s=spec["load_timeout_s"],
         ),
     )
     urls: list[str] = spec["urls"]
@@ -585,6 +617,7 @@ def simulation_child() -> int:
                 "phases_s": {p["name"]: p["duration_s"] for p in phases},
                 "waves": len(waves),
                 "largest_wave": max(waves, default=0),
+                "wave_sizes": waves,
                 "load_s_median": _median(loads),
                 "load_s_max": max(loads, default=None),
                 "verify_ms_median": _median(verified),
@@ -618,42 +651,45 @@ def run_simulation(plan: Plan, real_load_s: float, log: Any) -> dict[str, Any]:
     try:
         template = template_store(scratch, outputs)
         for model in models:
-            done: dict[int, dict[str, Any]] = {}  # by (replicas, effective wave size): same run
-            failed_at: set[int] = set()  # parallelism whose run (at fewer replicas) failed
+            done: dict[tuple[int, int, int], dict[str, Any]] = {}  # (replicas, first, largest wave): same run
+            failed_at: set[tuple[int, int]] = set()  # wave policies whose run (at fewer replicas) failed
             for replicas in plan.replicas:
-                for parallelism in plan.parallelism:
+                for parallelism, ceiling in policies(plan):
                     effective = max(1, min(parallelism, replicas - 1))
-                    predicted, fails = predict(model, replicas, parallelism, plan.load_timeout_s)
+                    predicted, fails = predict(model, replicas, parallelism, plan.load_timeout_s, ceiling)
                     row: dict[str, Any] = {
                         "label": "simulation",
                         "store": model.name,
                         "replicas": replicas,
                         "parallelism": parallelism,
+                        "max_parallelism": ceiling,
+                        "policy": policy_label(parallelism, ceiling),
                         "predicted_s": round(predicted, 2),
                         "predicted_failure": fails,
                         "lower_bound_s": round(replicas * model.model_bytes / model.bandwidth_bps, 2)
                         if not math.isinf(model.bandwidth_bps)
                         else None,
                     }
-                    key = replicas * 1_000_000 + effective
+                    # Waves that cannot grow past what is left are the same run, whatever the ceiling.
+                    key = (replicas, effective, max(effective, min(ceiling, replicas - 1)))
                     if key in done:
                         same = done[key]
                         row.update({k: v for k, v in same.items() if k not in row or k == "status"})
-                        row["same_as"] = same["parallelism"]
-                        row["note"] = f"same run as parallelism {same['parallelism']}: " + (
+                        row["same_as"] = same["policy"]
+                        row["note"] = f"same run as parallelism {same['policy']}: " + (
                             f"a wave holds at most {replicas - 1}" if replicas > 1 else "the canary alone"
                         )
                     elif predicted > plan.cap_s:
                         row.update(status="skipped", note=f"predicted {predicted:.0f} s > cap {plan.cap_s:g} s")
-                    elif fails and parallelism in failed_at:
+                    elif fails and (parallelism, ceiling) in failed_at:
                         row.update(status="skipped", note="predicted to fail as it did with fewer replicas: " + fails)
                     else:
-                        measured = run_simulated(model, replicas, parallelism, plan, template, outputs)
+                        measured = run_simulated(model, replicas, parallelism, ceiling, plan, template, outputs)
                         row.update(measured)
                         row["status"] = "ok" if measured["ok"] else "failed"
                         done[key] = row
                     if row.get("status") == "failed":
-                        failed_at.add(parallelism)
+                        failed_at.add((parallelism, ceiling))
                     rows.append(row)
                     _progress(row, log)
         slo_checks = example_slo_checks(plan, models, template, outputs, log)
@@ -664,7 +700,7 @@ def run_simulation(plan: Plan, real_load_s: float, log: Any) -> dict[str, Any]:
         safe = max_safe_parallelism(model, plan.load_timeout_s)
         if safe is None:
             continue
-        failed = sorted({r["parallelism"] for r in rows if r["store"] == model.name and r.get("status") == "failed"})
+        failed = sorted({r["policy"] for r in rows if r["store"] == model.name and r.get("status") == "failed"})
         checks.append(
             {
                 "store": model.name,
@@ -704,21 +740,23 @@ def example_slo_checks(
         return []
     replicas = max(plan.replicas)
     out = []
-    for parallelism in plan.parallelism:
-        predicted, _ = predict(model, replicas, parallelism, plan.load_timeout_s)
+    for parallelism, ceiling in policies(plan):
+        predicted, _ = predict(model, replicas, parallelism, plan.load_timeout_s, ceiling)
         if predicted > min(60.0, plan.cap_s) or replicas == 1:
             continue
-        measured = run_simulated(model, replicas, parallelism, plan, template, outputs, example_slo=True)
+        measured = run_simulated(model, replicas, parallelism, ceiling, plan, template, outputs, example_slo=True)
         row: dict[str, Any] = {
             "store": model.name,
             "replicas": replicas,
             "parallelism": parallelism,
+            "max_parallelism": ceiling,
+            "policy": policy_label(parallelism, ceiling),
             "golden": f"latency_slo_ms {example_slo_ms():g} (examples/healer.yaml)",
             "status": "ok" if measured["ok"] else "failed",
         } | {k: measured.get(k) for k in ("restore_s", "error", "restored_replicas", "peak_threads", "peak_rss_mib")}
         out.append(row)
         print(
-            f"  example-SLO check, {replicas} simulated replicas, parallelism {parallelism}: {row['status']}, "
+            f"  example-SLO check, {replicas} simulated replicas, parallelism {row['policy']}: {row['status']}, "
             f"restore {row['restore_s']} s {(row['error'] or '')[:160]}",
             file=log,
             flush=True,
@@ -732,7 +770,7 @@ def _finite(value: float) -> float | None:
 
 
 def _progress(row: Mapping[str, Any], log: Any) -> None:
-    what = f"  {row['store']}: {row['replicas']} replica(s), parallelism {row['parallelism']}: "
+    what = f"  {row['store']}: {row['replicas']} replica(s), parallelism {row['policy']}: "
     if row.get("status") == "skipped":
         what += f"skipped ({row['note']})"
     elif row.get("restore_s") is not None:
@@ -746,9 +784,13 @@ def _progress(row: Mapping[str, Any], log: Any) -> None:
 # ---- targets, recommendation --------------------------------------------------------------------------
 
 
-def _find(result: Mapping[str, Any], store: str, replicas: int, parallelism: int) -> Mapping[str, Any] | None:
+def _find(
+    result: Mapping[str, Any], store: str, replicas: int, parallelism: int, ceiling: int | None = None
+) -> Mapping[str, Any] | None:
     for row in result["simulation"]["rows"]:
-        if row["store"] == store and row["replicas"] == replicas and row["parallelism"] == parallelism:
+        if (row["store"], row["replicas"], row["parallelism"]) == (store, replicas, parallelism) and row.get(
+            "max_parallelism", row["parallelism"]
+        ) == (ceiling or parallelism):
             return row  # type: ignore[no-any-return]
     return None
 
@@ -765,28 +807,33 @@ def _time(row: Mapping[str, Any] | None) -> tuple[float | None, str]:
 
 
 def targets(result: Mapping[str, Any], plan: Plan) -> list[dict[str, Any]]:
-    at = plan.recommended
+    at, top = plan.recommended, max(plan.recommended, plan.ceiling)
+    label = policy_label(at, top)
     ordered = sorted(plan.replicas)
     big, mid = ordered[-1], ordered[-2] if len(ordered) > 1 else ordered[-1]
     real_load, chosen, limited = REAL_LOAD, CHOSEN_LOAD, LIMITED
-    one, how_one = _time(_find(result, real_load, 1, at))
+    one, how_one = _time(_find(result, real_load, 1, at, top))
     out = []
     for replicas, factor in ((mid, 2.0), (big, 3.0)):
-        value, how = _time(_find(result, real_load, replicas, at))
+        value, how = _time(_find(result, real_load, replicas, at, top))
         ratio = value / one if value is not None and one else None
         out.append(
             {
-                "name": f"simulation, unsaturated store, real load: restore({replicas}) / restore(1), parallelism {at}",
+                "name": (
+                    f"simulation, unsaturated store, real load: restore({replicas}) / restore(1), parallelism {label}"
+                ),
                 "value": round(ratio, 2) if ratio is not None else None,
                 "goal": f"<= {factor:g}",
                 "met": ratio is not None and ratio <= factor,
                 "note": f"restore({replicas}) {value} s ({how}); restore(1) {one} s ({how_one})",
             }
         )
-    value, how = _time(_find(result, chosen, big, at))
+    value, how = _time(_find(result, chosen, big, at, top))
     out.append(
         {
-            "name": f"simulation, unsaturated store, {plan.chosen_load_s:g} s load: restore({big}), parallelism {at}",
+            "name": (
+                f"simulation, unsaturated store, {plan.chosen_load_s:g} s load: restore({big}), parallelism {label}"
+            ),
             "value": value,
             "goal": f"<= {BUDGET_S:g} s",
             "met": value is not None and value <= BUDGET_S and how == "measured",
@@ -794,12 +841,12 @@ def targets(result: Mapping[str, Any], plan: Plan) -> list[dict[str, Any]]:
         }
     )
     for replicas in (mid, big):
-        row = _find(result, limited, replicas, at)
+        row = _find(result, limited, replicas, at, top)
         value, how = _time(row)
         bound = row["lower_bound_s"] if row else None
         out.append(
             {
-                "name": f"simulation, bandwidth-limited store: restore({replicas}) against N·S/B, parallelism {at}",
+                "name": f"simulation, bandwidth-limited store: restore({replicas}) against N·S/B, parallelism {label}",
                 "value": value,
                 "goal": f"<= {BUDGET_S:g} s; lower bound N·S/B = {bound} s",
                 "met": value is not None and value <= BUDGET_S and how == "measured",
@@ -823,23 +870,24 @@ RECOMMENDATION = (
 def recommendation(result: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
     """The recommended default, with what failed (measured) or would (predicted) at each parallelism."""
     sim = result["simulation"]
-    failures: dict[int, list[str]] = {}
+    failures: dict[str, list[str]] = {}
     for row in sim["rows"]:
         if row.get("status") == "failed" or row.get("predicted_failure"):
             how = "failed" if row.get("status") == "failed" else "would fail (predicted)"
-            failures.setdefault(row["parallelism"], []).append(
+            failures.setdefault(row["policy"], []).append(
                 f"{row['store']}, {row['replicas']} replicas: {how}: load_timeout_s exceeded"
             )
     for check in sim.get("example_slo_check", []):
         if check["status"] == "failed":
-            failures.setdefault(check["parallelism"], []).append(
+            failures.setdefault(check["policy"], []).append(
                 f"{check['store']}, {check['replicas']} replicas, the example's golden SLO: failed: verify too slow"
             )
-    never_failed = [p for p in plan.parallelism if p not in failures]
+    never_failed = [p for p in plan.parallelism if str(p) not in failures]
     return {
         "rollback.parallelism": plan.recommended,
-        "current_default": 10,
-        "largest_measured_without_a_failure": max(never_failed, default=None),
+        "rollback.max_parallelism": max(plan.recommended, plan.ceiling),
+        "default_failed": policy_label(plan.recommended, max(plan.recommended, plan.ceiling)) in failures,
+        "largest_fixed_wave_without_a_failure": max(never_failed, default=None),
         "failures_by_parallelism": {str(p): sorted(set(v)) for p, v in sorted(failures.items())},
         "why": RECOMMENDATION,
     }
@@ -893,7 +941,7 @@ def figures(result: Mapping[str, Any]) -> dict[str, str]:
                     series.setdefault(f"real p={row['parallelism']}", []).append((row["replicas"], row["restore_s"]))
         for row in sim["rows"]:
             if row["store"] == model["name"] and row.get("status") == "ok":
-                series.setdefault(f"simulation p={row['parallelism']}", []).append((row["replicas"], row["restore_s"]))
+                series.setdefault(f"simulation p={row['policy']}", []).append((row["replicas"], row["restore_s"]))
         if model["name"] == LIMITED:
             bounds = sorted({(r["replicas"], r["lower_bound_s"]) for r in sim["rows"] if r["store"] == model["name"]})
             series["lower bound N·S/B"] = [(n, b) for n, b in bounds if b]
@@ -941,7 +989,7 @@ def summary(result: Mapping[str, Any]) -> str:
         )
         for row in (r for r in sim["rows"] if r["store"] == model["name"]):
             lines.append(
-                f"  {row['replicas']:>8} {row['parallelism']:>8} {row.get('status', '?'):>8} "
+                f"  {row['replicas']:>8} {row['policy']:>8} {row.get('status', '?'):>8} "
                 f"{_s(row.get('restore_s')):>8} {_s(row['predicted_s']):>9} {_s(row['lower_bound_s']):>8} "
                 f"{row.get('peak_threads', '-')!s:>7} {row.get('peak_rss_mib', '-')!s:>7} "
                 f"{_ms(row.get('verify_ms_max')):>10} {row.get('over_example_slo', '-')!s:>6}  "
@@ -955,17 +1003,20 @@ def summary(result: Mapping[str, Any]) -> str:
     for check in sim.get("example_slo_check", []):
         lines.append(
             f"example SLO ({check['golden']}), {check['replicas']} simulated replicas, parallelism "
-            f"{check['parallelism']}: {check['status']}, restore {_s(check['restore_s'])}, "
+            f"{check['policy']}: {check['status']}, restore {_s(check['restore_s'])}, "
             f"{check['restored_replicas']} serve v{STABLE} afterwards {(check['error'] or '')[:160]}"
         )
-    lines.append(f"targets (at parallelism {result['plan']['recommended']}):")
+    plan = result["plan"]
+    default = policy_label(plan["recommended"], max(plan["recommended"], plan.get("ceiling", plan["recommended"])))
+    lines.append(f"targets (at the default waves, parallelism {default}):")
     for target in result["targets"]:
         met = "met" if target["met"] else "MISSED"
         lines.append(f"  {met:<6} {target['name']}: {target['value']} (goal {target['goal']}); {target['note']}")
     rec = result["recommendation"]
     lines.append(
-        f"recommended rollback.parallelism: {rec['rollback.parallelism']} (current {rec['current_default']}; "
-        f"largest measured without a failure: {rec['largest_measured_without_a_failure']})"
+        f"default waves: rollback.parallelism {rec['rollback.parallelism']}, rollback.max_parallelism "
+        f"{rec['rollback.max_parallelism']} ({'FAILED somewhere' if rec['default_failed'] else 'never failed'}; "
+        f"largest fixed wave without a failure: {rec['largest_fixed_wave_without_a_failure']})"
     )
     for parallelism, reasons in rec["failures_by_parallelism"].items():
         lines.append(f"  parallelism {parallelism}: " + "; ".join(reasons))
@@ -991,7 +1042,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, help="real rollbacks per configuration")
     parser.add_argument("--replicas", type=int, nargs="+", help="simulated replica counts")
     parser.add_argument("--parallelism", type=int, nargs="+", help="simulated rollback.parallelism values")
-    parser.add_argument("--recommend", type=int, help="the parallelism the targets are evaluated at")
+    parser.add_argument("--recommend", type=int, help="the default's first wave, where the targets are evaluated")
+    parser.add_argument("--ceiling", type=int, help="the default's largest wave (rollback.max_parallelism)")
     parser.add_argument(
         "--stores", nargs="+", choices=Plan.stores, help="the simulation's store models (default: all three)"
     )
@@ -1007,6 +1059,7 @@ def main() -> int:
         "replicas": tuple(args.replicas) if args.replicas else None,
         "parallelism": tuple(args.parallelism) if args.parallelism else None,
         "recommended": args.recommend,
+        "ceiling": args.ceiling,
         "stores": tuple(args.stores) if args.stores else None,
     }
     plan = dataclasses.replace(plan, **{k: v for k, v in changes.items() if v is not None})

@@ -16,7 +16,7 @@ Rules that keep a rollback from doing harm:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -113,9 +113,23 @@ def replica_targets(pods: Iterable[PodView], port: int) -> list[ReplicaTarget]:
     return targets
 
 
-def waves(rest: Sequence[ReplicaTarget], parallelism: int) -> list[list[ReplicaTarget]]:
-    """The replicas left after the canary (the first replica restored and verified alone: a stable
-    version that fails there stops the rollback with every other replica untouched), at most
-    ``parallelism`` at a time, in the listed order."""
-    step = max(1, parallelism)
-    return [list(rest[i : i + step]) for i in range(0, len(rest), step)]
+# A wave whose slowest load took under this share of load_timeout_s may double; over SHRINK_AT, it
+# halves. Concurrent loads share the store: if a wave of k loads takes a + b·k, doubling a wave that
+# took under half the timeout keeps the next one under the timeout.
+GROW_BELOW = 0.5
+SHRINK_AT = 0.75
+
+
+def next_wave_size(current: int, slowest_load_s: float | None, *, load_timeout_s: float, ceiling: int) -> int:
+    """The next wave's size from how the last one went: double (up to ``ceiling``) while its slowest
+    load took under half of ``load_timeout_s``, halve when it took over three quarters, else keep it.
+    ``slowest_load_s`` None (nothing was loaded: every replica was already restored or skipped) says
+    nothing about the store: keep the size."""
+    current, ceiling = max(1, current), max(1, ceiling)
+    if slowest_load_s is None:
+        return min(current, ceiling)
+    if slowest_load_s > SHRINK_AT * load_timeout_s:
+        return max(1, current // 2)
+    if slowest_load_s < GROW_BELOW * load_timeout_s:
+        return min(ceiling, current * 2)
+    return min(current, ceiling)

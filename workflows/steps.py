@@ -41,7 +41,15 @@ from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
 from healer.vocabulary import AUTO, RollbackRequest
 from probes.result import Status
 from probes.tiers import check_after_load
-from workflows.plan import ReplicaAction, ReplicaTarget, pinned_versions, replica_action, touches_triton, waves
+from workflows.plan import (
+    SHRINK_AT,
+    ReplicaAction,
+    ReplicaTarget,
+    next_wave_size,
+    pinned_versions,
+    replica_action,
+    touches_triton,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -590,8 +598,10 @@ def restore_replicas(
     ctx: StepContext, request: RollbackRequest, version: str, *, before_each: Callable[[], None] = lambda: None
 ) -> dict[str, Any]:
     """The canary, then waves: the first replica that answers and needs a load is restored and
-    verified alone; only if it passes are the others restored, ``rollback.parallelism`` at a time
-    (unload-first: one at a time), each decided
+    verified alone; only if it passes are the others restored in waves, the first of
+    ``rollback.parallelism``, each next one doubled while the last one's loads took under half of
+    ``rollback.load_timeout_s`` (up to ``rollback.max_parallelism``) and halved over three quarters
+    (unload-first: one at a time), each replica decided
     (workflows/plan.py), acted on and verified on its own. ``before_each`` (the lease's fence) runs
     before the canary and before each wave. A failure stops the rollback after its wave: replicas
     already restored stay restored, the rest keep what they serve (loaded); every other replica of
@@ -617,8 +627,15 @@ def restore_replicas(
             plan.append([target.url])
             canary_loaded = touches_triton(ReplicaAction(healed[target.url]["action"]))
     # Unload-first leaves each replica it works on without the model: one at a time, never a wave.
-    parallelism = 1 if ctx.settings.rollback.order == "unload-first" else ctx.settings.rollback.parallelism
-    for wave in waves(waiting, parallelism):
+    rollback = ctx.settings.rollback
+    unload_first = rollback.order == "unload-first"
+    ceiling = 1 if unload_first else max(rollback.parallelism, rollback.max_parallelism)
+    size = 1 if unload_first else rollback.parallelism
+    canary_load = _slowest_load([healed[u] for u in plan[-1]]) if plan else None
+    if canary_load is not None and canary_load > SHRINK_AT * rollback.load_timeout_s:
+        size = 1  # the canary alone nearly timed out: concurrent loads of it would
+    while waiting:
+        wave, waiting = waiting[:size], waiting[size:]
         ctx.check_cancelled(f"restore of {', '.join(t.url for t in wave)}")
         before_each()
         plan.append([t.url for t in wave])
@@ -632,6 +649,9 @@ def restore_replicas(
                 healed[target.url] = outcome
         if failed:
             raise _wave_failed(request.model, failed, restored=sorted(healed))
+        # The next wave grows while the store keeps up and shrinks when loads near their timeout.
+        slowest = _slowest_load([o for o in outcomes.values() if isinstance(o, dict)])
+        size = next_wave_size(size, slowest, load_timeout_s=rollback.load_timeout_s, ceiling=ceiling)
     if not healed:
         listed = "; ".join(f"{k}: {v}" for k, v in skipped.items())
         raise TransientStepError(f"no replica of {request.model} could be healed ({listed})")
@@ -645,6 +665,12 @@ def restore_replicas(
         "waves": plan,
         "golden": next(iter(golden.values())) if len(golden) == 1 else {"replicas": golden},
     }
+
+
+def _slowest_load(outcomes: list[dict[str, Any]]) -> float | None:
+    """The longest load among replicas' outcomes (None: none was loaded)."""
+    loads = [float(o["load"]["load_s"]) for o in outcomes if isinstance(o.get("load"), dict) and "load_s" in o["load"]]
+    return max(loads) if loads else None
 
 
 def _restore_wave(

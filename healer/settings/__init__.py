@@ -384,15 +384,26 @@ class RollbackSettings:
         ),
     )
     # Restore in waves: one replica first (the canary: if the stable version fails there, nothing else
-    # was touched), then this many at once. Concurrent loads read one shared repository, so more is
-    # not always faster: benchmarks/scale_restore.py measures it. 50: 1000 replicas in 33 s at a 1.45 s
-    # load (10: 151 s); from about 74 at once, a 1 GB model on a 10 Gbit/s store runs past
-    # load_timeout_s; 1000 at once made the verifies themselves slow (docs/scale.md).
+    # was touched), then waves that start at `parallelism` and double while the store keeps up.
+    # Concurrent loads read one shared repository, so more is not always faster:
+    # benchmarks/scale_restore.py measures it. From about 74 at once, a 1 GB model on a 10 Gbit/s store
+    # runs past load_timeout_s, so the first wave is 50 and each next one grows only when the last
+    # one's slowest load took under half of load_timeout_s; 1000 at once made the verifies themselves
+    # slow on 2 cores, hence the ceiling (docs/scale.md).
     parallelism: int = field(
         default=50,
         metadata=setting(
-            "replicas restored at once after the first (the canary) is restored and verified; the swap order "
-            "only (unload-first restores one at a time: the model is absent on each replica it unloads)",
+            "replicas restored at once in the first wave after the canary (the first replica, restored and "
+            "verified alone); the swap order only (unload-first restores one at a time: the model is absent "
+            "on each replica it unloads)",
+            minimum=1,
+        ),
+    )
+    max_parallelism: int = field(
+        default=200,
+        metadata=setting(
+            "the largest wave: each wave doubles the last while its slowest load took under half of "
+            "load_timeout_s (and halves it over three quarters), up to this many at once",
             minimum=1,
         ),
     )

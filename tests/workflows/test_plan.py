@@ -79,15 +79,22 @@ def test_replica_targets_skip_terminating_pending_and_addressless_pods() -> None
     assert [t.name for t in targets if not t.skip] == ["triton-a", "triton-b"]
 
 
-def test_waves_after_the_canary_keep_order_and_bound_each_wave() -> None:
-    from workflows.plan import waves
+@pytest.mark.parametrize(
+    ("current", "slowest", "expected"),
+    [
+        (50, 10.0, 100),  # under half of the 60 s timeout: double
+        (150, 10.0, 200),  # up to the ceiling
+        (200, 10.0, 200),
+        (50, 30.0, 50),  # between half and three quarters: keep
+        (50, 45.0, 50),
+        (50, 45.1, 25),  # over three quarters: halve
+        (1, 59.0, 1),  # never below one
+        (50, None, 50),  # nothing was loaded: nothing learnt about the store
+        (300, None, 200),
+        (0, 1.0, 2),
+    ],
+)
+def test_next_wave_size_grows_while_the_store_keeps_up(current: int, slowest: float | None, expected: int) -> None:
+    from workflows.plan import next_wave_size
 
-    rest = [ReplicaTarget(f"10.0.0.{i}:8000", f"triton-{i}") for i in range(7)]
-    assert [[t.name for t in wave] for wave in waves(rest, 3)] == [
-        ["triton-0", "triton-1", "triton-2"],
-        ["triton-3", "triton-4", "triton-5"],
-        ["triton-6"],
-    ]
-    assert waves(rest, 100) == [rest]
-    assert waves([], 3) == []
-    assert [len(w) for w in waves(rest, 0)] == [1] * 7  # never an empty or unbounded wave
+    assert next_wave_size(current, slowest, load_timeout_s=60.0, ceiling=200) == expected

@@ -86,15 +86,30 @@ def fleet(example_settings: Settings, tmp_path: Path, monkeypatch: pytest.Monkey
     store.update_ledger(MODEL, lambda ledger: ledger.with_stable(record))
     golden = example_settings.model(MODEL).golden
 
-    def make(serving: list[list[str]], *, refuses: set[int] = frozenset(), order: str = "swap", parallelism: int = 50):
+    def make(
+        serving: list[list[str]],
+        *,
+        refuses: set[int] = frozenset(),
+        order: str = "swap",
+        parallelism: int = 50,
+        max_parallelism: int = 200,
+        load_s: float = 0.05,
+        load_timeout_s: float = 60.0,
+    ):
         tritons = {
-            f"10.0.0.{i}:8000": FakeTriton(f"10.0.0.{i}:8000", serves, golden, refuses=i in refuses)
+            f"10.0.0.{i}:8000": FakeTriton(f"10.0.0.{i}:8000", serves, golden, refuses=i in refuses, load_s=load_s)
             for i, serves in enumerate(serving)
         }
         monkeypatch.setattr(steps, "_triton_for", lambda ctx, url: tritons[url])
         settings = dataclasses.replace(
             example_settings,
-            rollback=dataclasses.replace(example_settings.rollback, order=order, parallelism=parallelism),
+            rollback=dataclasses.replace(
+                example_settings.rollback,
+                order=order,
+                parallelism=parallelism,
+                max_parallelism=max_parallelism,
+                load_timeout_s=load_timeout_s,
+            ),
         )
         first = next(iter(tritons.values()))
         ctx = steps.StepContext(
@@ -149,3 +164,20 @@ def test_unload_first_never_unloads_two_replicas_at_once(fleet: Any) -> None:
     assert FakeTriton.most_at_once == 1
     assert [len(w) for w in outcome["waves"]] == [1] * 5
     assert [t.serves for t in tritons.values()] == [["1"]] * 5
+
+
+def test_waves_double_while_loads_are_quick_up_to_the_ceiling(fleet: Any) -> None:
+    ctx, tritons = fleet([["2"]] * 20, parallelism=2, max_parallelism=5, load_s=0.01)
+    outcome = steps.restore_replicas(ctx, REQUEST, "1")
+    assert [len(w) for w in outcome["waves"]] == [1, 2, 4, 5, 5, 3]
+    assert FakeTriton.most_at_once == 5
+    assert [t.serves for t in tritons.values()] == [["1"]] * 20
+
+
+def test_loads_near_their_timeout_shrink_the_waves_to_one(fleet: Any) -> None:
+    """The canary's load took over three quarters of load_timeout_s: concurrent loads of the same
+    model from the same store would run past it, so the rest go one at a time."""
+    ctx, _tritons = fleet([["2"]] * 4, parallelism=50, load_s=0.05, load_timeout_s=0.06)
+    outcome = steps.restore_replicas(ctx, REQUEST, "1")
+    assert [len(w) for w in outcome["waves"]] == [1, 1, 1, 1]
+    assert FakeTriton.most_at_once == 1
