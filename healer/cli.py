@@ -758,6 +758,13 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_location(settings: Settings) -> str:
+    store = settings.store
+    if store is None:
+        return "(none)"
+    return str(store.filesystem) if store.filesystem is not None else f"s3://{store.s3.bucket if store.s3 else '?'}"
+
+
 def _store(settings: Settings) -> Any:
     from healer.store import store_from_settings
 
@@ -916,24 +923,16 @@ def _lease_state(lease: Any, now: float) -> str:
 def _cmd_store_stage(settings: Settings, args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from healer.stage import stage_model
+    from healer.stage import stage_configured
     from healer.store import StoreError
 
-    live = settings.live_repository_path
     try:
-        store = _store(settings)
-        if live is None:
-            raise ConfigError(settings.source, "live_repository", "is required to stage versions")
+        _location, results = stage_configured(settings, args.model)
     except ConfigError as exc:
         print(f"healer: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    models = [args.model] if args.model else [m.name for m in settings.models]
-    store_root = settings.store.filesystem if settings.store else None
-    store_is_live = store_root is not None and store_root.resolve() == live.resolve()
-    try:
-        results = [r for model in models for r in stage_model(store, model, live, store_is_live=store_is_live)]
     except (StoreError, ValueError) as exc:
-        print(f"healer: store {store.location}: {exc}", file=sys.stderr)
+        print(f"healer: store {_store_location(settings)}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     if args.output in ("json", "yaml"):
         _print_data([asdict(r) for r in results], args.output)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from healer.ledger import versions_to_stage
-from healer.store import ModelStore, StoreError, StoreIntegrityError, verify_version
+from healer.settings import ConfigError, Settings
+from healer.store import ModelStore, StoreError, StoreIntegrityError, store_from_settings, verify_version
 
 
 @dataclass(frozen=True)
@@ -55,3 +56,20 @@ def stage_model(store: ModelStore, model: str, live: Path, *, store_is_live: boo
         size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) if target.is_dir() else 0
         results.append(Staged(model, record.version, outcome, size, round(time.monotonic() - started, 3), detail))
     return results
+
+
+def stage_configured(settings: Settings, model: str | None = None) -> tuple[str, list[Staged]]:
+    """Stage every configured model's stable versions (or ``model``'s) into ``live_repository``, as
+    `healer store stage` and the healer-stage CronWorkflow run it. Returns the store's location and
+    the results. Raises ConfigError when no store or live repository is configured, StoreError (or
+    ValueError, a bad model name) when the store cannot be read at all."""
+    live = settings.live_repository_path
+    if settings.store is None:
+        raise ConfigError(settings.source, "store", "is required to stage versions")
+    if live is None:
+        raise ConfigError(settings.source, "live_repository", "is required to stage versions")
+    store = store_from_settings(settings.store)
+    models = [model] if model else [m.name for m in settings.models]
+    store_root = settings.store.filesystem
+    store_is_live = store_root is not None and store_root.resolve() == live.resolve()
+    return store.location, [r for name in models for r in stage_model(store, name, live, store_is_live=store_is_live)]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any, NoReturn
 
 from healer.alerts import PodMarker
 from healer.settings import Settings, load_settings
@@ -42,6 +44,41 @@ def current() -> StepContext:
 
 def output_dir() -> Path:
     return _output_dir.get() or Path(os.environ.get("HEALER_OUTPUT_DIR", DEFAULT_OUTPUT_DIR))
+
+
+def step_settings() -> Settings:
+    """healer.yaml as a step pod has it mounted ($HEALER_CONFIG)."""
+    return load_settings(os.environ.get("HEALER_CONFIG", DEFAULT_CONFIG))
+
+
+TERMINATION_LOG = "termination-log"
+
+
+def write_outputs(values: Mapping[str, Any], directory: Path | None = None) -> None:
+    """A step's output parameters: one file each in the output folder, where Argo (or the LocalEngine)
+    reads them; a value that is not a string is written as JSON."""
+    directory = directory or output_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, value in values.items():
+        (directory / name).write_text(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+
+
+def termination_message(text: str) -> None:
+    """Why the step failed, in one line. In a pod Kubernetes shows /dev/termination-log as the container's
+    message and Argo as the node's; the LocalEngine reads the copy in the output directory."""
+    write_outputs({TERMINATION_LOG: text[:4000]})
+    path = Path("/dev/termination-log")
+    if path.exists():
+        # Not writable outside a pod: the message is on stdout as well.
+        with contextlib.suppress(OSError):
+            path.write_text(text[:4000])
+
+
+def fail_step(message: str) -> NoReturn:
+    """Fail the step's node with a one-line message (Argo shows the termination message as the node's)."""
+    termination_message(message)
+    print(message)
+    raise SystemExit(1)
 
 
 def context_from_settings(settings: Settings) -> StepContext:

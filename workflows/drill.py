@@ -20,9 +20,6 @@ breaks a model on purpose, so a person turns the schedule on (``argo cron resume
 """
 
 # No `from __future__ import annotations` here: Hera reads the step functions' annotations as types.
-import contextlib
-import json
-import os
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -86,10 +83,9 @@ def report_step(model: str = "", broken_dir: str = "", workflow_status: str = ""
 
 
 def _settings() -> Any:
-    from healer.settings import load_settings
-    from workflows.context import DEFAULT_CONFIG
+    from workflows.context import step_settings
 
-    return load_settings(os.environ.get("HEALER_CONFIG", DEFAULT_CONFIG))
+    return step_settings()
 
 
 def _broken(broken_dir: str) -> Path:
@@ -101,23 +97,15 @@ def _broken(broken_dir: str) -> Path:
 
 
 def _outputs(values: dict[str, Any]) -> None:
-    from workflows.context import output_dir
+    from workflows.context import write_outputs
 
-    directory = output_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, value in values.items():
-        (directory / name).write_text(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+    write_outputs(values)
 
 
 def _fail(message: str) -> NoReturn:
-    """Fail the node with a one-line message (Argo shows the termination message as the node's)."""
-    _outputs({"termination-log": message[:4000]})
-    path = Path("/dev/termination-log")
-    if path.exists():
-        with contextlib.suppress(OSError):  # not writable outside a pod: the message is on stdout too
-            path.write_text(message[:4000])
-    print(message)
-    raise SystemExit(1)
+    from workflows.context import fail_step
+
+    fail_step(message)
 
 
 # ---- the Hera definitions --------------------------------------------------------------------------------

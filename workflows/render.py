@@ -8,11 +8,13 @@ import yaml
 from healer.vocabulary import TEMPLATE_NAME
 from workflows.drill import render_drills
 from workflows.rollback import ARGO_UI_CONFIG, TemplateOptions, argo_ui_config, build_rollback_template
+from workflows.stage import render_stage
 
 
 def render_all(options: TemplateOptions | None = None) -> dict[str, str]:
     """File name -> YAML for every Argo object healer ships: the rollback WorkflowTemplate, the drill
-    with its (suspended) CronWorkflow (workflows/drill.py), and the Argo UI's keys (argo_ui_config)."""
+    with its (suspended) CronWorkflow (workflows/drill.py), the background staging with its hourly
+    CronWorkflow (workflows/stage.py), and the Argo UI's keys (argo_ui_config)."""
     options = options or TemplateOptions()
     manifest = build_rollback_template(options).to_dict()
     text = yaml.safe_dump(manifest, sort_keys=False, width=120)
@@ -23,4 +25,9 @@ def render_all(options: TemplateOptions | None = None) -> dict[str, str]:
         "#     --patch-file workflow-controller-configmap.yaml\n"
     )
     ui_config = ui_header + yaml.safe_dump(argo_ui_config(), sort_keys=False, width=120)
-    return {f"{TEMPLATE_NAME}.yaml": header + text, **render_drills(options), ARGO_UI_CONFIG: ui_config}
+    return {
+        f"{TEMPLATE_NAME}.yaml": header + text,
+        **render_drills(options),
+        **render_stage(options),
+        ARGO_UI_CONFIG: ui_config,
+    }

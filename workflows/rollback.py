@@ -15,7 +15,6 @@ the deadline, the mutex, the retry strategy and the exit handler from it).
 """
 
 # No `from __future__ import annotations` here: Hera reads the step functions' annotations as types.
-import contextlib
 import json
 import re
 import signal
@@ -94,19 +93,19 @@ def heal_step(
     try:
         report = steps.heal(ctx, request)
     except steps.HealFailed as failure:
-        _write_outputs(out, {"phases": [p.__dict__ for p in failure.phases], "to-version": "", "golden": {}})
+        context.write_outputs({"phases": [p.__dict__ for p in failure.phases], "to-version": "", "golden": {}}, out)
         failed_phase = failure.phases[-1].name if failure.phases else "heal"
-        _termination_message(f"{failed_phase}: {failure}")
+        context.termination_message(f"{failed_phase}: {failure}")
         print(json.dumps({"failed": str(failure), "transient": failure.transient}), file=sys.stderr)
         raise SystemExit(EXIT_TRANSIENT if failure.transient else EXIT_PERMANENT) from failure
-    _write_outputs(
-        out,
+    context.write_outputs(
         {
             "phases": report["phases"],
             "to-version": report["to_version"],
             "files": report["files"],
             "golden": report["golden"],
         },
+        out,
     )
     return {k: report[k] for k in ("model", "from_version", "to_version", "incident")}
 
@@ -156,7 +155,7 @@ def escalate_step(
         for f in parsed
     ]
     outcome = steps.escalate(ctx, request, failure=failure, phases=timeline)
-    _write_outputs(context.output_dir(), {"alert": outcome["alert"]})
+    context.write_outputs({"alert": outcome["alert"]})
     return {k: v for k, v in outcome.items() if k != "alert"}
 
 
@@ -213,29 +212,6 @@ def _parse_failures(failures: str) -> list[dict[str, Any]]:
         return []
     # A group's "child '<node>' failed" only points at a failure listed in its own right.
     return [p for p in parsed if isinstance(p, dict) and not _CHILD_FAILED.fullmatch(str(p.get("message", "")))]
-
-
-TERMINATION_LOG = "termination-log"
-
-
-def _termination_message(text: str) -> None:
-    """Why the step failed, in one line. In a pod Kubernetes shows /dev/termination-log as the container's
-    message and Argo as the node's; the LocalEngine reads the copy in the output directory."""
-    from workflows import context
-
-    _write_outputs(context.output_dir(), {TERMINATION_LOG: text[:4000]})
-    path = Path("/dev/termination-log")
-    if path.exists():
-        # Not writable outside a pod: the message is on stderr as well.
-        with contextlib.suppress(OSError):
-            path.write_text(text[:4000])
-
-
-def _write_outputs(directory: Path, values: dict[str, Any]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, value in values.items():
-        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-        (directory / name).write_text(text)
 
 
 # ---- the Hera definition -------------------------------------------------------------------------------

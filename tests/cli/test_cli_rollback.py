@@ -86,4 +86,5 @@ def test_render_prints_yaml_without_a_config(capsys: pytest.CaptureFixture[str])
     # One YAML stream: the rollback's and the drill's WorkflowTemplates, the drill's CronWorkflow, and
     # the keys healer adds to Argo's workflow-controller-configmap (the UI's columns and links).
     documents = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [d["kind"] for d in documents] == ["WorkflowTemplate", "WorkflowTemplate", "CronWorkflow", "ConfigMap"]
+    kinds = ["WorkflowTemplate", "WorkflowTemplate", "CronWorkflow", "WorkflowTemplate", "CronWorkflow", "ConfigMap"]
+    assert [d["kind"] for d in documents] == kinds

@@ -105,6 +105,7 @@ def test_every_rendered_object_is_valid_against_its_own_schema(name: str) -> Non
     docs = helm.render(VALUES[name])
     schemas = {f"{d['kind']}/{d['metadata']['name']}": helm.validate(d) for d in docs}
     assert schemas["WorkflowTemplate/healer-rollback"] == schemas["CronWorkflow/healer-drill-weekly"] == "argo"
+    assert schemas["WorkflowTemplate/healer-stage"] == schemas["CronWorkflow/healer-stage-hourly"] == "argo"
     assert schemas["Certificate/healer-webhook"] == "crd"
     assert schemas["MutatingWebhookConfiguration/healer-healer-system-injector"] == "kubernetes"
 
@@ -478,8 +479,9 @@ def test_helm_install_with_cert_manager_and_monitoring(with_crds: ControlPlane, 
     assert not can_i(plane, (argo, "healer-rollback"), argo, "create", "workflows", "argoproj.io")
     # The WorkflowTemplates through the Argo Server, as `argo template list` shows them.
     listed_templates = argo_cli("template", "list", "-n", argo, "-o", "name").stdout.split()
-    assert sorted(listed_templates) == ["healer-drill", "healer-rollback"]
-    assert argo_cli("cron", "list", "-n", argo, "-o", "name").stdout.split() == ["healer-drill-weekly"]
+    assert sorted(listed_templates) == ["healer-drill", "healer-rollback", "healer-stage"]
+    crons = argo_cli("cron", "list", "-n", argo, "-o", "name").stdout.split()
+    assert sorted(crons) == ["healer-drill-weekly", "healer-stage-hourly"]
     template = api.get(f"/apis/argoproj.io/v1alpha1/namespaces/{argo}/workflowtemplates/healer-rollback")
     assert template["spec"] == one(rendered, "WorkflowTemplate", "healer-rollback")["spec"]
     config = api.get(f"/api/v1/namespaces/{argo}/configmaps/healer-config")["data"]["healer.yaml"]

@@ -60,6 +60,8 @@ def test_rendered_drill_template_and_cron_are_valid_against_argo_schema(
         "healer-rollback.yaml",
         "healer-drill.yaml",
         "healer-drill-weekly.yaml",
+        "healer-stage.yaml",  # tests/workflows/test_stage_workflow.py
+        "healer-stage-hourly.yaml",
         "workflow-controller-configmap.yaml",  # not a template: the Argo UI's keys (argo_ui_config)
     }
     drill = rendered("healer-drill.yaml")
