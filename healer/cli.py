@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from healer.cli_cluster import add_cluster_flags, cluster_mode
 from healer.settings import MAX_DEADLINE_S, ConfigError, Settings, load_settings, parse_address
 
 EXIT_USAGE = 64  # bad arguments or configuration (sysexits EX_USAGE); 0/1/2 are the probe verdicts
@@ -66,8 +67,16 @@ EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
     ),
     "runs": (
         (0, "listed or shown"),
-        (1, "runs get: no such run"),
+        (
+            1,
+            "runs get: no such run; on the cluster: unreachable, or refused (the message names the missing right)",
+        ),
         (EXIT_USAGE, "bad arguments or configuration"),
+    ),
+    "status": (
+        (0, "every pod × model healthy and in service"),
+        (1, "some are not (the rows say which and why), or the cluster was not reachable or refused"),
+        (EXIT_USAGE, "bad arguments"),
     ),
     "sidecar": (
         (0, "stopped by SIGTERM or SIGINT (after letting an in-pod rollback finish)"),
@@ -109,11 +118,20 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
         "healer store doctor linear_scorer --release-lease --reason 'rollback pod gone, checked by hand'",
     ),
     "rollback": (
+        "healer rollback -n ml linear_scorer 3   (a Workflow created with your kubeconfig's credentials)",
         "healer rollback --config healer.yaml linear_scorer 3",
         "healer rollback linear_scorer 3 --incident inc-42 -o json",
     ),
+    "status": (
+        "healer status                                  (the kubeconfig's current context and namespace)",
+        "healer status -n ml --context prod -o wide",
+        "healer status -n ml -w",
+        "healer status -n ml -l app.kubernetes.io/name=triton -o json",
+    ),
     "runs": (
-        "healer runs list --config healer.yaml",
+        "healer runs list -n ml                  (the cluster's rollbacks, through the Kubernetes API)",
+        "healer runs watch -n ml --context prod",
+        "healer runs list --config healer.yaml   (the local engine's records)",
         "healer runs get healer-rollback-linear-scorer-0123456789 -o wide",
         "healer runs list -o name",
     ),
@@ -127,7 +145,9 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
     ),
 }
 
-NO_CONFIG = frozenset({"render", "webhook"})  # commands that do not read healer.yaml
+NO_CONFIG = frozenset({"render", "webhook", "status"})  # commands that do not read healer.yaml
+# Commands that work through the Kubernetes API with a kubeconfig (healer/cli_cluster.py).
+CLUSTER_COMMANDS = frozenset({"runs", "rollback", "status"})
 
 
 def _epilog(command: str) -> str:
@@ -153,7 +173,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "drill" and args.list:  # the catalog is healer's own: no config needed, as --help
             raise SystemExit(_print_catalog())
-        if args.command not in NO_CONFIG:
+        config_given = bool(getattr(args, "config", None) or os.environ.get(CONFIG_ENV))
+        args.cluster = args.command == "status" or (
+            args.command in CLUSTER_COMMANDS and cluster_mode(args, config_given=config_given)
+        )
+        if args.command == "runs" and args.runs_command == "watch" and not args.cluster:
+            commands["runs"].error("runs watch reads the cluster's workflows: give --kubeconfig, --context or -n")
+        if args.command not in NO_CONFIG and not (args.cluster and not config_given):
             args.config = _config_path(args, commands[args.command])
     except SystemExit as exc:  # --help, --version and usage errors: an exit status, not an exception
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
@@ -164,10 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.file_log_level = getattr(args, "log_level", None) or ("debug" if getattr(args, "verbose", 0) > 1 else "info")
     args.log_level = log_level_for(args)
     configure_logging(level=args.log_level, stream=sys.stdout if args.command == "sidecar" else None)
-    if args.command == "render":
-        return _cmd_render(args)
-    if args.command == "webhook":
-        return _cmd_webhook(args)
+    without_config = {"render": _cmd_render, "webhook": _cmd_webhook}.get(args.command)
+    if without_config is None and args.cluster and not getattr(args, "config", None):
+        without_config = _cmd_on_cluster_alone  # a kubeconfig is all it needs: no healer.yaml
+    if without_config is not None:
+        return without_config(args)
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
@@ -178,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = " ".join(filter(None, (args.command, getattr(args, "store_command", None))))
         print(f"healer: {command}: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    if args.cluster:
+        return _cmd_on_cluster(settings, args)
     handlers = {
         "probe": _cmd_probe,
         "demo": _cmd_demo,
@@ -373,7 +402,21 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     promote.add_argument("--by", default=None, help="who promotes, kept in the ledger (default: the current user)")
 
     _store_subcommands(command("store", "inspect the model store and its stable ledger; lift a quarantine"))
-    _runs_subcommands(command("runs", "list or show rollback runs of the local engine (like `argo list` / `argo get`)"))
+    _runs_subcommands(
+        command(
+            "runs",
+            "list, show or watch rollback runs (like `argo list` / `argo get`): the cluster's Argo workflows "
+            "through the Kubernetes API (a kubeconfig, --context, -n), or the local engine's records (--config)",
+        )
+    )
+
+    status = command(
+        "status",
+        "what healer is doing across the fleet now: every pod with a healer sidecar × model, its tiers, state, "
+        "drain, incident and rollback, through the Kubernetes API (like `kubectl argo rollouts get`)",
+        config=False,
+    )
+    _status_arguments(status)
 
     webhook = command(
         "webhook", "serve the admission webhook that injects the sidecar into opted-in pods (HTTPS)", config=False
@@ -407,7 +450,21 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "--wait", type=float, metavar="SECONDS", default=None, help="how long to wait (default: deadline + 30)"
     )
     _add_output(rollback, "text; json/yaml: the run's final status; name: only the run's name")
+    add_cluster_flags(rollback)
     return parser, commands
+
+
+def _status_arguments(status: argparse.ArgumentParser) -> None:
+    add_cluster_flags(status)
+    status.add_argument(
+        "-l", "--selector", help="only pods matching this label selector (default: every pod with a sidecar)"
+    )
+    status.add_argument("-w", "--watch", action="store_true", help="print the view again every 2 s until Ctrl-C")
+    _add_output(
+        status,
+        "a table, one row per pod × model; wide adds the circuit breaker",
+        choices=("text", "wide", "json", "yaml"),
+    )
 
 
 def _drill_arguments(drill: argparse.ArgumentParser) -> None:
@@ -543,6 +600,7 @@ def _store_subcommands(store: argparse.ArgumentParser) -> None:
 def _runs_subcommands(runs: argparse.ArgumentParser) -> None:
     formatter = argparse.RawDescriptionHelpFormatter
     _add_output(runs, "a table, as `runs list`")
+    add_cluster_flags(runs)
     runs_commands = runs.add_subparsers(
         dest="runs_command", title="subcommands", metavar="SUB", help="one of (default: list):"
     )
@@ -550,6 +608,7 @@ def _runs_subcommands(runs: argparse.ArgumentParser) -> None:
         "list", help="every run, newest first (the default)", epilog=_epilog("runs"), formatter_class=formatter
     )
     _add_config(runs_list, default=argparse.SUPPRESS)
+    add_cluster_flags(runs_list, sub=True)
     _add_output(runs_list, "a table; wide adds the detecting pod and the message; json/yaml: the records", sub=True)
     runs_get = runs_commands.add_parser(
         "get",
@@ -559,8 +618,18 @@ def _runs_subcommands(runs: argparse.ArgumentParser) -> None:
         formatter_class=formatter,
     )
     _add_config(runs_get, default=argparse.SUPPRESS)
+    add_cluster_flags(runs_get, sub=True)
     runs_get.add_argument("name", metavar="NAME", help="the run's name, as `runs list` prints it")
     _add_output(runs_get, "text; wide adds node ids and start times; json/yaml: the record", sub=True)
+    runs_watch = runs_commands.add_parser(
+        "watch",
+        help="the cluster's rollbacks, printed again every 2 s until Ctrl-C (like `argo list --watch`)",
+        epilog=_epilog("runs"),
+        formatter_class=formatter,
+    )
+    _add_config(runs_watch, default=argparse.SUPPRESS)
+    add_cluster_flags(runs_watch, sub=True)
+    _add_output(runs_watch, "a table; wide adds the detecting pod and the message", sub=True, choices=("text", "wide"))
 
 
 def _add_config(parser: argparse.ArgumentParser, *, default: Any) -> None:
@@ -1111,6 +1180,51 @@ def _move_back(live: Path | None, model: str, version: str) -> int:
     return 0
 
 
+def _cmd_on_cluster_alone(args: argparse.Namespace) -> int:
+    return _cmd_on_cluster(None, args)
+
+
+def _cmd_on_cluster(settings: Settings | None, args: argparse.Namespace) -> int:
+    """runs, rollback and status through the Kubernetes API (healer/cli_cluster.py). With a healer.yaml
+    its rollback deadline and Argo namespace are used; without one, the defaults and the context's."""
+    from healer import cli_cluster
+    from healer.settings import RollbackSettings
+    from healer.vocabulary import RollbackRequest
+
+    rollback = settings.rollback if settings is not None else RollbackSettings()
+    if settings is not None and not getattr(args, "namespace", None):
+        args.namespace = rollback.argo.namespace
+    if args.command == "status":
+        return cli_cluster.cmd_status(args, print_data=_print_data)
+    if args.command == "runs":
+        args.runs_command = args.runs_command or "list"
+        return cli_cluster.cmd_runs(args, print_data=_print_data, deadline_s=rollback.deadline_s)
+    try:
+        request = RollbackRequest(
+            model=args.model,
+            from_version=args.from_version,
+            incident=_incident(args),
+            reason="manual",
+            detail=args.detail,
+        )
+    except ValueError as exc:
+        print(f"healer: rollback not submitted: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return cli_cluster.cmd_rollback(
+        args,
+        request,
+        deadline_s=rollback.deadline_s,
+        report=lambda submission, status, engine: _report_rollback(args, submission, status, engine, request.incident),
+    )
+
+
+def _incident(args: argparse.Namespace) -> str:
+    from healer.vocabulary import model_slug
+
+    stamp = int(time.time())
+    return str(args.incident or f"manual-{model_slug(args.model)}-{args.from_version}-{stamp}"[:63].rstrip("-."))
+
+
 def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
     from healer.engines import EngineError
     from healer.engines.records import RunRecords
@@ -1149,10 +1263,9 @@ def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     from healer.engines import EngineError
     from healer.engines.factory import engine_from_settings
-    from healer.vocabulary import RollbackRequest, model_slug
+    from healer.vocabulary import RollbackRequest
 
-    stamp = int(time.time())
-    incident = args.incident or f"manual-{model_slug(args.model)}-{args.from_version}-{stamp}"[:63].rstrip("-.")
+    incident = _incident(args)
     # Machine-readable output keeps stdout for the result alone; progress goes to stderr.
     progress = sys.stderr if args.output in ("json", "yaml", "name") else sys.stdout
     try:
@@ -1171,11 +1284,16 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     except (EngineError, ValueError, OSError) as exc:
         print(f"healer: rollback not submitted: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    return _report_rollback(args, submission, status, settings.rollback.engine, incident)
+
+
+def _report_rollback(args: argparse.Namespace, submission: Any, status: Any, engine: str, incident: str) -> int:
+    """A rollback's final status as the command prints it; 0 only when it succeeded."""
     if args.output in ("json", "yaml"):
         _print_data(
             {
                 "name": status.name,
-                "engine": settings.rollback.engine,
+                "engine": engine,
                 "created": submission.created,
                 "model": args.model,
                 "from_version": args.from_version,

@@ -17,10 +17,11 @@ ARGO_RBAC = {
     "list_workflows": [("list", "workflows", "argoproj.io")],
     "delete_workflow": [("delete", "workflows", "argoproj.io")],
     "stop_workflow": [("get", "workflows", "argoproj.io"), ("patch", "workflows", "argoproj.io")],
+    "close": [],  # the transport's own connections: no call to the server
 }
-# ArgoEngine methods only an operator's `healer drill --target cluster` calls, with the operator's
-# token: never the sidecar's, so not in its Role.
-OPERATOR_ONLY_METHODS = {"stop"}
+# ArgoEngine methods only an operator calls (`healer drill --target cluster`, `healer runs` and
+# `healer status` on a cluster), with the operator's credentials: never the sidecar's, so not in its Role.
+OPERATOR_ONLY_METHODS = {"stop", "list"}
 
 
 def called_attributes(*paths: Path) -> set[str]:

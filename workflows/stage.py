@@ -59,6 +59,7 @@ def build_stage_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
         namespace=options.namespace,
         entrypoint="main",
         arguments=[Parameter(name="model", value="")],  # empty: every model in healer.yaml
+        labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "stage"},
         service_account_name=options.service_account,
         active_deadline_seconds=STAGE_DEADLINE_S,
         workflow_metadata=m.WorkflowMetadata(

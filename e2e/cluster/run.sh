@@ -15,6 +15,7 @@
 #   drill-argo.sh fallback     argo-server stopped: the sidecars heal in their pods; none submitted after
 #   drill-template.sh          the healer-drill WorkflowTemplate (wrong-weights) run by Argo: its pod drills
 #   stage-template.sh          the healer-stage WorkflowTemplate run by Argo: the stable versions re-read and stamped
+#   status.sh                  `healer status` with a kubeconfig: both sidecars' /status through the pod proxy
 #   drill-argo.sh one-in-five  every fifth answer wrong: seen, never drained or rolled back
 #   drill-argo.sh store-down   a push with the stable ledger unreadable: escalated, the alert in
 #                     Alertmanager pushed by healer and from Prometheus's evaluation of the chart's rule
@@ -54,7 +55,7 @@ down() {
 }
 # Each step needs the one before it: the first that fails ends the tier (the rest count as failed).
 steps=(node-up.sh smoke-healer.sh argo-up.sh healer-up.sh monitoring-up.sh "drill-argo.sh 3" "drill-argo.sh hang"
-  "drill-argo.sh fallback" drill-template.sh stage-template.sh "drill-argo.sh one-in-five" "drill-argo.sh store-down" store-s3.sh
+  "drill-argo.sh fallback" drill-template.sh stage-template.sh status.sh "drill-argo.sh one-in-five" "drill-argo.sh store-down" store-s3.sh
   argo-ui.sh)
 passed=0
 status=0

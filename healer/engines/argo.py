@@ -202,6 +202,7 @@ class ArgoEngine:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         join_window_s: float | None = None,  # None: healer/decisions.py same_occurrence_window_s(default deadline)
+        service: Any = None,  # the workflows' transport; None: Hera's WorkflowsService on argo-server at host
     ) -> None:
         if not host.startswith(("http://", "https://")):
             raise ValueError(f"Argo host must start with http:// or https://, got {host!r}")
@@ -231,16 +232,20 @@ class ArgoEngine:
         self._clock = clock
         self._sleep = sleep
         self._answered = threading.local()  # .date: the Date header of this thread's last answer
-        self._service = WorkflowsService(
+        self._service = service or WorkflowsService(
             host=self.host,
             verify_ssl=verify_ssl,  # type: ignore[arg-type]  # requests' verify: a bool or a CA bundle path
             token=token,
             namespace=namespace,
             session=_timeout_session(request_timeout_s, token_provider, self._note_answer),
         )
+        self.via = "the Kubernetes API" if service is not None else "argo-server"
 
     def close(self) -> None:
-        self._service.session.close()  # (WorkflowsService.close is the same, but untyped)
+        if self.via == "argo-server":
+            self._service.session.close()  # (WorkflowsService.close is the same, but untyped)
+        else:
+            self._service.close()
 
     def __enter__(self) -> ArgoEngine:
         return self
@@ -347,11 +352,7 @@ class ArgoEngine:
     def get(self, name: str) -> dict[str, Any]:
         """The whole workflow as Argo's JSON (what ``argo get -o json`` prints): every node, its
         times and outputs (the drills read each heal pod's phases from it)."""
-        workflow = self._call(f"get workflow {name}", lambda: self._service.get_workflow(name))
-        dump = getattr(workflow, "model_dump", None)
-        if dump is not None:
-            return dict(dump(by_alias=True, exclude_none=True, mode="json"))
-        return dict(json.loads(workflow.json(by_alias=True, exclude_none=True)))  # pydantic v1
+        return _workflow_json(self._call(f"get workflow {name}", lambda: self._service.get_workflow(name)))
 
     def submit_template(self, template: str, parameters: Mapping[str, str], *, name: str) -> str:
         """Create the workflow ``name`` from another WorkflowTemplate in this namespace (``argo submit
@@ -374,6 +375,17 @@ class ArgoEngine:
         except _Conflict as exc:
             raise EngineRejected(f"a workflow named {name} exists already: {exc}") from exc
         return created.metadata.name or name
+
+    def list(self, label_selector: str = "") -> list[dict[str, Any]]:
+        """The workflows in the namespace matching ``label_selector``, as Argo's JSON (``argo list``)."""
+        if self.via != "argo-server":
+            listed = self._call("list workflows", lambda: self._service.list_workflows(label_selector=label_selector))
+            return list(listed)
+        answer = self._call(
+            "list workflows",
+            lambda: self._service.list_workflows(namespace=self.namespace, label_selector=label_selector or None),
+        )
+        return [_workflow_json(w) for w in (answer.items or [])]
 
     def stop(self, name: str, message: str) -> None:
         """``argo stop``: the workflow ends and its exit handler runs (a drill's cleanup)."""
@@ -431,6 +443,22 @@ class ArgoEngine:
 
         try:
             return call()
+        except WorkflowApiError as exc:
+            code, message = exc.status, str(exc)
+            if code == 409:
+                raise _Conflict(message) from exc
+            if code == 404:
+                raise EngineNotFound(f"the Kubernetes API refused to {what} (HTTP 404): {message}") from exc
+            if code is not None and 400 <= code < 500 and code not in _RETRYABLE_4XX:
+                raise EngineRejected(
+                    f"the Kubernetes API at {self.host} refused to {what} (HTTP {code}): {message}"
+                ) from exc
+            raise EngineUnavailable(
+                f"the Kubernetes API at {self.host} could not {what}"
+                + (f" (HTTP {code})" if code else "")
+                + f": {message}",
+                maybe_delivered=exc.maybe_delivered or code in (500, 504),
+            ) from exc
         except HeraException as exc:
             code = _status_code(exc)
             message = _server_message(exc)
@@ -454,6 +482,25 @@ class ArgoEngine:
             # Hera parsing an answer that is not Argo's (an error body without "message", a 200 that
             # is not a Workflow): something other than Argo answered, e.g. a proxy.
             raise EngineUnavailable(f"unexpected answer from {self.host} to {what}: {exc!r}") from exc
+
+
+class WorkflowApiError(Exception):
+    """What a transport other than Hera's (healer/engines/kube_workflows.py) raises: the server refused
+    (``status``) or did not answer (``status`` None); ``maybe_delivered``: a create may have been
+    applied although no answer came back."""
+
+    def __init__(self, message: str, *, status: int | None, maybe_delivered: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.maybe_delivered = maybe_delivered
+
+
+def _workflow_json(workflow: Workflow) -> dict[str, Any]:
+    """A Workflow model as Argo's JSON (what ``argo get -o json`` prints)."""
+    dump = getattr(workflow, "model_dump", None)
+    if dump is not None:
+        return dict(dump(by_alias=True, exclude_none=True, mode="json"))
+    return dict(json.loads(workflow.json(by_alias=True, exclude_none=True)))  # pydantic v1
 
 
 def _never_connected(exc: BaseException) -> bool:

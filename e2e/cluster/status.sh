@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `healer status` as an on-call person runs it from a laptop: a kubeconfig (here the node's admin one,
+# from the node's network namespace), no healer.yaml. It lists the pods with a sidecar and reads each
+# sidecar's /status through the API server's pod proxy (the real kubelet-run sidecars). Checked: both
+# Triton replicas, linear_scorer healthy and in service on each, every tier ok. After healer-up.sh.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+# shellcheck source=SCRIPTDIR/../versions.env
+source "$here/../versions.env"
+# shellcheck source=SCRIPTDIR/common.sh
+source "$here/common.sh"
+[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
+python="${PYTHON:-$root/.venv/bin/python}"
+# After a drill the sidecars need a few periods to trust the model again: up to 60 s for a healthy view.
+started=$SECONDS
+while :; do
+  status=0
+  in_netns "$root/.venv/bin/healer" status --kubeconfig "$BASE/admin.kubeconfig" -n ml -o json \
+    >"$BASE/status.json" || status=$?
+  [ "$status" = 0 ] || [ $((SECONDS - started)) -ge 60 ] && break
+  sleep 2
+done
+log "status: healer status exited $status after $((SECONDS - started)) s"
+in_netns "$root/.venv/bin/healer" status --kubeconfig "$BASE/admin.kubeconfig" -n ml -o wide >&2 || true
+"$python" - "$BASE/status.json" "$status" <<'PY'
+import json
+import sys
+
+view, code = json.load(open(sys.argv[1])), int(sys.argv[2])
+rows = [r for r in view["rows"] if r["model"] == "linear_scorer"]
+pods = sorted(r["pod"] for r in rows)
+print(f"status: {view['pods']} pod(s), {view['healthy']} of {len(view['rows'])} healthy; linear_scorer on {pods}")
+if len(rows) < 2:
+    sys.exit(f"status: expected linear_scorer on both Triton replicas, got {view['rows']}")
+for row in rows:
+    if row["state"] != "healthy" or row["drain"] != "in service" or "FAIL" in row["tiers"] or "ERROR" in row["tiers"] or "pass" not in row["tiers"]:
+        sys.exit(f"status: {row['pod']}: not healthy and in service: {row}")
+if code != 0:
+    sys.exit(f"status: exited {code} although every row is healthy")
+PY

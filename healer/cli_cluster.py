@@ -1,0 +1,187 @@
+"""The CLI's cluster side: ``--kubeconfig``, ``--context`` and ``-n`` as kubectl has them, and the
+commands that work from a laptop through the Kubernetes API (``healer status``, ``healer runs``,
+``healer rollback``): the rollback workflows are Argo Workflow objects read and created with the
+caller's own credentials, as the ``argo`` CLI does without an argo-server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from healer.cluster import ClusterAccess, ClusterError, connect, kubeconfig_present, list_pods, sidecar_status
+from healer.fleet import fleet_view, format_fleet, pod_from_api, rollback_workflows
+from healer.labels import MODEL_LABEL
+
+CLUSTER_FLAGS = ("kubeconfig", "context", "namespace")
+WATCH_PERIOD_S = 2.0
+
+
+def add_cluster_flags(parser: argparse.ArgumentParser, *, sub: bool = False) -> None:
+    """kubectl's flags. On nested subcommands the defaults are SUPPRESS, so that a flag given before
+    the subcommand is not overwritten by the subcommand's own default."""
+    default = argparse.SUPPRESS if sub else None
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", default=default, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
+    )
+    parser.add_argument("--context", default=default, help="the kubeconfig context to use (default: its current one)")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=default,
+        help="the namespace of the Triton pods and rollback workflows (default: the context's)",
+    )
+
+
+def cluster_mode(args: argparse.Namespace, *, config_given: bool) -> bool:
+    """Through the Kubernetes API: a cluster flag was given, or no healer.yaml was and a kubeconfig
+    (or a pod's service account) is there to use."""
+    if any(getattr(args, flag, None) for flag in CLUSTER_FLAGS):
+        return True
+    return not config_given and kubeconfig_present()
+
+
+def access(args: argparse.Namespace, *, default_namespace: str | None = None) -> ClusterAccess:
+    return connect(
+        kubeconfig=getattr(args, "kubeconfig", None),
+        context=getattr(args, "context", None),
+        namespace=getattr(args, "namespace", None) or default_namespace,
+    )
+
+
+def engine(cluster: ClusterAccess, deadline_s: float) -> Any:
+    from healer.decisions import same_occurrence_window_s
+    from healer.engines.kube_workflows import engine_through_kubernetes
+
+    return engine_through_kubernetes(cluster, join_window_s=same_occurrence_window_s(deadline_s))
+
+
+def _fail(exc: BaseException) -> int:
+    print(f"healer: {exc}", file=sys.stderr)
+    return 1
+
+
+def cmd_runs(args: argparse.Namespace, *, print_data: Callable[[Any, str], None], deadline_s: float) -> int:
+    """``healer runs list|get|watch`` on the cluster's rollback workflows."""
+    from healer.engines import EngineError, EngineNotFound
+    from healer.runs import format_run, format_runs
+
+    output = args.output
+    try:
+        cluster = access(args)
+        with engine(cluster, deadline_s) as argo:
+            if args.runs_command in ("get", "show"):
+                try:
+                    run = argo.get(args.name)
+                except EngineNotFound:
+                    print(f"healer: no workflow {args.name!r} in {cluster.namespace} ({cluster.host})", file=sys.stderr)
+                    return 1
+                if output in ("json", "yaml"):
+                    print_data(run, output)
+                elif output == "name":
+                    print(run["metadata"]["name"])
+                else:
+                    print(format_run(run, wide=output == "wide"))
+                return 0
+
+            def listing() -> list[Any]:
+                return rollback_workflows(argo.list(label_selector=MODEL_LABEL))
+
+            if args.runs_command == "watch":
+                return _watch(lambda: format_runs(listing(), wide=output == "wide") or "no rollbacks")
+            runs = listing()
+            if output in ("json", "yaml"):
+                print_data(runs, output)
+            elif output == "name":
+                for run in runs:
+                    print(run["metadata"]["name"])
+            else:
+                print(format_runs(runs, wide=output == "wide") if runs else f"no rollbacks in {cluster.namespace}")
+            return 0
+    except (ClusterError, EngineError) as exc:
+        return _fail(exc)
+
+
+def cmd_rollback(
+    args: argparse.Namespace, request: Any, *, deadline_s: float, report: Callable[[Any, Any, str], int]
+) -> int:
+    """Create (or join) the incident's rollback workflow with the caller's credentials, then wait."""
+    from healer.engines import EngineError
+
+    progress = sys.stderr if args.output in ("json", "yaml", "name") else sys.stdout
+    try:
+        cluster = access(args)
+        with engine(cluster, deadline_s) as argo:
+            submission = argo.submit(request)
+            verb = "submitted" if submission.created else "joined"
+            print(f"{verb} {submission.name} (Argo, through the Kubernetes API at {cluster.host})", file=progress)
+            status = argo.wait(submission.name, args.wait or deadline_s + 30)
+    except (ClusterError, EngineError) as exc:
+        print(f"healer: rollback not submitted: {exc}", file=sys.stderr)
+        return 3
+    return report(submission, status, "argo")
+
+
+def cmd_status(args: argparse.Namespace, *, print_data: Callable[[Any, str], None]) -> int:
+    """Every pod with a healer sidecar × model: tiers, state, drain, incident and its rollback."""
+    try:
+        cluster = access(args)
+    except ClusterError as exc:
+        return _fail(exc)
+
+    def view() -> Any:
+        pods = [p for p in (pod_from_api(raw) for raw in list_pods(cluster, args.selector or "")) if p is not None]
+        statuses = {
+            f"{p.namespace}/{p.name}": (
+                sidecar_status(cluster, p.namespace, p.name, p.sidecar_port)
+                if p.sidecar_port and p.phase == "Running"
+                else f"pod {p.phase}" + ("" if p.sidecar_port else ", the sidecar declares no port")
+            )
+            for p in pods
+        }
+        try:
+            workflows = engine(cluster, 90.0).list(label_selector=MODEL_LABEL)
+        except Exception as exc:  # no right to read workflows: the pods' view still helps
+            workflows = []
+            statuses = dict(statuses)
+            print(f"healer: warning: rollback workflows not read: {exc}", file=sys.stderr)
+        return fleet_view(pods, statuses, workflows)
+
+    try:
+        if args.watch:
+            return _watch(lambda: format_fleet(view(), wide=args.output == "wide"))
+        current = view()
+    except ClusterError as exc:
+        return _fail(exc)
+    if args.output in ("json", "yaml"):
+        print_data(current.to_dict(), args.output)
+    else:
+        if not current.rows:
+            print(f"no pods with a healer sidecar in {cluster.namespace} ({cluster.source})")
+            return 0
+        print(format_fleet(current, wide=args.output == "wide"))
+    return 0 if current.healthy == len(current.rows) else 1
+
+
+def _watch(render: Callable[[], str], *, period_s: float = WATCH_PERIOD_S, rounds: int | None = None) -> int:
+    """Print ``render()`` every ``period_s`` until Ctrl-C (``rounds``: at most that many, for tests).
+    A failure is printed in place of the view and the watch goes on, as kubectl's does."""
+    clear = "\033[H\033[2J" if sys.stdout.isatty() else ""
+    shown = 0
+    try:
+        while rounds is None or shown < rounds:
+            try:
+                text = render()
+            except (ClusterError, OSError) as exc:
+                text = f"healer: {exc}"
+            stamp = time.strftime("%H:%M:%S")
+            print(f"{clear}{stamp}  (every {period_s:g} s; Ctrl-C ends)\n{text}", flush=True)
+            shown += 1
+            if rounds is None or shown < rounds:
+                time.sleep(period_s)
+    except KeyboardInterrupt:
+        return 0
+    return 0
