@@ -78,7 +78,9 @@ class InjectionConfig:
     image: str
     config_map: str = "healer-config"  # holds healer.yaml, mounted at /etc/healer
     port: int = 8088
-    run_as_user: int = 10001
+    # The image's USER; None: the platform assigns one (OpenShift's restricted SCC, from the
+    # namespace's range), so the sidecar's securityContext names none.
+    run_as_user: int | None = 10001
     state_dir: str = "/var/lib/healer/runs"
     # Sized from benchmarks/sidecar_footprint.py: 63 MiB peak watching 3 models; a rollback run in
     # the pod (the fallback engine) needs more for its duration.
@@ -130,7 +132,7 @@ def load_injection_config(path: Path) -> InjectionConfig:
         image=document["image"],
         config_map=str(document.get("config_map", defaults.config_map)),
         port=int(document.get("port", defaults.port)),
-        run_as_user=int(document.get("run_as_user", defaults.run_as_user)),
+        run_as_user=_run_as_user(document, defaults.run_as_user),
         state_dir=str(document.get("state_dir", defaults.state_dir)),
         requests=dict(document.get("requests") or defaults.requests),
         limits=dict(document.get("limits") or defaults.limits),
@@ -148,8 +150,18 @@ def load_injection_config(path: Path) -> InjectionConfig:
     return config
 
 
+def _run_as_user(document: Mapping[str, Any], default: int | None) -> int | None:
+    """run_as_user as given (an explicit null: the platform assigns one), else the default."""
+    if "run_as_user" not in document:
+        return default
+    value = document["run_as_user"]
+    return None if value is None else int(value)
+
+
 def _check_types(path: Path, document: Mapping[str, Any]) -> None:
     for key in ("port", "run_as_user", "token_expiration_s"):
+        if key == "run_as_user" and key in document and document[key] is None:
+            continue  # the platform assigns one
         if key in document and (not isinstance(document[key], int) or isinstance(document[key], bool)):
             raise InjectionConfigError(f"{path}: {key}: must be an integer, got {document[key]!r}")
     if "port" in document and not 1 <= document["port"] <= 65535:
@@ -219,7 +231,7 @@ def sidecar_container(config: InjectionConfig) -> dict[str, Any]:
         "resources": {"requests": dict(config.requests), "limits": dict(config.limits)},
         "securityContext": {
             "runAsNonRoot": True,
-            "runAsUser": config.run_as_user,
+            **({"runAsUser": config.run_as_user} if config.run_as_user is not None else {}),
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},

@@ -743,3 +743,21 @@ def test_a_huge_command_line_is_not_handed_to_shlex_and_its_port_flags_still_cou
     assert "patch" not in answer["response"]
     [warning] = answer["response"]["warnings"]
     assert "already uses port 8088" in warning, warning
+
+
+def test_run_as_user_null_leaves_the_uid_to_the_platform(tmp_path: Path) -> None:
+    """OpenShift's restricted SCC assigns a uid from the namespace's range and refuses pods that name
+    another: with run_as_user null the injected sidecar names none (and stays non-root)."""
+    from healer.webhook import load_injection_config, sidecar_container
+
+    path = tmp_path / "injection.yaml"
+    path.write_text("image: healer:dev\nrun_as_user: null\n")
+    config = load_injection_config(path)
+    assert config.run_as_user is None
+    context = sidecar_container(config)["securityContext"]
+    assert "runAsUser" not in context and context["runAsNonRoot"] is True
+    path.write_text("image: healer:dev\n")
+    assert sidecar_container(load_injection_config(path))["securityContext"]["runAsUser"] == 10001
+    path.write_text("image: healer:dev\nrun_as_user: 'root'\n")
+    with pytest.raises(Exception, match="run_as_user: must be an integer"):
+        load_injection_config(path)

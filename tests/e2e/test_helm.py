@@ -435,6 +435,9 @@ def test_helm_install_with_cert_manager_and_monitoring(with_crds: ControlPlane, 
     # NOTES.txt: where the pods are injected and how to see the templates
     assert f'healer.io/inject: "true" in {triton}' in installed.stdout
     assert f"argo template list -n {argo}" in installed.stdout
+    assert f"healer status -n {triton}" in installed.stdout and "Next steps:" in installed.stdout
+    caught = "argo.caBundle is empty" in installed.stdout
+    assert caught == (not values_of(VALUES["values-s3"])["argo"].get("caBundle")), "NOTES warns about an empty caBundle"
     listed = helm.helm("list", f"--namespace={namespace}", "--output=json", kubeconfig=kubeconfig(plane)).stdout
     assert '"status":"deployed"' in listed.replace(" ", "")
     api = plane.api()
@@ -551,3 +554,23 @@ def test_helm_install_without_cert_manager_and_a_pod_created_while_the_webhook_i
     with pytest.raises(ApiError) as gone:
         api.get(f"{CONFIGURATIONS}/{name['metadata']['name']}")
     assert gone.value.status == 404
+
+
+def test_run_as_user_null_names_no_uid_and_security_contexts_merge() -> None:
+    """OpenShift-style uid ranges: runAsUser null leaves every uid, gid and fsGroup to the platform
+    (webhook, injected sidecar, workflow steps); the webhook's contexts take extra keys over the defaults."""
+    docs = helm.render(
+        VALUES["defaults"],
+        {"runAsUser": "null", "webhook.podSecurityContext.seLinuxOptions.level": "s0:c1"},
+    )
+    text = yaml.safe_dump_all(docs)
+    assert "runAsUser" not in text and "runAsGroup" not in text and "fsGroup:" not in text
+    injection = yaml.safe_load(one(docs, "ConfigMap", "healer-webhook-injection")["data"]["injection.yaml"])
+    assert "run_as_user" in injection and injection["run_as_user"] is None
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["seLinuxOptions"] == {"level": "s0:c1"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for template in (d for d in docs if d["kind"] == "WorkflowTemplate"):
+        assert template["spec"]["securityContext"]["runAsNonRoot"] is True, template["metadata"]["name"]
+    defaults = helm.render(VALUES["defaults"])
+    assert one(defaults, "Deployment")["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001

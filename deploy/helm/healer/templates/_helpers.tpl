@@ -10,6 +10,7 @@ app.kubernetes.io/name: healer
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: healer
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{- end }}
 
@@ -114,5 +115,17 @@ loader) reads as a string: give such exponents a fraction (1.0e-07). Quoted stri
 {{/* The image's user (Dockerfile USER, workflows/rollback.py HEALER_UID): the sidecar, the rollback's
 pods and the webhook run as it; the sidecar and the rollback's pods write the same files. */}}
 {{- define "healer.uid" -}}
-10001
+{{- if .Values.runAsUser }}{{ int .Values.runAsUser }}{{ end -}}
+{{- end }}
+
+{{/* A pod securityContext: non-root, RuntimeDefault seccomp, runAsUser/runAsGroup/fsGroup from
+runAsUser (none when it is null: the platform assigns them), then the "extra" keys over it. */}}
+{{- define "healer.podSecurityContext" -}}
+{{- $context := dict "runAsNonRoot" true "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- with .root.Values.runAsUser -}}
+{{- $_ := set $context "runAsUser" (int .) -}}
+{{- $_ := set $context "runAsGroup" (int .) -}}
+{{- $_ := set $context "fsGroup" (int .) -}}
+{{- end -}}
+{{- toYaml (mergeOverwrite $context (deepCopy (.extra | default dict))) -}}
 {{- end }}
