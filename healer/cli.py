@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -73,6 +73,11 @@ EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
         ),
         (EXIT_USAGE, "bad arguments or configuration"),
     ),
+    "check": (
+        (0, "every check passed"),
+        (1, "a check failed (the line says what was tried and what came back)"),
+        (EXIT_USAGE, "bad arguments or configuration"),
+    ),
     "status": (
         (0, "every pod × model healthy and in service"),
         (1, "some are not (the rows say which and why), or the cluster was not reachable or refused"),
@@ -121,6 +126,10 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
         "healer rollback -n ml linear_scorer 3   (a Workflow created with your kubeconfig's credentials)",
         "healer rollback --config healer.yaml linear_scorer 3",
         "healer rollback linear_scorer 3 --incident inc-42 -o json",
+    ),
+    "check": (
+        "kubectl -n ml exec deploy/triton -c healer -- healer check",
+        "helm test healer -n healer        (the chart's test pod runs `healer check` as a sidecar would)",
     ),
     "status": (
         "healer status                                  (the kubeconfig's current context and namespace)",
@@ -214,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "promote": _cmd_promote,
         "store": _cmd_store,
         "runs": _cmd_runs,
+        "check": _cmd_check,
         "rollback": _cmd_rollback,
         "sidecar": _cmd_sidecar,
     }
@@ -410,13 +420,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         )
     )
 
-    status = command(
-        "status",
-        "what healer is doing across the fleet now: every pod with a healer sidecar × model, its tiers, state, "
-        "drain, incident and rollback, through the Kubernetes API (like `kubectl argo rollouts get`)",
-        config=False,
-    )
-    _status_arguments(status)
+    _operator_commands(command)
 
     webhook = command(
         "webhook", "serve the admission webhook that injects the sidecar into opted-in pods (HTTPS)", config=False
@@ -452,6 +456,26 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     _add_output(rollback, "text; json/yaml: the run's final status; name: only the run's name")
     add_cluster_flags(rollback)
     return parser, commands
+
+
+def _operator_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """healer status and healer check: the fleet's view, and what a sidecar needs from the cluster."""
+    status = command(
+        "status",
+        "what healer is doing across the fleet now: every pod with a healer sidecar × model, its tiers, state, "
+        "drain, incident and rollback, through the Kubernetes API (like `kubectl argo rollouts get`)",
+        config=False,
+    )
+    _status_arguments(status)
+    _add_output(
+        command(
+            "check",
+            "check, from a pod with the sidecar's service account, what the sidecar needs: healer.yaml, argo-server "
+            "(reachable, its certificate trusted, the rollback template readable with this token), the replica pods",
+        ),
+        "a line per check; json/yaml: the checks",
+        choices=("text", "json", "yaml"),
+    )
 
 
 def _status_arguments(status: argparse.ArgumentParser) -> None:
@@ -1178,6 +1202,20 @@ def _move_back(live: Path | None, model: str, version: str) -> int:
         print(f"  no quarantined copy in {live}: no files moved")
     print("  Triton was not asked to load it; promote it again once it serves correctly")
     return 0
+
+
+def _cmd_check(settings: Settings, args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from healer.install_check import run_checks
+
+    checks = run_checks(settings)
+    if args.output in ("json", "yaml"):
+        _print_data([asdict(c) for c in checks], args.output)
+    else:
+        for c in checks:
+            print(f"{'ok' if c.ok else 'FAILED':<7}{c.name}: {c.detail}")
+    return 0 if all(c.ok for c in checks) else 1
 
 
 def _cmd_on_cluster_alone(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ARGO_RBAC = {
     "create_workflow": [("create", "workflows", "argoproj.io"), ("get", "workflowtemplates", "argoproj.io")],
     "get_workflow": [("get", "workflows", "argoproj.io")],
+    "get_workflow_template": [("get", "workflowtemplates", "argoproj.io")],
     "list_workflows": [("list", "workflows", "argoproj.io")],
     "delete_workflow": [("delete", "workflows", "argoproj.io")],
     "stop_workflow": [("get", "workflows", "argoproj.io"), ("patch", "workflows", "argoproj.io")],

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# `healer status` as an on-call person runs it from a laptop: a kubeconfig (here the node's admin one,
+# `helm test healer`: the chart's test pod runs `healer check` as an injected sidecar would (its
+# service account, a projected token, healer-config): argo-server reachable and trusted with the
+# chart's argo.caBundle, the rollback template readable with that token, the replica pods listable.
+# Then `healer status` as an on-call person runs it from a laptop: a kubeconfig (here the node's admin one,
 # from the node's network namespace), no healer.yaml. It lists the pods with a sidecar and reads each
 # sidecar's /status through the API server's pod proxy (the real kubelet-run sidecars). Checked: both
 # Triton replicas, linear_scorer healthy and in service on each, every tier ok. After healer-up.sh.
@@ -12,6 +15,14 @@ source "$here/../versions.env"
 source "$here/common.sh"
 [ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
 python="${PYTHON:-$root/.venv/bin/python}"
+HELM="$cache/helm-$HELM_VERSION/bin/helm"
+started=$SECONDS
+if ! in_netns "$HELM" --kubeconfig="$BASE/admin.kubeconfig" test healer -n healer --timeout 3m --logs >"$BASE/helm-test.log" 2>&1; then
+  cat "$BASE/helm-test.log" >&2
+  die "helm test healer failed"
+fi
+grep -E "^(ok|FAILED) " "$BASE/helm-test.log" >&2 || true
+log "helm test: passed in $((SECONDS - started)) s"
 # After a drill the sidecars need a few periods to trust the model again: up to 60 s for a healthy view.
 started=$SECONDS
 while :; do

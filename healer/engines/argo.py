@@ -387,6 +387,16 @@ class ArgoEngine:
         )
         return [_workflow_json(w) for w in (answer.items or [])]
 
+    def template_exists(self, name: str | None = None) -> None:
+        """Read the WorkflowTemplate a rollback is created from (``healer check``, the chart's helm test):
+        argo-server answers, its certificate is trusted and this caller may read the template (which
+        argo-server does as the caller when it creates a workflow from it). Raises an EngineError."""
+        template = name or self.template_name
+        self._call(
+            f"get workflowtemplate {template}",
+            lambda: self._service.get_workflow_template(name=template, namespace=self.namespace),
+        )
+
     def stop(self, name: str, message: str) -> None:
         """``argo stop``: the workflow ends and its exit handler runs (a drill's cleanup)."""
         from hera.workflows.models import WorkflowStopRequest
