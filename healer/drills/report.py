@@ -192,7 +192,9 @@ def _summary_table(results: Sequence[DrillResult]) -> str:
 
 
 def _restore_chart(results: Sequence[DrillResult], budget: float) -> str:
-    """One bar per scenario: time to restore (green) or to escalate (red), on a 0..budget scale."""
+    """One bar per scenario: time to restore (green) or to escalate (red), scaled to the longest time
+    (restores take seconds against a 90 s budget: on a 0..budget scale every bar was a sliver); the
+    budget is a line when it falls on the scale, else a note at the right edge."""
     e = html.escape
     timed = [
         (r, r.observation.restore_s, "restore")
@@ -206,8 +208,10 @@ def _restore_chart(results: Sequence[DrillResult], budget: float) -> str:
     label_w, width, bar_h, gap = 150, 900, 16, 8
     plot_w = width - label_w - 80
     longest = max(float(t or 0.0) for _, t, _ in timed)
-    scale_max = max(budget, longest)
-    height = 30 + len(timed) * (bar_h + gap) + 20
+    scale_max = max(longest * 1.15, 1.0)
+    if budget <= scale_max * 1.5:  # close enough to show it on the same scale
+        scale_max = max(scale_max, budget * 1.05)
+    height = 30 + len(timed) * (bar_h + gap) + 34
 
     def x(seconds: float) -> float:
         return label_w + plot_w * min(seconds, scale_max) / scale_max
@@ -226,14 +230,25 @@ def _restore_chart(results: Sequence[DrillResult], budget: float) -> str:
             f'fill="{colour}"><title>{e(r.scenario.name)}: {kind} {value:.2f} s</title></rect>'
         )
         svg.append(f'<text x="{x(value) + 6:.1f}" y="{y + bar_h - 4}">{kind} {value:.1f} s</text>')
-    bx = x(budget)
-    bottom = height - 14
-    svg.append(
-        f'<line x1="{bx:.1f}" y1="10" x2="{bx:.1f}" y2="{bottom}" stroke="#b3261e" stroke-dasharray="5 4"/>'
-        f'<text x="{bx:.1f}" y="{height - 2}" text-anchor="middle">budget {budget:g} s</text>'
-        f'<line x1="{label_w}" y1="{bottom}" x2="{label_w + plot_w}" y2="{bottom}" stroke="#9aa0a6"/>'
-        f'<text x="{label_w}" y="{height - 2}" text-anchor="middle">0</text>'
-    )
+    bottom = height - 28
+    svg.append(f'<line x1="{label_w}" y1="{bottom}" x2="{label_w + plot_w}" y2="{bottom}" stroke="#9aa0a6"/>')
+    for tick in _ticks(scale_max):
+        tx = x(tick)
+        svg.append(
+            f'<line x1="{tx:.1f}" y1="{bottom}" x2="{tx:.1f}" y2="{bottom + 4}" stroke="#9aa0a6"/>'
+            f'<text x="{tx:.1f}" y="{bottom + 16}" text-anchor="middle">{tick:g}s</text>'
+        )
+    if budget <= scale_max:
+        bx = x(budget)
+        svg.append(
+            f'<line x1="{bx:.1f}" y1="10" x2="{bx:.1f}" y2="{bottom}" stroke="#b3261e" stroke-dasharray="5 4"/>'
+            f'<text x="{bx:.1f}" y="{height - 2}" text-anchor="middle" fill="#b3261e">budget {budget:g} s</text>'
+        )
+    else:
+        svg.append(
+            f'<text id="budget-off-scale" x="{label_w + plot_w + 70}" y="{height - 2}" text-anchor="end" '
+            f'fill="#b3261e">budget {budget:g} s (off the scale) &#8594;</text>'
+        )
     svg.append("</svg>")
     return "".join(svg)
 
@@ -264,6 +279,12 @@ def _scenario_section(result: DrillResult) -> str:
             + "</p>"
         )
         body.append(timeline_svg(s.name, o.marks, o.phases))
+        # What the tooltips say, printed: a screenshot or a printout shows why, not only when.
+        reasons = [f"{p.name} {p.outcome} at {p.end_s:.1f} s: {p.error}" for p in o.phases if p.error] + [
+            f"{m.kind} at {m.at_s:.1f} s: {m.text}" for m in o.marks if m.text
+        ]
+        if reasons:
+            body.append('<ul class="reasons">' + "".join(f"<li>{e(r)}</li>" for r in reasons) + "</ul>")
     if missed:
         body.append(f'<ul class="missed">{missed}</ul>')
     if notes:

@@ -95,11 +95,12 @@ def read_values(text: str) -> list[Value]:
 
 
 def _schema_description(schema: dict[str, Any], path: str) -> tuple[str, str]:
-    node: dict[str, Any] | None = schema
+    node: dict[str, Any] = schema
     for key in path.split("."):
-        node = (node or {}).get("properties", {}).get(key)
-        if node is None:
+        found = node.get("properties", {}).get(key)
+        if not isinstance(found, dict):
             return "", ""
+        node = found
     kind = node.get("type", "")
     return str(node.get("description", "")), "/".join(kind) if isinstance(kind, list) else str(kind)
 

@@ -456,6 +456,24 @@ def test_the_restore_chart_draws_the_budget_line_and_a_bar_per_timed_scenario() 
     assert "restore 120.0 s" in chart  # a miss past the budget stretches the scale, it is not clipped away
 
 
+def test_the_restore_chart_is_scaled_to_the_times_with_the_budget_noted_off_the_scale() -> None:
+    """Restores of seconds against a 90 s budget: the bars fill the chart (the longest at about 87 %)
+    and the budget is said at the right edge instead of squeezing every bar into a sliver."""
+    fast = [r for r in full_catalog_results() if (r.observation.restore_s or 0) < 10 and r.observation.restore_s]
+    chart = report._restore_chart(fast, 90.0)
+    assert 'id="budget-off-scale"' in chart and "budget 90 s (off the scale)" in chart
+    widths = [float(w) for w in re.findall(r'<rect x="[0-9.]+" y="[0-9.]+" width="([0-9.]+)"', chart)]
+    plot_w = 900 - 150 - 80
+    assert max(widths) > 0.8 * plot_w  # not a sliver
+
+
+def test_failure_reasons_are_printed_not_only_in_tooltips() -> None:
+    results = full_catalog_results()
+    text = report.render_html(results, report.ReportMeta(target="embedded stack", when="2024-05-01T10:00:00Z"))
+    reasons = re.findall(r'<ul class="reasons">(.*?)</ul>', text, re.DOTALL)
+    assert any("store not reachable &lt;&amp;&gt;" in r for r in reasons)
+
+
 def test_timeline_labels_do_not_overlap() -> None:
     marks = [Mark(0, "injected"), Mark(0.01, "detected"), Mark(0.02, "drained"), Mark(5, "restored")]
     rows = report._label_rows(marks, 6.0, 1000)
