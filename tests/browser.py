@@ -47,3 +47,25 @@ def open_in_chromium(page: Path, profile: Path) -> tuple[str, list[str]]:
     )
     assert run.returncode == 0, run.stderr[-2000:]
     return run.stdout, [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
+
+
+def screenshot(page: Path, profile: Path, out: Path, *, width: int = 1200, height: int = 1600) -> None:
+    """A PNG of the page as Chromium draws it (the README's pictures of the report)."""
+    assert CHROMIUM is not None
+    run = subprocess.run(
+        [
+            CHROMIUM,
+            *HEADLESS,
+            f"--user-data-dir={profile}",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--hide-scrollbars",
+            f"--window-size={width},{height}",
+            f"--screenshot={out}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0 and out.is_file() and out.stat().st_size > 10_000, run.stderr[-2000:]
