@@ -1316,11 +1316,17 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
         )
         engine = engine_from_settings(settings)
         submission = engine.submit(request)
-        verb = "submitted" if submission.created else "joined"
-        print(f"{verb} {submission.name} ({settings.rollback.engine})", file=progress, flush=True)
-        status = engine.wait(submission.name, args.wait or settings.rollback.deadline_s + 30)
     except (EngineError, ValueError, OSError) as exc:
-        print(f"healer: rollback not submitted: {exc}", file=sys.stderr)
+        maybe = getattr(exc, "maybe_delivered", False)
+        what = f"the rollback for incident {incident} may have been created" if maybe else "rollback not submitted"
+        print(f"healer: {what}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    verb = "submitted" if submission.created else "joined"
+    print(f"{verb} {submission.name} ({settings.rollback.engine})", file=progress, flush=True)
+    try:
+        status = engine.wait(submission.name, args.wait or settings.rollback.deadline_s + 30)
+    except (EngineError, OSError) as exc:
+        print(f"healer: {submission.name} was {verb}, but its outcome could not be read: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     return _report_rollback(args, submission, status, settings.rollback.engine, incident)
 

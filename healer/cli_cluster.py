@@ -10,14 +10,17 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from healer.cluster import ClusterAccess, ClusterError, connect, kubeconfig_present, list_pods, sidecar_status
+from healer.engines import EngineError
 from healer.fleet import fleet_view, format_fleet, pod_from_api, rollback_workflows
 from healer.labels import MODEL_LABEL
 
 CLUSTER_FLAGS = ("kubeconfig", "context", "namespace")
 WATCH_PERIOD_S = 2.0
+SIDECAR_READS_AT_ONCE = 16  # /status reads in flight: N pods take about N / 16 × one read, not N ×
 
 
 def add_cluster_flags(parser: argparse.ArgumentParser, *, sub: bool = False) -> None:
@@ -108,20 +111,50 @@ def cmd_runs(args: argparse.Namespace, *, print_data: Callable[[Any, str], None]
 def cmd_rollback(
     args: argparse.Namespace, request: Any, *, deadline_s: float, report: Callable[[Any, Any, str], int]
 ) -> int:
-    """Create (or join) the incident's rollback workflow with the caller's credentials, then wait."""
-    from healer.engines import EngineError
+    """Create (or join) the incident's rollback workflow with the caller's credentials, then wait.
+    What is said on failure depends on what is known: not created, maybe created, or created and not
+    followed; the incident is named so that running the command again with it joins, not duplicates."""
+    from healer.engines import EngineUnavailable
 
     progress = sys.stderr if args.output in ("json", "yaml", "name") else sys.stdout
+    again = f"`healer rollback ... --incident {request.incident}` joins it rather than creating another"
     try:
         cluster = access(args)
-        with engine(cluster, deadline_s) as argo:
-            submission = argo.submit(request)
-            verb = "submitted" if submission.created else "joined"
-            print(f"{verb} {submission.name} (Argo, through the Kubernetes API at {cluster.host})", file=progress)
-            status = argo.wait(submission.name, args.wait or deadline_s + 30)
-    except (ClusterError, EngineError) as exc:
+    except ClusterError as exc:
         print(f"healer: rollback not submitted: {exc}", file=sys.stderr)
         return 3
+    with engine(cluster, deadline_s) as argo:
+        try:
+            argo.template_exists()  # a wrong -n says so here, not as a Workflow the controller fails later
+        except EngineError as exc:
+            print(f"healer: rollback not submitted: no usable template in {cluster.namespace}: {exc}", file=sys.stderr)
+            return 3
+        try:
+            submission = argo.submit(request)
+        except EngineUnavailable as exc:
+            if not exc.maybe_delivered:
+                print(f"healer: rollback not submitted: {exc}", file=sys.stderr)
+            else:
+                print(
+                    f"healer: the rollback for incident {request.incident} may have been created: {exc}; "
+                    f"`healer runs list -n {cluster.namespace}` shows it; {again}",
+                    file=sys.stderr,
+                )
+            return 3
+        except EngineError as exc:
+            print(f"healer: rollback not submitted: {exc}", file=sys.stderr)
+            return 3
+        verb = "submitted" if submission.created else "joined"
+        print(f"{verb} {submission.name} (Argo, through the Kubernetes API at {cluster.host})", file=progress)
+        try:
+            status = argo.wait(submission.name, args.wait or deadline_s + 30)
+        except EngineError as exc:
+            print(
+                f"healer: {submission.name} was {verb}, but its outcome could not be read: {exc}; "
+                f"`healer runs get {submission.name} -n {cluster.namespace}` follows it",
+                file=sys.stderr,
+            )
+            return 3
     return report(submission, status, "argo")
 
 
@@ -134,14 +167,16 @@ def cmd_status(args: argparse.Namespace, *, print_data: Callable[[Any, str], Non
 
     def view() -> Any:
         pods = [p for p in (pod_from_api(raw) for raw in list_pods(cluster, args.selector or "")) if p is not None]
-        statuses = {
-            f"{p.namespace}/{p.name}": (
-                sidecar_status(cluster, p.namespace, p.name, p.sidecar_port)
-                if p.sidecar_port and p.phase == "Running"
-                else f"pod {p.phase}" + ("" if p.sidecar_port else ", the sidecar declares no port")
-            )
-            for p in pods
-        }
+
+        def read(pod: Any) -> dict[str, Any] | str:
+            if pod.sidecar_port and pod.phase == "Running":
+                return sidecar_status(cluster, pod.namespace, pod.name, pod.sidecar_port)
+            return f"pod {pod.phase}" + ("" if pod.sidecar_port else ", the sidecar declares no port")
+
+        # Each read is bounded by the client's timeout (no retries): all of them by about
+        # ceil(pods / SIDECAR_READS_AT_ONCE) timeouts.
+        with ThreadPoolExecutor(max_workers=max(1, min(SIDECAR_READS_AT_ONCE, len(pods)))) as pool:
+            statuses = dict(zip((f"{p.namespace}/{p.name}" for p in pods), pool.map(read, pods), strict=True))
         try:
             workflows = engine(cluster, 90.0).list(label_selector=MODEL_LABEL)
         except Exception as exc:  # no right to read workflows: the pods' view still helps
@@ -156,12 +191,13 @@ def cmd_status(args: argparse.Namespace, *, print_data: Callable[[Any, str], Non
         current = view()
     except ClusterError as exc:
         return _fail(exc)
+    if not current.rows:
+        # Nothing was learnt (a wrong -n or -l, or no sidecar injected): never "all healthy".
+        print(f"healer: no pods with a healer sidecar in {cluster.namespace} ({cluster.source})", file=sys.stderr)
+        return 1
     if args.output in ("json", "yaml"):
         print_data(current.to_dict(), args.output)
     else:
-        if not current.rows:
-            print(f"no pods with a healer sidecar in {cluster.namespace} ({cluster.source})")
-            return 0
         print(format_fleet(current, wide=args.output == "wide"))
     return 0 if current.healthy == len(current.rows) else 1
 
@@ -175,7 +211,7 @@ def _watch(render: Callable[[], str], *, period_s: float = WATCH_PERIOD_S, round
         while rounds is None or shown < rounds:
             try:
                 text = render()
-            except (ClusterError, OSError) as exc:
+            except (ClusterError, EngineError, OSError) as exc:
                 text = f"healer: {exc}"
             stamp = time.strftime("%H:%M:%S")
             print(f"{clear}{stamp}  (every {period_s:g} s; Ctrl-C ends)\n{text}", flush=True)

@@ -71,7 +71,7 @@ def connect(
     from kubernetes.config.config_exception import ConfigException
 
     if not kubeconfig_present(kubeconfig) and context is None and IN_CLUSTER_NAMESPACE.parent.is_dir():
-        configuration = client.Configuration()
+        configuration = _configuration()
         try:
             config.load_incluster_config(client_configuration=configuration)
         except ConfigException as exc:
@@ -88,7 +88,7 @@ def connect(
         if chosen is None:
             names = ", ".join(sorted(c["name"] for c in contexts)) or "none"
             raise ClusterError(f"{where}: no context {context!r} (contexts: {names})")
-        configuration = client.Configuration()
+        configuration = _configuration()
         # Exec plugins and OIDC run here, as kubectl runs them; a token they print is refreshed on expiry.
         config.load_kube_config(config_file=path, context=chosen["name"], client_configuration=configuration)
     except ConfigException as exc:
@@ -103,6 +103,16 @@ def connect(
         user=str(settings.get("user", "")),
         timeout_s=timeout_s,
     )
+
+
+def _configuration() -> Any:
+    """The client's configuration with retries off: urllib3 would otherwise retry a read that timed
+    out three more times, so one wedged sidecar would hold `healer status` for four timeouts."""
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.retries = 0
+    return configuration
 
 
 def api_failure(access: ClusterAccess, what: str, exc: BaseException) -> ClusterError:

@@ -101,32 +101,57 @@ def fleet_view(
             why = document if isinstance(document, str) else "no /status read"
             rows.append(FleetRow(name, "-", "UNKNOWN", "-", "-", pod_state, "-", "-", "-", f"sidecar not read: {why}"))
             continue
-        drain = _drain(document.get("drain") or {}, pod_state)
-        for model, entry in sorted((document.get("models") or {}).items()):
-            incident = entry.get("incident") or {}
-            workflow = entry.get("workflow") or incident.get("workflow") or ""
-            rollback = f"{workflow} {phases.get(workflow, '')}".strip() if workflow else "-"
-            state = str(entry.get("state", "?"))
-            problem = str(entry.get("reason") or "") if state != "healthy" else ""
-            if state == "healthy" and pod.ready:
-                healthy += 1
+        try:
+            rows += _model_rows(name, pod, document, phases)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a sidecar of another version
             rows.append(
-                FleetRow(
-                    pod=name,
-                    model=model,
-                    state=state.upper() if state != "healthy" else state,
-                    serving=",".join(f"v{v}" for v in entry.get("serving") or []) or "-",
-                    tiers=_tiers(entry.get("last") or {}),
-                    drain=drain,
-                    incident=str(incident.get("key") or "-"),
-                    rollback=rollback,
-                    breaker="OPEN" if entry.get("breaker_open") else f"{entry.get('rollbacks_in_window', 0)} in window",
-                    problem=problem,
-                )
+                FleetRow(name, "-", "UNKNOWN", "-", "-", pod_state, "-", "-", "-", f"unexpected /status: {exc!r}")
             )
+            continue
+        healthy += sum(1 for r in rows if r.pod == name and r.state == "healthy" and pod.ready)
         if pod.kept_for_diagnosis:
             notes.append(f"{name} is kept for diagnosis after incident {pod.kept_for_diagnosis}")
     return FleetView(tuple(rows), len(pods), healthy, tuple(notes))
+
+
+def _model_rows(name: str, pod: FleetPod, document: Mapping[str, Any], phases: Mapping[str, str]) -> list[FleetRow]:
+    """One pod's rows from its /status document (healer/sidecar/views.py status_document)."""
+    rows: list[FleetRow] = []
+    drain = _drain(document.get("drain") or {}, _pod_state(pod))
+    for model, entry in sorted((document.get("models") or {}).items()):
+        incident = entry.get("incident") or {}
+        workflow = entry.get("workflow") or incident.get("workflow") or ""
+        rollback = f"{workflow} {phases.get(workflow, '')}".strip() if workflow else "-"
+        state = str(entry.get("state", "?"))
+        problem = str(entry.get("reason") or "") if state != "healthy" else ""
+        rows.append(
+            FleetRow(
+                pod=name,
+                model=model,
+                state=state.upper() if state != "healthy" else state,
+                serving=_serving(entry),
+                tiers=_tiers(entry.get("last") or {}),
+                drain=drain,
+                incident=str(incident.get("key") or "-"),
+                rollback=rollback,
+                breaker="OPEN" if entry.get("breaker_open") else f"{entry.get('rollbacks_in_window', 0)} in window",
+                problem=problem,
+            )
+        )
+    return rows
+
+
+def _serving(entry: Mapping[str, Any]) -> str:
+    """The versions the sidecar probed (its last results' keys, e.g. business@v2), or NO when it
+    reports the model not served."""
+    if entry.get("serving") is False:
+        return "NO"
+    versions = sorted({key.split("@v", 1)[1] for key in entry.get("last") or {} if "@v" in key}, key=_version_key)
+    return ",".join(f"v{v}" for v in versions) or "-"
+
+
+def _version_key(version: str) -> tuple[int, str]:
+    return (int(version), "") if version.isdigit() else (0, version)
 
 
 def _pod_state(pod: FleetPod) -> str:

@@ -39,13 +39,31 @@ def _argo(settings: Settings) -> Check:
     argo = settings.rollback.argo
     if settings.rollback.engine != "argo":
         return Check("argo-server", True, f"not used (rollback.engine is {settings.rollback.engine})")
+    import secrets
+
+    from healer.vocabulary import RollbackRequest
+
+    # A rollback as a sidecar would submit it, created as a server-side dry run: nothing is stored.
+    request = RollbackRequest(
+        model=settings.models[0].name if settings.models else "healer-check",
+        from_version="1",
+        incident=f"healer-check-{secrets.token_hex(4)}",
+        reason="manual",
+        detail="healer check: a dry run, never stored",
+    )
     try:
         with argo_engine(settings) as engine:
             engine.template_exists()
+            engine.check_create(request)
     except (EngineError, OSError, ValueError) as exc:
         trust = f"CA {argo.ca_file}" if argo.ca_file else "the system CAs (rollback.argo.ca_file unset)"
         return Check("argo-server", False, f"{argo.host}: {exc} (certificate checked against {trust})")
-    return Check("argo-server", True, f"{argo.host} answers, trusted, and lets this token read the rollback template")
+    return Check(
+        "argo-server",
+        True,
+        f"{argo.host} answers, is trusted, and lets this token read the rollback template and create a "
+        "rollback (a dry run)",
+    )
 
 
 def _replicas(settings: Settings) -> Check:

@@ -31,29 +31,45 @@ class Staged:
         return self.outcome != "refused"
 
 
-def stage_model(store: ModelStore, model: str, live: Path, *, store_is_live: bool, keep: int = 2) -> list[Staged]:
-    """Stage (and re-check in full) the ``keep`` stable versions a rollback of ``model`` may restore.
-    Not while a rollback holds the model's lease: it is fetching or loading these very directories."""
+def _lease_holder(store: ModelStore, model: str) -> str:
+    """Who holds the model's lease now ("" when nobody does)."""
     _, lease = store.lease_snapshot(model)
     if lease is not None and not lease.released and lease.expires_at > time.time():
-        return [Staged(model, "-", "skipped", 0, 0.0, f"a rollback holds the model's lease ({lease.holder})")]
+        return str(lease.holder)
+    return ""
+
+
+def stage_model(store: ModelStore, model: str, live: Path, *, store_is_live: bool, keep: int = 2) -> list[Staged]:
+    """Stage (and re-check in full) the ``keep`` stable versions a rollback of ``model`` may restore.
+    Not while a rollback holds the model's lease: it is fetching or loading these very directories.
+    The lease is read again before each version (a full read takes minutes for gigabytes, and a
+    rollback may start meanwhile); what fails for one version is that version's "refused"."""
+    holder = _lease_holder(store, model)
+    if holder:
+        return [Staged(model, "-", "skipped", 0, 0.0, f"a rollback holds the model's lease ({holder})")]
     results = []
     for record in versions_to_stage(store.ledger(model), available=store.versions(model), keep=keep):
         started = time.monotonic()
         target = live / model / record.version
-        outcome, detail = "verified", ""
+        outcome, detail, size = "verified", "", 0
         try:
             try:
                 verify_version(target, record.files, where=str(target), trust_stamp=False)
             except StoreIntegrityError as exc:
                 if store_is_live:
                     raise
+                holder = _lease_holder(store, model)
+                if holder:  # a rollback started during the read: leave its directories alone
+                    results.append(
+                        Staged(model, record.version, "skipped", 0, 0.0, f"a rollback took the lease ({holder})")
+                    )
+                    continue
                 detail = f"the staged copy differed ({exc}); fetched again, the old copy moved aside"
                 store.fetch_version(model, record.version, live, expected=record.files)
                 outcome = "fetched"
+            size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) if target.is_dir() else 0
         except (StoreError, OSError) as exc:
             outcome, detail = "refused", str(exc)
-        size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) if target.is_dir() else 0
         results.append(Staged(model, record.version, outcome, size, round(time.monotonic() - started, 3), detail))
     return results
 
@@ -72,4 +88,10 @@ def stage_configured(settings: Settings, model: str | None = None) -> tuple[str,
     models = [model] if model else [m.name for m in settings.models]
     store_root = settings.store.filesystem
     store_is_live = store_root is not None and store_root.resolve() == live.resolve()
-    return store.location, [r for name in models for r in stage_model(store, name, live, store_is_live=store_is_live)]
+    results: list[Staged] = []
+    for name in models:
+        try:
+            results += stage_model(store, name, live, store_is_live=store_is_live)
+        except (StoreError, OSError) as exc:  # this model's ledger or lease unreadable: the others still run
+            results.append(Staged(name, "-", "refused", 0, 0.0, f"the store could not be read for {name}: {exc}"))
+    return store.location, results

@@ -164,6 +164,10 @@ def _check_types(path: Path, document: Mapping[str, Any]) -> None:
             continue  # the platform assigns one
         if key in document and (not isinstance(document[key], int) or isinstance(document[key], bool)):
             raise InjectionConfigError(f"{path}: {key}: must be an integer, got {document[key]!r}")
+    if document.get("run_as_user") is not None and document["run_as_user"] < 1:
+        raise InjectionConfigError(
+            f"{path}: run_as_user: must be a uid of 1 or more (or null), got {document['run_as_user']}"
+        )
     if "port" in document and not 1 <= document["port"] <= 65535:
         raise InjectionConfigError(f"{path}: port: must be 1..65535, got {document['port']}")
     for key in ("requests", "limits"):
@@ -219,6 +223,8 @@ def sidecar_container(config: InjectionConfig) -> dict[str, Any]:
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),
             field_env("POD_IP", "status.podIP"),
+            # `kubectl exec -c healer -- healer promote|check|store ...` finds the sidecar's own config.
+            {"name": "HEALER_CONFIG", "value": "/etc/healer/healer.yaml"},
         ],
         # The sidecar's own liveness: its probe loop turns (a hung loop would freeze /readyz's verdict).
         "livenessProbe": {

@@ -397,6 +397,21 @@ class ArgoEngine:
             lambda: self._service.get_workflow_template(name=template, namespace=self.namespace),
         )
 
+    def check_create(self, request: RollbackRequest) -> None:
+        """Create ``request``'s workflow as a server-side dry run (``healer check``): argo-server and the
+        API server check it, and this caller's right to create it, and store nothing. Raises an
+        EngineError; a 409 (a real run of that name exists) also proves the right."""
+        from hera.workflows.models import WorkflowCreateRequest
+
+        workflow = self.workflow(request)
+        create = WorkflowCreateRequest(namespace=self.namespace, workflow=workflow, server_dry_run=True)
+        try:
+            self._call(
+                f"create workflow {workflow.metadata.name} (dry run)", lambda: self._service.create_workflow(create)
+            )
+        except _Conflict:
+            return
+
     def stop(self, name: str, message: str) -> None:
         """``argo stop``: the workflow ends and its exit handler runs (a drill's cleanup)."""
         from hera.workflows.models import WorkflowStopRequest

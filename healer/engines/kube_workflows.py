@@ -83,6 +83,11 @@ class KubeWorkflows:
         return _workflow(self._call("stop", lambda **kw: self._api.patch_namespaced_custom_object_with_http_info(
             GROUP, VERSION, self.access.namespace, PLURAL, name, patch, **kw)))  # fmt: skip
 
+    def get_workflow_template(self, name: str, namespace: str | None = None) -> dict[str, Any]:
+        where = namespace or self.access.namespace
+        return dict(self._call("get", lambda **kw: self._api.get_namespaced_custom_object_with_http_info(
+            GROUP, VERSION, where, "workflowtemplates", name, **kw)))  # fmt: skip
+
     def list_workflows(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict[str, Any]]:
         where, selector = namespace or self.access.namespace, label_selector or ""
         listed = self._call("list", lambda **kw: self._api.list_namespaced_custom_object_with_http_info(
@@ -99,15 +104,20 @@ class KubeWorkflows:
         try:
             data, _status, headers = call(_request_timeout=(self.access.timeout_s, self.access.timeout_s))
         except ApiException as exc:
-            if exc.status in (0, None):
-                raise WorkflowApiError(f"{exc}", status=None, maybe_delivered=verb == "create") from exc
+            if exc.status in (0, None):  # the client's own failure before an answer: TLS, a bad URL
+                raise WorkflowApiError(f"{exc.reason or exc}", status=None, maybe_delivered=False) from exc
             message = _status_message(exc.body) or exc.reason or ""
             who = f" as {self.access.user}" if self.access.user else ""
             raise WorkflowApiError(f"{message}{who}", status=exc.status) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            connected = not isinstance(
-                exc, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError
+            # urllib3 wraps the connection's own failure in MaxRetryError: look at its reason.
+            cause = getattr(exc, "reason", None) or exc
+            never = (
+                urllib3.exceptions.NewConnectionError,
+                urllib3.exceptions.ConnectTimeoutError,
+                ConnectionRefusedError,
             )
+            connected = not isinstance(cause, never) and not isinstance(exc, never)
             raise WorkflowApiError(
                 f"{type(exc).__name__}: {exc}", status=None, maybe_delivered=verb == "create" and connected
             ) from exc

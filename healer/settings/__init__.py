@@ -1014,6 +1014,16 @@ def _build_rollback(reader: _Reader, key: str, data: dict[str, Any], values: dic
             f"must be at most {key}.deadline_s ({deadline_s:g} s): the {name.split('_')[0]} is part of the "
             f"rollback, got {values[name]:g}{'' if name in data else ' (the default)'}",
         )
+    # The waves start at parallelism and grow up to max_parallelism: a ceiling below the first wave
+    # is a contradiction when given; the default ceiling follows a larger first wave.
+    if values["max_parallelism"] < values["parallelism"]:
+        if "max_parallelism" in data:
+            raise reader.fail(
+                f"{key}.max_parallelism",
+                f"must be at least {key}.parallelism ({values['parallelism']}), the first wave; got "
+                f"{values['max_parallelism']}",
+            )
+        values = {**values, "max_parallelism": values["parallelism"]}
     return RollbackSettings(**values)
 
 

@@ -27,7 +27,7 @@ def status(state: str = "healthy", *, draining: bool = False, workflow: str = ""
         "models": {
             "linear_scorer": {
                 "state": state,
-                "serving": ["2"],
+                "serving": True,
                 "breaker_open": False,
                 "rollbacks_in_window": 1 if workflow else 0,
                 "reason": entry.get("reason", ""),
@@ -72,6 +72,7 @@ def test_a_healthy_fleet_and_a_broken_pod_with_its_rollback() -> None:
     view = fleet_view(pods, statuses, workflows)
     assert view.healthy == 1 and len(view.rows) == 2
     healthy, broken = view.rows
+    assert healthy.serving == "v2"
     assert (healthy.state, healthy.tiers, healthy.drain, healthy.rollback) == (
         "healthy",
         "liveness pass, readiness pass, business pass",
@@ -125,3 +126,23 @@ def test_watch_prints_each_round_and_a_failure_in_place_of_the_view(capsys: pyte
     assert _watch(render, period_s=0.0, rounds=2) == 0
     out = capsys.readouterr().out
     assert "view one" in out and "healer: api down" in out
+
+
+def test_a_status_document_of_another_shape_is_a_row_that_says_so_not_a_crash() -> None:
+    """What the real sidecar sends is checked by the cluster tier (e2e/cluster/status.sh); a sidecar
+    of another version may send another shape: that pod's row says so, the others are still shown."""
+    pods = [
+        FleetPod("ml", "t-0", "Running", True, sidecar_port=8080),
+        FleetPod("ml", "t-1", "Running", True, sidecar_port=8080),
+    ]
+    view = fleet_view(pods, {"ml/t-0": {"models": ["not", "a", "mapping"]}, "ml/t-1": status()}, [])
+    odd, fine = view.rows
+    assert odd.state == "UNKNOWN" and odd.problem.startswith("unexpected /status")
+    assert fine.state == "healthy" and view.healthy == 1
+
+
+def test_a_model_reported_not_served_says_no() -> None:
+    document = status()
+    document["models"]["linear_scorer"]["serving"] = False
+    view = fleet_view([FleetPod("ml", "t-0", "Running", True, sidecar_port=8080)], {"ml/t-0": document}, [])
+    assert view.rows[0].serving == "NO"

@@ -274,11 +274,19 @@ def test_rendered_runbook_urls_resolve_to_pages() -> None:
 def test_the_scrape_alerts_watch_the_podmonitors_job() -> None:
     template = PODMONITOR_TEMPLATE.read_text()
     name = re.search(r"^  name: (.+)$", template, re.M)
-    assert name and name.group(1).strip() == "{{ .Release.Name }}-sidecars"
+    assert name and name.group(1).strip() == '{{ include "healer.fullname" . }}-sidecars'
     # The Prometheus Operator names a PodMonitor's job <namespace>/<name>.
-    assert '(printf "%s/%s-sidecars" .Release.Namespace .Release.Name)' in RULE_TEMPLATE.read_text()
+    assert '(printf "%s/%s-sidecars" .Release.Namespace (include "healer.fullname" .))' in RULE_TEMPLATE.read_text()
     exprs = [r["expr"] for g in rendered_rules()["groups"] for r in g["rules"] if "up{" in r["expr"]]
     assert exprs and all('job="healer/healer-sidecars"' in e for e in exprs)
+    # Every healer_* series an alert reads is this release's job's (a second release's PodMonitor
+    # scrapes the same sidecars under its own job).
+    healer = [e for g in rendered_rules()["groups"] for r in g["rules"] if "healer_" in (e := r["expr"])]
+    assert healer and all(
+        m.startswith('{job="healer/healer-sidecars"')
+        for e in healer
+        for m in re.findall(r"healer_[a-z_]+(\{[^}]*\})?", e)
+    )
 
 
 # ---- runbooks -----------------------------------------------------------------------------------------

@@ -129,7 +129,8 @@ def test_an_opted_in_pod_gets_the_sidecar_and_stays_a_valid_pod() -> None:
     security = healer["securityContext"]
     assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
     assert security["capabilities"] == {"drop": ["ALL"]}
-    assert {e["name"] for e in healer["env"]} == {"POD_NAME", "POD_NAMESPACE", "POD_IP"}
+    assert {e["name"] for e in healer["env"]} == {"POD_NAME", "POD_NAMESPACE", "POD_IP", "HEALER_CONFIG"}
+    assert {"name": "HEALER_CONFIG", "value": "/etc/healer/healer.yaml"} in healer["env"]  # for `kubectl exec`
     assert healer["resources"] == {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}}
     assert mutated["metadata"]["annotations"][INJECTED] == "healer"
     # Triton's probes are not touched unless the pod asks for the readiness rewrite.

@@ -198,3 +198,26 @@ def test_status_lists_the_pods_with_a_sidecar_and_says_when_one_cannot_be_read(
     assert view["rows"][0]["state"] == "UNKNOWN" and "pod Pending" in view["rows"][0]["problem"]
     code, out, _err = _healer(capsys, "status", "--kubeconfig", str(kubeconfigs["exec"]))
     assert "ml/triton-with-healer" in out and "sidecar not read: pod Pending" in out and "0 of 1" in out
+
+
+def test_the_checks_dry_run_creates_nothing_and_needs_the_right(
+    control_plane: ControlPlane, kubeconfigs: dict[str, Path], sidecar_token: str, argo_ca: None
+) -> None:
+    """`healer check`'s create, as a server-side dry run through the real argo-server: with the
+    sidecar's token (the shipped Role) it passes and stores nothing; without the right it is a 403."""
+    from healer.engines import EngineRejected
+    from healer.engines.argo import ArgoEngine
+    from healer.vocabulary import RollbackRequest, workflow_name
+
+    request = RollbackRequest(model="linear_scorer", from_version="1", incident="healer-check-e2e", reason="manual")
+    with ArgoEngine(control_plane.argo_url, "ml", token=sidecar_token, request_timeout_s=10) as sidecar:
+        sidecar.template_exists()
+        sidecar.check_create(request)
+    stored = control_plane.api().get("/apis/argoproj.io/v1alpha1/namespaces/ml/workflows")["items"]
+    assert workflow_name(request) not in {w["metadata"]["name"] for w in stored}
+    nobody = control_plane.token("ml", "nobody")
+    with (
+        ArgoEngine(control_plane.argo_url, "ml", token=nobody, request_timeout_s=10) as refused,
+        pytest.raises(EngineRejected, match="403"),
+    ):
+        refused.check_create(request)

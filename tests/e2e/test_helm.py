@@ -574,3 +574,25 @@ def test_run_as_user_null_names_no_uid_and_security_contexts_merge() -> None:
         assert template["spec"]["securityContext"]["runAsNonRoot"] is True, template["metadata"]["name"]
     defaults = helm.render(VALUES["defaults"])
     assert one(defaults, "Deployment")["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001
+
+
+def test_name_overrides_rename_the_releases_own_objects_and_nothing_shared() -> None:
+    """fullnameOverride prefixes the release's own objects; nameOverride sets app.kubernetes.io/name.
+    The names the WorkflowTemplates and the injected sidecar refer to (healer-config, healer-rollback,
+    healer-sidecar) stay; without overrides every name is what it was."""
+    overrides = {"fullnameOverride": "ml-healer", "nameOverride": "healer-ml"}
+    assert "0 chart(s) failed" in helm.lint(VALUES["defaults"], overrides)
+    docs = helm.render(VALUES["defaults"], overrides, release="r1")
+    assert one(docs, "Deployment")["metadata"]["name"] == "ml-healer-webhook"
+    assert one(docs, "MutatingWebhookConfiguration")["metadata"]["name"].startswith("ml-healer-")
+    assert one(docs, "Pod")["metadata"]["name"] == "ml-healer-check"  # the helm test pod
+    own = [d for d in docs if d["kind"] not in ("WorkflowTemplate", "CronWorkflow")]
+    assert {d["metadata"]["labels"]["app.kubernetes.io/name"] for d in own if "labels" in d["metadata"]} == {
+        "healer-ml"
+    }
+    assert {d["metadata"]["labels"]["app.kubernetes.io/part-of"] for d in own if "labels" in d["metadata"]} == {
+        "healer"
+    }
+    assert one(docs, "ConfigMap", "healer-config") and one(docs, "WorkflowTemplate", "healer-rollback")
+    plain = helm.render(VALUES["defaults"], release="r1")
+    assert one(plain, "Deployment")["metadata"]["name"] == "r1-webhook"

@@ -1253,3 +1253,24 @@ def test_a_long_peers_selector_gets_a_drain_set_name_that_keeps_sets_apart() -> 
     a, b = DrainSettings(peers=long_a).drain_set, DrainSettings(peers=long_b).drain_set
     assert a != b and len(a) <= 100 and len(b) <= 100
     assert DrainSettings(peers=DrainPeers(namespace="ml", selector="app=triton")).drain_set == "ml.app_triton"  # kept
+
+
+def test_healer_status_reads_the_sidecars_own_status_document(settings: Settings) -> None:
+    """`healer status` (healer/fleet.py) over what a real Sidecar's /status says, healthy then
+    healing: the shape the two agree on is tested here, not only on the cluster."""
+    from healer.fleet import FleetPod, fleet_view
+
+    primary = ScriptedEngine()
+    sidecar, triton, clock = make(settings, primary)
+    sidecar.cycle()
+    pod = FleetPod("ml", "t-0", "Running", True, sidecar_port=8088)
+    [row] = fleet_view([pod], {"ml/t-0": sidecar.status()}, []).rows
+    assert (row.model, row.state, row.problem) == ("linear_scorer", "healthy", "")
+    assert "business pass" in row.tiers and row.serving.startswith("v")
+    triton.wrong = True
+    clock.now += 1
+    sidecar.cycle()
+    workflows = [{"metadata": {"name": primary.created[0]}, "status": {"phase": "Running"}}]
+    [row] = fleet_view([pod], {"ml/t-0": sidecar.status()}, workflows).rows
+    assert row.state == "HEALING" and row.rollback == f"{primary.created[0]} Running"
+    assert "business FAIL" in row.tiers and row.problem

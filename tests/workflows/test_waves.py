@@ -181,3 +181,19 @@ def test_loads_near_their_timeout_shrink_the_waves_to_one(fleet: Any) -> None:
     outcome = steps.restore_replicas(ctx, REQUEST, "1")
     assert [len(w) for w in outcome["waves"]] == [1, 1, 1, 1]
     assert FakeTriton.most_at_once == 1
+
+
+def test_a_ceiling_below_the_first_wave_is_refused_naming_the_key(tmp_path: Path) -> None:
+    import shutil
+
+    from healer.settings import ConfigError, load_settings
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "examples" / "healer.yaml").read_text()
+    shutil.copytree(root / "examples" / "golden", tmp_path / "golden")  # the example's golden files, relative
+    config = tmp_path / "healer.yaml"
+    config.write_text(text.replace("rollback:\n", "rollback:\n  parallelism: 50\n  max_parallelism: 20\n", 1))
+    with pytest.raises(ConfigError, match=r"rollback\.max_parallelism: must be at least rollback\.parallelism \(50\)"):
+        load_settings(config)
+    config.write_text(text.replace("rollback:\n", "rollback:\n  parallelism: 300\n", 1))
+    assert load_settings(config).rollback.max_parallelism == 300  # the default ceiling follows it

@@ -5,8 +5,29 @@ names the WorkflowTemplates and the injected sidecar refer to (workflows/rollbac
 healer/webhook.py InjectionConfig).
 */}}
 
+{{/* nameOverride: the app.kubernetes.io/name label (default healer). */}}
+{{- define "healer.name" -}}
+{{ .Values.nameOverride | default "healer" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The prefix of the release's own objects (the webhook, its TLS Secret and configuration, the
+monitoring objects, the test pod): fullnameOverride, else <release>-<nameOverride> when nameOverride
+is set, else the release name (as before these values existed: an upgrade renames nothing). At most
+40 characters, so that "<prefix>-webhook-injection" and the like stay within 63.
+*/}}
+{{- define "healer.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{ .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else if .Values.nameOverride -}}
+{{ printf "%s-%s" .Release.Name .Values.nameOverride | trunc 40 | trimSuffix "-" }}
+{{- else -}}
+{{ .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- end -}}
+{{- end }}
+
 {{- define "healer.labels" -}}
-app.kubernetes.io/name: healer
+app.kubernetes.io/name: {{ include "healer.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -15,7 +36,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{- end }}
 
 {{- define "healer.webhook.selectorLabels" -}}
-app.kubernetes.io/name: healer
+app.kubernetes.io/name: {{ include "healer.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: webhook
 {{- end }}
@@ -25,12 +46,12 @@ app.kubernetes.io/component: webhook
 {{- end }}
 
 {{- define "healer.webhook.name" -}}
-{{ .Release.Name }}-webhook
+{{ include "healer.fullname" . }}-webhook
 {{- end }}
 
 {{- define "healer.webhook.secretName" -}}
 {{- if .Values.certificates.certManager.enabled -}}
-{{ .Release.Name }}-webhook-tls
+{{ include "healer.fullname" . }}-webhook-tls
 {{- else -}}
 {{ required "certificates.secretName: the webhook's TLS Secret (tls.crt, tls.key) is required when certificates.certManager.enabled is false" .Values.certificates.secretName }}
 {{- end }}
