@@ -126,7 +126,8 @@ def render(values: list[Value], schema: dict[str, Any], chart: dict[str, Any]) -
         " ".join(str(chart.get("description", "")).split()),
         "",
         f"Chart {chart['version']}, healer {chart['appVersion']}, Kubernetes {chart.get('kubeVersion', '')}. "
-        'Installing, upgrading and what each piece needs: the repository\'s README, "Run on Kubernetes".',
+        'Installing: the repository\'s README, "Run on Kubernetes"; upgrading: its "Operations"; what each '
+        "piece needs: [docs/kubernetes.md](../../../docs/kubernetes.md).",
         "",
         "```sh",
         "helm install healer deploy/helm/healer -n healer --create-namespace \\",

@@ -129,7 +129,7 @@ def reference(root: type[Any] = Settings) -> str:
         "Every key of `healer.yaml`, as the loader ([`healer/settings`](../healer/settings/__init__.py)) reads it.",
         "Unknown keys are rejected; a key whose default is *required* must be given; relative paths resolve",
         "against the config file's folder; every error names the file, the key path and the problem. The rules",
-        "that tie keys together are in the README's [Configuration](../README.md#configuration) section.",
+        "that tie keys together are in [configuring.md](configuring.md#rules-the-loader-enforces).",
     ]
     for path, doc, cls, default in sections(root):
         title = f"`{path}`" if path else "Top level"
