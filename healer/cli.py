@@ -492,6 +492,7 @@ def _status_arguments(status: argparse.ArgumentParser) -> None:
 
 
 def _drill_arguments(drill: argparse.ArgumentParser) -> None:
+    add_cluster_flags(drill)  # --target cluster through the Kubernetes API
     drill.add_argument(
         "scenarios",
         nargs="*",
@@ -806,8 +807,24 @@ def _cmd_drill(settings: Settings, args: argparse.Namespace) -> int:
             log_file=Path(args.log_file) if args.log_file else None,
             log_level=args.file_log_level,
             output=args.output if args.output in ("json", "yaml") else None,
+            engine_factory=_drill_engine_factory(settings, args),
         ),
     )
+
+
+def _drill_engine_factory(settings: Settings, args: argparse.Namespace) -> Any:
+    """--target cluster with --kubeconfig, --context or -n: the drill workflows through the Kubernetes
+    API with the caller's credentials (no argo-server); None: the config's argo-server."""
+    from healer import cli_cluster
+
+    if not any(getattr(args, flag, None) for flag in cli_cluster.CLUSTER_FLAGS):
+        return None
+
+    def build() -> Any:
+        cluster = cli_cluster.access(args, default_namespace=settings.rollback.argo.namespace)
+        return cli_cluster.engine(cluster, settings.rollback.deadline_s)
+
+    return build
 
 
 def _cmd_render(args: argparse.Namespace) -> int:

@@ -4,7 +4,8 @@
 # request on every replica, asserts the outcome, and always puts the stable version back; the report
 # step prints the verdict. Needs the broken variants on the models volume (.healer-drills/broken).
 # Submitted the way an operator would: `healer drill --target cluster SCENARIO -o json` from outside
-# the cluster (here: the node's namespace) with argo-server's address and a token; it prints the
+# the cluster (here: the node's namespace) with a kubeconfig holding the operator's token (the
+# workflows through the Kubernetes API, no argo-server); it prints the
 # result with Argo's side of the time (workflow created, heal pod, each heal phase, finished).
 # Usage: drill-template.sh [SCENARIO] (default wrong-weights). After healer-up.sh.
 set -euo pipefail
@@ -66,9 +67,32 @@ config["rollback"]["state_dir"] = state
 with open(target, "w") as out:
     yaml.safe_dump(config, out, sort_keys=False)
 PY
+# The operator's kubeconfig: the API server as the node's admin kubeconfig names it, the operator's
+# token. With it the drill's workflows are created and read through the Kubernetes API (as the argo
+# CLI does without an argo-server); the healer.yaml above still says where argo-server is.
+"$python" - "$BASE/admin.kubeconfig" "$operator/token" "$operator/kubeconfig" <<'PY'
+import sys
+
+import yaml
+
+admin, token, target = sys.argv[1:]
+config = yaml.safe_load(open(admin))
+cluster = config["clusters"][0]
+config = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [cluster],
+    "users": [{"name": "operator", "user": {"token": open(token).read().strip()}}],
+    "contexts": [{"name": "operator", "context": {"cluster": cluster["name"], "user": "operator", "namespace": "ml"}}],
+    "current-context": "operator",
+}
+with open(target, "w") as out:
+    yaml.safe_dump(config, out)
+PY
 status=0
-in_netns "$root/.venv/bin/healer" drill --config "$operator/healer.yaml" --target cluster "$scenario" \
-  --model linear_scorer -o json --report "$BASE/drill-template.html" >"$BASE/drill-template.json" || status=$?
+in_netns "$root/.venv/bin/healer" drill --config "$operator/healer.yaml" --kubeconfig "$operator/kubeconfig" \
+  --target cluster "$scenario" --model linear_scorer -o json --report "$BASE/drill-template.html" \
+  >"$BASE/drill-template.json" || status=$?
 [ -s "$BASE/drill-template.json" ] || die "drill $scenario: healer drill --target cluster printed no result (exit $status)"
 "$python" - "$BASE/drill-template.json" <<'PY'
 import json

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from healer.drills import report
 from healer.drills.catalog import Scenario, UnknownScenario, runnable, select
@@ -45,6 +45,9 @@ class DrillOptions:
     log_file: Path | None = None
     log_level: str = "info"
     output: str | None = None  # json | yaml: the results as data on stdout
+    # --target cluster through the Kubernetes API with a kubeconfig (the CLI builds it); None: the
+    # config's argo-server (rollback.argo)
+    engine_factory: Callable[[], Any] | None = None
 
 
 def default_broken(settings: Settings) -> Path:
@@ -149,16 +152,18 @@ def _run_on_cluster(
     problem = _cluster_usage_error(settings, options, scenarios, model)
     if not problem:
         try:
-            engine = argo_engine(settings)
+            engine = options.engine_factory() if options.engine_factory else argo_engine(settings)
         except ValueError as exc:
             problem = f"{settings.source}: rollback.argo: {exc}"
+        except Exception as exc:  # the kubeconfig's cluster: not reachable, no such context
+            problem = str(exc)
     if problem:
         print(f"healer: drill: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    argo = settings.rollback.argo
     started_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     started = time.monotonic()
-    description = f"cluster: {model} through {DRILL_TEMPLATE} on {argo.host} (namespace {argo.namespace})"
+    where = "argo-server" if engine.via == "argo-server" else "the Kubernetes API"
+    description = f"cluster: {model} through {DRILL_TEMPLATE} on {engine.host} ({where}, namespace {engine.namespace})"
     say(description)
     say(report.header())
     results: list[DrillResult] = []
