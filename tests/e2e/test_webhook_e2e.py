@@ -444,7 +444,8 @@ def test_a_labelled_pod_is_stored_with_the_sidecar_and_validates(
     assert stored["metadata"]["annotations"][INJECTED] == SIDECAR
     healer = container(stored, SIDECAR)
     assert_contains(healer, sidecar_container(injection), "healer")  # container, env, securityContext
-    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in healer["env"]} == {
+    assert {"name": "HEALER_CONFIG", "value": "/etc/healer/healer.yaml"} in healer["env"]  # for kubectl exec
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in healer["env"] if "valueFrom" in e} == {
         "POD_NAME": "metadata.name",
         "POD_NAMESPACE": "metadata.namespace",
         "POD_IP": "status.podIP",
