@@ -328,7 +328,26 @@ def chart_schema(current: Mapping[str, Any]) -> dict[str, Any]:
         for part in parents:
             node = node["properties"][part]
         node["properties"][name] = _chart_value_schema(key_path)
+    _describe_from_values(schema)
     return schema
+
+
+def _describe_from_values(schema: dict[str, Any]) -> None:
+    """Give every chart value without a description in the schema the comment values.yaml has for it
+    (healer/settings/chart_readme.py reads them), so editors and `helm` show what each value does."""
+    from healer.settings.chart_readme import CHART, read_values
+
+    comments = {v.path: v.description for v in read_values((CHART / "values.yaml").read_text()) if v.description}
+    for path, text in comments.items():
+        if path.split(".", 1)[0] == "config":
+            continue  # healer.yaml: described by the declarations
+        node: dict[str, Any] | None = schema
+        for part in path.split("."):
+            node = (node or {}).get("properties", {}).get(part)
+            if not isinstance(node, dict):
+                break
+        if isinstance(node, dict) and not node.get("description"):
+            node["description"] = text
 
 
 def _chart_value_schema(key_path: str) -> dict[str, Any]:
