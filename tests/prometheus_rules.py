@@ -1,5 +1,5 @@
 """The chart's alert rules (deploy/helm/healer/files/prometheus-rules.yaml) as its PrometheusRule
-template renders them: its four placeholders replaced, parsed."""
+template renders them: its five placeholders replaced, parsed."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def rendered_rules(base_url: str = BASE_URL) -> dict[str, Any]:
         "__SIDECAR_JOB__": "healer/healer-sidecars",
         "__RELEASE_NAMESPACE__": "healer",
         "__WEBHOOK_DEPLOYMENT__": "healer-webhook",
+        "__CLUSTER_BY__": "",
     }
     text = PLACEHOLDER.sub(lambda m: values[m.group(0)], RULES.read_text())
     rendered: dict[str, Any] = yaml.safe_load(text)

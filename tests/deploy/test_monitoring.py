@@ -216,8 +216,18 @@ def test_the_expression_check_can_fail(exported: dict[str, set[str]]) -> None:
 
 
 def rules() -> list[dict[str, Any]]:
-    document = yaml.safe_load(RULES.read_text())
+    """The rules as written, with monitoring.clusterLabel unset (its placeholder empty)."""
+    document = yaml.safe_load(RULES.read_text().replace("__CLUSTER_BY__", ""))
     return [rule for group in document["groups"] for rule in group["rules"]]
+
+
+def test_every_aggregation_by_namespace_also_keeps_the_cluster_label_when_one_is_set() -> None:
+    """monitoring.clusterLabel: one Prometheus over several clusters must not merge their alerts."""
+    text = RULES.read_text()
+    clauses = re.findall(
+        r"\b(?:by|on) \(([^)]*)\)", "\n".join(x for x in text.splitlines() if not x.lstrip().startswith("#"))
+    )
+    assert clauses and all(c.startswith("__CLUSTER_BY__namespace") for c in clauses if "namespace" in c), clauses
 
 
 def alerts() -> list[dict[str, Any]]:
