@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from healer.cli_cluster import add_cluster_flags, cluster_mode
+from healer.cli_cluster import add_cluster_flags, cluster_mode, show_run, show_runs
 from healer.settings import MAX_DEADLINE_S, ConfigError, Settings, load_settings, parse_address
 
 EXIT_USAGE = 64  # bad arguments or configuration (sysexits EX_USAGE); 0/1/2 are the probe verdicts
@@ -1283,7 +1283,6 @@ def _incident(args: argparse.Namespace) -> str:
 def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
     from healer.engines import EngineError
     from healer.engines.records import RunRecords
-    from healer.runs import format_run, format_runs
 
     # Only reads: no engine, no template, no folder created, no record marked.
     records = RunRecords(settings.rollback.state_dir)
@@ -1297,21 +1296,9 @@ def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
         except EngineError as exc:  # a file of that name that is not a run record
             print(f"healer: {exc}", file=sys.stderr)
             return 1
-        if output in ("json", "yaml"):
-            _print_data(record, output)
-        elif output == "name":
-            print(record["metadata"]["name"])
-        else:
-            print(format_run(record, wide=output == "wide"))
+        show_run(record, output, _print_data)
         return 0
-    runs = records.runs()
-    if output in ("json", "yaml"):
-        _print_data(runs, output)
-    elif output == "name":
-        for run in runs:
-            print(run["metadata"]["name"])
-    else:
-        print(format_runs(runs, wide=output == "wide"))
+    show_runs(records.runs(), output, _print_data)
     return 0
 
 

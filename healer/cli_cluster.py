@@ -70,7 +70,7 @@ def _fail(exc: BaseException) -> int:
 def cmd_runs(args: argparse.Namespace, *, print_data: Callable[[Any, str], None], deadline_s: float) -> int:
     """``healer runs list|get|watch`` on the cluster's rollback workflows."""
     from healer.engines import EngineError, EngineNotFound
-    from healer.runs import format_run, format_runs
+    from healer.runs import format_runs
 
     output = args.output
     try:
@@ -82,12 +82,7 @@ def cmd_runs(args: argparse.Namespace, *, print_data: Callable[[Any, str], None]
                 except EngineNotFound:
                     print(f"healer: no workflow {args.name!r} in {cluster.namespace} ({cluster.host})", file=sys.stderr)
                     return 1
-                if output in ("json", "yaml"):
-                    print_data(run, output)
-                elif output == "name":
-                    print(run["metadata"]["name"])
-                else:
-                    print(format_run(run, wide=output == "wide"))
+                show_run(run, output, print_data)
                 return 0
 
             def listing() -> list[Any]:
@@ -95,17 +90,37 @@ def cmd_runs(args: argparse.Namespace, *, print_data: Callable[[Any, str], None]
 
             if args.runs_command == "watch":
                 return _watch(lambda: format_runs(listing(), wide=output == "wide") or "no rollbacks")
-            runs = listing()
-            if output in ("json", "yaml"):
-                print_data(runs, output)
-            elif output == "name":
-                for run in runs:
-                    print(run["metadata"]["name"])
-            else:
-                print(format_runs(runs, wide=output == "wide") if runs else f"no rollbacks in {cluster.namespace}")
+            show_runs(listing(), output, print_data, empty=f"no rollbacks in {cluster.namespace}")
             return 0
     except (ClusterError, EngineError) as exc:
         return _fail(exc)
+
+
+def show_run(run: dict[str, Any], output: str | None, print_data: Callable[[Any, str], None]) -> None:
+    """One run (a workflow, or a LocalEngine record of the same shape) as `runs get` prints it."""
+    from healer.runs import format_run
+
+    if output in ("json", "yaml"):
+        print_data(run, output)
+    elif output == "name":
+        print(run["metadata"]["name"])
+    else:
+        print(format_run(run, wide=output == "wide"))
+
+
+def show_runs(
+    runs: list[dict[str, Any]], output: str | None, print_data: Callable[[Any, str], None], *, empty: str | None = None
+) -> None:
+    """Runs as `runs list` prints them; ``empty``: the line printed instead of an empty table."""
+    from healer.runs import format_runs
+
+    if output in ("json", "yaml"):
+        print_data(runs, output)
+    elif output == "name":
+        for run in runs:
+            print(run["metadata"]["name"])
+    else:
+        print(format_runs(runs, wide=output == "wide") if runs or empty is None else empty)
 
 
 def cmd_rollback(

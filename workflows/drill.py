@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from healer.labels import DRILL_LABEL
-from workflows.rollback import TemplateOptions, runner_script, step_pod_security, step_volumes
+from workflows.rollback import TemplateOptions, runner_script, scheduled, step_pod_security, step_volumes
 
 DRILL_TEMPLATE = "healer-drill"
 DRILL_CRON = "healer-drill-weekly"
@@ -175,26 +175,20 @@ def build_drill_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
 
 def build_drill_cron(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
     """A weekly drill of the default scenario, suspended until a person resumes it."""
-    from hera.workflows import CronWorkflow, Parameter
-    from hera.workflows import models as m
+    from hera.workflows import Parameter
 
-    return CronWorkflow(
+    return scheduled(
+        options,
         name=DRILL_CRON,
-        namespace=options.namespace,
-        schedules=[CRON_SCHEDULE],
-        cron_suspend=True,  # the CronWorkflow's own spec.suspend (Hera's `suspend` is the workflow's)
-        concurrency_policy="Forbid",
-        starting_deadline_seconds=600,
-        successful_jobs_history_limit=4,
-        failed_jobs_history_limit=8,
-        labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "drill"},
-        annotations={
-            "workflows.argoproj.io/description": (
-                "Runs the healer-drill template every week (wrong-weights by default). Suspended as rendered: "
-                "`argo cron resume healer-drill-weekly` turns it on."
-            ),
-        },
-        workflow_template_ref=m.WorkflowTemplateRef(name=DRILL_TEMPLATE),
+        template=DRILL_TEMPLATE,
+        schedule=CRON_SCHEDULE,
+        component="drill",
+        description=(
+            "Runs the healer-drill template every week (wrong-weights by default). Suspended as rendered: "
+            "`argo cron resume healer-drill-weekly` turns it on."
+        ),
+        keep_succeeded=4,
+        suspended=True,
         arguments=[Parameter(name="scenario", value=DRILL_PARAMETERS["scenario"])],
     )
 

@@ -228,6 +228,40 @@ def step_volumes(options: TemplateOptions) -> list[Any]:
     return volumes
 
 
+def scheduled(
+    options: TemplateOptions,
+    *,
+    name: str,
+    template: str,
+    schedule: str,
+    component: str,
+    description: str,
+    keep_succeeded: int,
+    suspended: bool = False,
+    arguments: Any = None,
+) -> Any:
+    """A CronWorkflow that runs one of healer's WorkflowTemplates (the weekly drill, the hourly
+    staging): never two at once, a start missed by more than 10 minutes skipped, 8 failed runs kept."""
+    from hera.workflows import CronWorkflow
+    from hera.workflows import models as m
+
+    return CronWorkflow(
+        name=name,
+        namespace=options.namespace,
+        schedules=[schedule],
+        # The CronWorkflow's own spec.suspend (Hera's `suspend` is the workflow's); unset when not.
+        cron_suspend=True if suspended else None,
+        concurrency_policy="Forbid",
+        starting_deadline_seconds=600,
+        successful_jobs_history_limit=keep_succeeded,
+        failed_jobs_history_limit=8,
+        labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": component},
+        annotations={"workflows.argoproj.io/description": description},
+        workflow_template_ref=m.WorkflowTemplateRef(name=template),
+        arguments=arguments,
+    )
+
+
 def step_pod_security() -> Any:
     """The rollback's and the drill's step pods: the healer image's non-root uid (the sidecar's too)."""
     from hera.workflows import models as m

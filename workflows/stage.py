@@ -18,7 +18,7 @@ the ledger is moved aside and fetched again, as `healer store stage` does) and t
 import dataclasses
 from typing import Any
 
-from workflows.rollback import TemplateOptions, runner_script, step_pod_security, step_volumes
+from workflows.rollback import TemplateOptions, runner_script, scheduled, step_pod_security, step_volumes
 
 STAGE_TEMPLATE = "healer-stage"
 STAGE_CRON = "healer-stage-hourly"
@@ -85,25 +85,17 @@ def build_stage_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
 
 
 def build_stage_cron(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
-    from hera.workflows import CronWorkflow
-    from hera.workflows import models as m
-
-    return CronWorkflow(
+    return scheduled(
+        options,
         name=STAGE_CRON,
-        namespace=options.namespace,
-        schedules=[STAGE_SCHEDULE],
-        concurrency_policy="Forbid",
-        starting_deadline_seconds=600,
-        successful_jobs_history_limit=2,
-        failed_jobs_history_limit=8,
-        labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "stage"},
-        annotations={
-            "workflows.argoproj.io/description": (
-                "Runs the healer-stage template every hour: the stable versions staged and re-checked in full "
-                "in the background. `argo cron suspend healer-stage-hourly` pauses it."
-            ),
-        },
-        workflow_template_ref=m.WorkflowTemplateRef(name=STAGE_TEMPLATE),
+        template=STAGE_TEMPLATE,
+        schedule=STAGE_SCHEDULE,
+        component="stage",
+        description=(
+            "Runs the healer-stage template every hour: the stable versions staged and re-checked in full "
+            "in the background. `argo cron suspend healer-stage-hourly` pauses it."
+        ),
+        keep_succeeded=2,
     )
 
 

@@ -9,7 +9,7 @@ output, restored or escalated) and, for all of them, a chart of restore times ag
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from healer.drills.catalog import Scenario
@@ -231,13 +231,7 @@ def _restore_chart(results: Sequence[DrillResult], budget: float) -> str:
         )
         svg.append(f'<text x="{x(value) + 6:.1f}" y="{y + bar_h - 4}">{kind} {value:.1f} s</text>')
     bottom = height - 28
-    svg.append(f'<line x1="{label_w}" y1="{bottom}" x2="{label_w + plot_w}" y2="{bottom}" stroke="#9aa0a6"/>')
-    for tick in _ticks(scale_max):
-        tx = x(tick)
-        svg.append(
-            f'<line x1="{tx:.1f}" y1="{bottom}" x2="{tx:.1f}" y2="{bottom + 4}" stroke="#9aa0a6"/>'
-            f'<text x="{tx:.1f}" y="{bottom + 16}" text-anchor="middle">{tick:g}s</text>'
-        )
+    svg.append(_time_axis(x, label_w, label_w + plot_w, bottom, scale_max))
     if budget <= scale_max:
         bx = x(budget)
         svg.append(
@@ -338,14 +332,7 @@ def timeline_svg(name: str, marks: Sequence[Mark], phases: Sequence[PhaseSpan]) 
         )
         if pw > 40:
             svg.append(f'<text x="{px + 3:.1f}" y="{y + 13}">{e(phase.name)}</text>')
-    axis_y = height - 22
-    svg.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + plot_w}" y2="{axis_y}" stroke="#9aa0a6"/>')
-    for tick in _ticks(span):
-        tx = x(tick)
-        svg.append(
-            f'<line x1="{tx:.1f}" y1="{axis_y}" x2="{tx:.1f}" y2="{axis_y + 4}" stroke="#9aa0a6"/>'
-            f'<text x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">{tick:g}s</text>'
-        )
+    svg.append(_time_axis(x, left, left + plot_w, height - 22, span))
     svg.append("</svg>")
     return "".join(svg)
 
@@ -366,6 +353,18 @@ def _label_rows(marks: Sequence[Mark], span: float, plot_w: float) -> dict[int, 
             rows[i] = len(row_end)
             row_end.append(start + width)
     return rows
+
+
+def _time_axis(x: Callable[[float], float], start: float, end: float, y: float, span: float) -> str:
+    """A horizontal axis from ``start`` to ``end`` at height ``y``, a tick and a seconds label per step."""
+    parts = [f'<line x1="{start}" y1="{y}" x2="{end}" y2="{y}" stroke="#9aa0a6"/>']
+    for tick in _ticks(span):
+        tx = x(tick)
+        parts.append(
+            f'<line x1="{tx:.1f}" y1="{y}" x2="{tx:.1f}" y2="{y + 4}" stroke="#9aa0a6"/>'
+            f'<text x="{tx:.1f}" y="{y + 16}" text-anchor="middle">{tick:g}s</text>'
+        )
+    return "".join(parts)
 
 
 def _ticks(span: float) -> list[float]:
