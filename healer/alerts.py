@@ -15,6 +15,7 @@ from typing import Any
 from healer.labels import diagnosis_annotations
 from healer.logs import iso_utc
 from healer.settings import AlertSettings
+from healer.tracing import trace_id_of, trace_url
 from healer.vocabulary import RollbackRequest
 
 ALERT_NAME = "HealerRollbackEscalated"
@@ -23,7 +24,10 @@ ALERT_NAME = "HealerRollbackEscalated"
 def build_alert(
     request: RollbackRequest, *, failure: str, timeline: Sequence[str], runbook_url: str, workflow: str = ""
 ) -> dict[str, Any]:
-    """An Alertmanager v2 postable alert (pure): who, what, what was tried, and where to look."""
+    """An Alertmanager v2 postable alert: who, what, what was tried, and where to look (the incident's
+    trace, when it was traced: its id, and its page when ``tracing.ui_link_template`` is set)."""
+    trace_id = trace_id_of(request.traceparent)
+    traced = {"trace_id": trace_id, **({"trace_url": url} if (url := trace_url(trace_id)) else {})} if trace_id else {}
     description = "\n".join(
         [
             f"Rollback of {request.model} from v{request.from_version} did not complete: {failure}",
@@ -47,6 +51,7 @@ def build_alert(
             "description": description,
             "runbook_url": runbook_url,
             "workflow": workflow,
+            **traced,
         },
         "startsAt": iso_utc(time.time()),
     }
@@ -132,7 +137,7 @@ def escalate_to_people(
     if mark_pod is None or not request.pod:
         return Escalation(alert, delivery)
     try:
-        mark_pod(request.pod, diagnosis_annotations(request.incident))
+        mark_pod(request.pod, diagnosis_annotations(request.incident, trace_id_of(request.traceparent)))
     except Exception as exc:  # the Kubernetes API failing must not stop the escalation
         return Escalation(alert, delivery, pod_error=exc)
     return Escalation(alert, delivery, pod_marked=True)

@@ -29,6 +29,10 @@ ENGINE_INSTANCE_ANNOTATION = "healer.io/engine-instance"
 # On a pod kept for diagnosis after an escalation (annotations; runbooks/rollback-escalated.md).
 DIAGNOSIS_ANNOTATION = "healer.io/diagnosis"  # "keep"
 INCIDENT_ANNOTATION = INCIDENT_LABEL
+# The incident's OpenTelemetry trace id (32 hex digits; healer/tracing.py), when tracing is on: a label on
+# the rollback workflow (the Argo UI's trace link reads it) and an annotation on the pod kept for diagnosis.
+TRACE_ID_LABEL = "healer.io/trace-id"
+TRACE_ID_ANNOTATION = TRACE_ID_LABEL
 # On Triton pods, for the injection webhook.
 INJECT = "healer.io/inject"  # label (or annotation) "true": inject the sidecar
 INJECTED = "healer.io/injected"  # set by the webhook: what it injected, for idempotence and people
@@ -47,9 +51,13 @@ def request_labels(request: RollbackRequest) -> dict[str, str]:
     }
 
 
-def diagnosis_annotations(incident: str) -> dict[str, str]:
-    """What marks a pod kept for diagnosis after an escalation (the sidecar's and the escalate step's)."""
-    return {DIAGNOSIS_ANNOTATION: "keep", INCIDENT_ANNOTATION: incident}
+def diagnosis_annotations(incident: str, trace_id: str = "") -> dict[str, str]:
+    """What marks a pod kept for diagnosis after an escalation (the sidecar's and the escalate step's);
+    with the incident's trace id when it was traced."""
+    marks = {DIAGNOSIS_ANNOTATION: "keep", INCIDENT_ANNOTATION: incident}
+    if trace_id:
+        marks[TRACE_ID_ANNOTATION] = trace_id
+    return marks
 
 
 # The label rule, shared by label_value() and its Argo expression twin (label_value_expression()).

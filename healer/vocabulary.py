@@ -31,6 +31,10 @@ NOT_READY = "not-ready"
 MANUAL = "manual"  # `healer rollback` from a person
 REASONS = frozenset({WRONG_ANSWER, NON_FINITE, MODEL_ERROR, SLOW, TIMEOUT, NOT_READY, MANUAL})
 
+# A W3C Trace Context ``traceparent`` (https://www.w3.org/TR/trace-context/#traceparent-header), version 00
+# only (the one defined, and the one healer writes): lowercase hex, trace id and parent id not all zeros.
+TRACEPARENT_PATTERN = re.compile(r"00-(?!0{32})([0-9a-f]{32})-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+
 
 @dataclass(frozen=True)
 class RollbackRequest:
@@ -44,6 +48,8 @@ class RollbackRequest:
     detail: str = ""  # human text: the probe's reason, shown in the Argo UI description
     pod: str = ""  # the pod that detected it (kept for diagnosis on escalation)
     triton_url: str = ""  # host:port of that pod's Triton ("": the rollback's configured triton.url)
+    # The incident's trace (healer/tracing.py): the rollback's spans continue it. "": not traced.
+    traceparent: str = ""
 
     def __post_init__(self) -> None:
         if self.reason not in REASONS:
@@ -61,6 +67,11 @@ class RollbackRequest:
             raise ValueError(
                 f"to_version must be a version number (a positive integer) or {AUTO!r}, got {self.to_version!r}"
             )
+        if self.traceparent and not TRACEPARENT_PATTERN.fullmatch(self.traceparent):
+            raise ValueError(
+                "traceparent must be empty or a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>), "
+                f"got {self.traceparent[:80]!r}"
+            )
 
     def parameters(self) -> dict[str, str]:
         """The workflow's parameters, by the names the WorkflowTemplate declares."""
@@ -73,6 +84,7 @@ class RollbackRequest:
             "detail": self.detail,
             "pod": self.pod,
             "triton-url": self.triton_url,
+            "traceparent": self.traceparent,
         }
 
 

@@ -24,7 +24,9 @@ def render_all(options: TemplateOptions | None = None) -> dict[str, str]:
         "#   kubectl -n argo patch configmap workflow-controller-configmap --type merge \\\n"
         "#     --patch-file workflow-controller-configmap.yaml\n"
     )
-    ui_config = ui_header + yaml.safe_dump(argo_ui_config(), sort_keys=False, width=120)
+    ui_config = ui_header + yaml.safe_dump(
+        argo_ui_config(trace_link_template=options.trace_link_template), sort_keys=False, width=120
+    )
     return {
         f"{TEMPLATE_NAME}.yaml": header + text,
         **render_drills(options),

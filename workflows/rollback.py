@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from healer.labels import FROM_VERSION_LABEL, INCIDENT_LABEL, MODEL_LABEL, REASON_LABEL, TO_VERSION_LABEL
+from healer import tracing
+from healer.labels import (
+    FROM_VERSION_LABEL,
+    INCIDENT_LABEL,
+    MODEL_LABEL,
+    REASON_LABEL,
+    TO_VERSION_LABEL,
+    TRACE_ID_LABEL,
+)
 from healer.vocabulary import TEMPLATE_NAME, RollbackRequest
 
 EXIT_TRANSIENT = 75  # EX_TEMPFAIL: retried by the retry strategy
@@ -32,7 +40,7 @@ EXIT_KILLED = 137  # 128 + SIGKILL: the step was killed halfway; retried too
 EXIT_PERMANENT = 1
 ESCALATE_DEADLINE_S = 60
 HEALER_UID = 10001  # the healer image's user; the sidecar runs as it too (deploy/kubernetes/)
-PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod", "triton-url")
+PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod", "triton-url", "traceparent")
 # Labels set from parameters whose values are always label-safe (versions, reason codes, incident ids).
 LABELS_FROM_PARAMETERS = {
     FROM_VERSION_LABEL: "from-version",
@@ -43,6 +51,13 @@ LABELS_FROM_PARAMETERS = {
 # Model names may be longer than a label allows or start with "_": healer.io/model is the name made
 # label-safe by the same rule as the ArgoEngine's (label_value), so a workflow submitted by hand
 # (`argo submit --from`, the UI) is labelled too, and one the ArgoEngine submits keeps its label.
+# healer.io/trace-id: the trace id inside the traceparent parameter (the Argo UI's trace link reads
+# it), "" when there is none or it is malformed (a label value must be valid, or Argo fails the run).
+# Go's RE2 has no lookahead: the all-zero ids healer.vocabulary refuses pass here, as a valid label.
+TRACE_ID_EXPRESSION = (
+    'workflow.parameters.traceparent matches "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$" '
+    '? workflow.parameters.traceparent[3:35] : ""'
+)
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,9 @@ class TemplateOptions:
     # The live repository, shared with the Triton pods (ReadWriteMany: NFS and the like); None: no mount.
     models_claim: str | None = "triton-models"
     models_mount_path: str = "/models"
+    # The trace UI's page of a trace, with {trace_id} where the id goes (tracing.ui_link_template):
+    # a "Trace" link on each rollback's page in the Argo UI; "": none.
+    trace_link_template: str = ""
 
 
 # ---- what the pods run (through `python -m hera.workflows.runner -e workflows.rollback:<fn>`) ----------
@@ -73,11 +91,15 @@ def heal_step(
     detail: str = "",
     pod: str = "",
     triton_url: str = "",
+    traceparent: str = "",
 ) -> dict[str, Any]:
-    """lease → fetch-stable → restore → record (workflows/steps.py:heal), reporting every phase."""
+    """lease → fetch-stable → restore → record (workflows/steps.py:heal), reporting every phase; with
+    tracing on, a ``heal`` span in the incident's trace (``traceparent``) with a child span per phase."""
     from workflows import context, steps
 
     ctx = context.current()
+    tracing.configure(ctx.settings.tracing)
+    traceparent = tracing.checked(traceparent)  # a malformed one (a hand-made workflow) is dropped, warned about
     request = RollbackRequest(
         model=model,
         from_version=from_version,
@@ -87,17 +109,30 @@ def heal_step(
         detail=detail,
         pod=pod,
         triton_url=triton_url,
+        traceparent=traceparent,
     )
     out = context.output_dir()
     _stop_on_sigterm(ctx.cancelled)
+    attributes = {"healer.model": model, "healer.version": from_version, "healer.incident": incident}
     try:
-        report = steps.heal(ctx, request)
-    except steps.HealFailed as failure:
-        context.write_outputs({"phases": [p.__dict__ for p in failure.phases], "to-version": "", "golden": {}}, out)
-        failed_phase = failure.phases[-1].name if failure.phases else "heal"
-        context.termination_message(f"{failed_phase}: {failure}")
-        print(json.dumps({"failed": str(failure), "transient": failure.transient}), file=sys.stderr)
-        raise SystemExit(EXIT_TRANSIENT if failure.transient else EXIT_PERMANENT) from failure
+        with tracing.continue_from(traceparent), tracing.span("heal", attributes) as span:
+            span.set("healer.workflow", ctx.workflow_name)
+            try:
+                report = steps.heal(ctx, request)
+            except steps.HealFailed as failure:
+                tracing.record_phases([p.__dict__ for p in failure.phases])
+                span.fail(str(failure))
+                context.write_outputs(
+                    {"phases": [p.__dict__ for p in failure.phases], "to-version": "", "golden": {}}, out
+                )
+                failed_phase = failure.phases[-1].name if failure.phases else "heal"
+                context.termination_message(f"{failed_phase}: {failure}")
+                print(json.dumps({"failed": str(failure), "transient": failure.transient}), file=sys.stderr)
+                raise SystemExit(EXIT_TRANSIENT if failure.transient else EXIT_PERMANENT) from failure
+            tracing.record_phases(report["phases"])
+            span.set("healer.to_version", str(report["to_version"]))
+    finally:
+        tracing.flush()  # a step pod exits right after: its spans must have left (bounded by tracing.timeout_s)
     context.write_outputs(
         {
             "phases": report["phases"],
@@ -119,17 +154,26 @@ def escalate_step(
     failures: str = "",
     detail: str = "",
     pod: str = "",
+    traceparent: str = "",
 ) -> dict[str, Any]:
-    """The exit handler's work when the rollback did not succeed (failed, errored or ran out of time)."""
+    """The exit handler's work when the rollback did not succeed (failed, errored or ran out of time);
+    the alert carries the incident's trace id (``traceparent``), and its page when one is configured."""
     from workflows import context, steps
 
+    traceparent = tracing.checked(traceparent)
     parsed = _parse_failures(failures)
     failure = f"workflow {workflow_status}"
     if parsed:
         failure += ": " + "; ".join(f"{f.get('displayName', '?')}: {f.get('message', '')}" for f in parsed)
     try:
         request = RollbackRequest(
-            model=model, from_version=from_version, reason=reason, incident=incident, detail=detail, pod=pod
+            model=model,
+            from_version=from_version,
+            reason=reason,
+            incident=incident,
+            detail=detail,
+            pod=pod,
+            traceparent=traceparent,
         )
     except ValueError as exc:
         # A workflow submitted by hand with parameters healer would never send: a person must still
@@ -145,6 +189,7 @@ def escalate_step(
         # even when the store is what broke: alert from the settings alone, then fail the step.
         _alert_without_context(request, f"{failure}; the escalation could not start: {type(exc).__name__}: {exc}")
         raise
+    tracing.configure(ctx.settings.tracing)  # the alert's trace link (tracing.ui_link_template)
     timeline = [
         {
             "started_at": f.get("finishedAt", "?"),
@@ -178,6 +223,7 @@ def _alert_without_context(request: RollbackRequest, failure: str) -> None:
 
     try:
         settings = load_settings(os.environ.get("HEALER_CONFIG", DEFAULT_CONFIG))
+        tracing.configure(settings.tracing)
         alert_settings = settings.rollback.alert
         if alert_settings.webhook_url:
             alert = build_alert(request, failure=failure, timeline=[], runbook_url=alert_settings.runbook_url)
@@ -350,6 +396,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
                     label: m.LabelValueFrom(expression=f"workflow.parameters['{p}']")
                     for label, p in LABELS_FROM_PARAMETERS.items()
                 },
+                TRACE_ID_LABEL: m.LabelValueFrom(expression=TRACE_ID_EXPRESSION),
             },
         ),
         labels={"app.kubernetes.io/name": "healer"},
@@ -394,6 +441,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
                     "detail": param("detail"),
                     "pod": param("pod"),
                     "triton_url": param("triton-url"),
+                    "traceparent": param("traceparent"),
                 },
             )
         with Steps(name="on-exit"):
@@ -410,6 +458,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
                     "failures": "{{workflow.failures}}",
                     "detail": param("detail"),
                     "pod": param("pod"),
+                    "traceparent": param("traceparent"),
                 },
             )
     return template
@@ -425,11 +474,14 @@ GRAFANA_DASHBOARD_URL = "https://grafana.example.com/d/healer/healer"
 
 
 def argo_ui_config(
-    runbook_base_url: str = RUNBOOK_BASE_URL, grafana_dashboard_url: str = GRAFANA_DASHBOARD_URL
+    runbook_base_url: str = RUNBOOK_BASE_URL,
+    grafana_dashboard_url: str = GRAFANA_DASHBOARD_URL,
+    trace_link_template: str = "",
 ) -> dict[str, Any]:
     """The keys healer adds to Argo's ``workflow-controller-configmap`` (Argo v4 config ``columns`` and
     ``links``): the model and reason as columns of the workflow list, and from a rollback's page its
-    runbook and the model's dashboard over the rollback's time range. Argo Server reads them at start."""
+    runbook and the model's dashboard over the rollback's time range, and with ``trace_link_template``
+    (``{trace_id}`` where the id goes) the incident's trace. Argo Server reads them at start."""
     import yaml
 
     columns = [
@@ -446,6 +498,10 @@ def argo_ui_config(
         {"name": "Runbook: rollback escalated", "scope": "workflow", "url": runbook_base_url + "rollback-escalated.md"},
         {"name": "Model dashboard", "scope": "workflow", "url": dashboard},
     ]
+    if trace_link_template:
+        # The id from the workflow's healer.io/trace-id label (labelsFrom, from the traceparent parameter).
+        trace = trace_link_template.replace("{trace_id}", f"${{workflow.metadata.labels.{TRACE_ID_LABEL}}}")
+        links.append({"name": "Incident trace", "scope": "workflow", "url": trace})
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

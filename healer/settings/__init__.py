@@ -569,6 +569,41 @@ class SidecarSettings:
     )
 
 
+@dataclass(frozen=True)
+class TracingSettings:
+    """OpenTelemetry traces, one per incident (docs/tracing.md): the sidecar's decision and submission,
+    the rollback's phases and replicas. Off by default: then nothing is imported, made or sent."""
+
+    enabled: bool = field(default=False, metadata=setting("send one OpenTelemetry trace per incident to otlp_endpoint"))
+    otlp_endpoint: str | None = field(
+        default=None,
+        metadata=setting(
+            "the OTLP/HTTP traces endpoint of a Collector, Jaeger or Tempo, e.g. http://collector:4318/v1/traces "
+            "(headers such as credentials: OTEL_EXPORTER_OTLP_TRACES_HEADERS in the environment, never here)",
+            form="url",
+            default_doc="none; required when enabled",
+        ),
+    )
+    service_name: str = field(
+        default="healer", metadata=setting("the service.name the spans carry (the sidecar's and the steps' alike)")
+    )
+    timeout_s: float = field(
+        default=2.0,
+        metadata=setting(
+            "timeout of one export; a rollback step waits at most this long for its spans to leave", minimum=0.001
+        ),
+    )
+    ui_link_template: str | None = field(
+        default=None,
+        metadata=setting(
+            "a trace's page in your trace UI, with {trace_id} where its id goes, e.g. "
+            "https://jaeger.example.com/trace/{trace_id}: the alerts link to it",
+            form="url",
+            default_doc="no trace links",
+        ),
+    )
+
+
 @dataclass(frozen=True, eq=False)
 class Settings:
     source: str  # the file the settings were read from (not a key)
@@ -593,6 +628,9 @@ class Settings:
     )
     rollback: RollbackSettings = field(default_factory=RollbackSettings, metadata=setting("how a rollback runs"))
     sidecar: SidecarSettings = field(default_factory=SidecarSettings, metadata=setting("the probe sidecar"))
+    tracing: TracingSettings = field(
+        default_factory=TracingSettings, metadata=setting("OpenTelemetry traces, one per incident; off by default")
+    )
 
     @property
     def live_repository_path(self) -> Path | None:
@@ -1027,6 +1065,17 @@ def _build_rollback(reader: _Reader, key: str, data: dict[str, Any], values: dic
     return RollbackSettings(**values)
 
 
+def _build_tracing(reader: _Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> TracingSettings:
+    if values["enabled"] and not values["otlp_endpoint"]:
+        raise reader.fail(f"{key}.otlp_endpoint", "is required when tracing is enabled")
+    template = values["ui_link_template"]
+    if template is not None and "{trace_id}" not in template:
+        raise reader.fail(
+            f"{key}.ui_link_template", f"must contain {{trace_id}} where the trace's id goes, got {template!r}"
+        )
+    return TracingSettings(**values)
+
+
 def _build_golden(reader: _Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> GoldenRequest:
     _reject_duplicate_names(reader, [t.name for t in values["inputs"]], f"{key}.inputs")
     _reject_duplicate_names(reader, [o.tensor.name for o in values["outputs"]], f"{key}.outputs")
@@ -1076,6 +1125,7 @@ _BUILD: Mapping[type, Callable[[_Reader, str, dict[str, Any], dict[str, Any]], A
     DrainSettings: _build_drain,
     S3Settings: _build_s3,
     RollbackSettings: _build_rollback,
+    TracingSettings: _build_tracing,
     GoldenRequest: _build_golden,
     ExpectedOutput: _build_output,
     TensorSpec: _build_tensor,

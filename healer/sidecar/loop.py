@@ -19,6 +19,7 @@ threads read a snapshot under a lock and talk to Triton only through a plain url
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -26,6 +27,7 @@ from typing import Any
 
 import structlog
 
+from healer import tracing
 from healer.decisions import (
     confirmation_verdict,
     loop_stalled,
@@ -70,6 +72,7 @@ from probes.runner import probe_all
 log = structlog.get_logger("healer.sidecar")
 
 SHUTDOWN_MARGIN_S = 1.0  # exit this long before the pod's grace period ends (then SIGKILL)
+MAX_TRACED_INCIDENTS = 64  # incidents whose traceparent is kept (one per model at a time, in practice)
 
 
 # ---- the sidecar -----------------------------------------------------------------------------------------
@@ -119,6 +122,11 @@ class Sidecar:
         self._stop_at: float | None = None
         self._orphans_seen: set[str] = set()
         self.answered_at: dict[str, float] = {}  # when each model's last verdict was applied (confirmations)
+        # Incident key -> its trace's traceparent (healer/tracing.py; empty while tracing is off): the
+        # rollback continues it, the alert and the incident lines carry its id.
+        self._traces: dict[str, str] = {}
+        self._probed: dict[str, list[ProbeResult]] = {}  # each model's latest results (the incident span's events)
+        tracing.configure(settings.tracing)
 
     # ---- the loop ------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, *, max_cycles: int | None = None) -> None:
@@ -210,6 +218,7 @@ class Sidecar:
         self._step(model, "poll_rollback", self._poll_rollback, model)
         self._step(model, "retry_submission", self._retry_pending, model)
         if mine is not None:
+            self._probed[model.name] = mine
             verdict = confirmation_verdict(verdict_for(mine, probed_at), confirming=confirming)
             self._step(model, "verdict", self._apply_verdict, model, verdict)
             self.answered_at[model.name] = self.clock.monotonic()
@@ -245,26 +254,67 @@ class Sidecar:
         elif isinstance(action, Escalate):
             self.notify.escalated(self._request(action.incident), action.incident, action.why)
         elif isinstance(action, Restored):
-            self.notify.restored(action.incident, action.at)
+            traceparent = self._traces.pop(action.incident.key, "")
+            with tracing.continue_from(traceparent), tracing.span("restored"):
+                self.notify.restored(action.incident, action.at, trace_id=tracing.trace_id_of(traceparent))
 
     def _submit(self, model: ModelSettings, incident: Incident) -> None:
-        self.notify.detected(incident)
-        self._pending[model.name] = incident
-        self._try_submit(model)
+        """The decision to roll back: the incident's trace starts here (at its first bad answer) with
+        what the probes said and the decision; the submission is a child of it."""
+        with tracing.start_incident_span(
+            model=model.name,
+            version=incident.version,
+            incident=incident.key,
+            reason=incident.reason,
+            pod=self.pod,
+            started_at=self.notify.wall_of(incident.first_bad_at),
+        ) as span:
+            if span is not tracing.NO_SPAN:
+                self._trace_incident(model, incident, span)
+            self.notify.detected(incident, trace_id=span.trace_id)
+            self._pending[model.name] = incident
+            self._try_submit(model)
+
+    def _trace_incident(self, model: ModelSettings, incident: Incident, span: tracing.Span) -> None:
+        for result in self._probed.get(model.name, []):
+            if not result.passed:
+                span.event(
+                    "probe_failed",
+                    {
+                        "healer.tier": result.tier.value,
+                        "healer.status": result.status.value,
+                        "healer.reason": result.reason[:500],
+                        "healer.latency_ms": round(result.latency_ms, 3),
+                    },
+                )
+        span.event("rollback_decided", {"healer.detail": incident.detail[:500]})
+        self._traces[incident.key] = tracing.current_traceparent()
+        while len(self._traces) > MAX_TRACED_INCIDENTS:
+            del self._traces[next(iter(self._traces))]
 
     def _try_submit(self, model: ModelSettings) -> None:
         incident = self._pending[model.name]
-        watched = self.handovers.submit(self._request(incident))
-        if watched is None:
-            return
+        traceparent = self._traces.get(incident.key, "")
+        with tracing.continue_from(traceparent), tracing.span("submit", {"healer.incident": incident.key}) as span:
+            watched = self.handovers.submit(self._request(incident))
+            if watched is None:
+                span.set("healer.taken", False)  # no engine took it: tried again next cycle
+                return
+            span.set("healer.workflow", watched.workflow)
         del self._pending[model.name]
         self._apply(model, RollbackSubmitted(self.clock.monotonic(), watched.workflow))
+        trace_id = tracing.trace_id_of(traceparent)
         self.notify.event(
-            "RollbackStarted", f"{model.name} v{incident.version} → stable: {watched.workflow}", "Warning"
+            "RollbackStarted",
+            f"{model.name} v{incident.version} → stable: {watched.workflow}"
+            + (f" (trace {trace_id})" if trace_id else ""),
+            "Warning",
         )
 
     def _request(self, incident: Incident) -> RollbackRequest:
-        return rollback_request(incident, pod=self.pod, triton_url=self.triton_url)
+        request = rollback_request(incident, pod=self.pod, triton_url=self.triton_url)
+        traceparent = self._traces.get(incident.key, "")
+        return dataclasses.replace(request, traceparent=traceparent) if traceparent else request
 
     def drain(self, timeout_s: float) -> list[str]:
         """Let in-pod (LocalEngine) rollbacks finish, bounded by ``timeout_s``; returns those still going."""

@@ -17,6 +17,7 @@ from healer.metrics import Registry
 from healer.settings import Settings
 from healer.sidecar.clock import Clock
 from healer.state import Incident, Phase
+from healer.tracing import trace_id_of
 from healer.vocabulary import RollbackRequest
 
 log = structlog.get_logger("healer.sidecar")
@@ -44,7 +45,7 @@ class Notifier:
         self._firing: dict[str, dict[str, Any]] = {}  # model -> the alert kept firing while escalated
         self._alert_sent_at: dict[str, float] = {}
 
-    def detected(self, incident: Incident) -> None:
+    def detected(self, incident: Incident, *, trace_id: str = "") -> None:
         detect_s = incident.detected_at - incident.first_bad_at
         self._metrics.observe("healer_time_to_detect_seconds", {"model": incident.model}, detect_s)
         log.warning(
@@ -55,8 +56,11 @@ class Notifier:
             reason=incident.reason,
             detail=incident.detail,
             detect_s=round(detect_s, 3),
+            **_traced(trace_id),
         )
-        self.event("ModelFailing", f"{incident.model} v{incident.version}: {incident.detail}", "Warning")
+        self.event(
+            "ModelFailing", f"{incident.model} v{incident.version}: {incident.detail}{_trace_note(trace_id)}", "Warning"
+        )
 
     def escalated(self, request: RollbackRequest, incident: Incident, why: str) -> None:
         """Alert (kept firing until the model serves again), the incident line, an Event, and the pod
@@ -74,6 +78,7 @@ class Notifier:
         )
         self._firing[request.model] = told.alert
         self._said(request.model, told.alert, told.delivery)
+        trace_id = trace_id_of(request.traceparent)
         log.error(
             "incident",
             model=request.model,
@@ -84,8 +89,9 @@ class Notifier:
             detected_at=iso_utc(self.wall_of(incident.detected_at)),
             workflow=incident.workflow,
             alert_sent=told.delivery.sent,
+            **_traced(trace_id),
         )
-        self.event("RollbackEscalated", f"{request.model} v{incident.version}: {why}", "Warning")
+        self.event("RollbackEscalated", f"{request.model} v{incident.version}: {why}{_trace_note(trace_id)}", "Warning")
         if told.pod_error is not None:
             log.warning("pod_not_annotated", error=str(told.pod_error))
 
@@ -108,7 +114,7 @@ class Notifier:
             del self._firing[model]
             self._send(model, {**alert, "endsAt": iso_utc(self._clock.wall())})
 
-    def restored(self, incident: Incident, at: float) -> None:
+    def restored(self, incident: Incident, at: float, *, trace_id: str = "") -> None:
         restore_s = at - incident.detected_at
         self._metrics.observe("healer_time_to_restore_seconds", {"model": incident.model}, restore_s)
         # The canonical line: one per incident, everything a person asks about it.
@@ -125,8 +131,13 @@ class Notifier:
             time_to_detect_s=round(incident.detected_at - incident.first_bad_at, 3),
             time_to_restore_s=round(restore_s, 3),
             workflow=incident.workflow,
+            **_traced(trace_id),
         )
-        self.event("ModelRestored", f"{incident.model}: golden request passes again ({incident.workflow})", "Normal")
+        self.event(
+            "ModelRestored",
+            f"{incident.model}: golden request passes again ({incident.workflow}){_trace_note(trace_id)}",
+            "Normal",
+        )
 
     def event(self, reason: str, message: str, event_type: str) -> None:
         if self._kube is None or not self._pod:
@@ -157,3 +168,15 @@ class Notifier:
     def _said(model: str, alert: dict[str, Any], delivery: Delivery) -> None:
         if delivery.status is DeliveryStatus.FAILED:
             log.error("alert_not_sent", model=model, incident=alert["labels"].get("incident"), error=delivery.error)
+
+
+def _traced(trace_id: str) -> dict[str, str]:
+    """An incident line's trace id (healer/tracing.py): the incident's OpenTelemetry trace, 32 hex
+    digits, in place of the probe cycle's 16-digit ``trace_id`` the line would otherwise carry from
+    the loop's log context. Nothing while tracing is off: the lines stay as they were."""
+    return {"trace_id": trace_id} if trace_id else {}
+
+
+def _trace_note(trace_id: str) -> str:
+    """The trace id at the end of an Event's message (Events carry no annotations of ours)."""
+    return f" (trace {trace_id})" if trace_id else ""
