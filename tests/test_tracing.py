@@ -435,6 +435,30 @@ def test_the_sidecars_span_and_the_heal_steps_share_one_trace(
     assert len(by_name(finished, "swap")) == 2 and len(by_name(finished, "verify")) == 2
 
 
+def test_the_restored_incident_line_and_span_close_the_trace(sidecar_settings: Settings) -> None:
+    exporter = InMemorySpanExporter()
+    tracing.use_exporter(exporter)
+    engine = ScriptedEngine()
+    triton = ScriptedTriton(sidecar_settings)
+    clock = FakeClock()
+    sidecar = Sidecar(
+        dataclasses.replace(sidecar_settings, tracing=ON), triton, engine_factory=lambda: engine, clock=clock
+    )
+    triton.wrong = True
+    sidecar.cycle()
+    [request] = engine.requests
+    engine.phase, triton.wrong = "Succeeded", False
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            clock.now += 1
+            sidecar.cycle()
+    [line] = [e for e in logs if e["event"] == "incident" and e["outcome"] == "restored"]
+    assert line["trace_id"] == tracing.trace_id_of(request.traceparent)
+    [restored] = by_name(exporter.get_finished_spans(), "restored")
+    assert trace_hex(restored) == line["trace_id"]
+    assert sidecar._traces == {}  # forgotten once restored
+
+
 def test_a_failed_heal_is_traced_too_and_still_exits_as_before(
     sidecar_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spans: InMemorySpanExporter
 ) -> None:
@@ -546,3 +570,86 @@ def test_the_trace_id_expression_reads_like_the_python_parse() -> None:
     assert pattern is not None and "(?" not in pattern.group(1)
     assert re.search(pattern.group(1), TRACEPARENT) and TRACEPARENT[3:35] == TRACE_ID
     assert not re.search(pattern.group(1), "") and not re.search(pattern.group(1), "garbage")
+
+
+GO_TRACE_MAIN = """package main
+
+import (
+\t"encoding/json"
+\t"os"
+
+\tsprig "github.com/Masterminds/sprig/v3"
+\t"github.com/expr-lang/expr"
+)
+
+func main() {
+\tvar request struct {
+\t\tExpression string   `json:"expression"`
+\t\tValues     []string `json:"values"`
+\t}
+\tif err := json.NewDecoder(os.Stdin).Decode(&request); err != nil {
+\t\tpanic(err)
+\t}
+\tfuncs := sprig.GenericFuncMap()
+\tdelete(funcs, "env")
+\tdelete(funcs, "expandenv")
+\tlabels := []any{}
+\tfor _, value := range request.Values {
+\t\tparameters := map[string]any{"traceparent": value}
+\t\tenv := map[string]any{"workflow": map[string]any{"parameters": parameters}, "sprig": funcs}
+\t\tprogram, err := expr.Compile(request.Expression, expr.Env(env))
+\t\tif err != nil {
+\t\t\tpanic(err)
+\t\t}
+\t\tlabel, err := expr.Run(program, env)
+\t\tif err != nil {
+\t\t\tpanic(err)
+\t\t}
+\t\tlabels = append(labels, label)
+\t}
+\tif err := json.NewEncoder(os.Stdout).Encode(labels); err != nil {
+\t\tpanic(err)
+\t}
+}
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.timeout(660)  # go mod tidy, then go run: 300 s each at most
+def test_the_trace_id_label_expression_in_argos_own_expr(tmp_path: Path) -> None:
+    """The committed template's healer.io/trace-id expression, run by the expr and sprig versions Argo
+    v4.1.2 uses (as tests/workflows/test_workflow_template.py runs the model label's): the trace id for
+    a traceparent, "" (a valid label) for none or garbage, never an error that would fail the run."""
+    import os
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from tests.workflows.test_workflow_template import COMMITTED, GO_MOD
+
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("no Go toolchain: the expression is not evaluated")
+    committed = yaml.safe_load((COMMITTED / "healer-rollback.yaml").read_text())
+    expression = committed["spec"]["workflowMetadata"]["labelsFrom"][TRACE_ID_LABEL]["expression"]
+    (tmp_path / "go.mod").write_text(GO_MOD)
+    (tmp_path / "main.go").write_text(GO_TRACE_MAIN)
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "GOWORK": "off"}
+    tidy = subprocess.run(
+        [go, "mod", "tidy"], check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    if tidy.returncode != 0:
+        pytest.skip(f"Go modules not available (go mod tidy): {tidy.stderr.strip()[-500:]}")
+    values = [TRACEPARENT, "", "garbage", TRACEPARENT.upper(), TRACEPARENT + "-extra", "x" * 300]
+    run = subprocess.run(
+        [go, "run", "."],
+        cwd=tmp_path,
+        env=env,
+        input=json.dumps({"expression": expression, "values": values}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert json.loads(run.stdout) == [TRACE_ID, "", "", "", "", ""]

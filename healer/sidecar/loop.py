@@ -255,6 +255,9 @@ class Sidecar:
             self.notify.escalated(self._request(action.incident), action.incident, action.why)
         elif isinstance(action, Restored):
             traceparent = self._traces.pop(action.incident.key, "")
+            if not traceparent:  # not traced (tracing off, or the incident began before it was on)
+                self.notify.restored(action.incident, action.at)
+                return
             with tracing.continue_from(traceparent), tracing.span("restored"):
                 self.notify.restored(action.incident, action.at, trace_id=tracing.trace_id_of(traceparent))
 
