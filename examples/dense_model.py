@@ -3,7 +3,8 @@
 head "linear": the output is y. head "softmax": outputs softmax(y) and argmax(y).
 Weights live in params.json next to this file, so versions of a model differ only
 by their parameters, as retrained versions do. Drill knobs: ``extra_latency_ms`` makes a
-version slow without changing its answers; ``wrong_every`` (every Nth request) and
+version slow without changing its answers (from its request number ``slow_after`` on, if set: a
+version that passes its first checks and slows down later); ``wrong_every`` (every Nth request) and
 ``wrong_once_at`` (the Nth request only) make some answers wrong (negated), the rest right.
 """
 
@@ -24,6 +25,7 @@ class TritonPythonModel:
         self.bias = np.asarray(params["bias"], dtype=np.float32)
         self.head = params.get("head", "linear")
         self.extra_latency_s = float(params.get("extra_latency_ms", 0)) / 1000.0
+        self.slow_after = int(params.get("slow_after", 0))
         self.wrong_every = int(params.get("wrong_every", 0))
         self.wrong_once_at = int(params.get("wrong_once_at", 0))
         self.requests = 0
@@ -46,7 +48,7 @@ class TritonPythonModel:
                 ]
             else:
                 values = [logits.reshape(x.shape[0], -1).astype(np.float32)]
-            if self.extra_latency_s:
+            if self.extra_latency_s and self.requests > self.slow_after:
                 time.sleep(self.extra_latency_s)
             tensors = [pb_utils.Tensor(name, value) for name, value in zip(self.output_names, values, strict=True)]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))

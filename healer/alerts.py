@@ -141,3 +141,51 @@ def escalate_to_people(
     except Exception as exc:  # the Kubernetes API failing must not stop the escalation
         return Escalation(alert, delivery, pod_error=exc)
     return Escalation(alert, delivery, pod_marked=True)
+
+
+RELEASE_ALERT_NAME = "HealerReleaseStopped"
+
+
+def build_release_alert(
+    model: str,
+    version: str,
+    release: str,
+    *,
+    failure: str,
+    outcome: Mapping[str, Any],
+    workflow: str,
+    runbook_url: str,
+) -> dict[str, Any]:
+    """A stopped release as an Alertmanager alert (pure): what failed, and where every replica is now."""
+    replicas = outcome.get("replicas") or {}
+    where = [f"  {url}: {r.get('action', '?')} ({r.get('why', '')})" for url, r in replicas.items()]
+    skipped = [f"  {name}: skipped ({why})" for name, why in (outcome.get("skipped") or {}).items()]
+    put_back = outcome.get("put_back_error")
+    description = "\n".join(
+        [
+            f"The release of {model} v{version} was stopped: {failure}",
+            (
+                f"NOT every replica could be put back on the stable version: {put_back}"
+                if put_back
+                else f"Every replica that answered serves the stable v{outcome.get('stable', '?')} again."
+            ),
+            *(["Replicas:", *where, *skipped] if where or skipped else []),
+            f"v{version} quarantined: {'yes' if outcome.get('quarantined') else 'no (nothing was learnt against it)'}",
+        ]
+    )
+    return {
+        "labels": {
+            "alertname": RELEASE_ALERT_NAME,
+            "severity": "critical" if put_back else "warning",
+            "model": model,
+            "version": version,
+            "incident": release,
+        },
+        "annotations": {
+            "summary": f"healer stopped the release of {model} v{version}",
+            "description": description,
+            "runbook_url": runbook_url,
+            "workflow": workflow,
+        },
+        "startsAt": iso_utc(time.time()),
+    }

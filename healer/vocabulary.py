@@ -128,3 +128,41 @@ class RunStatus:
     @property
     def succeeded(self) -> bool:
         return self.phase == "Succeeded"
+
+
+# ---- releases ----------------------------------------------------------------------------------------
+RELEASE_TEMPLATE_NAME = "healer-release"
+
+
+@dataclass(frozen=True)
+class ReleaseRequest:
+    """`healer release MODEL VERSION`, as the healer-release workflow's parameters."""
+
+    model: str
+    version: str
+    release: str  # the release's id: its lease's incident, its run's name, its audit records
+    bake_s: float | None = None  # None: release.bake_s
+    approve: bool = False  # wait for a person after the bake (an Argo suspend step)
+
+    def __post_init__(self) -> None:
+        if not VERSION_PATTERN.match(self.version):
+            raise ValueError(f"version must be a version number (a positive integer), got {self.version!r}")
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?", self.release):
+            raise ValueError(f"release must be a label-safe id, got {self.release!r}")
+        if self.bake_s is not None and not 0 <= self.bake_s <= 86400:
+            raise ValueError(f"bake_s must be between 0 and 86400 s, got {self.bake_s!r}")
+
+    def parameters(self) -> dict[str, str]:
+        return {
+            "model": self.model,
+            "version": self.version,
+            "release": self.release,
+            "bake-s": "" if self.bake_s is None else f"{self.bake_s:g}",
+            "approve": "true" if self.approve else "false",
+        }
+
+
+def release_workflow_name(request: ReleaseRequest) -> str:
+    """One name per release id: submitting the same release twice joins it (<= 57 chars, as above)."""
+    digest = hashlib.sha256(f"{request.model}\0{request.version}\0{request.release}".encode()).hexdigest()[:10]
+    return f"{RELEASE_TEMPLATE_NAME}-{model_slug(request.model)[:24].strip('-') or 'model'}-{digest}"

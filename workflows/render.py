@@ -7,6 +7,7 @@ import yaml
 
 from healer.vocabulary import TEMPLATE_NAME
 from workflows.drill import render_drills
+from workflows.release import render_release
 from workflows.rollback import ARGO_UI_CONFIG, TemplateOptions, argo_ui_config, build_rollback_template
 from workflows.stage import render_stage
 
@@ -14,7 +15,8 @@ from workflows.stage import render_stage
 def render_all(options: TemplateOptions | None = None) -> dict[str, str]:
     """File name -> YAML for every Argo object healer ships: the rollback WorkflowTemplate, the drill
     with its (suspended) CronWorkflow (workflows/drill.py), the background staging with its hourly
-    CronWorkflow (workflows/stage.py), and the Argo UI's keys (argo_ui_config)."""
+    CronWorkflow (workflows/stage.py), the release (workflows/release.py), and the Argo UI's keys
+    (argo_ui_config)."""
     options = options or TemplateOptions()
     manifest = build_rollback_template(options).to_dict()
     text = yaml.safe_dump(manifest, sort_keys=False, width=120)
@@ -31,5 +33,6 @@ def render_all(options: TemplateOptions | None = None) -> dict[str, str]:
         f"{TEMPLATE_NAME}.yaml": header + text,
         **render_drills(options),
         **render_stage(options),
+        **render_release(options),
         ARGO_UI_CONFIG: ui_config,
     }

@@ -70,6 +70,11 @@ class PermanentStepError(StepError):
     """A retry will not help: escalate."""
 
 
+class GoldenFailed(PermanentStepError):
+    """The version answered its golden request wrong (or too slowly): evidence against the version
+    itself, as opposed to a Triton or a store that did not do its part."""
+
+
 @dataclass
 class StepContext:
     settings: Settings
@@ -229,7 +234,7 @@ def verify(ctx: StepContext, model: str, version: str) -> dict[str, Any]:
     if result.status is Status.ERROR:
         raise TransientStepError(f"verify {model} v{version}: inconclusive: {result.reason}")
     if result.status is Status.FAIL:
-        raise PermanentStepError(f"verify {model} v{version}: golden request failed: {result.reason}")
+        raise GoldenFailed(f"verify {model} v{version}: golden request failed: {result.reason}")
     return summary
 
 
@@ -606,8 +611,22 @@ def restore_replicas(
     before the canary and before each wave. A failure stops the rollback after its wave: replicas
     already restored stay restored, the rest keep what they serve (loaded); every other replica of
     the failing wave still finishes, so none is left halfway."""
-    targets = replica_targets_for(ctx, request.triton_url)
     record_ = _stable_record(ctx, request.model, version)
+    return swap_replicas(ctx, request.model, request.from_version, record_, request.triton_url, before_each)
+
+
+def swap_replicas(
+    ctx: StepContext,
+    model: str,
+    failing: str,
+    record_: StableRecord,
+    triton_url: str = "",
+    before_each: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
+    """``restore_replicas`` for any pair of versions: every replica serving ``failing`` is swapped to
+    ``record_``'s version (canary first, then waves), each verified. A release rolls a new version
+    out with it (``failing``: the version it replaces) and puts it back with it (``failing``: the new one)."""
+    targets = replica_targets_for(ctx, triton_url)
     healed: dict[str, Any] = {}
     skipped = {t.name or t.url: t.skip for t in targets if t.skip}
     waiting = [t for t in targets if not t.skip]
@@ -623,7 +642,7 @@ def restore_replicas(
             if not _live(replica):
                 skipped[target.name or target.url] = "Triton not live"
                 continue
-            healed[target.url] = restore_replica(replica, request.model, request.from_version, record_)
+            healed[target.url] = restore_replica(replica, model, failing, record_)
             plan.append([target.url])
             canary_loaded = touches_triton(ReplicaAction(healed[target.url]["action"]))
     # Unload-first leaves each replica it works on without the model: one at a time, never a wave.
@@ -639,7 +658,7 @@ def restore_replicas(
         ctx.check_cancelled(f"restore of {', '.join(t.url for t in wave)}")
         before_each()
         plan.append([t.url for t in wave])
-        outcomes = _restore_wave(ctx, request, record_, wave)
+        outcomes = _restore_wave(ctx, model, failing, record_, wave)
         failed = {url: exc for url, exc in outcomes.items() if isinstance(exc, BaseException)}
         for target in wave:
             outcome = outcomes[target.url]
@@ -648,13 +667,13 @@ def restore_replicas(
             elif not isinstance(outcome, BaseException):
                 healed[target.url] = outcome
         if failed:
-            raise _wave_failed(request.model, failed, restored=sorted(healed))
+            raise _wave_failed(model, failed, restored=sorted(healed))
         # The next wave grows while the store keeps up and shrinks when loads near their timeout.
         slowest = _slowest_load([o for o in outcomes.values() if isinstance(o, dict)])
         size = next_wave_size(size, slowest, load_timeout_s=rollback.load_timeout_s, ceiling=ceiling)
     if not healed:
         listed = "; ".join(f"{k}: {v}" for k, v in skipped.items())
-        raise TransientStepError(f"no replica of {request.model} could be healed ({listed})")
+        raise TransientStepError(f"no replica of {model} could be healed ({listed})")
     touched = sum(1 for r in healed.values() if touches_triton(ReplicaAction(r["action"])))
     golden = {url: r["verify"] for url, r in healed.items()}
     return {
@@ -674,7 +693,7 @@ def _slowest_load(outcomes: list[dict[str, Any]]) -> float | None:
 
 
 def _restore_wave(
-    ctx: StepContext, request: RollbackRequest, stable: StableRecord, wave: list[ReplicaTarget]
+    ctx: StepContext, model: str, failing: str, stable: StableRecord, wave: list[ReplicaTarget]
 ) -> dict[str, dict[str, Any] | BaseException | None]:
     """Every replica of one wave at once, each on a client of its own; per replica: its outcome, the
     exception that stopped it, or None when its Triton did not answer (skipped)."""
@@ -683,7 +702,7 @@ def _restore_wave(
         with on_replica(ctx, target.url, own_client=True) as replica:
             if not _live(replica):
                 return None
-            return restore_replica(replica, request.model, request.from_version, stable)
+            return restore_replica(replica, model, failing, stable)
 
     outcomes: dict[str, dict[str, Any] | BaseException | None] = {}
     with ThreadPoolExecutor(len(wave), thread_name_prefix="restore") as pool:
@@ -703,6 +722,8 @@ def _wave_failed(model: str, failed: Mapping[str, BaseException], *, restored: l
     listed = "; ".join(f"{url}: {exc}" for url, exc in failed.items())
     shown = ", ".join(restored[:10]) + (f" and {len(restored) - 10} more" if len(restored) > 10 else "")
     message = f"{model}: {len(failed)} replica(s) failed ({listed}); {len(restored)} restored before the stop ({shown})"
+    if any(isinstance(exc, GoldenFailed) for exc in failed.values()):
+        return GoldenFailed(message)
     if any(isinstance(exc, PermanentStepError) for exc in failed.values()):
         return PermanentStepError(message)
     if all(isinstance(exc, StepError) for exc in failed.values()):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +24,36 @@ def local_engine(
     ``state_dir``: where its run records go (default ``rollback.state_dir``); ``replicas``: the Triton
     URLs every rollback heals (default: what ``rollback.replicas`` finds; a drill's own replica set)."""
     from healer.engines.local import LocalEngine
+    from workflows.rollback import TemplateOptions, build_rollback_template
+
+    options = TemplateOptions(deadline_s=max(1, round(settings.rollback.deadline_s)))
+    return LocalEngine(
+        build_rollback_template(options),
+        _step_context(settings, replicas),
+        state_dir if state_dir is not None else settings.rollback.state_dir,
+        join_window_s=same_occurrence_window_s(settings.rollback.deadline_s),
+    )
+
+
+def local_release_engine(
+    settings: Settings, *, state_dir: Path | None = None, replicas: Sequence[str] | None = None
+) -> LocalEngine:
+    """The LocalEngine over the healer-release template (the one Argo runs), as ``local_engine``."""
+    from healer.engines.local import LocalEngine
+    from workflows.release import build_release_template
+    from workflows.rollback import TemplateOptions
+
+    return LocalEngine(
+        build_release_template(TemplateOptions()),
+        _step_context(settings, replicas),
+        state_dir if state_dir is not None else settings.rollback.state_dir,
+    )
+
+
+def _step_context(settings: Settings, replicas: Sequence[str] | None) -> Callable[[], Any]:
+    """A fresh step context per attempt; with ``replicas``, aimed at those Tritons."""
     from workflows.context import context_from_settings
     from workflows.plan import ReplicaTarget
-    from workflows.rollback import TemplateOptions, build_rollback_template
 
     def context() -> Any:
         ctx = context_from_settings(settings)
@@ -34,13 +61,7 @@ def local_engine(
             return ctx
         return dataclasses.replace(ctx, list_replicas=lambda: [ReplicaTarget(url) for url in replicas])
 
-    options = TemplateOptions(deadline_s=max(1, round(settings.rollback.deadline_s)))
-    return LocalEngine(
-        build_rollback_template(options),
-        context,
-        state_dir if state_dir is not None else settings.rollback.state_dir,
-        join_window_s=same_occurrence_window_s(settings.rollback.deadline_s),
-    )
+    return context
 
 
 def bearer_token(text: str) -> str:

@@ -33,10 +33,24 @@ import structlog
 
 from healer.decisions import same_occurrence_window_s
 from healer.engines import MAX_EARLIER_OCCURRENCES, EngineNotFound, EngineRejected, EngineUnavailable, join_or_step_past
-from healer.engines.records import RunRecords, epoch, mark_orphaned_runs, new_record, now_text
+from healer.engines.records import (
+    RunRecords,
+    epoch,
+    mark_orphaned_runs,
+    new_record,
+    new_release_record,
+    now_text,
+)
 from healer.engines.template_reader import UnsupportedTemplate, read_template
 from healer.engines.template_runner import CANCELLED, Cancellation, TemplateRunner, in_pod_run
-from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
+from healer.vocabulary import (
+    ReleaseRequest,
+    RollbackRequest,
+    RunStatus,
+    Submission,
+    release_workflow_name,
+    workflow_name,
+)
 
 # What callers import from here: the engine, and (for leases and tests) the names its runs take.
 __all__ = ["CANCELLED", "DEFAULT_MUTEX_WAIT_S", "STEP_DIR", "LocalEngine", "UnsupportedTemplate", "in_pod_run"]
@@ -122,9 +136,43 @@ class LocalEngine:
             f"(from {workflow_name(request)}) in {self.state_dir}; not submitting more"
         )
 
+    def submit_release(self, request: ReleaseRequest) -> Submission:
+        """Start the release's run (an engine built over the healer-release template), or join the
+        one of its name: one run per release id."""
+        if self._cancellation.stopping:
+            raise EngineUnavailable("the local engine is stopping: no new run", maybe_delivered=False)
+        if self.template_spec.entrypoint != "release":
+            raise EngineRejected("this engine runs the rollback template, not the release one")
+        parameters = {**self.defaults, **request.parameters()}
+        name = release_workflow_name(request)
+        record = new_release_record(name, request, parameters, created_at=self._wall_clock())
+        return Submission(name=name, created=self._start(name, record, parameters))
+
+    def resume(self, name: str) -> list[str]:
+        """Resume a run waiting at a suspend step (`argo resume`); the steps resumed ([]: none waits)."""
+        resumed: list[str] = []
+
+        def change(record: dict[str, Any]) -> None:
+            for node_id, node in record["status"]["nodes"].items():
+                if node.get("type") == "Suspend" and node.get("phase") == "Running":
+                    node.update(phase="Succeeded", message="resumed", finishedAt=now_text())
+                    resumed.append(node_id)
+
+        self.records.update(name, change)
+        return resumed
+
+    def stop(self, name: str) -> None:
+        """Stop one run of this engine (`argo stop`): its running step stops at its next check, no
+        further step starts, and its exit handler runs."""
+        self.get(name)  # EngineNotFound for a run that does not exist
+        self._cancellation.stop_run(name)
+
     def _create(self, name: str, request: RollbackRequest, parameters: dict[str, str]) -> bool:
         """Record and start the run ``name``; False if a record of that name exists."""
-        if not self.records.create(name, new_record(name, request, parameters, created_at=self._wall_clock())):
+        return self._start(name, new_record(name, request, parameters, created_at=self._wall_clock()), parameters)
+
+    def _start(self, name: str, record: dict[str, Any], parameters: dict[str, str]) -> bool:
+        if not self.records.create(name, record):
             return False
         thread = threading.Thread(target=self._execute, args=(name, parameters), name=f"rollback-{name}", daemon=True)
         with self._lock:

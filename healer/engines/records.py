@@ -25,8 +25,15 @@ from typing import Any
 import structlog
 
 from healer.engines import EngineNotFound, EngineRejected
-from healer.labels import ENGINE_ANNOTATION, ENGINE_INSTANCE_ANNOTATION, request_labels
-from healer.vocabulary import TEMPLATE_NAME, RollbackRequest
+from healer.labels import (
+    ENGINE_ANNOTATION,
+    ENGINE_INSTANCE_ANNOTATION,
+    INCIDENT_LABEL,
+    MODEL_LABEL,
+    TO_VERSION_LABEL,
+    request_labels,
+)
+from healer.vocabulary import RELEASE_TEMPLATE_NAME, TEMPLATE_NAME, ReleaseRequest, RollbackRequest
 
 log = structlog.get_logger("healer.engines.local")
 
@@ -165,6 +172,29 @@ def new_record(name: str, request: RollbackRequest, parameters: dict[str, str], 
         },
         "status": {"phase": "Pending", "nodes": {}},
     }
+
+
+def new_release_record(
+    name: str, request: ReleaseRequest, parameters: dict[str, str], *, created_at: float
+) -> dict[str, Any]:
+    """A release's record as the engine starts it (Pending): the rollback's shape, its own labels."""
+    record = new_record(
+        name,
+        RollbackRequest(model=request.model, from_version=request.version, incident=request.release),
+        parameters,
+        created_at=created_at,
+    )
+    metadata = record["metadata"]
+    metadata["labels"] = {
+        MODEL_LABEL: request.model,
+        TO_VERSION_LABEL: request.version,
+        INCIDENT_LABEL: request.release,
+        "workflows.argoproj.io/workflow-template": RELEASE_TEMPLATE_NAME,
+    }
+    metadata["annotations"]["workflows.argoproj.io/title"] = f"Release {request.model} v{request.version}"
+    metadata["annotations"]["workflows.argoproj.io/description"] = f"release {request.release}"
+    record["spec"]["workflowTemplateRef"] = {"name": RELEASE_TEMPLATE_NAME}
+    return record
 
 
 def mark_orphaned_runs(state_dir: Path) -> list[dict[str, Any]]:

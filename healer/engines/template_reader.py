@@ -76,8 +76,10 @@ def read_template(model: Any) -> TemplateSpec:
     templates = {t.name: t for t in spec.templates}
     scripts = {t.name: _script_spec(t) for t in spec.templates if t.script is not None}
     for t in spec.templates:
-        if t.script is None and t.steps is None:
-            raise UnsupportedTemplate(f"template {t.name!r}: only steps and script templates are supported")
+        if t.script is None and t.steps is None and t.suspend is None:
+            raise UnsupportedTemplate(f"template {t.name!r}: only steps, script and suspend templates are supported")
+        if t.suspend is not None and t.suspend.duration:
+            raise UnsupportedTemplate(f"suspend template {t.name!r}: a duration is not supported (resumed by hand)")
     return TemplateSpec(
         entrypoint=spec.entrypoint,
         on_exit=spec.on_exit,

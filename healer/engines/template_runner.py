@@ -37,8 +37,10 @@ from healer.engines.template_reader import (
 
 log = structlog.get_logger("healer.engines.local")
 
+SUSPEND_POLL_S = 0.2  # how often a suspended run looks for its resume
 STOP_GRACE_S = 90.0  # after the deadline, how long a step may take to notice and stop
 CANCELLED = "cancelled: the engine is stopping (the process got SIGTERM)"
+STOPPED = "stopped by a person (healer release stop)"
 
 
 def in_pod_run(name: str, host: str | None = None) -> str:
@@ -56,10 +58,23 @@ class Cancellation:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._attempts: dict[str, set[threading.Event]] = {}  # run -> its running entry-step attempts
+        self._stopped_runs: set[str] = set()  # runs stopped one by one (stop_run)
 
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    def stopped(self, name: str) -> bool:
+        """The engine is stopping, or this one run was stopped (``stop_run``)."""
+        return self._stopping.is_set() or name in self._stopped_runs
+
+    def stop_run(self, name: str) -> None:
+        """As ``argo stop`` does for one run: its running entry step is asked to stop, no further
+        step or retry starts, its exit handler still runs."""
+        with self._lock:
+            self._stopped_runs.add(name)
+            for event in self._attempts.get(name, set()):
+                event.set()
 
     def stop(self) -> None:
         """From now on the engine is stopping; every running entry-step attempt is asked to stop."""
@@ -77,7 +92,7 @@ class Cancellation:
         if cancellable:
             with self._lock:
                 self._attempts.setdefault(name, set()).add(cancelled)
-                if self._stopping.is_set():
+                if self._stopping.is_set() or name in self._stopped_runs:
                     cancelled.set()
         try:
             yield cancelled
@@ -134,8 +149,9 @@ class TemplateRunner:
         phase, message = "Succeeded", ""
         for group_index, group in enumerate(template.steps):
             for step in parallel_steps(group):
-                if root and self._cancellation.stopping:
-                    phase, message = "Failed", CANCELLED  # no further step of a cancelled run starts
+                if root and self._cancellation.stopped(name):
+                    # No further step of a cancelled (or stopped) run starts.
+                    phase, message = "Failed", CANCELLED if self._cancellation.stopping else STOPPED
                     break
                 if step.when and not evaluate_when(substitute(step.when, parameters)):
                     self._records.add_node(
@@ -152,6 +168,14 @@ class TemplateRunner:
                             "finishedAt": now_text(),
                         },
                     )
+                    continue
+                if self.template.templates[step.template].suspend is not None:
+                    step_phase, step_message = self._suspend(
+                        name, f"{node_id}[{group_index}].{step.name}", step.name, step.template, deadline, root
+                    )
+                    if step_phase != "Succeeded":
+                        phase, message = step_phase, step_message
+                        break
                     continue
                 arguments = {p.name: substitute(p.value or "", parameters) for p in (step.arguments.parameters or [])}
                 step_phase, step_message = self._run_script(
@@ -170,6 +194,43 @@ class TemplateRunner:
                 break
         self._records.update_node(name, node_id, phase=phase, message=message, finishedAt=now_text())
         return phase, message
+
+    def _suspend(
+        self, name: str, node_id: str, display: str, template_name: str, deadline: float | None, cancellable: bool
+    ) -> tuple[str, str]:
+        """An Argo suspend step: the run waits, its node Running, until someone resumes it
+        (``LocalEngine.resume``: the node's phase set to Succeeded in the record), the run's deadline
+        passes, or the engine stops."""
+        self._records.add_node(
+            name,
+            node_id,
+            {
+                "name": node_id,
+                "displayName": display,
+                "type": "Suspend",
+                "templateName": template_name,
+                "phase": "Running",
+                "startedAt": now_text(),
+            },
+        )
+        # Bounded by the run's deadline (a suspend in an exit handler, which has none, is not supported).
+        if deadline is None:
+            raise UnsupportedTemplate(f"suspend step {display!r} outside a run with a deadline")
+        while True:
+            node = self._records.get(name).get("status", {}).get("nodes", {}).get(node_id, {})
+            if node.get("phase") == "Succeeded":
+                return "Succeeded", ""
+            if cancellable and self._cancellation.stopped(name):
+                message = CANCELLED if self._cancellation.stopping else STOPPED
+            elif time.monotonic() >= deadline:
+                message = "Step exceeded its deadline (never resumed)"
+            elif node.get("phase") == "Failed":
+                message = node.get("message") or "stopped"
+            else:
+                time.sleep(SUSPEND_POLL_S)
+                continue
+            self._records.update_node(name, node_id, phase="Failed", message=message, finishedAt=now_text())
+            return "Failed", message
 
     def _run_script(
         self,
@@ -234,7 +295,7 @@ class TemplateRunner:
             )
             retryable = (
                 phase == "Failed"
-                and not (cancellable and self._cancellation.stopping)
+                and not (cancellable and self._cancellation.stopped(name))
                 and attempt < spec.retry_limit
                 and spec.retry_exit_codes
                 and exit_code in spec.retry_exit_codes

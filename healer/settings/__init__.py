@@ -421,6 +421,33 @@ class RollbackSettings:
 
 
 @dataclass(frozen=True)
+class ReleaseSettings:
+    """`healer release`: a new version on one replica first (the canary), baked, then everywhere."""
+
+    # The canary serves the new version beside the stable one for this long, its golden request
+    # checked every check_interval_s, before any other replica gets it.
+    bake_s: float = field(
+        default=60.0,
+        metadata=setting(
+            "how long the canary serves the new version (beside the stable one) before the others get it",
+            minimum=0,
+        ),
+    )
+    check_interval_s: float = field(
+        default=2.0,
+        metadata=setting("how often the golden request is sent to the canary during the bake", minimum=0.01),
+    )
+    # Inconclusive checks (Triton did not answer) prove nothing about the version: this many in a row
+    # stop the release (every replica back on the stable version) without quarantining the version.
+    inconclusive_limit: int = field(
+        default=3,
+        metadata=setting(
+            "this many inconclusive checks in a row stop the release (the version is not quarantined)", minimum=1
+        ),
+    )
+
+
+@dataclass(frozen=True)
 class TierThresholds:
     failure_threshold: int = field(metadata=setting("results in a row that make the tier fail", minimum=1))
     success_threshold: int = field(metadata=setting("results in a row that make it pass again", minimum=1))
@@ -627,6 +654,9 @@ class Settings:
         ),
     )
     rollback: RollbackSettings = field(default_factory=RollbackSettings, metadata=setting("how a rollback runs"))
+    release: ReleaseSettings = field(
+        default_factory=ReleaseSettings, metadata=setting("how `healer release` rolls a new version out")
+    )
     sidecar: SidecarSettings = field(default_factory=SidecarSettings, metadata=setting("the probe sidecar"))
     tracing: TracingSettings = field(
         default_factory=TracingSettings, metadata=setting("OpenTelemetry traces, one per incident; off by default")

@@ -83,8 +83,10 @@ def test_promote_rollback_and_inspect_from_the_command_line(
 
 def test_render_prints_yaml_without_a_config(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render"]) == 0
-    # One YAML stream: the rollback's and the drill's WorkflowTemplates, the drill's CronWorkflow, and
-    # the keys healer adds to Argo's workflow-controller-configmap (the UI's columns and links).
+    # One YAML stream: the rollback's, the drill's, the stage's and the release's WorkflowTemplates, the
+    # drill's and the stage's CronWorkflows, and the keys healer adds to Argo's
+    # workflow-controller-configmap (the UI's columns and links).
     documents = list(yaml.safe_load_all(capsys.readouterr().out))
-    kinds = ["WorkflowTemplate", "WorkflowTemplate", "CronWorkflow", "WorkflowTemplate", "CronWorkflow", "ConfigMap"]
+    kinds = ["WorkflowTemplate", "WorkflowTemplate", "CronWorkflow", "WorkflowTemplate", "CronWorkflow"]
+    kinds += ["WorkflowTemplate", "ConfigMap"]
     assert [d["kind"] for d in documents] == kinds

@@ -322,7 +322,7 @@ def _missing_golden() -> dict[str, Any]:
         pytest.param(
             _config(tritn={"url": "x:1"}),
             "<file>: tritn: unknown key (allowed here: "
-            "embedded, live_repository, models, rollback, sidecar, store, tracing, triton)",
+            "embedded, live_repository, models, release, rollback, sidecar, store, tracing, triton)",
             id="unknown-top-level-key",
         ),
         pytest.param(

@@ -75,6 +75,7 @@ def _full_document() -> dict[str, Any]:
         "rollback": {"argo": {}, "alert": {}, "replicas": {"namespace": "ml", "selector": "a=b"}},
         "sidecar": {"readiness": {}, "business": {}, "drain": {"peers": {"namespace": "ml", "selector": "a=b"}}},
         "tracing": {},
+        "release": {},
         "models": [{"name": "m", "golden": {"latency_slo_ms": 1, "inputs": [tensor], "outputs": [dict(tensor)]}}],
     }
 

@@ -4,43 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from healer.embedded import EmbeddedTriton
-from healer.settings import Settings, StoreSettings
-from healer.store import FilesystemBlobs, ModelStore
 from probes.result import Status
 from probes.tiers import check_business
-from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack
-
-
-@pytest.fixture
-def fs_stack_factory(example_settings: Settings, triton_server: EmbeddedTriton, tmp_path: Path) -> Iterator[object]:
-    store_root = tmp_path / "store"
-    store_root.mkdir()
-    store = ModelStore(FilesystemBlobs(store_root))
-
-    relaxed = relaxed_slo(example_settings)
-
-    def make(model_base: str, versions: dict[int, tuple[str, str]], stable: list[int], **kw: object) -> object:
-        return rollback_stack(
-            base=relaxed,
-            triton_url=triton_server.url,
-            live=triton_server.model_repository,
-            store=store,
-            store_settings=StoreSettings(filesystem=store_root),
-            store_root_for_files=store_root,
-            tmp=tmp_path,
-            model_base=model_base,
-            versions=versions,
-            stable=stable,
-            **kw,
-        )
-
-    yield make
+from tests.rollback_stack import RollbackStack
 
 
 def test_broken_newest_version_is_rolled_back_to_the_last_stable(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
@@ -228,7 +197,6 @@ def test_one_rollback_heals_every_replica(fs_stack_factory, tmp_path: Path) -> N
     """Two real Tritons read one live repository (a shared volume); one workflow restores both."""
     import shutil
 
-    from healer.embedded import EmbeddedTriton
     from healer.engines.local import LocalEngine
     from healer.triton import TritonHttp
     from tests.rollback_stack import version_source
@@ -341,7 +309,6 @@ def test_unload_first_order_restores_too(fs_stack_factory, tmp_path: Path) -> No
 def test_a_failure_on_one_replica_leaves_the_others_serving(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Replica A is restored; replica B cannot load the stable version (its repository lacks it):
     B keeps serving what it served, A stays restored, a terminating pod is skipped and reported."""
-    from healer.embedded import EmbeddedTriton
     from healer.triton import TritonHttp
     from tests.rollback_stack import write_model
     from workflows.plan import ReplicaTarget
@@ -382,7 +349,6 @@ def test_a_canary_that_cannot_serve_the_stable_version_stops_before_any_other_re
 ) -> None:
     """The first replica (the canary) cannot load the stable version (its repository lacks it): the
     rollback stops there; the canary keeps serving what it served and the other replica is never touched."""
-    from healer.embedded import EmbeddedTriton
     from healer.triton import TritonHttp
     from tests.rollback_stack import write_model
     from workflows.plan import ReplicaTarget
@@ -412,7 +378,6 @@ def test_a_replica_failing_mid_wave_stops_after_its_wave_and_leaves_it_serving( 
     """Three replicas: the canary is restored, then B and C in one wave; B cannot load the stable
     version. C is still restored (a wave finishes), B keeps serving what it served, and the error
     names B and counts what was restored."""
-    from healer.embedded import EmbeddedTriton
     from healer.triton import TritonHttp
     from tests.rollback_stack import write_model
     from workflows.plan import ReplicaTarget
@@ -449,7 +414,6 @@ def test_a_replica_failing_mid_wave_stops_after_its_wave_and_leaves_it_serving( 
 def test_a_restarted_triton_serves_the_stable_version_not_the_quarantined_one(  # type: ignore[no-untyped-def]
     fs_stack_factory, tmp_path: Path
 ) -> None:
-    from healer.embedded import EmbeddedTriton
     from healer.triton import TritonHttp
 
     with fs_stack_factory(

@@ -62,6 +62,7 @@ def test_rendered_drill_template_and_cron_are_valid_against_argo_schema(
         "healer-drill-weekly.yaml",
         "healer-stage.yaml",  # tests/workflows/test_stage_workflow.py
         "healer-stage-hourly.yaml",
+        "healer-release.yaml",  # tests/workflows/test_release_template.py
         "workflow-controller-configmap.yaml",  # not a template: the Argo UI's keys (argo_ui_config)
     }
     drill = rendered("healer-drill.yaml")
