@@ -65,6 +65,14 @@ EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
         (EXIT_REFUSED, "not submitted, failed, or not finished within --wait"),
         (EXIT_USAGE, "bad arguments or configuration (a model not in it, a bad version)"),
     ),
+    "release": (
+        (0, "released: every replica serves the version, verified, and it is promoted stable"),
+        (
+            EXIT_REFUSED,
+            "refused, stopped (every replica put back on the stable version), or not finished within --wait",
+        ),
+        (EXIT_USAGE, "bad arguments or configuration (a model not in it, a bad version)"),
+    ),
     "runs": (
         (0, "listed or shown"),
         (
@@ -126,6 +134,11 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
         "healer rollback -n ml linear_scorer 3   (a Workflow created with your kubeconfig's credentials)",
         "healer rollback --config healer.yaml linear_scorer 3",
         "healer rollback linear_scorer 3 --incident inc-42 -o json",
+    ),
+    "release": (
+        "healer release --config healer.yaml linear_scorer 3",
+        "healer release linear_scorer 3 --bake 300 --approve      (then: healer runs resume NAME)",
+        "healer release linear_scorer 3 -o json",
     ),
     "check": (
         "kubectl -n ml exec deploy/triton -c healer -- healer check",
@@ -225,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "runs": _cmd_runs,
         "check": _cmd_check,
         "rollback": _cmd_rollback,
+        "release": _cmd_release,
         "sidecar": _cmd_sidecar,
     }
     return handlers[args.command](settings, args)
@@ -455,7 +469,40 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     )
     _add_output(rollback, "text; json/yaml: the run's final status; name: only the run's name")
     add_cluster_flags(rollback)
+
+    _release_command(command)
     return parser, commands
+
+
+def _release_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    release = command(
+        "release",
+        "release a new model version: staged, served on one replica beside the stable one, baked, then every "
+        "replica in waves, verified, and promoted; any failure puts every replica back on the stable version",
+    )
+    release.add_argument("model", metavar="MODEL", help="the model's name")
+    release.add_argument("version", metavar="VERSION", help="the version to release (in the store, newer than stable)")
+    release.add_argument(
+        "--bake",
+        type=float,
+        metavar="SECONDS",
+        default=None,
+        help="how long the canary bakes (default: release.bake_s)",
+    )
+    release.add_argument(
+        "--approve", action="store_true", help="wait for a person after the bake (`healer runs resume NAME`, Argo UI)"
+    )
+    release.add_argument(
+        "--release", dest="release_id", help="release id, label-safe (default: rel-<model>-<version>-<time>)"
+    )
+    release.add_argument(
+        "--wait",
+        type=float,
+        metavar="SECONDS",
+        default=None,
+        help="how long to wait for the outcome (default: an hour)",
+    )
+    _add_output(release, "text, a line per step; json/yaml: the run's final status; name: only the run's name")
 
 
 def _operator_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -646,6 +693,14 @@ def _runs_subcommands(runs: argparse.ArgumentParser) -> None:
     add_cluster_flags(runs_get, sub=True)
     runs_get.add_argument("name", metavar="NAME", help="the run's name, as `runs list` prints it")
     _add_output(runs_get, "text; wide adds node ids and start times; json/yaml: the record", sub=True)
+    runs_resume = runs_commands.add_parser(
+        "resume",
+        help="let a release that waits for a person go on (`argo resume`; on Argo: the UI's Resume, or argo resume)",
+        epilog=_epilog("runs"),
+        formatter_class=formatter,
+    )
+    _add_config(runs_resume, default=argparse.SUPPRESS)
+    runs_resume.add_argument("name", metavar="NAME", help="the run's name, as `runs list` prints it")
     runs_watch = runs_commands.add_parser(
         "watch",
         help="the cluster's rollbacks, printed again every 2 s until Ctrl-C (like `argo list --watch`)",
@@ -1280,6 +1335,22 @@ def _incident(args: argparse.Namespace) -> str:
     return str(args.incident or f"manual-{model_slug(args.model)}-{args.from_version}-{stamp}"[:63].rstrip("-."))
 
 
+def _cmd_runs_resume(settings: Settings, records: Any, name: str) -> int:
+    from healer.engines import EngineError
+    from healer.engines.records import resume_suspended
+
+    try:
+        resumed = resume_suspended(records, name)
+    except (KeyError, EngineError) as exc:
+        print(f"healer: no run {name!r} in {settings.rollback.state_dir}: {exc}", file=sys.stderr)
+        return 1
+    if not resumed:
+        print(f"healer: {name} is not waiting for a person", file=sys.stderr)
+        return 1
+    print(f"resumed {name} ({', '.join(resumed)})")
+    return 0
+
+
 def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
     from healer.engines import EngineError
     from healer.engines.records import RunRecords
@@ -1287,6 +1358,8 @@ def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
     # Only reads: no engine, no template, no folder created, no record marked.
     records = RunRecords(settings.rollback.state_dir)
     output = args.output
+    if args.runs_command == "resume":
+        return _cmd_runs_resume(settings, records, args.name)
     if args.runs_command in ("get", "show"):
         try:
             record = records.get(args.name)
@@ -1333,6 +1406,120 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
         print(f"healer: {submission.name} was {verb}, but its outcome could not be read: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     return _report_rollback(args, submission, status, settings.rollback.engine, incident)
+
+
+def _cmd_release(settings: Settings, args: argparse.Namespace) -> int:
+    """Run a release with the configured engine and print each step as it ends. With the local
+    engine the release runs in this process: Ctrl-C stops it (every replica is put back on the
+    stable version before the command returns); a second Ctrl-C leaves at once."""
+    from healer.engines import EngineError, EngineRejected
+    from healer.vocabulary import RELEASE_TEMPLATE_NAME, ReleaseRequest, model_slug, release_workflow_name
+
+    progress = sys.stderr if args.output in ("json", "yaml", "name") else sys.stdout
+    release_id = args.release_id or f"rel-{model_slug(args.model)}-{args.version}-{int(time.time())}"[:63].rstrip("-.")
+    try:
+        settings.model(args.model)
+        request = ReleaseRequest(
+            model=args.model, version=args.version, release=release_id, bake_s=args.bake, approve=args.approve
+        )
+    except KeyError:
+        print(f"healer: {args.model} is not a model of {settings.source}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:
+        print(f"healer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    timeout_s = args.wait or 3600.0
+    try:
+        if settings.rollback.engine == "argo":
+            from healer.engines.factory import argo_engine
+
+            engine: Any = argo_engine(settings)
+            name = release_workflow_name(request)
+            try:
+                engine.submit_template(RELEASE_TEMPLATE_NAME, request.parameters(), name=name)
+                verb = "submitted"
+            except EngineRejected as exc:
+                if "exists already" not in str(exc):
+                    raise
+                verb = "joined"
+        else:
+            from healer.engines.factory import local_release_engine
+
+            engine = local_release_engine(settings)
+            submission = engine.submit_release(request)
+            name, verb = submission.name, "submitted" if submission.created else "joined"
+    except (EngineError, ValueError, OSError) as exc:
+        print(f"healer: release {release_id} not submitted: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(f"{verb} {name} ({settings.rollback.engine}): release {release_id}", file=progress, flush=True)
+    try:
+        status = _follow_release(engine, name, timeout_s, progress, local=settings.rollback.engine != "argo")
+    except (EngineError, OSError) as exc:
+        print(f"healer: {name} was {verb}, but its outcome could not be read: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.output in ("json", "yaml"):
+        _print_data(
+            {
+                "name": status.name,
+                "release": release_id,
+                "model": args.model,
+                "version": args.version,
+                "phase": status.phase,
+                "message": status.message,
+                "started_at": status.started_at,
+                "finished_at": status.finished_at,
+                "outputs": dict(status.outputs),
+            },
+            args.output,
+        )
+    elif args.output == "name":
+        print(status.name)
+    else:
+        print(f"{status.name}: {status.phase} {status.message}".rstrip())
+        if status.succeeded:
+            print(f"released {args.model} v{args.version}: every replica serves it, promoted stable")
+    return 0 if status.succeeded else EXIT_REFUSED
+
+
+def _follow_release(engine: Any, name: str, timeout_s: float, out: Any, *, local: bool) -> Any:
+    """Wait for the run, printing each step as it ends (and a suspended step as it waits)."""
+    import signal
+
+    deadline = time.monotonic() + timeout_s
+    shown: set[str] = set()
+    interrupted = {"count": 0}
+
+    def on_sigint(_signum: int, _frame: Any) -> None:
+        interrupted["count"] += 1
+        if interrupted["count"] > 1 or not local:
+            raise KeyboardInterrupt
+        print(f"stopping {name}: every replica goes back on the stable version (Ctrl-C again to leave now)", file=out)
+        engine.stop(name)
+
+    previous = signal.signal(signal.SIGINT, on_sigint) if local else None
+    try:
+        # Bounded by --wait: every pass returns or sleeps toward the deadline.
+        while True:
+            status = engine.status(name)
+            nodes = (engine.get(name).get("status") or {}).get("nodes") or {}
+            for node in sorted(nodes.values(), key=lambda n: str(n.get("startedAt", ""))):
+                kind, phase = node.get("type"), node.get("phase")
+                key = f"{node.get('id', node.get('name'))}:{phase}"
+                if kind not in {"Retry", "Suspend", "Skipped"} or key in shown:
+                    continue
+                if kind == "Suspend" and phase == "Running":
+                    shown.add(key)
+                    print(f"  {node.get('displayName')}: waiting for a person: healer runs resume {name}", file=out)
+                elif phase in {"Succeeded", "Failed", "Error", "Skipped"}:
+                    shown.add(key)
+                    message = " ".join(str(node.get("message", "")).split())
+                    print(f"  {node.get('displayName')}: {phase} {message}".rstrip(), file=out, flush=True)
+            if status.done or time.monotonic() >= deadline:
+                return status
+            time.sleep(0.5)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _report_rollback(args: argparse.Namespace, submission: Any, status: Any, engine: str, incident: str) -> int:

@@ -40,6 +40,7 @@ from healer.engines.records import (
     new_record,
     new_release_record,
     now_text,
+    resume_suspended,
 )
 from healer.engines.template_reader import UnsupportedTemplate, read_template
 from healer.engines.template_runner import CANCELLED, Cancellation, TemplateRunner, in_pod_run
@@ -150,16 +151,7 @@ class LocalEngine:
 
     def resume(self, name: str) -> list[str]:
         """Resume a run waiting at a suspend step (`argo resume`); the steps resumed ([]: none waits)."""
-        resumed: list[str] = []
-
-        def change(record: dict[str, Any]) -> None:
-            for node_id, node in record["status"]["nodes"].items():
-                if node.get("type") == "Suspend" and node.get("phase") == "Running":
-                    node.update(phase="Succeeded", message="resumed", finishedAt=now_text())
-                    resumed.append(node_id)
-
-        self.records.update(name, change)
-        return resumed
+        return resume_suspended(self.records, name)
 
     def stop(self, name: str) -> None:
         """Stop one run of this engine (`argo stop`): its running step stops at its next check, no

@@ -278,3 +278,18 @@ def _parent_of(node_id: str, nodes: dict[str, Any]) -> str | None:
     if "[" in node_id:
         return node_id[: node_id.rindex("[")]
     return None
+
+
+def resume_suspended(records: RunRecords, name: str) -> list[str]:
+    """Resume a run waiting at a suspend step (`argo resume`): its Running suspend nodes marked
+    Succeeded, which the engine running it reads. Returns the nodes resumed ([]: none was waiting)."""
+    resumed: list[str] = []
+
+    def change(record: dict[str, Any]) -> None:
+        for node_id, node in record["status"]["nodes"].items():
+            if node.get("type") == "Suspend" and node.get("phase") == "Running":
+                node.update(phase="Succeeded", message="resumed", finishedAt=now_text())
+                resumed.append(node_id)
+
+    records.update(name, change)
+    return resumed

@@ -385,7 +385,7 @@ def _all_parsers() -> list[argparse.ArgumentParser]:
 
 def test_every_argument_has_help_and_every_command_an_epilog_with_its_exit_codes() -> None:
     parsers = _all_parsers()
-    assert len(parsers) == 1 + len(EXIT_CODES) + 7  # healer, its commands, 4 store and 3 runs subcommands
+    assert len(parsers) == 1 + len(EXIT_CODES) + 8  # healer, its commands, 4 store and 4 runs subcommands
     for parser in parsers:
         for action in parser._actions:
             if action.help != argparse.SUPPRESS:
