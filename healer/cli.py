@@ -840,7 +840,7 @@ def _print_catalog() -> int:
     from healer.drills.catalog import CATALOG
 
     for scenario in CATALOG:
-        print(f"{scenario.name:<17}{scenario.expect.outcome.value:<13}{scenario.title}")
+        print(f"{scenario.name:<21}{scenario.expect.outcome.value:<13}{scenario.title}")
     return 0
 
 

@@ -47,7 +47,19 @@ def full_catalog_results() -> list[DrillResult]:
         Outcome.NO_ROLLBACK: Observation(
             final_state="healthy", wrong_answers=2, marks=(Mark(0, "injected"), Mark(3, "end"))
         ),
-    }
+        Outcome.RELEASED: Observation(
+            release_phase="Succeeded", release_s=7.9, touched=2, released_everywhere=True, quarantined=False,
+            requests=128, final_state="healthy", marks=(Mark(0, "injected"), Mark(7.9, "release-ended")),
+        ),
+        Outcome.STOPPED: Observation(
+            release_phase="Failed", release_s=1.7, touched=1, back_on_stable=True, quarantined=True,
+            requests=32, wrong_served=1, final_state="healthy", marks=(Mark(0, "injected"), Mark(1.7, "release-ended")),
+        ),
+    }  # fmt: skip
     results = [result(s.name, by_outcome[s.expect.outcome]) for s in CATALOG]
+    interrupted = next(i for i, s in enumerate(CATALOG) if s.name == "release-interrupted")
+    results[interrupted] = result(
+        "release-interrupted", dataclasses.replace(by_outcome[Outcome.STOPPED], quarantined=False)
+    )
     results[4] = result("hang", dataclasses.replace(healed, restore_s=120.0))  # missed the budget
     return results

@@ -21,6 +21,8 @@ class Outcome(StrEnum):
     ESCALATED = "escalated"  # not restored: a person was alerted; the served model stays loaded, the pod kept
     BREAKER_OPEN = "breaker-open"  # the circuit breaker opened: no further rollback, escalated
     NO_ROLLBACK = "no-rollback"  # nothing to act on: nothing submitted, the model serves and passes
+    RELEASED = "released"  # `healer release`: the new version serves on every replica and is stable
+    STOPPED = "stopped"  # `healer release` stopped: every replica serves the stable version again
     INCONCLUSIVE = "inconclusive"  # none of the above within the time given, or the drill itself failed
 
 
@@ -36,6 +38,7 @@ class Injection(StrEnum):
     STABLE_BROKEN = "stable-broken"  # a broken push, and the last stable version's files in the store tampered
     FLAP = "flap"  # the same broken version pushed again after each heal
     STORM = "storm"  # the same broken push on several replicas at once
+    RELEASE = "release"  # a new version released with `healer release` (the healer-release workflow)
 
 
 # What a target must offer for an injection: the embedded stack offers all of it.
@@ -45,6 +48,7 @@ NEEDS: dict[Injection, frozenset[str]] = {
     Injection.STORE_DOWN: frozenset({"filesystem-store"}),
     Injection.STABLE_BROKEN: frozenset({"filesystem-store"}),
     Injection.DELETE_FILES: frozenset({"filesystem-store"}),
+    Injection.RELEASE: frozenset({"replicas"}),
 }
 EMBEDDED_CAPABILITIES = frozenset({"own-triton", "replicas", "filesystem-store"})
 
@@ -62,6 +66,9 @@ class Expectation:
     # At least this many separate wrong answers were seen (a sidecar went suspect): a "no rollback"
     # drill in which nothing ever answered wrong proves nothing.
     wrong_answers: int = 0
+    # Releases: at most this many replicas ever served the new version (None: any number).
+    max_touched: int | None = None
+    quarantined: bool | None = None  # the new version ends quarantined (True) or not (False); None: either
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,9 @@ class Scenario:
     fast: bool = False  # part of `make test`'s subset
     max_rollbacks: int | None = None  # the circuit breaker's limit for this scenario (None: the config's)
     drain_rule: bool = False  # the sidecars run with sidecar.drain (peer_urls of each other)
+    bake_s: float = 0.0  # RELEASE: how long the canary bakes
+    stop_halfway: bool = False  # RELEASE: the release is stopped (`argo stop`) once its bake has started
+    traffic: bool = False  # clients send requests (default version) to every replica: wrong answers served are counted
 
     @property
     def needs(self) -> frozenset[str]:
@@ -230,6 +240,54 @@ CATALOG: tuple[Scenario, ...] = (
         variant="wrong_weights",
         replicas=2,
         drain_rule=True,
+        traffic=True,
+    ),
+    Scenario(
+        "good-release",
+        "a good new version is released with `healer release`",
+        Injection.RELEASE,
+        Expectation(Outcome.RELEASED, drained=False, workflows=0, quarantined=False),
+        "staged, served on one replica beside the stable version, baked, then every replica in waves, each "
+        "verified, and promoted stable; no wrong answer, no rollback",
+        replicas=2,
+        bake_s=3.0,
+        traffic=True,
+    ),
+    Scenario(
+        "bad-release",
+        "a new version with wrong weights is released with `healer release`",
+        Injection.RELEASE,
+        Expectation(Outcome.STOPPED, max_touched=1, quarantined=True),
+        "stopped at the canary: its golden request fails there, the other replicas never serve it; the canary "
+        "goes back on the stable version, the version is quarantined and a person told (compare the wrong "
+        "answers served with the storm drill's unguarded push)",
+        variant="wrong_weights",
+        replicas=2,
+        bake_s=3.0,
+        traffic=True,
+    ),
+    Scenario(
+        "slow-release",
+        "a new version that answers in time at first, then over its SLO, is released",
+        Injection.RELEASE,
+        Expectation(Outcome.STOPPED, max_touched=1, quarantined=True),
+        "it passes the canary's first check and slows down while it serves: the bake (or the canary's "
+        "sidecar) catches it, only the canary ever served it, quarantined",
+        variant="slow_later",
+        replicas=2,
+        bake_s=20.0,
+        traffic=True,
+    ),
+    Scenario(
+        "release-interrupted",
+        "a release of a good version is stopped halfway (`argo stop` during the bake)",
+        Injection.RELEASE,
+        Expectation(Outcome.STOPPED, max_touched=1, quarantined=False),
+        "the exit handler puts every replica back on the stable version: all end on one known version, and "
+        "the version is not quarantined (stopping it says nothing against it)",
+        replicas=2,
+        bake_s=60.0,
+        stop_halfway=True,
     ),
 )
 

@@ -10,6 +10,7 @@ the Argo drill see). ``Watch.observation()`` gives the pure ``Observation`` the 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -117,6 +118,43 @@ class GoldenWatch:
     def close(self) -> None:
         for triton in self._clients.values():
             triton.close()
+
+
+class Traffic:
+    """Clients: the golden request to the default version (what Triton routes an unpinned request to:
+    the highest version served), round robin over the replicas every ``interval_s`` from a thread,
+    counting answers that are wrong (a wrong value, NaN, an error from the model, over the SLO).
+    A replica that does not answer is not counted either way."""
+
+    def __init__(self, urls: Sequence[str], model: ModelSettings, interval_s: float = 0.05) -> None:
+        self.model, self.urls, self.interval_s = model, list(urls), interval_s
+        self.requests = self.wrong = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="drill-traffic", daemon=True)
+
+    def start(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        clients = [TritonHttp(url, timeout_s=2.0) for url in self.urls]
+        try:
+            i = 0
+            while not self._stop.wait(self.interval_s):
+                triton = clients[i % len(clients)]
+                i += 1
+                result = check_business(triton, self.model.name, "", self.model.golden)
+                if result.status is Status.ERROR:
+                    continue
+                self.requests += 1
+                self.wrong += result.status is Status.FAIL
+        finally:
+            for triton in clients:
+                triton.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10.0)
 
 
 @dataclass

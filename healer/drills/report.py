@@ -17,7 +17,7 @@ from healer.drills.verdict import DrillResult, Mark, PhaseSpan
 
 # Fixed widths: rows are printed one by one as scenarios finish, so the table cannot size itself.
 COLUMNS: tuple[tuple[str, int], ...] = (
-    ("SCENARIO", 17),
+    ("SCENARIO", 21),
     ("EXPECTED", 13),
     ("OUTCOME", 13),
     ("DETECT", 8),
@@ -56,9 +56,25 @@ def row(result: DrillResult) -> str:
     return line.rstrip()
 
 
+def measured(result: DrillResult) -> list[str]:
+    """A release's figures, and what clients were answered: the blast radius, in words."""
+    o = result.observation
+    lines = []
+    if o.release_phase:
+        quarantined = "yes" if o.quarantined else "no"
+        lines.append(
+            f"release {o.release_phase} after {_s(o.release_s)}; {o.touched} replica(s) ever served the new "
+            f"version; quarantined: {quarantined}"
+        )
+    if o.requests:
+        lines.append(f"clients: {o.wrong_served} of {o.requests} answers wrong during the drill")
+    return lines
+
+
 def explain(result: DrillResult) -> list[str]:
-    """Lines under a row: why it missed (or was skipped), and what the cleanup had to say."""
+    """Lines under a row: why it missed (or was skipped), what it measured, what the cleanup had to say."""
     lines = [f"  missed: {m}" for m in result.verdict.missed] if not result.passed else []
+    lines += [f"  {line}" for line in measured(result)]
     if result.skipped:
         lines.append(f"  skipped: {result.skipped}")
     lines += [f"  note: {n}" for n in result.notes]
@@ -272,6 +288,7 @@ def _scenario_section(result: DrillResult) -> str:
             + (f" &middot; fewest replicas ready at any moment: {o.min_ready}" if s.replicas > 1 else "")
             + "</p>"
         )
+        body += [f"<p>{e(line)}</p>" for line in measured(result)]
         body.append(timeline_svg(s.name, o.marks, o.phases))
         # What the tooltips say, printed: a screenshot or a printout shows why, not only when.
         reasons = [f"{p.name} {p.outcome} at {p.end_s:.1f} s: {p.error}" for p in o.phases if p.error] + [

@@ -32,16 +32,19 @@ from healer.drills.inject import (
     InjectionFailed,
     after_restart,
     delete_served_files,
+    next_version,
     push_again,
     push_and_serve,
     push_with_config,
+    put_version,
     restore_stable,
     retrain_source,
+    served,
     stable_record,
     tamper_stable,
     unmount_store,
 )
-from healer.drills.observe import GoldenWatch, HttpView, LocalView, SidecarView, Watch, sample
+from healer.drills.observe import GoldenWatch, HttpView, LocalView, SidecarView, Traffic, Watch, sample
 from healer.drills.verdict import DrillResult, Observation, finished, judge, phase_spans
 from healer.engines import RollbackEngine
 from healer.logs import iso_utc
@@ -53,6 +56,7 @@ _DRILL_SETS = itertools.count(1)
 
 INTERVAL_S = 0.02  # how often the watch samples the sidecars
 BASELINE_TIMEOUT_S = 30.0
+RELEASE_GIVE_UP_S = 300.0  # a drill's release that has not ended by then is reported as it stands
 STOP_TIMEOUT_S = 30.0
 
 
@@ -124,6 +128,8 @@ class DrillRunner:
 
     # ---- one scenario ------------------------------------------------------------------------------
     def run(self, scenario: Scenario) -> DrillResult:
+        if scenario.injection is Injection.RELEASE:
+            return self._run_release(scenario)
         budget_s = self.settings.rollback.deadline_s
         extra: list[Any] = []
         running: list[_Running] = []
@@ -133,6 +139,7 @@ class DrillRunner:
         replicas: list[str] = []
         notes: list[str] = []
         error = ""
+        traffic: Traffic | None = None
         try:
             replicas = self._replicas(scenario, extra)
             engine = self._engine(scenario, replicas)
@@ -140,6 +147,8 @@ class DrillRunner:
             self._baseline(running)
             before = sample([r.view for r in running], self.target.model)
             injected = Injected(stable_record(self.target))
+            if scenario.traffic:
+                traffic = Traffic(replicas, self.target.model_settings).start()
             killed = self._inject(scenario, injected, replicas, extra)
             watch = Watch(injected.at, wrong_before=before.wrong_answers)
             if killed:
@@ -153,13 +162,132 @@ class DrillRunner:
             log.exception("drill_failed", scenario=scenario.name)
             error = f"{type(exc).__name__}: {exc}"
         finally:
+            if traffic is not None:
+                traffic.stop()
             notes += self._clean_up(running, engine, injected, watch, replicas, extra, budget_s)
         observation = watch.observation() if watch is not None else Observation(error=error or "not injected")
         if error:
             observation = dataclasses.replace(observation, error=error)
+        if traffic is not None:
+            observation = dataclasses.replace(observation, requests=traffic.requests, wrong_served=traffic.wrong)
         verdict = judge(scenario, observation, budget_s)
         started = iso_utc(injected.wall) if injected is not None and injected.wall else ""
         return DrillResult(scenario, observation, verdict, budget_s, started_at=started, notes=tuple(notes))
+
+    # ---- releases ------------------------------------------------------------------------------------
+    def _run_release(self, scenario: Scenario) -> DrillResult:
+        """`healer release` of a new version (the scenario's variant, else a good retrain) across the
+        scenario's replicas, with their sidecars probing as usual and clients sending requests: which
+        replicas ever served the new version, where each ended, the run's outcome and length."""
+        extra: list[Any] = []
+        running: list[_Running] = []
+        injected: Injected | None = None
+        engine: RollbackEngine | None = None
+        replicas: list[str] = []
+        traffic: Traffic | None = None
+        watch: Watch | None = None
+        notes: list[str] = []
+        error = ""
+        found: dict[str, Any] = {}
+        try:
+            replicas = self._replicas(scenario, extra)
+            engine = self._engine(scenario, replicas)
+            running = self._sidecars(scenario, replicas, engine)
+            self._baseline(running)
+            injected = Injected(stable_record(self.target))
+            source = (
+                self.target.variant(scenario.variant) if scenario.variant else retrain_source(self.target, injected)
+            )
+            version = next_version(self.target)
+            put_version(self.target, version, source, injected)
+            injected.version = version
+            if scenario.traffic:
+                traffic = Traffic(replicas, self.target.model_settings).start()
+            injected.mark_now()
+            watch = Watch(injected.at)
+            found = self._release(scenario, injected, replicas, watch, [r.view for r in running])
+        except InjectionFailed as exc:
+            error = str(exc)
+        except Exception as exc:  # the drill's own failure: reported, and the target still cleaned up
+            log.exception("drill_failed", scenario=scenario.name)
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            if traffic is not None:
+                traffic.stop()
+            notes += self._clean_up(running, engine, injected, None, replicas, extra, self.settings.rollback.deadline_s)
+        base = watch.observation() if watch is not None else Observation(error=error or "not injected")
+        observation = dataclasses.replace(
+            base,
+            error=error or base.error,
+            requests=traffic.requests if traffic is not None else 0,
+            wrong_served=traffic.wrong if traffic is not None else 0,
+            **found,
+        )
+        verdict = judge(scenario, observation, self.settings.rollback.deadline_s)
+        started = iso_utc(injected.wall) if injected is not None and injected.wall else ""
+        return DrillResult(
+            scenario, observation, verdict, self.settings.rollback.deadline_s, started_at=started, notes=tuple(notes)
+        )
+
+    def _release(
+        self, scenario: Scenario, injected: Injected, replicas: list[str], watch: Watch, views: list[SidecarView]
+    ) -> dict[str, Any]:
+        """Run the release (the LocalEngine over the healer-release template) and watch the replicas."""
+        from healer.engines.factory import local_release_engine
+        from healer.vocabulary import ReleaseRequest
+
+        assert injected.version is not None
+        version, model = injected.version, self.target.model
+        settings = dataclasses.replace(
+            self.settings,
+            triton=dataclasses.replace(self.settings.triton, url=replicas[0]),
+            release=dataclasses.replace(self.settings.release, check_interval_s=min(0.5, self.period_s)),
+        )
+        releases = local_release_engine(
+            settings, state_dir=self.scratch / "releases" / scenario.name, replicas=replicas
+        )
+        request = ReleaseRequest(
+            model=model, version=version, release=f"drill-{scenario.name}-{int(time.time())}", bake_s=scenario.bake_s
+        )
+        name = releases.submit_release(request).name
+        watch.mark("release-submitted", name)
+        touched: set[str] = set()
+        stopped = False
+        give_up = time.monotonic() + RELEASE_GIVE_UP_S
+        # Bounded by RELEASE_GIVE_UP_S: every pass returns or sleeps; each served() call has its timeout.
+        while True:
+            for url in replicas:
+                try:
+                    if version in served(url, model, timeout_s=2.0) and url not in touched:
+                        touched.add(url)
+                        watch.mark("serving-new", f"{url} serves v{version}")
+                except Exception:  # noqa: S112 - a replica not answering one sample is sampled again
+                    continue
+            nodes = {n.get("displayName"): n for n in (releases.get(name)["status"].get("nodes") or {}).values()}
+            if scenario.stop_halfway and not stopped and "bake" in nodes:
+                releases.stop(name)
+                stopped = True
+                watch.mark("stopped", "the release stopped by hand during the bake")
+            watch.see(sample(views, model))  # the sidecars keep probing: a rollback they start shows here
+            status = releases.status(name)
+            if status.done or time.monotonic() >= give_up:
+                break
+            time.sleep(INTERVAL_S * 2.5)
+        for display, node in nodes.items():
+            if node.get("type") == "Retry" and node.get("phase") in {"Failed", "Succeeded"}:
+                watch.mark(f"release-{display}", f"{display}: {node.get('phase')} {node.get('message', '')}".strip())
+        watch.mark("release-ended", f"{name} {status.phase}")
+        ended = [served(url, model, timeout_s=5.0) for url in replicas]
+        stable = injected.stable.version
+        ledger = self.target.store.ledger(model)
+        return {
+            "release_phase": status.phase if status.done else "Running",
+            "release_s": watch.now_s(),
+            "touched": len(touched),
+            "released_everywhere": all(v == [version] for v in ended) and ledger.stable_record(version) is not None,
+            "back_on_stable": all(v == [stable] for v in ended),
+            "quarantined": ledger.is_quarantined(version),
+        }
 
     def _clean_up(
         self,

@@ -61,6 +61,17 @@ class Observation:
     marks: tuple[Mark, ...] = ()
     phases: tuple[PhaseSpan, ...] = ()
     error: str = ""  # the drill itself failed (injection, set-up): the run proves nothing
+    # Releases (healer release): the run's phase and length, how many replicas ever served the new
+    # version, where every replica ended, and whether the version ended quarantined.
+    release_phase: str = ""
+    release_s: float | None = None
+    touched: int | None = None
+    released_everywhere: bool | None = None  # every replica serves only the new version at the end
+    back_on_stable: bool | None = None  # every replica serves only the stable version at the end
+    quarantined: bool | None = None
+    # Clients' requests (default version) during the drill, and how many were answered wrong.
+    requests: int = 0
+    wrong_served: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,13 @@ def classify(observation: Observation) -> Outcome:
     o = observation
     if o.error:
         outcome = Outcome.INCONCLUSIVE
+    elif o.release_phase:
+        if o.release_phase == "Succeeded" and o.released_everywhere:
+            outcome = Outcome.RELEASED
+        elif o.release_phase in {"Failed", "Error"} and o.back_on_stable:
+            outcome = Outcome.STOPPED
+        else:
+            outcome = Outcome.INCONCLUSIVE
     elif o.escalate_s is not None:
         outcome = Outcome.BREAKER_OPEN if o.breaker_open else Outcome.ESCALATED
     elif o.workflows:
@@ -118,6 +136,7 @@ def judge(scenario: Scenario, observation: Observation, budget_s: float) -> Verd
         missed.append(
             f"wrong answers: {observation.wrong_answers} seen, the drill needs {expect.wrong_answers} to prove anything"
         )
+    missed += _release_misses(expect, observation)
     if outcome is Outcome.HEALED and observation.after_restart:
         missed.append(f"restart: {observation.after_restart}")
     if expect.model_loaded and observation.model_loaded is not True:
@@ -130,6 +149,17 @@ def judge(scenario: Scenario, observation: Observation, budget_s: float) -> Verd
         elif spent > budget_s:
             missed.append(f"budget: {which} {spent:.1f} s > {budget_s:g} s")
     return Verdict(outcome, not missed, tuple(missed))
+
+
+def _release_misses(expect: Expectation, observation: Observation) -> list[str]:
+    """A release's side conditions: how many replicas served the new version, its quarantine."""
+    missed = []
+    touched = observation.touched
+    if expect.max_touched is not None and (touched is None or touched > expect.max_touched):
+        missed.append(f"blast radius: {touched} replica(s) served the new version, at most {expect.max_touched}")
+    if expect.quarantined is not None and observation.quarantined is not expect.quarantined:
+        missed.append(f"quarantine: expected {'quarantined' if expect.quarantined else 'not quarantined'}")
+    return missed
 
 
 def finished(
@@ -239,6 +269,17 @@ class DrillResult:
                 for p in o.phases
             ],
             "notes": list(self.notes),
+            **(
+                {
+                    "release_phase": o.release_phase,
+                    "release_s": _seconds(o.release_s),
+                    "touched": o.touched,
+                    "quarantined": o.quarantined,
+                }
+                if o.release_phase
+                else {}
+            ),
+            **({"requests": o.requests, "wrong_served": o.wrong_served} if o.requests else {}),
         }
 
 

@@ -59,6 +59,10 @@ def test_the_catalog_covers_every_breakage_of_the_issue_once() -> None:
         "one-in-five",
         "within-tolerance",
         "storm",
+        "good-release",
+        "bad-release",
+        "slow-release",
+        "release-interrupted",
     ]
     assert len(BY_NAME) == len(CATALOG)
     assert set(FAST) == {"wrong-weights", "one-off", "triton-killed"}
@@ -143,10 +147,12 @@ def test_select_names_an_unknown_scenario() -> None:
 
 def test_runnable_skips_what_the_target_cannot_do_and_says_why() -> None:
     ok, skipped = runnable(CATALOG, frozenset({"filesystem-store"}))
-    assert {s.name for s in CATALOG} - {s.name for s in ok} == {"triton-killed", "storm"}
+    releases = ["good-release", "bad-release", "slow-release", "release-interrupted"]
+    assert {s.name for s in CATALOG} - {s.name for s in ok} == {"triton-killed", "storm", *releases}
     assert skipped == [
         "triton-killed: needs own-triton (the embedded stack has it)",
         "storm: needs replicas (the embedded stack has it)",
+        *(f"{name}: needs replicas (the embedded stack has it)" for name in releases),
     ]
     assert runnable(CATALOG, EMBEDDED_CAPABILITIES) == (list(CATALOG), [])
     ok, _ = runnable(CATALOG, frozenset())
@@ -369,7 +375,7 @@ def test_rows_are_printed_with_fixed_columns_and_say_why_a_scenario_missed() -> 
     hang = results[4]
     assert report.row(hang).split()[7] == "NO"
     assert report.explain(hang) == ["  missed: budget: restore 120.0 s > 90 s"]
-    assert report.summary(results, 118.4) == "14/15 scenarios passed in 118 s"
+    assert report.summary(results, 118.4) == "18/19 scenarios passed in 118 s"
     assert exit_code(results) == 1 and exit_code(results[:4]) == 0
     assert report.starting(BY_NAME["nan"]) == "-> nan: a new version answers NaN (expect healed)"
 
@@ -442,7 +448,7 @@ def test_the_html_report_is_self_contained_and_shows_every_scenario() -> None:
     for scenario in CATALOG:
         assert {f"row-{scenario.name}", f"scenario-{scenario.name}", f"timeline-{scenario.name}"} <= ids
     assert "restore-chart" in ids
-    assert "14 of 15 scenarios passed" in text
+    assert "18 of 19 scenarios passed" in text
     assert "store not reachable &lt;&amp;&gt;" in text  # phase errors are escaped
     assert "budget 90 s" in text
 
