@@ -6,6 +6,9 @@ parameter); the heal step continues that trace (``continue_from``) and turns its
 child spans with their real start and end times (``record_phases``). The alert and the incident
 log line carry the trace's id, the Argo UI links to it.
 
+A release has its trace too: whoever starts it opens ``start_release_span`` and sends its traceparent
+(``ReleaseRequest.traceparent``); each release step continues it with a ``release.<phase>`` span.
+
 Off by default (``tracing.enabled``). Off, nothing of OpenTelemetry is imported (the sidecar runs in
 every Triton pod: no import, no provider, no thread), every span is ``NO_SPAN`` and every
 traceparent "". On, spans leave through a BatchSpanProcessor and the OTLP/HTTP exporter, each export
@@ -217,6 +220,22 @@ def start_incident_span(
     }
     start_ns = None if started_at is None else int(started_at * 1e9)
     with _started(tracer, "incident", attributes, root=True, start_ns=start_ns) as wrapped:
+        yield wrapped
+
+
+@contextlib.contextmanager
+def start_release_span(*, model: str, version: str, release: str) -> Iterator[Span]:
+    """The root of a release's trace (a new trace, whatever is current), for whoever starts the release
+    (`healer release`): inside the block, ``current_traceparent()`` is what goes into
+    ``ReleaseRequest.traceparent``, and each of the release's steps (workflows/release.py) makes a
+    ``release.<phase>`` span in this trace. The block should hold the submission only (and, when the
+    caller waits for the run, the wait): the steps' spans are placed by their own clocks."""
+    tracer = _state.tracer
+    if tracer is None:
+        yield NO_SPAN
+        return
+    attributes = {"healer.model": model, "healer.version": version, "healer.release": release}
+    with _started(tracer, "release", attributes, root=True, start_ns=None) as wrapped:
         yield wrapped
 
 

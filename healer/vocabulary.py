@@ -36,6 +36,14 @@ REASONS = frozenset({WRONG_ANSWER, NON_FINITE, MODEL_ERROR, SLOW, TIMEOUT, NOT_R
 TRACEPARENT_PATTERN = re.compile(r"00-(?!0{32})([0-9a-f]{32})-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 
 
+def _check_traceparent(traceparent: str) -> None:
+    """A request's traceparent: "" (not traced) or a W3C traceparent (RollbackRequest, ReleaseRequest)."""
+    if traceparent and not TRACEPARENT_PATTERN.fullmatch(traceparent):
+        raise ValueError(
+            f"traceparent must be empty or a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>), got {traceparent[:80]!r}"
+        )
+
+
 @dataclass(frozen=True)
 class RollbackRequest:
     """Everything a rollback needs to know, as the workflow's parameters."""
@@ -67,11 +75,7 @@ class RollbackRequest:
             raise ValueError(
                 f"to_version must be a version number (a positive integer) or {AUTO!r}, got {self.to_version!r}"
             )
-        if self.traceparent and not TRACEPARENT_PATTERN.fullmatch(self.traceparent):
-            raise ValueError(
-                "traceparent must be empty or a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>), "
-                f"got {self.traceparent[:80]!r}"
-            )
+        _check_traceparent(self.traceparent)
 
     def parameters(self) -> dict[str, str]:
         """The workflow's parameters, by the names the WorkflowTemplate declares."""
@@ -143,6 +147,8 @@ class ReleaseRequest:
     release: str  # the release's id: its lease's incident, its run's name, its audit records
     bake_s: float | None = None  # None: release.bake_s
     approve: bool = False  # wait for a person after the bake (an Argo suspend step)
+    # The release's trace (healer/tracing.py start_release_span): each step's span continues it. "": not traced.
+    traceparent: str = ""
 
     def __post_init__(self) -> None:
         if not VERSION_PATTERN.match(self.version):
@@ -151,6 +157,7 @@ class ReleaseRequest:
             raise ValueError(f"release must be a label-safe id, got {self.release!r}")
         if self.bake_s is not None and not 0 <= self.bake_s <= 86400:
             raise ValueError(f"bake_s must be between 0 and 86400 s, got {self.bake_s!r}")
+        _check_traceparent(self.traceparent)
 
     def parameters(self) -> dict[str, str]:
         return {
@@ -159,6 +166,7 @@ class ReleaseRequest:
             "release": self.release,
             "bake-s": "" if self.bake_s is None else f"{self.bake_s:g}",
             "approve": "true" if self.approve else "false",
+            "traceparent": self.traceparent,
         }
 
 

@@ -22,6 +22,7 @@ import json
 import sys
 from typing import Any
 
+from healer import tracing
 from healer.labels import INCIDENT_LABEL, MODEL_LABEL, TO_VERSION_LABEL
 from healer.vocabulary import RELEASE_TEMPLATE_NAME, ReleaseRequest
 from workflows.rollback import (
@@ -36,7 +37,7 @@ from workflows.rollback import (
     step_volumes,
 )
 
-PARAMETERS = ("model", "version", "release", "bake-s", "approve")
+PARAMETERS = ("model", "version", "release", "bake-s", "approve", "traceparent")
 # The whole release, staging to promoted, a person's approval included; past it the put-back runs.
 RELEASE_DEADLINE_S = 3600
 APPROVE_STEP = "approve"
@@ -44,29 +45,68 @@ APPROVE_STEP = "approve"
 PUT_BACK_DEADLINE_S = 600
 
 
-def _request(model: str, version: str, release: str, bake_s: str = "", approve: str = "false") -> ReleaseRequest:
+def _request(
+    model: str, version: str, release: str, bake_s: str = "", approve: str = "false", traceparent: str = ""
+) -> ReleaseRequest:
     return ReleaseRequest(
         model=model,
         version=version,
         release=release,
         bake_s=float(bake_s) if bake_s else None,
         approve=approve == "true",
+        traceparent=tracing.checked(traceparent),  # a malformed one (a hand-made workflow) is dropped, warned about
     )
+
+
+def _span_attributes(request: ReleaseRequest, workflow: str) -> dict[str, tracing.AttributeValue]:
+    return {
+        "healer.model": request.model,
+        "healer.version": request.version,
+        "healer.release": request.release,
+        "healer.workflow": workflow,
+    }
+
+
+def _trace_report(span: tracing.Span, phase: str, out: dict[str, Any]) -> None:
+    """What a phase's report says that a trace reader wants on its span (the roll-out's replicas and waves)."""
+    if phase != "roll-out":
+        return
+    if out.get("already"):
+        span.set("healer.already", str(out["already"]))
+    replicas, waves = out.get("replicas"), out.get("waves")
+    if isinstance(replicas, dict | list):
+        span.set("healer.replicas", len(replicas))
+    if isinstance(waves, list):
+        span.set("healer.waves", len(waves))
+    if out.get("from_version") is not None:
+        span.set("healer.from_version", str(out["from_version"]))
 
 
 def _run(phase: str, request: ReleaseRequest, action: Any) -> dict[str, Any]:
     """A step's work (``action(ctx)``): its report written as the output ``phase``, or its failure as
-    the node's message and exit code (75: a retry may help)."""
+    the node's message and exit code (75: a retry may help). With tracing on, a ``release.<phase>``
+    span in the release's trace (``request.traceparent``), sent before the step's pod exits."""
     from workflows import context, release_steps, steps
 
     ctx = context.current()
+    tracing.configure(ctx.settings.tracing)
     _stop_on_sigterm(ctx.cancelled)
     try:
-        out: dict[str, Any] = release_steps.run_phase(phase, request, lambda: action(ctx))
-    except steps.StepError as exc:
-        context.termination_message(f"{phase}: {exc}")
-        print(json.dumps({"failed": str(exc), "transient": exc.transient}), file=sys.stderr)
-        raise SystemExit(EXIT_TRANSIENT if exc.transient else EXIT_PERMANENT) from exc
+        with (
+            tracing.continue_from(request.traceparent),
+            tracing.span(f"release.{phase}", _span_attributes(request, ctx.workflow_name)) as span,
+        ):
+            try:
+                out: dict[str, Any] = release_steps.run_phase(phase, request, lambda: action(ctx))
+            except steps.StepError as exc:
+                span.fail(str(exc))
+                span.set("healer.transient", exc.transient)
+                context.termination_message(f"{phase}: {exc}")
+                print(json.dumps({"failed": str(exc), "transient": exc.transient}), file=sys.stderr)
+                raise SystemExit(EXIT_TRANSIENT if exc.transient else EXIT_PERMANENT) from exc
+            _trace_report(span, phase, out)
+    finally:
+        tracing.flush()  # a step pod exits right after: its spans must have left (bounded by tracing.timeout_s)
     context.write_outputs({phase: out})
     return out
 
@@ -74,50 +114,61 @@ def _run(phase: str, request: ReleaseRequest, action: Any) -> dict[str, Any]:
 # ---- what the pods run ---------------------------------------------------------------------------------
 
 
-def canary_step(model: str, version: str, release: str) -> dict[str, Any]:
+def canary_step(model: str, version: str, release: str, traceparent: str = "") -> dict[str, Any]:
     from workflows import release_steps
 
-    request = _request(model, version, release)
+    request = _request(model, version, release, traceparent=traceparent)
     out = _run("canary", request, lambda ctx: release_steps.canary(ctx, request))
     return {"canary": out["canary"], "stable": out["stable"]}
 
 
-def bake_step(model: str, version: str, release: str, bake_s: str = "") -> dict[str, Any]:
+def bake_step(model: str, version: str, release: str, bake_s: str = "", traceparent: str = "") -> dict[str, Any]:
     from workflows import release_steps
 
-    request = _request(model, version, release, bake_s)
+    request = _request(model, version, release, bake_s, traceparent=traceparent)
     return _run("bake", request, lambda ctx: release_steps.bake(ctx, request))
 
 
-def roll_out_step(model: str, version: str, release: str) -> dict[str, Any]:
+def roll_out_step(model: str, version: str, release: str, traceparent: str = "") -> dict[str, Any]:
     from workflows import release_steps
 
-    request = _request(model, version, release)
+    request = _request(model, version, release, traceparent=traceparent)
     out = _run("roll-out", request, lambda ctx: release_steps.roll_out(ctx, request))
     return {"from_version": out.get("from_version"), "waves": out.get("waves"), "already": out.get("already")}
 
 
-def put_back_step(model: str, version: str, release: str, workflow_status: str, failures: str = "") -> dict[str, Any]:
+def put_back_step(
+    model: str, version: str, release: str, workflow_status: str, failures: str = "", traceparent: str = ""
+) -> dict[str, Any]:
     """The exit handler: put every replica back, record, alert. The alert goes out even when the
-    put-back fails (it then says so); the step fails too, so the run shows it."""
+    put-back fails (it then says so); the step fails too, so the run shows it. With tracing on, a
+    ``release.put-back`` span in the release's trace (the alert's sending inside it)."""
     from workflows import context, release_steps, steps
 
     parsed = _parse_failures(failures)
     failure = f"workflow {workflow_status}"
     if parsed:
         failure += ": " + "; ".join(f"{f.get('displayName', '?')}: {f.get('message', '')}" for f in parsed)
-    request = _request(model, version, release)
+    request = _request(model, version, release, traceparent=traceparent)
     ctx = context.current()
+    tracing.configure(ctx.settings.tracing)
     outcome: dict[str, Any] = {}
     error: steps.StepError | None = None
+    attributes = {**_span_attributes(request, ctx.workflow_name), "healer.workflow_status": workflow_status}
     try:
-        outcome = release_steps.run_phase(
-            "put-back", request, lambda: release_steps.put_back(ctx, request, failure=failure)
-        )
-    except steps.StepError as exc:
-        error = exc
-        outcome = {"put_back_error": str(exc)}
-    told = release_steps.tell_people(ctx, request, failure=failure, outcome=outcome)
+        with tracing.continue_from(request.traceparent), tracing.span("release.put-back", attributes) as span:
+            span.set("healer.failure", failure[:1000])
+            try:
+                outcome = release_steps.run_phase(
+                    "put-back", request, lambda: release_steps.put_back(ctx, request, failure=failure)
+                )
+            except steps.StepError as exc:
+                error = exc
+                outcome = {"put_back_error": str(exc)}
+                span.fail(str(exc))
+            told = release_steps.tell_people(ctx, request, failure=failure, outcome=outcome)
+    finally:
+        tracing.flush()  # the pod exits right after
     context.write_outputs({"put-back": outcome, "alert": told["alert"]})
     if error is not None:
         context.termination_message(f"put-back: {error}")
@@ -182,7 +233,12 @@ def build_release_template(options: TemplateOptions | None = None, deadline_s: i
             options, "put-back", put_back_step, ["put-back", "alert"], deadline_s=PUT_BACK_DEADLINE_S
         )
         approve = Suspend(name=APPROVE_STEP)
-        common = {"model": param("model"), "version": param("version"), "release": param("release")}
+        common = {
+            "model": param("model"),
+            "version": param("version"),
+            "release": param("release"),
+            "traceparent": param("traceparent"),
+        }
         with Steps(name="release"):
             Step(name="canary", template=canary, arguments=common)
             Step(name="bake", template=bake, arguments={**common, "bake_s": param("bake-s")})
