@@ -62,8 +62,9 @@ def measured(result: DrillResult) -> list[str]:
     lines = []
     if o.release_phase:
         quarantined = "yes" if o.quarantined else "no"
+        floor = f" (its floor: {_s(o.release_floor_s)}, loads and bake one after another)" if o.release_floor_s else ""
         lines.append(
-            f"release {o.release_phase} after {_s(o.release_s)}; {o.touched} replica(s) ever served the new "
+            f"release {o.release_phase} after {_s(o.release_s)}{floor}; {o.touched} replica(s) ever served the new "
             f"version; quarantined: {quarantined}"
         )
     if o.requests:

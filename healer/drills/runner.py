@@ -281,6 +281,7 @@ class DrillRunner:
         stable = injected.stable.version
         ledger = self.target.store.ledger(model)
         return {
+            "release_floor_s": release_floor_s(status.outputs, scenario.bake_s),
             "release_phase": status.phase if status.done else "Running",
             "release_s": watch.now_s(),
             "touched": len(touched),
@@ -488,6 +489,24 @@ class DrillRunner:
             log.warning("drill_phases_unavailable", workflow=name, error=str(exc))
             return []
         return [span for phases in attempts for span in phase_spans(name, phases, injected.wall)]
+
+
+def release_floor_s(outputs: Any, bake_s: float) -> float | None:
+    """What a release cannot take less than: the canary's load, the bake, and each roll-out wave's
+    slowest load, one after another (None: the run did not get that far)."""
+    try:
+        canary = json.loads(outputs.get("canary") or "{}")
+        roll_out = json.loads(outputs.get("roll-out") or "{}")
+    except ValueError:
+        return None
+    if "load" not in canary or "waves" not in roll_out:
+        return None
+    replicas = roll_out.get("replicas") or {}
+    waves = [
+        max((float((replicas.get(url) or {}).get("load", {}).get("load_s", 0.0)) for url in wave), default=0.0)
+        for wave in roll_out["waves"]
+    ]
+    return round(float(canary["load"].get("load_s", 0.0)) + bake_s + sum(waves), 3)
 
 
 def _attempt_phases(engine: RollbackEngine, name: str) -> list[list[dict[str, Any]]]:

@@ -65,6 +65,7 @@ class Observation:
     # version, where every replica ended, and whether the version ended quarantined.
     release_phase: str = ""
     release_s: float | None = None
+    release_floor_s: float | None = None  # the canary's load + the bake + each wave's slowest load
     touched: int | None = None
     released_everywhere: bool | None = None  # every replica serves only the new version at the end
     back_on_stable: bool | None = None  # every replica serves only the stable version at the end
@@ -273,6 +274,7 @@ class DrillResult:
                 {
                     "release_phase": o.release_phase,
                     "release_s": _seconds(o.release_s),
+                    "release_floor_s": _seconds(o.release_floor_s),
                     "touched": o.touched,
                     "quarantined": o.quarantined,
                 }

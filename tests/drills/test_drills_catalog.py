@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import html.parser
+import json
 import re
 from pathlib import Path
 
@@ -131,7 +132,7 @@ SELECTIONS = [
     ([], True, False, [s.name for s in CATALOG]),
     ([], False, True, list(FAST)),
     (["storm", "nan", "nan"], False, False, ["nan", "storm"]),  # catalog order, once each
-    (["nan"], False, True, ["wrong-weights", "nan", "triton-killed", "one-off"]),
+    (["nan"], False, True, ["wrong-weights", "nan", "triton-killed", "one-off", "bad-release"]),
 ]
 
 
@@ -509,3 +510,24 @@ def test_decision_modules_import_no_io(module: str) -> None:
         if name.startswith("healer."):
             assert name.startswith("healer.drills.") and name.split(".")[-1] in PURE, (module, name)
     assert "time.time" not in ast.unparse(tree) and "monotonic" not in ast.unparse(tree)
+
+
+def test_a_release_floor_is_the_canary_load_the_bake_and_each_waves_slowest_load() -> None:
+    from healer.drills.runner import release_floor_s
+
+    outputs = {
+        "canary": json.dumps({"load": {"load_s": 1.5}}),
+        "roll-out": json.dumps(
+            {
+                "waves": [["a"], ["b", "c"]],
+                "replicas": {
+                    "a": {"load": {"load_s": 0.5}},
+                    "b": {"load": {"load_s": 2.0}},
+                    "c": {"action": "already"},
+                },
+            }
+        ),
+    }
+    assert release_floor_s(outputs, 3.0) == 1.5 + 3.0 + 0.5 + 2.0
+    assert release_floor_s({"canary": outputs["canary"]}, 3.0) is None  # stopped before the roll-out: no floor
+    assert release_floor_s({"canary": "not json"}, 3.0) is None
