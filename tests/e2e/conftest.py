@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.control_plane import ROOT, Binaries, ControlPlane, load_yaml_documents
+from healer.processes import ManagedServer, free_port
+from tests.e2e.control_plane import ROOT, Binaries, ControlPlane, load_yaml_documents, versions
 
 E2E_HELP = "the end-to-end tier: the real kube-apiserver, etcd and Argo, built by `make e2e` (needs Go)"
 
@@ -172,3 +173,84 @@ def engine(control_plane: ControlPlane, sidecar_token: str, argo_ca: None) -> It
         control_plane.argo_url, "ml", token=sidecar_token, verify_ssl=True, request_timeout_s=10, poll_interval_s=0.5
     ) as argo:
         yield argo
+
+
+# ---- an OpenTelemetry Collector (tests/e2e/test_tracing_collector.py) ----------------------------------
+
+
+class OtelCollector(ManagedServer):
+    """The Collector e2e/build.sh builds (e2e/otelcol: the OTLP receiver, contrib's file exporter) on a
+    free loopback port: OTLP/HTTP only (no gRPC port), its own telemetry off (no :8888), every span it
+    receives written as OTLP/JSON lines to ``spans_file``. ``stop()`` shuts it down cleanly (SIGTERM),
+    which flushes and closes the file."""
+
+    log_name = "otelcol.log"
+    start_error = RuntimeError
+    stop_grace_s = 10.0
+
+    def __init__(self, binary: Path, workdir: Path) -> None:
+        super().__init__(workdir, prefix="healer-e2e-otelcol-")
+        self.binary = binary
+        self.port = 0
+        self.spans_file = self.workdir / "spans.jsonl"
+        self.config_file = self.workdir / "otelcol.yaml"
+
+    @property
+    def traces_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/traces"
+
+    def _allocate_ports(self) -> None:
+        self.port = free_port()
+
+    def _launch(self) -> None:
+        import yaml
+
+        config = {
+            "receivers": {"otlp": {"protocols": {"http": {"endpoint": f"127.0.0.1:{self.port}"}}}},
+            "exporters": {"file": {"path": str(self.spans_file), "flush_interval": "100ms"}},
+            "service": {
+                "telemetry": {"metrics": {"level": "none"}, "logs": {"level": "info"}},
+                "pipelines": {"traces": {"receivers": ["otlp"], "exporters": ["file"]}},
+            },
+        }
+        self.config_file.write_text(yaml.safe_dump(config))
+        self._spawn([str(self.binary), f"--config=file:{self.config_file}"])
+        self._wait_ready(
+            self._accepts_otlp,
+            program="otelcol",
+            not_ready="the Collector's OTLP receiver",
+            timeout_s=30,
+            interval_s=0.1,
+        )
+
+    def _accepts_otlp(self) -> bool:
+        """An empty OTLP/JSON export is answered 200: the receiver is up (nothing reaches the file)."""
+        import urllib.request
+
+        request = urllib.request.Request(  # noqa: S310 - a loopback URL of our own
+            self.traces_url, data=b'{"resourceSpans":[]}', headers={"Content-Type": "application/json"}, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310
+            return bool(response.status == 200)
+
+
+def otelcol_binary() -> Path:
+    cache = Path(os.environ.get("HEALER_E2E_CACHE") or Path.home() / ".cache" / "healer-e2e")
+    return cache / f"otelcol-{versions()['OTELCOL_VERSION']}" / "bin" / "otelcol-healer"
+
+
+@pytest.fixture
+def otel_collector(tmp_path: Path) -> Iterator[OtelCollector]:
+    binary = otelcol_binary()
+    if not os.access(binary, os.X_OK):
+        pytest.fail(f"the e2e Collector is not built: {binary}; run `make e2e` (or e2e/build.sh)", pytrace=False)
+    collector = OtelCollector(binary, tmp_path / "otelcol")
+    collector.workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        collector.start()
+    except Exception as exc:
+        pytest.fail(f"the Collector did not start: {exc}", pytrace=False)
+    try:
+        yield collector
+    finally:
+        collector.stop()
