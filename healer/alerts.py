@@ -167,6 +167,8 @@ def build_release_alert(
             (
                 f"NOT every replica could be put back on the stable version: {put_back}"
                 if put_back
+                else str(outcome["left"])
+                if outcome.get("left")
                 else f"Every replica that answered serves the stable v{outcome.get('stable', '?')} again."
             ),
             *(["Replicas:", *where, *skipped] if where or skipped else []),

@@ -1410,10 +1410,12 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
 
 def _cmd_release(settings: Settings, args: argparse.Namespace) -> int:
     """Run a release with the configured engine and print each step as it ends. With the local
-    engine the release runs in this process: Ctrl-C stops it (every replica is put back on the
-    stable version before the command returns); a second Ctrl-C leaves at once."""
-    from healer.engines import EngineError, EngineRejected
-    from healer.vocabulary import RELEASE_TEMPLATE_NAME, ReleaseRequest, model_slug, release_workflow_name
+    engine the release runs in this process, so this command stays until the run has ended, put-back
+    included: Ctrl-C, SIGTERM, SIGHUP or --wait running out stop the release (every replica goes back
+    on the stable version) and wait for that; only a third Ctrl-C leaves at once."""
+    from healer import tracing
+    from healer.engines import EngineError
+    from healer.vocabulary import ReleaseRequest, model_slug
 
     progress = sys.stderr if args.output in ("json", "yaml", "name") else sys.stdout
     release_id = args.release_id or f"rel-{model_slug(args.model)}-{args.version}-{int(time.time())}"[:63].rstrip("-.")
@@ -1428,35 +1430,64 @@ def _cmd_release(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"healer: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    timeout_s = args.wait or 3600.0
+    local = settings.rollback.engine != "argo"
+    tracing.configure(settings.tracing)
     try:
-        if settings.rollback.engine == "argo":
-            from healer.engines.factory import argo_engine
-
-            engine: Any = argo_engine(settings)
-            name = release_workflow_name(request)
+        with tracing.start_release_span(model=request.model, version=request.version, release=release_id) as span:
+            request = dataclasses.replace(request, traceparent=tracing.current_traceparent())
             try:
-                engine.submit_template(RELEASE_TEMPLATE_NAME, request.parameters(), name=name)
-                verb = "submitted"
-            except EngineRejected as exc:
-                if "exists already" not in str(exc):
-                    raise
-                verb = "joined"
-        else:
-            from healer.engines.factory import local_release_engine
+                engine, name, verb = _submit_release(settings, request, local=local)
+            except (EngineError, ValueError, OSError) as exc:
+                span.fail(str(exc))
+                print(f"healer: release {release_id} not submitted: {exc}", file=sys.stderr)
+                return EXIT_REFUSED
+            print(f"{verb} {name} ({settings.rollback.engine}): release {release_id}", file=progress, flush=True)
+            try:
+                status = _follow_release(engine, name, args.wait, progress, local=local and verb == "submitted")
+            except (EngineError, OSError) as exc:
+                span.fail(str(exc))
+                print(f"healer: {name} was {verb}, but its outcome could not be read: {exc}", file=sys.stderr)
+                return EXIT_REFUSED
+            if not status.succeeded:
+                span.fail(f"{status.phase}: {status.message}")
+    finally:
+        tracing.flush()
+    return _report_release(args, status, release_id)
 
-            engine = local_release_engine(settings)
-            submission = engine.submit_release(request)
-            name, verb = submission.name, "submitted" if submission.created else "joined"
-    except (EngineError, ValueError, OSError) as exc:
-        print(f"healer: release {release_id} not submitted: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    print(f"{verb} {name} ({settings.rollback.engine}): release {release_id}", file=progress, flush=True)
-    try:
-        status = _follow_release(engine, name, timeout_s, progress, local=settings.rollback.engine != "argo")
-    except (EngineError, OSError) as exc:
-        print(f"healer: {name} was {verb}, but its outcome could not be read: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+
+def _submit_release(settings: Settings, request: Any, *, local: bool) -> tuple[Any, str, str]:
+    """(the engine, the run's name, "submitted" | "joined")."""
+    from healer.engines import EngineRejected
+    from healer.vocabulary import RELEASE_TEMPLATE_NAME, release_workflow_name
+
+    if not local:
+        from healer.engines.factory import argo_engine
+
+        engine: Any = argo_engine(settings)
+        name = release_workflow_name(request)
+        try:
+            engine.submit_template(RELEASE_TEMPLATE_NAME, request.parameters(), name=name)
+        except EngineRejected as exc:
+            if "exists already" not in str(exc):
+                raise
+            return engine, name, "joined"
+        return engine, name, "submitted"
+    from healer.engines.factory import local_release_engine
+    from healer.engines.records import mark_orphaned_runs
+
+    # A release this host started in a process that died never put its replicas back: say so.
+    for orphan in mark_orphaned_runs(settings.rollback.state_dir, prefix=RELEASE_TEMPLATE_NAME):
+        print(
+            f"healer: warning: {orphan['metadata']['name']} was left running by a process that ended: its "
+            "replicas may still serve its version (healer status; healer rollback MODEL VERSION puts them back)",
+            file=sys.stderr,
+        )
+    engine = local_release_engine(settings)
+    submission = engine.submit_release(request)
+    return engine, submission.name, "submitted" if submission.created else "joined"
+
+
+def _report_release(args: argparse.Namespace, status: Any, release_id: str) -> int:
     if args.output in ("json", "yaml"):
         _print_data(
             {
@@ -1478,48 +1509,83 @@ def _cmd_release(settings: Settings, args: argparse.Namespace) -> int:
         print(f"{status.name}: {status.phase} {status.message}".rstrip())
         if status.succeeded:
             print(f"released {args.model} v{args.version}: every replica serves it, promoted stable")
+        elif not status.done:
+            print(f"{status.name} has not ended: follow it with `healer runs get {status.name}` or `argo get`")
     return 0 if status.succeeded else EXIT_REFUSED
 
 
-def _follow_release(engine: Any, name: str, timeout_s: float, out: Any, *, local: bool) -> Any:
-    """Wait for the run, printing each step as it ends (and a suspended step as it waits)."""
+RELEASE_WAIT_MARGIN_S = 120.0
+
+
+def _follow_release(engine: Any, name: str, wait_s: float | None, out: Any, *, local: bool) -> Any:
+    """Wait for the run, printing each step as it ends (and a suspended step as it waits). A local
+    run (this process runs it) is stopped, not abandoned, on a signal or when the wait runs out."""
     import signal
 
-    deadline = time.monotonic() + timeout_s
-    shown: set[str] = set()
-    interrupted = {"count": 0}
+    from healer.vocabulary import RELEASE_DEADLINE_S
+    from workflows.release import PUT_BACK_DEADLINE_S
 
-    def on_sigint(_signum: int, _frame: Any) -> None:
-        interrupted["count"] += 1
-        if interrupted["count"] > 1 or not local:
+    # After a stop: the put-back's own deadline; unbounded by --wait: the release's, then that.
+    stop_wait_s = PUT_BACK_DEADLINE_S + RELEASE_WAIT_MARGIN_S
+    deadline = time.monotonic() + (RELEASE_DEADLINE_S + stop_wait_s if wait_s is None else wait_s)
+    shown: set[str] = set()
+    signals = {"count": 0}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        signals["count"] += 1
+        if signals["count"] >= 3:
             raise KeyboardInterrupt
-        print(f"stopping {name}: every replica goes back on the stable version (Ctrl-C again to leave now)", file=out)
+        if signals["count"] == 2:
+            print(
+                f"{name} is putting its replicas back; leaving now leaves them as they are (again to leave)", file=out
+            )
+            return
+        print(
+            f"stopping {name} ({signal.Signals(signum).name}): every replica goes back on the stable version", file=out
+        )
         engine.stop(name)
 
-    previous = signal.signal(signal.SIGINT, on_sigint) if local else None
+    previous = (
+        {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} if local else {}
+    )
     try:
-        # Bounded by --wait: every pass returns or sleeps toward the deadline.
+        stopped = False
+        # Bounded: by the wait (and, once stopped, the put-back's deadline); every pass sleeps or returns.
         while True:
             status = engine.status(name)
-            nodes = (engine.get(name).get("status") or {}).get("nodes") or {}
-            for node in sorted(nodes.values(), key=lambda n: str(n.get("startedAt", ""))):
-                kind, phase = node.get("type"), node.get("phase")
-                key = f"{node.get('id', node.get('name'))}:{phase}"
-                if kind not in {"Retry", "Suspend", "Skipped"} or key in shown:
-                    continue
-                if kind == "Suspend" and phase == "Running":
-                    shown.add(key)
-                    print(f"  {node.get('displayName')}: waiting for a person: healer runs resume {name}", file=out)
-                elif phase in {"Succeeded", "Failed", "Error", "Skipped"}:
-                    shown.add(key)
-                    message = " ".join(str(node.get("message", "")).split())
-                    print(f"  {node.get('displayName')}: {phase} {message}".rstrip(), file=out, flush=True)
-            if status.done or time.monotonic() >= deadline:
+            _print_release_steps(engine.get(name), name, shown, out)
+            if status.done:
                 return status
+            if time.monotonic() >= deadline:
+                if not local or stopped:
+                    return status
+                print(f"stopping {name}: --wait ran out; every replica goes back on the stable version", file=out)
+                engine.stop(name)
+                stopped, deadline = True, time.monotonic() + stop_wait_s
             time.sleep(0.5)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _print_release_steps(record: dict[str, Any], name: str, shown: set[str], out: Any) -> None:
+    nodes = (record.get("status") or {}).get("nodes") or {}
+    for node in sorted(nodes.values(), key=lambda n: str(n.get("startedAt", ""))):
+        kind, phase = node.get("type"), node.get("phase")
+        key = f"{node.get('id', node.get('name'))}:{phase}"
+        if kind not in {"Retry", "Suspend", "Skipped"} or key in shown:
+            continue
+        if kind == "Suspend" and phase == "Running":
+            shown.add(key)
+            print(
+                f"  {node.get('displayName')}: waiting for a person: `healer runs resume {name}` "
+                "(on Argo: the UI's Resume, or `argo resume`)",
+                file=out,
+            )
+        elif phase in {"Succeeded", "Failed", "Error", "Skipped"}:
+            shown.add(key)
+            message = " ".join(str(node.get("message", "")).split())
+            print(f"  {node.get('displayName')}: {phase} {message}".rstrip(), file=out, flush=True)
 
 
 def _report_rollback(args: argparse.Namespace, submission: Any, status: Any, engine: str, incident: str) -> int:

@@ -136,6 +136,9 @@ class RunStatus:
 
 # ---- releases ----------------------------------------------------------------------------------------
 RELEASE_TEMPLATE_NAME = "healer-release"
+# The whole release, staging to promoted, a person's approval included; past it the put-back runs.
+RELEASE_DEADLINE_S = 3600
+MAX_BAKE_S = RELEASE_DEADLINE_S // 2  # the bake leaves the other half for the loads and a person
 
 
 @dataclass(frozen=True)
@@ -155,8 +158,11 @@ class ReleaseRequest:
             raise ValueError(f"version must be a version number (a positive integer), got {self.version!r}")
         if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?", self.release):
             raise ValueError(f"release must be a label-safe id, got {self.release!r}")
-        if self.bake_s is not None and not 0 <= self.bake_s <= 86400:
-            raise ValueError(f"bake_s must be between 0 and 86400 s, got {self.bake_s!r}")
+        if self.bake_s is not None and not 0 <= self.bake_s <= MAX_BAKE_S:
+            raise ValueError(
+                f"bake_s must be between 0 and {MAX_BAKE_S} s (half the release's {RELEASE_DEADLINE_S} s deadline), "
+                f"got {self.bake_s!r}"
+            )
         _check_traceparent(self.traceparent)
 
     def parameters(self) -> dict[str, str]:

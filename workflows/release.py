@@ -7,7 +7,7 @@ Shape::
       │             version, its golden request must pass
       ├─ bake       the canary's golden request for bake-s seconds
       ├─ approve    only when approve == true: an Argo suspend, resumed from the Argo UI or
-      │             `healer release resume`
+      │             `healer runs resume` (the LocalEngine), `argo resume`
       └─ roll-out   every replica swapped in waves (each verified), then promoted stable
     onExit: on-exit (steps)
       └─ put-back   only when {{workflow.status}} != Succeeded: every replica back on the stable
@@ -24,7 +24,7 @@ from typing import Any
 
 from healer import tracing
 from healer.labels import INCIDENT_LABEL, MODEL_LABEL, TO_VERSION_LABEL
-from healer.vocabulary import RELEASE_TEMPLATE_NAME, ReleaseRequest
+from healer.vocabulary import RELEASE_DEADLINE_S, RELEASE_TEMPLATE_NAME, ReleaseRequest
 from workflows.rollback import (
     EXIT_KILLED,
     EXIT_PERMANENT,
@@ -38,8 +38,6 @@ from workflows.rollback import (
 )
 
 PARAMETERS = ("model", "version", "release", "bake-s", "approve", "traceparent")
-# The whole release, staging to promoted, a person's approval included; past it the put-back runs.
-RELEASE_DEADLINE_S = 3600
 APPROVE_STEP = "approve"
 # The put-back swaps every replica back: a rollback's work, on the same bound per replica.
 PUT_BACK_DEADLINE_S = 600
@@ -227,11 +225,13 @@ def build_release_template(options: TemplateOptions | None = None, deadline_s: i
         canary = runner_script(options, "canary", canary_step, ["canary"])  # its report, as JSON
         bake = runner_script(options, "bake", bake_step, ["bake"])
         roll_out = runner_script(options, "roll-out", roll_out_step, ["roll-out"])
-        for script in (canary, bake, roll_out):
-            script.retry_strategy = retry
         put_back = runner_script(
             options, "put-back", put_back_step, ["put-back", "alert"], deadline_s=PUT_BACK_DEADLINE_S
         )
+        # The put-back too: a store blip or a rollback holding the lease must not leave the canary on
+        # an unreleased version; it converges when run again.
+        for script in (canary, bake, roll_out, put_back):
+            script.retry_strategy = retry
         approve = Suspend(name=APPROVE_STEP)
         common = {
             "model": param("model"),

@@ -10,8 +10,8 @@ Rules that keep a release from doing harm:
   one pinned beside the stable one would get no traffic on the canary, and proving nothing, it would
   then reach every replica); going back is `healer rollback --to`;
 * a quarantined version is never released; nor one already stable;
-* a wrong answer is evidence against the version (stop, quarantine it); an inconclusive check (Triton
-  did not answer) is not: after ``inconclusive_limit`` in a row the release stops, and nothing is
+* a wrong answer, confirmed, is evidence against the version (stop, quarantine it); an inconclusive
+  check (Triton did not answer) is not: after ``inconclusive_limit`` in a row the release stops, and nothing is
   quarantined.
 """
 
@@ -98,18 +98,21 @@ def choose_canary(replicas: Sequence[ReplicaServes], *, stable: str, version: st
     return retried[0] if retried else answering[0].url
 
 
+WRONG_LIMIT = 2  # wrong answers in one bake that fail the version
+
+
 class BakeVerdict(StrEnum):
     GO_ON = "go-on"  # keep baking
     DONE = "done"  # baked for long enough with passing checks: roll it out
-    RECHECK = "recheck"  # one wrong answer: ask again at once before it counts
-    FAILED = "failed"  # wrong twice in a row: evidence against the version
+    RECHECK = "recheck"  # one wrong answer: ask again at once
+    FAILED = "failed"  # wrong twice (in a row or not): evidence against the version
     INCONCLUSIVE = "inconclusive"  # Triton did not answer inconclusive_limit times in a row: stop, not quarantined
 
 
 @dataclass(frozen=True)
 class BakeTally:
     passes: int = 0
-    wrong_in_a_row: int = 0
+    wrong: int = 0  # wrong answers in the whole bake
     inconclusive_in_a_row: int = 0
     checks: int = 0
 
@@ -118,14 +121,16 @@ def bake_step(
     tally: BakeTally, status: str, *, elapsed_s: float, bake_s: float, inconclusive_limit: int
 ) -> tuple[BakeTally, BakeVerdict]:
     """One check's result ("pass" | "fail" | "error") folded into the tally, and what to do next.
-    The bake is done once ``bake_s`` has passed with at least one passing check and none pending."""
+    The bake is done once ``bake_s`` has passed with at least one passing check and none pending.
+    One wrong answer is asked again at once; a second one anywhere in the bake fails the version (a
+    version wrong one time in five must not pass because the answers between were right)."""
     if status == "fail":
-        tally = BakeTally(tally.passes, tally.wrong_in_a_row + 1, 0, tally.checks + 1)
-        return tally, BakeVerdict.FAILED if tally.wrong_in_a_row >= 2 else BakeVerdict.RECHECK
+        tally = BakeTally(tally.passes, tally.wrong + 1, 0, tally.checks + 1)
+        return tally, BakeVerdict.FAILED if tally.wrong >= WRONG_LIMIT else BakeVerdict.RECHECK
     if status == "error":
-        tally = BakeTally(tally.passes, 0, tally.inconclusive_in_a_row + 1, tally.checks + 1)
+        tally = BakeTally(tally.passes, tally.wrong, tally.inconclusive_in_a_row + 1, tally.checks + 1)
         if tally.inconclusive_in_a_row >= inconclusive_limit:
             return tally, BakeVerdict.INCONCLUSIVE
         return tally, BakeVerdict.GO_ON
-    tally = BakeTally(tally.passes + 1, 0, 0, tally.checks + 1)
+    tally = BakeTally(tally.passes + 1, tally.wrong, 0, tally.checks + 1)
     return tally, BakeVerdict.DONE if elapsed_s >= bake_s else BakeVerdict.GO_ON

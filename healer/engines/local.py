@@ -157,6 +157,10 @@ class LocalEngine:
         """Stop one run of this engine (`argo stop`): its running step stops at its next check, no
         further step starts, and its exit handler runs."""
         self.get(name)  # EngineNotFound for a run that does not exist
+        with self._lock:
+            ours = name in self._threads
+        if not ours:
+            raise EngineRejected(f"{name} is run by another process (its own `healer release`): stop it there")
         self._cancellation.stop_run(name)
 
     def _create(self, name: str, request: RollbackRequest, parameters: dict[str, str]) -> bool:

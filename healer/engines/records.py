@@ -103,9 +103,10 @@ class RunRecords:
     def runs(self) -> list[dict[str, Any]]:
         """Every run, newest first (a missing folder: none)."""
         runs = []
-        for path in sorted(self.state_dir.glob(f"{TEMPLATE_NAME}-*.json")):
-            with contextlib.suppress(ValueError, OSError):
-                runs.append(json.loads(path.read_text()))
+        for prefix in (TEMPLATE_NAME, RELEASE_TEMPLATE_NAME):
+            for path in sorted(self.state_dir.glob(f"{prefix}-*.json")):
+                with contextlib.suppress(ValueError, OSError):
+                    runs.append(json.loads(path.read_text()))
         return sorted(runs, key=lambda r: r["metadata"].get("creationTimestamp", ""), reverse=True)
 
     def update(self, name: str, change: Callable[[dict[str, Any]], Any]) -> None:
@@ -197,7 +198,7 @@ def new_release_record(
     return record
 
 
-def mark_orphaned_runs(state_dir: Path) -> list[dict[str, Any]]:
+def mark_orphaned_runs(state_dir: Path, *, prefix: str = TEMPLATE_NAME) -> list[dict[str, Any]]:
     """Mark Error the runs that a process of this host which no longer exists left Pending/Running:
     they will never finish, and nobody will alert for them. Returns the records as marked.
 
@@ -210,7 +211,7 @@ def mark_orphaned_runs(state_dir: Path) -> list[dict[str, Any]]:
     marked: list[dict[str, Any]] = []
     if not Path(state_dir).is_dir():
         return marked
-    for path in sorted(Path(state_dir).glob(f"{TEMPLATE_NAME}-*.json")):
+    for path in sorted(Path(state_dir).glob(f"{prefix}-*.json")):
         with contextlib.suppress(ValueError, OSError, KeyError, TypeError, AttributeError):
             record = json.loads(path.read_text())
             if record["status"].get("phase") not in {"Pending", "Running"}:

@@ -32,3 +32,16 @@ class AuditTrail(StoreBase):
     def audit(self, model: str) -> list[dict[str, Any]]:
         _check_name(model)
         return [json.loads(self.blobs.read(k)) for k in self.blobs.keys(f"{META_DIR}/{model}/audit")]
+
+    def audit_of(self, model: str, incident: str) -> list[dict[str, Any]]:
+        """The model's audit records of one incident (or release), oldest first: only their keys are
+        listed and only theirs read (the incident is part of each key)."""
+        _check_name(model)
+        part = _safe_part(incident, limit=200)
+        records = []
+        for key in sorted(self.blobs.keys(f"{META_DIR}/{model}/audit")):
+            name = key.rsplit("/", 1)[-1].removesuffix(".json")
+            _stamp, _, rest = name.partition("-")
+            if rest.rsplit("-", 1)[0] == part:
+                records.append(json.loads(self.blobs.read(key)))
+        return records

@@ -36,8 +36,8 @@ def test_its_shape_is_canary_bake_approve_roll_out_and_a_put_back_on_exit() -> N
     assert spec.mutex({"model": "m"}) == "healer-release-m"
     assert set(spec.defaults) == set(PARAMETERS) and spec.defaults["approve"] == "false"
     put_back = spec.scripts["put-back"]
-    assert put_back.deadline_s is not None and put_back.retry_limit == 0  # the exit handler: bounded, once
-    assert {s.retry_exit_codes for n, s in spec.scripts.items() if n != "put-back"} == {frozenset({75, 137})}
+    assert put_back.deadline_s is not None and put_back.retry_limit == 2  # the exit handler: bounded, retried
+    assert {s.retry_exit_codes for s in spec.scripts.values()} == {frozenset({75, 137})}
 
 
 def test_one_release_id_is_one_run(tmp_path: Path) -> None:

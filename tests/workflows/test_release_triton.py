@@ -139,7 +139,7 @@ def test_a_version_that_slows_down_is_stopped_in_the_bake(fs_stack_factory, tmp_
         assert status.phase == "Failed"
         nodes = _nodes(engine, submission.name)
         assert nodes["canary"]["phase"] == "Succeeded"
-        assert nodes["bake"]["phase"] == "Failed" and "twice in a row" in nodes["bake"]["message"]
+        assert nodes["bake"]["phase"] == "Failed" and "answered wrong 2 times" in nodes["bake"]["message"]
         assert "roll-out" not in nodes
         assert f.served() == [["1"], ["1"]]
         assert f.stack.store.ledger(f.model).is_quarantined("2")
