@@ -1419,14 +1419,10 @@ def _cmd_release(settings: Settings, args: argparse.Namespace) -> int:
 
     progress = sys.stderr if args.output in ("json", "yaml", "name") else sys.stdout
     release_id = args.release_id or f"rel-{model_slug(args.model)}-{args.version}-{int(time.time())}"[:63].rstrip("-.")
-    try:
-        settings.model(args.model)
+    try:  # the model itself was checked against the config with every MODEL argument
         request = ReleaseRequest(
             model=args.model, version=args.version, release=release_id, bake_s=args.bake, approve=args.approve
         )
-    except KeyError:
-        print(f"healer: {args.model} is not a model of {settings.source}", file=sys.stderr)
-        return EXIT_USAGE
     except ValueError as exc:
         print(f"healer: {exc}", file=sys.stderr)
         return EXIT_USAGE
