@@ -22,6 +22,8 @@
 #   store-s3.sh       SeaweedFS as a pod, the release upgraded to the S3 store, a push healed from it
 #   argo-ui.sh        Argo's UI over those real rollbacks and the escalation, in headless Chromium
 #                     (HEALER_UPDATE_SCREENSHOTS=1: its pictures into docs/screenshots/cluster-*.png)
+#   release.sh        healer-release run by Argo: a wrong-weights version stopped at the canary, a good one
+#                     released to both replicas and promoted (last: it changes the stable version)
 # and always node-down.sh, failing if anything is left. Needs root and Debian's containerd, runc,
 # containernetworking-plugins, iptables, busybox-static, mmdebstrap, buildah, podman, prometheus,
 # prometheus-alertmanager and chromium (.ci/run installs them).
@@ -56,7 +58,7 @@ down() {
 # Each step needs the one before it: the first that fails ends the tier (the rest count as failed).
 steps=(node-up.sh smoke-healer.sh argo-up.sh healer-up.sh monitoring-up.sh "drill-argo.sh 3" "drill-argo.sh hang"
   "drill-argo.sh fallback" drill-template.sh stage-template.sh status.sh "drill-argo.sh one-in-five" "drill-argo.sh store-down" store-s3.sh
-  argo-ui.sh)
+  argo-ui.sh release.sh)
 passed=0
 status=0
 for step in "${steps[@]}"; do
