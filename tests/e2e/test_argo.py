@@ -108,6 +108,7 @@ def test_engine_submits_joins_gets_and_lists(
         "healer.io/to-version": "auto",
         "healer.io/reason": "wrong-answer",
         "healer.io/incident": "inc-join-1",
+        "healer.io/trace-id": "",  # the request carried no traceparent: the label is there, empty
     }
     assert {k: v for k, v in labels.items() if k.startswith("healer.io/")} == expected
     # workflowMetadata.labels from the template, applied by the controller

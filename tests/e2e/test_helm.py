@@ -482,7 +482,7 @@ def test_helm_install_with_cert_manager_and_monitoring(with_crds: ControlPlane, 
     assert not can_i(plane, (argo, "healer-rollback"), argo, "create", "workflows", "argoproj.io")
     # The WorkflowTemplates through the Argo Server, as `argo template list` shows them.
     listed_templates = argo_cli("template", "list", "-n", argo, "-o", "name").stdout.split()
-    assert sorted(listed_templates) == ["healer-drill", "healer-rollback", "healer-stage"]
+    assert sorted(listed_templates) == ["healer-drill", "healer-release", "healer-rollback", "healer-stage"]
     crons = argo_cli("cron", "list", "-n", argo, "-o", "name").stdout.split()
     assert sorted(crons) == ["healer-drill-weekly", "healer-stage-hourly"]
     template = api.get(f"/apis/argoproj.io/v1alpha1/namespaces/{argo}/workflowtemplates/healer-rollback")
