@@ -1485,20 +1485,8 @@ def _submit_release(settings: Settings, request: Any, *, local: bool) -> tuple[A
 
 def _report_release(args: argparse.Namespace, status: Any, release_id: str) -> int:
     if args.output in ("json", "yaml"):
-        _print_data(
-            {
-                "name": status.name,
-                "release": release_id,
-                "model": args.model,
-                "version": args.version,
-                "phase": status.phase,
-                "message": status.message,
-                "started_at": status.started_at,
-                "finished_at": status.finished_at,
-                "outputs": dict(status.outputs),
-            },
-            args.output,
-        )
+        head = {"name": status.name, "release": release_id, "model": args.model, "version": args.version}
+        _print_data({**head, **_run_status(status)}, args.output)
     elif args.output == "name":
         print(status.name)
     else:
@@ -1584,25 +1572,23 @@ def _print_release_steps(record: dict[str, Any], name: str, shown: set[str], out
             print(f"  {node.get('displayName')}: {phase} {message}".rstrip(), file=out, flush=True)
 
 
+def _run_status(status: Any) -> dict[str, Any]:
+    """A run's final status as `-o json|yaml` prints it after what the command adds."""
+    return {
+        "phase": status.phase,
+        "message": status.message,
+        "started_at": status.started_at,
+        "finished_at": status.finished_at,
+        "outputs": dict(status.outputs),
+    }
+
+
 def _report_rollback(args: argparse.Namespace, submission: Any, status: Any, engine: str, incident: str) -> int:
     """A rollback's final status as the command prints it; 0 only when it succeeded."""
     if args.output in ("json", "yaml"):
-        _print_data(
-            {
-                "name": status.name,
-                "engine": engine,
-                "created": submission.created,
-                "model": args.model,
-                "from_version": args.from_version,
-                "incident": incident,
-                "phase": status.phase,
-                "message": status.message,
-                "started_at": status.started_at,
-                "finished_at": status.finished_at,
-                "outputs": dict(status.outputs),
-            },
-            args.output,
-        )
+        head = {"name": status.name, "engine": engine, "created": submission.created, "model": args.model}
+        head |= {"from_version": args.from_version, "incident": incident}
+        _print_data({**head, **_run_status(status)}, args.output)
     elif args.output == "name":
         print(status.name)
     else:

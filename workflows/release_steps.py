@@ -40,7 +40,6 @@ import structlog
 from healer.alerts import build_release_alert, deliver_alert
 from healer.ledger import QuarantineRecord, StableRecord
 from healer.logs import iso_utc
-from healer.store import StoreError, StoreIntegrityError, StoreUnavailable, verify_version
 from healer.vocabulary import ReleaseRequest
 from probes.result import Status
 from probes.tiers import check_business
@@ -69,6 +68,7 @@ from workflows.steps import (
     on_replica,
     replica_targets_for,
     restore_replica,
+    stage_version,
     store_errors,
     swap_replicas,
     verify,
@@ -139,22 +139,7 @@ def holding_lease(ctx: StepContext, request: ReleaseRequest, *, run: str = "") -
 
 def stage(ctx: StepContext, request: ReleaseRequest, candidate: StableRecord) -> dict[str, Any]:
     """The new version where Triton reads it, every file's sha256 equal to ``candidate``'s."""
-    where = f"{ctx.store.location}/{request.model}/{request.version}"
-    try:
-        if ctx.store_is_live:
-            path = ctx.live_repository / request.model / request.version
-            verified = verify_version(path, candidate.files, where=where)
-        else:
-            fetched = ctx.store.fetch_version(
-                request.model, request.version, ctx.live_repository, expected=candidate.files
-            )
-            path, verified = fetched.path, fetched.verified
-    except StoreIntegrityError as exc:
-        raise PermanentStepError(f"refused {request.model} v{request.version}: {exc}") from exc
-    except StoreUnavailable as exc:
-        raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
-    except (StoreError, OSError) as exc:
-        raise PermanentStepError(f"stage {request.model} v{request.version}: {exc}") from exc
+    path, verified = stage_version(ctx, request.model, candidate)
     return {"path": str(path), "verified": verified, "files": len(candidate.files)}
 
 

@@ -94,7 +94,7 @@ class StepContext:
 
     def check_cancelled(self, during: str) -> None:
         if self.cancelled.is_set():
-            raise PermanentStepError(f"stopped during {during}: the rollback's deadline passed")
+            raise PermanentStepError(f"stopped during {during}: its deadline passed, or it was stopped")
 
     @property
     def store_is_live(self) -> bool:
@@ -163,22 +163,7 @@ def fetch_stable(ctx: StepContext, model: str, failing_version: str, requested: 
     ctx.check_cancelled("fetch-stable")
     # Under the lease no other fetch of this model runs: every staging copy here is a killed one's.
     swept = sweep_staging(ctx.live_repository, model) if ctx.lease is not None else []
-    where = f"{ctx.store.location}/{model}/{record.version}"
-    try:
-        if ctx.store_is_live:
-            path = ctx.live_repository / model / record.version
-            if not ctx.live_repository.is_dir():  # an unmounted share is not a version with no files
-                raise StoreUnavailable(f"{ctx.live_repository}: not a directory (not mounted?)")
-            verified = verify_version(path, record.files, where=where)
-        else:
-            fetched = ctx.store.fetch_version(model, record.version, ctx.live_repository, expected=record.files)
-            path, verified = fetched.path, fetched.verified
-    except StoreIntegrityError as exc:
-        raise PermanentStepError(f"refused {model} v{record.version}: {exc}") from exc
-    except StoreUnavailable as exc:
-        raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
-    except (StoreError, OSError) as exc:
-        raise PermanentStepError(f"fetch {model} v{record.version}: {exc}") from exc
+    path, verified = stage_version(ctx, model, record)
     return {
         "version": record.version,
         "path": str(path),
@@ -188,6 +173,27 @@ def fetch_stable(ctx: StepContext, model: str, failing_version: str, requested: 
         "verified": verified,
         "swept": swept,
     }
+
+
+def stage_version(ctx: StepContext, model: str, record: StableRecord) -> tuple[Path, str]:
+    """``record``'s version where Triton reads it, every file's sha256 equal to ``record.files``: checked
+    where it lies when the store is the live repository, else fetched (or checked from its stamp when
+    staged and unchanged). Returns the path and how it was verified."""
+    where = f"{ctx.store.location}/{model}/{record.version}"
+    try:
+        if ctx.store_is_live:
+            path = ctx.live_repository / model / record.version
+            if not ctx.live_repository.is_dir():  # an unmounted share is not a version with no files
+                raise StoreUnavailable(f"{ctx.live_repository}: not a directory (not mounted?)")
+            return path, verify_version(path, record.files, where=where)
+        fetched = ctx.store.fetch_version(model, record.version, ctx.live_repository, expected=record.files)
+        return fetched.path, fetched.verified
+    except StoreIntegrityError as exc:
+        raise PermanentStepError(f"refused {model} v{record.version}: {exc}") from exc
+    except StoreUnavailable as exc:
+        raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
+    except (StoreError, OSError) as exc:
+        raise PermanentStepError(f"fetch {model} v{record.version}: {exc}") from exc
 
 
 def pinned_config(record: StableRecord, model: str, versions: list[int] | None = None) -> dict[str, Any]:

@@ -156,11 +156,8 @@ class DrillRunner:
             self._watch(scenario, watch, [r.view for r in running], replicas, injected)
             if engine is not None:
                 watch.phases = [span for name in watch.workflows for span in self._phases(engine, name, injected)]
-        except InjectionFailed as exc:
-            error = str(exc)
         except Exception as exc:  # the drill's own failure: reported, and the target still cleaned up
-            log.exception("drill_failed", scenario=scenario.name)
-            error = f"{type(exc).__name__}: {exc}"
+            error = _failure(scenario, exc)
         finally:
             if traffic is not None:
                 traffic.stop()
@@ -206,11 +203,8 @@ class DrillRunner:
             injected.mark_now()
             watch = Watch(injected.at)
             found = self._release(scenario, injected, replicas, watch, [r.view for r in running])
-        except InjectionFailed as exc:
-            error = str(exc)
         except Exception as exc:  # the drill's own failure: reported, and the target still cleaned up
-            log.exception("drill_failed", scenario=scenario.name)
-            error = f"{type(exc).__name__}: {exc}"
+            error = _failure(scenario, exc)
         finally:
             if traffic is not None:
                 traffic.stop()
@@ -489,6 +483,15 @@ class DrillRunner:
             log.warning("drill_phases_unavailable", workflow=name, error=str(exc))
             return []
         return [span for phases in attempts for span in phase_spans(name, phases, injected.wall)]
+
+
+def _failure(scenario: Scenario, exc: Exception) -> str:
+    """Why a drill could not run as planned: an injection that failed says so; anything else is the
+    drill's own bug, logged with its traceback."""
+    if isinstance(exc, InjectionFailed):
+        return str(exc)
+    log.exception("drill_failed", scenario=scenario.name)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def release_floor_s(outputs: Any, bake_s: float) -> float | None:
