@@ -129,12 +129,11 @@ def release(version: int, release_id: str, bake_s: float) -> tuple[dict[str, Any
 
 
 def steps(workflow: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each step's (Retry or Pod of the release's templates) phase, message, seconds and outputs."""
+    """Each node of the release's steps by its display name (the step's Retry node, e.g. ``canary``, and
+    its pods, ``canary(0)``): phase, message, seconds and output parameters."""
     found: dict[str, dict[str, Any]] = {}
     for node in workflow["status"].get("nodes", {}).values():
         if node.get("type") not in {"Retry", "Pod", "Skipped", "Suspend"}:
-            continue
-        if node.get("type") == "Pod" and node.get("displayName", "").rstrip(")0123456789(") in found:
             continue
         started, finished = d.stamp(node.get("startedAt")), d.stamp(node.get("finishedAt"))
         outputs = {p["name"]: p.get("value", "") for p in (node.get("outputs") or {}).get("parameters") or []}
@@ -145,6 +144,30 @@ def steps(workflow: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "outputs": outputs,
         }
     return found
+
+
+def of_step(found: dict[str, dict[str, Any]], step: str) -> list[dict[str, Any]]:
+    """The step's nodes: its Retry node and each of its pods (an Argo Retry node's message is about the
+    retry, its pods' are the step's own)."""
+    return [v for k, v in found.items() if k == step or (k.startswith(f"{step}(") and k.endswith(")"))]
+
+
+def summary(
+    kind: str, version: int, workflow: dict[str, Any], touched: set[str], ips: dict[str, str]
+) -> dict[str, Any]:
+    """One release's figures as the step prints them (docs/releasing.md)."""
+    status = workflow["status"]
+    found = steps(workflow)
+    return {
+        "release": kind,
+        "version": version,
+        "workflow": workflow["metadata"]["name"],
+        "phase": status["phase"],
+        "seconds": round(d.stamp(status["finishedAt"]) - d.stamp(status["startedAt"]), 1),
+        "touched": sorted(touched),
+        "served_after": {name: served(ip) for name, ip in ips.items()},
+        "steps": {k: {x: v[x] for x in ("phase", "seconds", "message")} for k, v in found.items()},
+    }
 
 
 def main() -> int:
@@ -160,31 +183,20 @@ def main() -> int:
     bad = next_version(s3)
     upload(s3, bad, root / "broken" / d.MODEL / "wrong_weights")
     workflow, touched = release(bad, f"cluster-bad-{bad}", 5.0)
-    found = steps(workflow)
-    after = {name: served(ip) for name, ip in ips.items()}
-    summary = {
-        "release": "bad",
-        "version": bad,
-        "workflow": workflow["metadata"]["name"],
-        "phase": workflow["status"]["phase"],
-        "seconds": round(d.stamp(workflow["status"]["finishedAt"]) - d.stamp(workflow["status"]["startedAt"]), 1),
-        "touched": sorted(touched),
-        "served_after": after,
-        "steps": {k: {x: v[x] for x in ("phase", "seconds", "message")} for k, v in found.items()},
-    }
-    print(json.dumps(summary), flush=True)
+    result = summary("bad", bad, workflow, touched, ips)
+    print(json.dumps(result), flush=True)
+    found, after = steps(workflow), result["served_after"]
     if workflow["status"]["phase"] != "Failed":
         raise d.DrillFailed(f"the bad release ended {workflow['status']['phase']}")
-    if "golden request failed" not in found.get("canary", {}).get("message", ""):
-        raise d.DrillFailed(f"the bad release did not stop at the canary's golden request: {found.get('canary')}")
-    if any(k in found for k in ("bake", "roll-out")) and found.get("roll-out", {}).get("phase") not in (
-        None,
-        "Skipped",
-    ):
-        raise d.DrillFailed(f"steps after the canary ran: {sorted(found)}")
-    if found.get("put-back", {}).get("phase") != "Succeeded":
-        raise d.DrillFailed(f"the put-back did not succeed: {found.get('put-back')}")
-    put_back = json.loads(found["put-back"]["outputs"].get("put-back") or "{}")
+    if not any("golden request failed" in n["message"] for n in of_step(found, "canary")):
+        raise d.DrillFailed(f"the bad release did not stop at the canary's golden request: {of_step(found, 'canary')}")
+    ran_after = [k for k in ("bake", "roll-out") if any(n["phase"] != "Skipped" for n in of_step(found, k))]
+    if ran_after:
+        raise d.DrillFailed(f"steps after the canary ran: {ran_after}")
+    put_back_nodes = of_step(found, "put-back")
+    if not put_back_nodes or any(n["phase"] != "Succeeded" for n in put_back_nodes):
+        raise d.DrillFailed(f"the put-back did not succeed: {put_back_nodes}")
+    put_back = next((json.loads(n["outputs"]["put-back"]) for n in put_back_nodes if n["outputs"].get("put-back")), {})
     if put_back.get("quarantined") is not True:
         raise d.DrillFailed(f"v{bad} not quarantined: {put_back}")
     if any(vs != [stable_version] for vs in after.values()):
@@ -195,23 +207,12 @@ def main() -> int:
     good = next_version(s3)
     upload(s3, good, root / "model_repository" / d.MODEL / "1")
     workflow, touched = release(good, f"cluster-good-{good}", 5.0)
-    found = steps(workflow)
-    after = {name: served(ip) for name, ip in ips.items()}
-    summary = {
-        "release": "good",
-        "version": good,
-        "workflow": workflow["metadata"]["name"],
-        "phase": workflow["status"]["phase"],
-        "seconds": round(d.stamp(workflow["status"]["finishedAt"]) - d.stamp(workflow["status"]["startedAt"]), 1),
-        "touched": sorted(touched),
-        "served_after": after,
-        "steps": {k: {x: v[x] for x in ("phase", "seconds", "message")} for k, v in found.items()},
-    }
-    print(json.dumps(summary), flush=True)
+    result = summary("good", good, workflow, touched, ips)
+    print(json.dumps(result), flush=True)
+    after = result["served_after"]
     if workflow["status"]["phase"] != "Succeeded":
-        raise d.DrillFailed(
-            f"the good release ended {workflow['status']['phase']}: {workflow['status'].get('message')}"
-        )
+        status = workflow["status"]
+        raise d.DrillFailed(f"the good release ended {status['phase']}: {status.get('message')}")
     if any(vs != [str(good)] for vs in after.values()):
         raise d.DrillFailed(f"not every replica serves v{good} alone: {after}")
     pod = next(iter(ips))
