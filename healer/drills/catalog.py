@@ -265,7 +265,6 @@ CATALOG: tuple[Scenario, ...] = (
         replicas=2,
         bake_s=3.0,
         traffic=True,
-        fast=True,
     ),
     Scenario(
         "slow-release",

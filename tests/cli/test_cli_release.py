@@ -60,6 +60,7 @@ def test_release_waits_for_a_person_then_rolls_out(
             for run in records.runs():
                 nodes = run["status"]["nodes"].values()
                 if any(n.get("type") == "Suspend" and n.get("phase") == "Running" for n in nodes):
+                    time.sleep(1.5)  # a person reads the command's line first (it polls every 0.5 s)
                     resumed.append(main(["runs", "resume", "--config", str(config), run["metadata"]["name"]]))
                     return
             time.sleep(0.1)

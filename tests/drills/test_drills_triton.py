@@ -117,8 +117,6 @@ def test_the_fast_drills_pass_on_the_real_triton_and_print_as_they_go(demo_run: 
     assert 0 < restore <= 90
     assert rows["one-off"][1:3] == ["no-rollback", "no-rollback"] and rows["one-off"][8] == "-"
     assert rows["triton-killed"][1:3] == ["not-live", "not-live"] and rows["triton-killed"][8] == "-"
-    assert rows["bad-release"][1:3] == ["stopped", "stopped"]
-    assert "1 replica(s) ever served the new version; quarantined: yes" in demo_run.out
     assert f"{len(FAST)}/{len(FAST)} scenarios passed" in demo_run.out
     assert demo_run.report.is_file() and f"report: {demo_run.report}" in demo_run.out
     assert '"event"' not in demo_run.out  # the sidecars' JSON logs go to the log file, not the table

@@ -43,28 +43,39 @@ class Fleet:
         return ReleaseRequest(model=self.model, version=version, release=f"rel-{version}-{time.time_ns()}", **kw)
 
 
+@pytest.fixture(scope="module")
+def second_triton(triton_server: EmbeddedTriton, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedTriton]:
+    """The second replica, on the same live repository, for the whole module (each test loads its own
+    model on it): a Triton's start is the slowest part of a test here."""
+    with EmbeddedTriton(
+        triton_server.model_repository, load_models=[], workdir=tmp_path_factory.mktemp("replica")
+    ) as second:
+        yield second
+
+
 @contextmanager
-def fleet(fs_stack_factory: Any, tmp_path: Path, new_version: tuple[str, str], **release: Any) -> Iterator[Fleet]:
+def fleet(
+    fs_stack_factory: Any, second: EmbeddedTriton, tmp_path: Path, new_version: tuple[str, str], **release: Any
+) -> Iterator[Fleet]:
     """linear_scorer v1 stable and served on two Tritons; v2 (``new_version``) in the store and the
     live repository, served nowhere."""
     with fs_stack_factory("linear_scorer", {1: ("good", "1")}, stable=[1]) as stack:
         for root in (stack.live, stack.store.blobs.root):
             shutil.copytree(version_source("linear_scorer", new_version), Path(root) / stack.model / "2")
         serve_versions(stack.triton, stack.model, [1])
-        with EmbeddedTriton(stack.live, load_models=[], workdir=tmp_path / "replica") as second:
-            replica = TritonHttp(second.url, timeout_s=5)
-            try:
-                _load_v1(replica, stack)
-                settings = dataclasses.replace(
-                    stack.settings,
-                    release=dataclasses.replace(stack.settings.release, check_interval_s=0.2, **release),
-                )
-                engine = local_release_engine(
-                    settings, state_dir=tmp_path / "releases", replicas=[stack.settings.triton.url, second.url]
-                )
-                yield Fleet(stack, [stack.triton, replica], engine)
-            finally:
-                replica.close()
+        replica = TritonHttp(second.url, timeout_s=5)
+        try:
+            _load_v1(replica, stack)
+            settings = dataclasses.replace(
+                stack.settings,
+                release=dataclasses.replace(stack.settings.release, check_interval_s=0.2, **release),
+            )
+            engine = local_release_engine(
+                settings, state_dir=tmp_path / "releases", replicas=[stack.settings.triton.url, second.url]
+            )
+            yield Fleet(stack, [stack.triton, replica], engine)
+        finally:
+            replica.close()
 
 
 def _load_v1(replica: TritonHttp, stack: RollbackStack) -> None:
@@ -77,8 +88,10 @@ def _nodes(engine: LocalEngine, name: str) -> dict[str, dict[str, Any]]:
     return {n["displayName"]: n for n in engine.get(name)["status"]["nodes"].values()}
 
 
-def test_a_good_version_reaches_every_replica_and_becomes_stable(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    with fleet(fs_stack_factory, tmp_path, ("good", "2")) as f:
+def test_a_good_version_reaches_every_replica_and_becomes_stable(
+    fs_stack_factory, second_triton, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    with fleet(fs_stack_factory, second_triton, tmp_path, ("good", "2")) as f:
         assert f.served() == [["1"], ["1"]]
         submission_request = f.release("2", bake_s=1.0)
         submission = f.engine.submit_release(submission_request)
@@ -101,8 +114,10 @@ def test_a_good_version_reaches_every_replica_and_becomes_stable(fs_stack_factor
         assert f.served() == [["2"], ["2"]]
 
 
-def test_a_bad_version_is_stopped_at_the_canary(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    with fleet(fs_stack_factory, tmp_path, ("broken", "wrong_weights")) as f:
+def test_a_bad_version_is_stopped_at_the_canary(
+    fs_stack_factory: Any, second_triton: EmbeddedTriton, tmp_path: Path
+) -> None:
+    with fleet(fs_stack_factory, second_triton, tmp_path, ("broken", "wrong_weights")) as f:
         submission = f.engine.submit_release(f.release("2", bake_s=1.0))
         status = f.engine.wait(submission.name, timeout_s=300)
         assert status.phase == "Failed"
@@ -122,9 +137,11 @@ def test_a_bad_version_is_stopped_at_the_canary(fs_stack_factory, tmp_path: Path
         assert "quarantined: yes" in alerts[0]["annotations"]["description"]
 
 
-def test_a_version_that_slows_down_is_stopped_in_the_bake(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_version_that_slows_down_is_stopped_in_the_bake(
+    fs_stack_factory: Any, second_triton: EmbeddedTriton, tmp_path: Path
+) -> None:
     """slow_later answers in time for its first requests (the canary's verify passes), then over the SLO."""
-    with fleet(fs_stack_factory, tmp_path, ("broken", "slow_later")) as f:
+    with fleet(fs_stack_factory, second_triton, tmp_path, ("broken", "slow_later")) as f:
         # The fixture's SLO is relaxed to 2 s, which the variant's 250 ms would pass: 150 ms here.
         slo = dataclasses.replace(f.stack.settings.models[0].golden, latency_slo_ms=150.0)
         model = dataclasses.replace(f.stack.settings.models[0], golden=slo)
@@ -145,8 +162,10 @@ def test_a_version_that_slows_down_is_stopped_in_the_bake(fs_stack_factory, tmp_
         assert f.stack.store.ledger(f.model).is_quarantined("2")
 
 
-def test_a_release_stopped_halfway_leaves_every_replica_on_the_stable_version(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    with fleet(fs_stack_factory, tmp_path, ("good", "2")) as f:
+def test_a_release_stopped_halfway_leaves_every_replica_on_the_stable_version(
+    fs_stack_factory, second_triton, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    with fleet(fs_stack_factory, second_triton, tmp_path, ("good", "2")) as f:
         submission = f.engine.submit_release(f.release("2", bake_s=60.0))
         deadline = time.monotonic() + 120
         while "bake" not in _nodes(f.engine, submission.name):  # the canary serves v2, the bake runs
@@ -164,8 +183,10 @@ def test_a_release_stopped_halfway_leaves_every_replica_on_the_stable_version(fs
         assert put_back["quarantined"] is False
 
 
-def test_a_release_waits_for_a_person_when_asked(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    with fleet(fs_stack_factory, tmp_path, ("good", "2")) as f:
+def test_a_release_waits_for_a_person_when_asked(
+    fs_stack_factory: Any, second_triton: EmbeddedTriton, tmp_path: Path
+) -> None:
+    with fleet(fs_stack_factory, second_triton, tmp_path, ("good", "2")) as f:
         submission = f.engine.submit_release(f.release("2", bake_s=0.0, approve=True))
         deadline = time.monotonic() + 120
         while _nodes(f.engine, submission.name).get("approve", {}).get("phase") != "Running":
