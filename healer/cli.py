@@ -161,6 +161,7 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
     "render": (
         "healer render --chart deploy/helm/healer   (the repository's copy; deploy/argo links to it)",
         "healer render --namespace ml --deadline 120",
+        "healer render --out argo/ --trace-link 'https://jaeger.example.com/trace/{trace_id}'",
     ),
     "webhook": (
         "healer webhook --tls-cert /tls/tls.crt --tls-key /tls/tls.key --injection /etc/healer-webhook/injection.yaml",
@@ -402,19 +403,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         command("drill", "break a Triton target on purpose and check that healer heals it within the budget")
     )
 
-    render = command("render", "write the Argo WorkflowTemplates as YAML (no config needed)", config=False)
-    render.add_argument("--out", metavar="DIR", help="directory to write into (default: print to stdout)")
-    render.add_argument("--image", help="the healer image the steps run in (default: the released image)")
-    render.add_argument("--namespace", help="namespace of the WorkflowTemplate: Triton's (default: ml)")
-    render.add_argument(
-        "--deadline", type=int, metavar="SECONDS", help="activeDeadlineSeconds of a rollback (default 90)"
-    )
-    render.add_argument(
-        "--chart",
-        metavar="DIR",
-        help="also write the same files into the Helm chart at DIR, under files/argo/ (the chart sets their "
-        "namespace and image from its values)",
-    )
+    _render_command(command)
 
     promote = command(
         "promote",
@@ -472,6 +461,29 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
 
     _release_command(command)
     return parser, commands
+
+
+def _render_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    render = command("render", "write the Argo WorkflowTemplates as YAML (no config needed)", config=False)
+    render.add_argument("--out", metavar="DIR", help="directory to write into (default: print to stdout)")
+    render.add_argument("--image", help="the healer image the steps run in (default: the released image)")
+    render.add_argument("--namespace", help="namespace of the WorkflowTemplate: Triton's (default: ml)")
+    render.add_argument(
+        "--deadline", type=int, metavar="SECONDS", help="activeDeadlineSeconds of a rollback (default 90)"
+    )
+    render.add_argument(
+        "--trace-link",
+        metavar="URL",
+        help="the trace UI's page of a trace, with {trace_id} where the id goes (e.g. "
+        "https://jaeger.example.com/trace/{trace_id}): an 'Incident trace' link on each rollback's page in the "
+        "Argo UI (default: none)",
+    )
+    render.add_argument(
+        "--chart",
+        metavar="DIR",
+        help="also write the same files into the Helm chart at DIR, under files/argo/ (the chart sets their "
+        "namespace and image from its values)",
+    )
 
 
 def _release_command(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -894,10 +906,14 @@ def _cmd_render(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if args.trace_link is not None and "{trace_id}" not in args.trace_link:
+        print(f"healer: render: --trace-link: must contain {{trace_id}}, got {args.trace_link!r}", file=sys.stderr)
+        return EXIT_USAGE
     options = TemplateOptions(
         image=args.image or defaults.image,
         namespace=args.namespace or defaults.namespace,
         deadline_s=args.deadline or defaults.deadline_s,
+        trace_link_template=args.trace_link or defaults.trace_link_template,
     )
     rendered = render_all(options)
     if not args.out and not args.chart:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healer.cli import EXIT_REFUSED, main
+from healer.cli import EXIT_REFUSED, EXIT_USAGE, main
 from healer.embedded import EmbeddedTriton
 from healer.triton import TritonHttp
 from tests.conftest import EXAMPLES
@@ -90,3 +90,15 @@ def test_render_prints_yaml_without_a_config(capsys: pytest.CaptureFixture[str])
     kinds = ["WorkflowTemplate", "WorkflowTemplate", "CronWorkflow", "WorkflowTemplate", "CronWorkflow"]
     kinds += ["WorkflowTemplate", "ConfigMap"]
     assert [d["kind"] for d in documents] == kinds
+
+
+def test_render_adds_the_trace_link_only_when_given_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "--trace-link", "https://jaeger.example.com/trace/{trace_id}"]) == 0
+    ui = list(yaml.safe_load_all(capsys.readouterr().out))[-1]
+    links = yaml.safe_load(ui["data"]["links"])
+    url = "https://jaeger.example.com/trace/${workflow.metadata.labels.healer.io/trace-id}"
+    assert {"name": "Incident trace", "scope": "workflow", "url": url} in links
+    assert main(["render"]) == 0
+    assert "Incident trace" not in capsys.readouterr().out
+    assert main(["render", "--trace-link", "https://jaeger.example.com/trace/"]) == EXIT_USAGE
+    assert "--trace-link: must contain {trace_id}" in capsys.readouterr().err

@@ -31,12 +31,14 @@ from typing import Any
 import yaml
 
 from healer.processes import ManagedServer, free_port
+from workflows.rollback import argo_ui_config
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = ROOT / "e2e" / "versions.env"
 CRD_DIR = ROOT / "tests" / "vendor" / "argo" / "crds"
 # healer's keys for Argo's ConfigMap (the UI's list columns and links), merged in as an operator would.
 UI_CONFIG = ROOT / "deploy" / "argo" / "workflow-controller-configmap.yaml"
+TRACE_LINK = "https://jaeger.example.com/trace/{trace_id}"  # the trace UI this plane's Argo UI links to
 ARGO_NAMESPACE = "argo"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -569,6 +571,8 @@ class ControlPlane:
                 "metricsConfig": "enabled: false\n",
                 "telemetryConfig": "enabled: false\n",
                 **load_yaml_documents(UI_CONFIG)[0]["data"],  # before argo-server starts: it reads them once
+                # With a trace UI configured, as `healer render --trace-link` writes it (the shipped file has none).
+                "links": argo_ui_config(trace_link_template=TRACE_LINK)["data"]["links"],
             },
         }
         api.create(config_map, namespace=ARGO_NAMESPACE)

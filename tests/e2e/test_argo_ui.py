@@ -44,8 +44,8 @@ from healer.engines.argo import ArgoEngine, title
 from healer.state import incident_key
 from healer.vocabulary import RollbackRequest
 from tests.browser import CHROMIUM, HEADLESS
-from tests.e2e.control_plane import ROOT, UI_CONFIG, ControlPlane, load_yaml_documents, versions, wait_for
-from workflows.rollback import RUNBOOK_BASE_URL, _parse_failures
+from tests.e2e.control_plane import ROOT, TRACE_LINK, ControlPlane, versions, wait_for
+from workflows.rollback import RUNBOOK_BASE_URL, _parse_failures, argo_ui_config
 from workflows.steps import PHASES, PhaseReport
 
 pytestmark = [
@@ -66,7 +66,7 @@ WORKFLOWS = "/apis/argoproj.io/v1alpha1/namespaces/ml/workflows"
 VIEWPORT = (1920, 1080)  # a common screen: the list's columns, including the two healer adds, fit
 
 
-def request_for(model: str, version: str, reason: str, detail: str) -> RollbackRequest:
+def request_for(model: str, version: str, reason: str, detail: str, traceparent: str = "") -> RollbackRequest:
     """What the sidecar submits (healer/sidecar/loop.py _request): the incident key from healer.state."""
     return RollbackRequest(
         model=model,
@@ -75,14 +75,24 @@ def request_for(model: str, version: str, reason: str, detail: str) -> RollbackR
         reason=reason,
         detail=detail,
         pod="ml/triton-0",
+        traceparent=traceparent,
     )
+
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"  # the incident's trace, as a traced sidecar would send it
 
 
 SUCCEEDED = request_for(
     "fraud_scorer", "4", "wrong-answer",
     "output 'SCORE': 2/2 values off; worst [0,0] expected 7.1 got 12.1 (|error| 5 > allowed 0.00171)",
 )  # fmt: skip
-DEADLINE = request_for("ranker", "9", "non-finite", "output 'LOGITS': 16/16 values are NaN")
+DEADLINE = request_for(
+    "ranker",
+    "9",
+    "non-finite",
+    "output 'LOGITS': 16/16 values are NaN",
+    traceparent=f"00-{TRACE_ID}-00f067aa0ba902b7-01",
+)
 JOINED = request_for("text_embedder", "2", "model-error", "inference failed: [StatusCode.INTERNAL] onnxruntime error")
 ROLLBACKS = (SUCCEEDED, DEADLINE, JOINED)
 
@@ -493,6 +503,9 @@ def test_a_rollback_page_shows_what_happened(
     labels = {"model": DEADLINE.model, "reason": DEADLINE.reason, "incident": DEADLINE.incident}
     for key, value in {**labels, "from-version": DEADLINE.from_version}.items():
         assert f"healer.io/{key} {value}" in text, (key, text[:3000])
-    links = [link["name"] for link in yaml.safe_load(load_yaml_documents(UI_CONFIG)[0]["data"]["links"])]
+    links = [link["name"] for link in yaml.safe_load(argo_ui_config(trace_link_template=TRACE_LINK)["data"]["links"])]
+    assert "Incident trace" in links  # the plane's Argo UI is configured with a trace UI (control_plane.py)
     for link in links:
         assert link.upper() in text.upper(), (link, text[:1000])
+    # The trace link's ${workflow.metadata.labels.healer.io/trace-id} is this label: the incident's trace.
+    assert f"healer.io/trace-id {TRACE_ID}" in text, text[:3000]
