@@ -26,7 +26,6 @@ from healer import tracing
 from healer.labels import INCIDENT_LABEL, MODEL_LABEL, TO_VERSION_LABEL
 from healer.vocabulary import RELEASE_DEADLINE_S, RELEASE_TEMPLATE_NAME, ReleaseRequest
 from workflows.rollback import (
-    EXIT_KILLED,
     EXIT_PERMANENT,
     EXIT_TRANSIENT,
     TemplateOptions,
@@ -34,6 +33,7 @@ from workflows.rollback import (
     _stop_on_sigterm,
     runner_script,
     step_pod_security,
+    step_retry,
     step_volumes,
 )
 
@@ -178,19 +178,14 @@ def put_back_step(
 
 
 def build_release_template(options: TemplateOptions | None = None, deadline_s: int = RELEASE_DEADLINE_S) -> Any:
-    from hera.workflows import Parameter, RetryStrategy, Step, Steps, Suspend, WorkflowTemplate
+    from hera.workflows import Parameter, Step, Steps, Suspend, WorkflowTemplate
     from hera.workflows import models as m
 
     from healer.labels import label_value_expression
 
     options = options or TemplateOptions()
     param = "{{{{workflow.parameters.{}}}}}".format
-    retry = RetryStrategy(
-        limit=str(options.retry_limit),
-        retry_policy="Always",
-        expression=f"asInt(lastRetry.exitCode) == {EXIT_TRANSIENT} || asInt(lastRetry.exitCode) == {EXIT_KILLED}",
-        backoff=m.Backoff(duration="2s", factor=m.IntOrString("2"), max_duration="20s"),
-    )
+    retry = step_retry(options)
     with WorkflowTemplate(
         name=RELEASE_TEMPLATE_NAME,
         namespace=options.namespace,

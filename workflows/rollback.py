@@ -308,6 +308,22 @@ def scheduled(
     )
 
 
+def step_retry(options: TemplateOptions) -> Any:
+    """A step's retries (the rollback's heal, the release's steps): on the step's "transient" exit code
+    (Triton or the store did not answer), and 137: the pod was SIGKILLed (OOM, eviction, a node lost)
+    halfway. A retry of the same incident takes the lease over at once and converges
+    (tests/workflows/test_kill_matrix.py); a permanent failure is not retried."""
+    from hera.workflows import RetryStrategy
+    from hera.workflows import models as m
+
+    return RetryStrategy(
+        limit=str(options.retry_limit),
+        retry_policy="Always",
+        expression=f"asInt(lastRetry.exitCode) == {EXIT_TRANSIENT} || asInt(lastRetry.exitCode) == {EXIT_KILLED}",
+        backoff=m.Backoff(duration="2s", factor=m.IntOrString("2"), max_duration="20s"),
+    )
+
+
 def step_pod_security() -> Any:
     """The rollback's and the drill's step pods: the healer image's non-root uid (the sidecar's too)."""
     from hera.workflows import models as m
@@ -369,7 +385,6 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
     """The WorkflowTemplate as Hera objects."""
     from hera.workflows import (
         Parameter,
-        RetryStrategy,
         Step,
         Steps,
         WorkflowTemplate,
@@ -415,16 +430,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
         ttl_strategy=m.TTLStrategy(seconds_after_completion=7 * 24 * 3600),
     ) as template:
         heal = runner_script(options, "heal", heal_step, ["phases", "to-version", "files", "golden"])
-        heal.retry_strategy = RetryStrategy(
-            limit=str(options.retry_limit),
-            retry_policy="Always",
-            # The step's "transient" exit code (Triton or the store did not answer), and 137: the pod
-            # was SIGKILLed (OOM, eviction, a node lost) halfway. A retry of the same incident takes the
-            # lease over at once and converges (tests/workflows/test_kill_matrix.py); a permanent failure is
-            # not retried.
-            expression=f"asInt(lastRetry.exitCode) == {EXIT_TRANSIENT} || asInt(lastRetry.exitCode) == {EXIT_KILLED}",
-            backoff=m.Backoff(duration="2s", factor=m.IntOrString("2"), max_duration="20s"),
-        )
+        heal.retry_strategy = step_retry(options)
         # The exit handler has its own deadline: a hung store write must not hold the run (and with it
         # Argo's per-model mutex) forever. Escalate alerts before it touches the store.
         escalate = runner_script(options, "escalate", escalate_step, ["alert"], deadline_s=ESCALATE_DEADLINE_S)
