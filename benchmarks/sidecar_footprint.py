@@ -14,7 +14,10 @@ that answers the pod list and accepts patches and Events; it is not Kubernetes),
 rule on (its drain set read from the store at start-up). The run checks the sidecar logged that it
 built the client. A healthy pod makes no API call: it lists its peers only when it wants to drain.
 
-    .venv/bin/python benchmarks/sidecar_footprint.py [--seconds 60] [--period 1.0] [--only off|in]
+    .venv/bin/python benchmarks/sidecar_footprint.py [--seconds 60] [--period 1.0] [--only off|in] [--tracing]
+
+``--tracing``: the same with ``tracing.enabled`` (OpenTelemetry's SDK and OTLP/HTTP exporter loaded
+and configured at start-up; a healthy pod makes no span, so this is the cost of being ready to).
 """
 
 from __future__ import annotations
@@ -192,12 +195,15 @@ def main() -> int:
         choices=["off", "in", "in-drain"],
         help="run one case: off-cluster, in-cluster, in-cluster with draining",
     )
+    parser.add_argument("--tracing", action="store_true", help="with tracing.enabled (an OTLP endpoint nobody reads)")
     args = parser.parse_args()
     configure_logging(level="warning")
     scratch = Path(tempfile.mkdtemp(prefix="healer-footprint-"))
     ok = True
     try:
         _repo, document = prepare(scratch, args.period, 0)
+        if args.tracing:  # nothing listens there: a healthy sidecar sends nothing anyway
+            document["tracing"] = {"enabled": True, "otlp_endpoint": f"http://127.0.0.1:{free_port()}/v1/traces"}
         repo = scratch / "repo"
         with EmbeddedTriton(repo, load_models=["linear_scorer", "tiny_classifier", "linear_scorer_b"]) as server:
             cases = [c for c in ("off", "in", "in-drain") if args.only in (None, c)]
@@ -231,7 +237,7 @@ def main() -> int:
                     "in": "in-cluster (Kubernetes client built for Events and the diagnosis annotation)",
                     "in-drain": "in-cluster with the draining rule on (its drain set read from the store at start-up)",
                 }[case]
-                print(f"healer sidecar, {where}")
+                print(f"healer sidecar, {where}" + (", tracing on" if args.tracing else ""))
                 if case != "off":
                     calls = (
                         ", ".join(sorted(set(seen)))
