@@ -9,6 +9,7 @@ request passing. Every call to Triton has a timeout, so a cleanup ends.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import threading
@@ -22,7 +23,7 @@ import structlog
 from healer.ledger import StableRecord, choose_restore_version
 from healer.logs import iso_utc
 from healer.settings import VERSION_PATTERN, ModelSettings, Settings
-from healer.store import DISPLACED_DIR, QUARANTINE_DIR, FilesystemBlobs, ModelStore, StoreError
+from healer.store import DERIVED_DIRS, DISPLACED_DIR, QUARANTINE_DIR, FilesystemBlobs, ModelStore, StoreError
 from healer.triton import TritonError, TritonHttp
 from probes.result import Status
 from probes.tiers import check_business
@@ -358,24 +359,30 @@ def unmount_store(target: DrillTarget, injected: Injected) -> None:
     injected.undo.append(("the store's mount", mount_again))
 
 
+def _write(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+
+
 def tamper_stable(target: DrillTarget, injected: Injected) -> None:
-    """Corrupt the stable version's largest file in the store (bit rot, a bad sync): its sha256 no longer
-    matches the ledger."""
+    """Corrupt the stable version's largest file in the store (bit rot, a bad sync) and, when Triton
+    reads another copy, that copy too: its sha256 no longer matches the ledger anywhere. (A copy
+    staged where Triton reads it and still intact is restored from, by design: corrupting the store's
+    alone proves nothing since staged copies are checked from their stamps.)"""
     root = target.store_root
     if root is None:
         raise InjectionFailed("only a filesystem store can be tampered with by the drill")
-    folder = root / target.model / injected.stable.version
-    files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-    if not files:
-        raise InjectionFailed(f"{folder} has no files")
-    victim = files[-1]
-    original = victim.read_bytes()
-    victim.write_bytes(original + b"\n")
-
-    def undo() -> None:
-        victim.write_bytes(original)
-
-    injected.undo.append((f"{victim.relative_to(root)}", undo))
+    folders = [root / target.model / injected.stable.version, target.live / target.model / injected.stable.version]
+    for folder in dict.fromkeys(f.resolve() for f in folders if f.is_dir()):
+        # The version's own files only: Triton's Python backend writes __pycache__ there, which no
+        # check reads.
+        own = [p for p in folder.rglob("*") if not DERIVED_DIRS.intersection(p.relative_to(folder).parts)]
+        files = sorted((p for p in own if p.is_file()), key=lambda p: p.stat().st_size)
+        if not files:
+            raise InjectionFailed(f"{folder} has no files")
+        victim = files[-1]
+        original = victim.read_bytes()
+        victim.write_bytes(original + b"\n")
+        injected.undo.append((str(victim), functools.partial(_write, victim, original)))
 
 
 # ---- back to stable --------------------------------------------------------------------------------------
