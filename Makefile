@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 # healer's main job, shown: a real Triton with the example models probed, then the drill catalog
 # (break the model on purpose, watch healer detect, drain, roll back or escalate) on the embedded stack
 # with the LocalEngine: a line as each scenario starts, its row as it finishes, and an HTML report
-# (timelines, restore times against the budget). About 2 minutes on 2 cores; nothing is left running.
+# (timelines, restore times against the budget). About 3.5 minutes on 2 cores; nothing is left running.
 demo: $(STAMP)
 	$(BIN)/healer demo --config examples/healer.yaml --drills --report .healer/demo-report.html
 
