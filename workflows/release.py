@@ -31,6 +31,7 @@ from workflows.rollback import (
     TemplateOptions,
     _parse_failures,
     _stop_on_sigterm,
+    exit_failure,
     runner_script,
     step_pod_security,
     step_retry,
@@ -143,10 +144,7 @@ def put_back_step(
     ``release.put-back`` span in the release's trace (the alert's sending inside it)."""
     from workflows import context, release_steps, steps
 
-    parsed = _parse_failures(failures)
-    failure = f"workflow {workflow_status}"
-    if parsed:
-        failure += ": " + "; ".join(f"{f.get('displayName', '?')}: {f.get('message', '')}" for f in parsed)
+    failure = exit_failure(workflow_status, _parse_failures(failures))
     request = _request(model, version, release, traceparent=traceparent)
     ctx = context.current()
     tracing.configure(ctx.settings.tracing)

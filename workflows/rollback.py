@@ -162,9 +162,7 @@ def escalate_step(
 
     traceparent = tracing.checked(traceparent)
     parsed = _parse_failures(failures)
-    failure = f"workflow {workflow_status}"
-    if parsed:
-        failure += ": " + "; ".join(f"{f.get('displayName', '?')}: {f.get('message', '')}" for f in parsed)
+    failure = exit_failure(workflow_status, parsed)
     try:
         request = RollbackRequest(
             model=model,
@@ -242,6 +240,14 @@ def _stop_on_sigterm(cancelled: threading.Event) -> None:
 
 
 _CHILD_FAILED = re.compile(r"child '[^']*' failed")
+
+
+def exit_failure(workflow_status: str, parsed: list[dict[str, Any]]) -> str:
+    """What an exit handler says went wrong: the run's status, then each failed step and its message."""
+    failure = f"workflow {workflow_status}"
+    if parsed:
+        failure += ": " + "; ".join(f"{f.get('displayName', '?')}: {f.get('message', '')}" for f in parsed)
+    return failure
 
 
 def _parse_failures(failures: str) -> list[dict[str, Any]]:
