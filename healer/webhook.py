@@ -3,22 +3,33 @@
 A pod opts in with the label ``healer.io/inject: "true"`` (what the MutatingWebhookConfiguration's
 ``objectSelector`` matches) or the same annotation. The webhook answers an ``admission.k8s.io/v1``
 AdmissionReview with a JSONPatch that adds the ``healer`` container, its volumes and the
-``healer.io/injected`` annotation; the patch is built by a pure function (``injection_patch``).
+``healer.io/injected`` and ``healer.io/injection`` annotations; the patch is built by a pure
+function of the pod and the settings (``plan_injection``).
 
 Rules:
 
-* idempotent: a pod that already has a ``healer`` container (or the annotation) is left alone, so
-  a reinvocation, or a pod re-created from an injected spec, is not injected twice;
+* idempotent: a pod that already holds the sidecar this webhook wrote is left alone, so a
+  reinvocation, or a pod re-created from an injected spec, is not injected twice. That is decided
+  on healer's own evidence only, the ``healer.io/injection`` annotation naming the container and
+  a digest of what was written into it; never on a container's name (a user's container named
+  ``healer`` is not healer's);
 * only Pod CREATE requests are mutated; any other kind or operation is allowed untouched;
-* never blocks a pod because of healer: a Pod object the webhook cannot read is allowed without a
-  patch, with a warning that says why (the API server shows it to the client);
+* every name and port the injection adds is checked against everything already in the pod
+  (``place``): the port moves to the first free one from the settings' port up (past the pod's
+  declared containerPorts and hostPorts, Triton's --http-port/--grpc-port/--metrics-port and its
+  defaults 8000-8002) and the sidecar is told it (``--listen``), as are its liveness probe and
+  Triton's readinessProbe; a volume name taken gets ``<name>-2``; a ``hostNetwork`` pod is injected
+  the same way, on a port of 1024 or more (the node's network; the pod's securityContext untouched);
+* never blocks a pod because of healer: a clash it cannot resolve (a container, or a port name,
+  already called ``healer``: the names people and healer's tools find the sidecar by) admits the pod
+  without the sidecar, with a warning and the ``healer.io/not-injected`` annotation saying why; a
+  Pod object the webhook cannot read is allowed without a patch, with a warning;
 * a request that is not an AdmissionReview at all (not JSON, nested too deep, no ``request.uid``)
   gets HTTP 400 with the reason; a body over ``MAX_BODY_BYTES`` gets 413; a review of any other odd
   shape is admitted untouched with a warning; nothing crashes, hangs or drops the connection (the
   listener of healer/http_listener.py: a total deadline per request, slow clients cannot starve it);
-* a pod that cannot run the sidecar is admitted unmutated with a warning naming why: no
-  ``containers`` array (the API server's validation says what is wrong), a container already on
-  the sidecar's port (it would crash-loop on "Address already in use"), ``hostNetwork``;
+* a pod without a ``containers`` array is admitted unmutated with a warning (the API server's
+  validation says what is wrong);
 * no side effects, so ``dryRun`` requests are answered exactly like the others (``sideEffects: None``);
 * with the annotation ``healer.io/readiness: sidecar`` the Triton container's readinessProbe is
   pointed at the sidecar's ``/readyz``; its livenessProbe is never touched (it stays on Triton).
@@ -30,6 +41,7 @@ reloaded when either file changes, without a restart.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -187,6 +199,27 @@ def _check_types(path: Path, document: Mapping[str, Any]) -> None:
 
 # ---- the patch (pure) ----------------------------------------------------------------------------------
 
+# Written by the webhook on the pods it mutates. INJECTION is the evidence that a container is healer's
+# own: its name, port and a digest of the fields the webhook wrote and the API server never rewrites
+# (name, image, args, port names and numbers). A container is never taken for the sidecar by its name.
+INJECTION = "healer.io/injection"
+# Written on a pod admitted without the sidecar (a clash it cannot resolve): why. The admission warning
+# goes to whoever created the pod, which for a Deployment is the ReplicaSet controller: nobody reads
+# it, so the reason is kept on the pod (`kubectl get pod -o yaml`), where an operator looks.
+NOT_INJECTED = "healer.io/not-injected"
+# Triton's own defaults (HTTP, gRPC, metrics): it binds them unless its arguments say otherwise,
+# whether or not the pod declares them.
+TRITON_DEFAULT_PORTS = (8000, 8001, 8002)
+# On the node's network (hostNetwork) a non-root process without NET_BIND_SERVICE (the sidecar drops
+# every capability) cannot bind below this; in a pod's own network the runtimes allow it.
+UNPRIVILEGED_PORT_START = 1024
+VOLUME_NAME_MAX = 63  # a DNS label
+
+
+class NotInjected(ValueError):
+    """A valid pod the webhook leaves without the sidecar (a clash it cannot resolve): admitted as it
+    is, with a warning and the NOT_INJECTED annotation saying why."""
+
 
 def wants_injection(pod: Mapping[str, Any]) -> bool:
     metadata = pod.get("metadata") or {}
@@ -196,29 +229,80 @@ def wants_injection(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def _all_containers(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Every container of the pod, init and ephemeral ones included (their names share one namespace)."""
+    found: list[Mapping[str, Any]] = []
+    for key in ("containers", "initContainers", "ephemeralContainers"):
+        items = spec.get(key)
+        if isinstance(items, list):
+            found += [c for c in items if isinstance(c, Mapping)]
+    return found
+
+
+def injection_digest(container: Mapping[str, Any]) -> str:
+    """The digest of what the webhook wrote into its container and the API server keeps as written:
+    defaulting adds fields (protocol, hostPort, terminationMessagePath, a fieldRef's apiVersion) but
+    never changes these, so a stored or re-created pod still matches."""
+    ports = [[p.get("name"), p.get("containerPort")] for p in container.get("ports") or [] if isinstance(p, Mapping)]
+    identity = [container.get("name"), container.get("image"), container.get("args"), ports]
+    return "sha256:" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
 def already_injected(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod holds the sidecar this webhook wrote: only on its own evidence (the INJECTION
+    annotation naming a container whose digest matches), never on a container's name: a user's
+    container called ``healer``, or a copied annotation without the container, is not healer's."""
     metadata = pod.get("metadata") or {}
-    containers = (pod.get("spec") or {}).get("containers") or []
-    return INJECTED in (metadata.get("annotations") or {}) or any(c.get("name") == SIDECAR for c in containers)
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    raw = annotations.get(INJECTION) if isinstance(annotations, Mapping) else None
+    try:
+        evidence = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return False
+    if not isinstance(evidence, dict):
+        return False
+    spec = pod.get("spec") or {}
+    return any(
+        c.get("name") == evidence.get("container") and injection_digest(c) == evidence.get("digest")
+        for c in (spec.get("containers") or [] if isinstance(spec, Mapping) else [])
+        if isinstance(c, Mapping)
+    )
 
 
-def sidecar_container(config: InjectionConfig) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Placement:
+    """Where the sidecar goes in one pod (pure): its port, and the names of its volumes there."""
+
+    port: int
+    volumes: Mapping[str, str]  # the sidecar's volume name -> its name in this pod
+    notes: tuple[str, ...] = ()  # what differs from the settings, and why (the admission's warnings)
+
+
+def sidecar_container(config: InjectionConfig, placement: Placement | None = None) -> dict[str, Any]:
+    port = placement.port if placement else config.port
+    renamed = dict(placement.volumes) if placement else {}
+
     def field_env(name: str, path: str) -> dict[str, Any]:
         return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
+    def volume(name: str) -> str:
+        return renamed.get(name, name)
+
     mounts: list[dict[str, Any]] = [
-        {"name": "healer-config", "mountPath": "/etc/healer", "readOnly": True},
-        {"name": "healer-runs", "mountPath": config.state_dir},
-        {"name": "healer-tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir of its own
-        {"name": "healer-kube-api", "mountPath": SERVICE_ACCOUNT_MOUNT, "readOnly": True},
+        {"name": volume("healer-config"), "mountPath": "/etc/healer", "readOnly": True},
+        {"name": volume("healer-runs"), "mountPath": config.state_dir},
+        {"name": volume("healer-tmp"), "mountPath": "/tmp"},  # noqa: S108 - an emptyDir of its own
+        {"name": volume("healer-kube-api"), "mountPath": SERVICE_ACCOUNT_MOUNT, "readOnly": True},
     ]
     if config.models_volume:
         mounts.append({"name": config.models_volume, "mountPath": config.models_mount_path})
     container: dict[str, Any] = {
         "name": SIDECAR,
         "image": config.image,
-        "args": ["healer", "sidecar", "--config", "/etc/healer/healer.yaml"],
-        "ports": [{"name": "healer", "containerPort": config.port}],
+        # --listen: the port chosen for this pod (the settings' port unless it is taken there), which
+        # the probes below and Triton's readinessProbe name too; overrides healer.yaml's sidecar.listen.
+        "args": ["healer", "sidecar", "--config", "/etc/healer/healer.yaml", f"--listen=0.0.0.0:{port}"],
+        "ports": [{"name": SIDECAR, "containerPort": port}],
         "env": [
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),
@@ -228,7 +312,7 @@ def sidecar_container(config: InjectionConfig) -> dict[str, Any]:
         ],
         # The sidecar's own liveness: its probe loop turns (a hung loop would freeze /readyz's verdict).
         "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": "healer"},
+            "httpGet": {"path": "/healthz", "port": port},
             "periodSeconds": 10,
             "timeoutSeconds": 2,
             "failureThreshold": 3,
@@ -249,8 +333,9 @@ def sidecar_container(config: InjectionConfig) -> dict[str, Any]:
     return container
 
 
-def sidecar_volumes(config: InjectionConfig) -> list[dict[str, Any]]:
-    return [
+def sidecar_volumes(config: InjectionConfig, placement: Placement | None = None) -> list[dict[str, Any]]:
+    renamed = dict(placement.volumes) if placement else {}
+    volumes: list[dict[str, Any]] = [
         {"name": "healer-config", "configMap": {"name": config.config_map}},
         {"name": "healer-runs", "emptyDir": {"sizeLimit": "64Mi"}},
         {"name": "healer-tmp", "emptyDir": {"sizeLimit": "64Mi"}},
@@ -271,6 +356,10 @@ def sidecar_volumes(config: InjectionConfig) -> list[dict[str, Any]]:
             },
         },
     ]
+    return [{**v, "name": renamed.get(v["name"], v["name"])} for v in volumes]
+
+
+SIDECAR_VOLUMES = ("healer-config", "healer-runs", "healer-tmp", "healer-kube-api")
 
 
 SHLEX_MAX_CHARS = 16 * 1024  # a command line longer than this is split on whitespace only
@@ -278,14 +367,14 @@ _TRITON_PORT_FLAG = re.compile(r"^--(?:http|grpc|metrics|sagemaker|vertex-ai)-po
 
 
 def _ports_in_use(container: Mapping[str, Any]) -> set[int]:
-    """The TCP ports a container listens on in the pod's network namespace: its declared ports, and
-    Triton's --http-port/--grpc-port/--metrics-port/--sagemaker-port/--vertex-ai-port (often not
-    declared), also inside a shell command line (``sh -c "tritonserver ..."``)."""
-    ports = {
-        p.get("containerPort")
-        for p in container.get("ports") or []
-        if isinstance(p, Mapping) and str(p.get("protocol") or "TCP") == "TCP"
-    }
+    """The TCP ports a container listens on in the pod's network namespace: its declared ports (their
+    hostPort too: on the node's network it is the same port), and Triton's --http-port/--grpc-port/
+    --metrics-port/--sagemaker-port/--vertex-ai-port (often not declared), also inside a shell command
+    line (``sh -c "tritonserver ..."``)."""
+    ports: set[Any] = set()
+    for p in container.get("ports") or []:
+        if isinstance(p, Mapping) and str(p.get("protocol") or "TCP") == "TCP":
+            ports |= {p.get("containerPort"), p.get("hostPort")}
     words: list[str] = []
     for item in [*(container.get("command") or []), *(container.get("args") or [])]:
         text = str(item)
@@ -304,19 +393,100 @@ def _ports_in_use(container: Mapping[str, Any]) -> set[int]:
             value = match.group(1) or (words[i + 1] if i + 1 < len(words) else "")
             if re.fullmatch(r"[0-9]{1,5}", value):
                 ports.add(int(value))
-    return {p for p in ports if isinstance(p, int)}
+    return {p for p in ports if isinstance(p, int) and not isinstance(p, bool)}
 
 
-def port_clash(spec: Mapping[str, Any], port: int) -> str:
-    """Who already listens on ``port`` beside the sidecar ("" if nobody): an app container, or a
-    sidecar-style init container (restartPolicy Always: it runs the whole pod's life). A plain init
-    container has finished before the sidecar starts."""
-    running = [("container", c) for c in spec.get("containers") or []]
-    running += [("init container", c) for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+def taken_ports(spec: Mapping[str, Any]) -> dict[int, str]:
+    """Each port the sidecar must not listen on in this pod, and who has it: the app containers' and
+    the sidecar-style init containers' (restartPolicy Always: they run the whole pod's life; a plain
+    init container has finished before the sidecar starts), and Triton's defaults, which it binds
+    unless told otherwise, declared or not. With hostNetwork these are the node's ports too."""
+    running = [("container", c) for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+    running += [
+        ("init container", c)
+        for c in spec.get("initContainers") or []
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
+    ]
+    taken = {port: "Triton's default ports (8000-8002)" for port in TRITON_DEFAULT_PORTS}
     for what, container in running:
-        if port in _ports_in_use(container):
-            return f"{what} {container.get('name')!r} already uses port {port}"
-    return ""
+        for port in sorted(_ports_in_use(container)):
+            taken.setdefault(port, f"{what} {container.get('name')!r}")
+    return taken
+
+
+def choose_port(spec: Mapping[str, Any], config: InjectionConfig) -> tuple[int, str]:
+    """The sidecar's port in this pod, and why it is not the settings' one ("" when it is): the first
+    port from the settings' one up that nothing in the pod takes (deterministic: a re-created pod gets
+    the same), and on the node's network (hostNetwork) none below 1024, which a non-root process
+    without capabilities cannot bind. NotInjected when there is none."""
+    taken = taken_ports(spec)
+    host = spec.get("hostNetwork") is True
+    start = max(config.port, UNPRIVILEGED_PORT_START) if host else config.port
+    port = next((p for p in range(start, 65536) if p not in taken), None)
+    if port is None:
+        raise NotInjected(f"no free port from {start} to 65535 for the sidecar: the pod's containers take them all")
+    if port == config.port:
+        return port, ""
+    if config.port in taken:
+        why = f"{taken[config.port]} already uses port {config.port}"
+    else:
+        why = f"port {config.port} is below {UNPRIVILEGED_PORT_START}, which a non-root sidecar cannot bind on the node"
+    return port, f"the sidecar listens on port {port}: {why}" + (" (hostNetwork: the node's port)" if host else "")
+
+
+def _check_names(spec: Mapping[str, Any]) -> None:
+    """The names the pod's users and healer's tools find the sidecar by cannot move: a clash there is
+    not resolved by renaming (NotInjected)."""
+    for container in _all_containers(spec):
+        if container.get("name") == SIDECAR:
+            # Renaming the sidecar would break every `kubectl exec -c healer`, `kubectl logs -c healer`
+            # and `healer status` (which find it by name), and point them at the user's container.
+            raise NotInjected(
+                f"the pod already has a container named {SIDECAR!r} that this webhook did not inject (no "
+                f"{INJECTION} annotation matching it): rename that container, or remove it if it is a copy of "
+                "an old sidecar"
+            )
+    for container in _all_containers(spec):
+        for port in container.get("ports") or []:
+            if isinstance(port, Mapping) and port.get("name") == SIDECAR:
+                # The PodMonitor scrapes, and the chart's NetworkPolicy admits, the port named "healer".
+                raise NotInjected(
+                    f"container {container.get('name')!r} already has a port named {SIDECAR!r}, the name the "
+                    "PodMonitor and the NetworkPolicy give the sidecar's port: rename that port"
+                )
+
+
+def _volume_names(spec: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """The sidecar's volumes' names in this pod (its own name, or the first free ``<name>-2``,
+    ``-3`` ... when the pod has one so named), and a note per renamed volume. Only the sidecar's
+    own mounts name them, so a rename is invisible to everything else."""
+    taken = {str(v.get("name")) for v in spec.get("volumes") or [] if isinstance(v, Mapping)}
+    renamed: dict[str, str] = {}
+    notes: list[str] = []
+    for name in SIDECAR_VOLUMES:
+        chosen = next(
+            candidate
+            for candidate in (name if n == 1 else f"{name}-{n}"[:VOLUME_NAME_MAX] for n in range(1, len(taken) + 2))
+            if candidate not in taken
+        )
+        taken.add(chosen)
+        if chosen != name:
+            renamed[name] = chosen
+            notes.append(f"the pod has its own volume {name!r}: the sidecar's is named {chosen!r}")
+    return renamed, notes
+
+
+def place(spec: Mapping[str, Any], config: InjectionConfig) -> Placement:
+    """Where the sidecar goes in this pod, every name and port it adds checked against the pod (pure).
+
+    Its env and mount paths are its own container's and cannot clash with anything in the pod (the
+    mount paths are checked against each other when the settings are loaded). Pod-wide are: the
+    container's name and its port's name (NotInjected on a clash: see _check_names), the port number
+    (another free one is chosen), the volume names (renamed)."""
+    _check_names(spec)
+    port, why = choose_port(spec, config)
+    volumes, notes = _volume_names(spec)
+    return Placement(port=port, volumes=volumes, notes=(why, *notes) if why else tuple(notes))
 
 
 def _check_pod(spec: Mapping[str, Any]) -> None:
@@ -327,75 +497,101 @@ def _check_pod(spec: Mapping[str, Any]) -> None:
         raise ValueError("the pod has no containers array (a list of containers) to add the sidecar to")
 
 
-def _check_port(spec: Mapping[str, Any], port: int) -> None:
-    if spec.get("hostNetwork") is True:
-        raise ValueError(
-            f"hostNetwork: the sidecar's port {port} would be the node's, shared with every pod and "
-            "process there and outside any NetworkPolicy"
-        )
-    if clash := port_clash(spec, port):
-        raise ValueError(
-            f"{clash}, the sidecar's port: a second listener there would crash-loop and its probes hit the "
-            "other; free the port or change the injection's port"
-        )
-
-
 def injection_patch(pod: Mapping[str, Any], config: InjectionConfig) -> list[dict[str, Any]]:
-    """The JSONPatch (RFC 6902) that injects the sidecar; [] when there is nothing to do.
+    """The JSONPatch (RFC 6902) that injects the sidecar; [] when there is nothing to do."""
+    return plan_injection(pod, config)[0]
 
-    Raises ValueError (why) for a pod it must not change: the caller admits it as it is, with a warning."""
+
+def plan_injection(pod: Mapping[str, Any], config: InjectionConfig) -> tuple[list[dict[str, Any]], list[str]]:
+    """The JSONPatch that injects the sidecar ([] when there is nothing to do) and notes on what
+    differs from the settings in this pod (a port or volume name moved off a clash), for the warnings.
+
+    Raises NotInjected (why) for a valid pod it must leave without the sidecar, ValueError for one it
+    cannot read: the caller admits it as it is, with a warning."""
     if not wants_injection(pod):
-        return []
+        return [], []
     spec = pod.get("spec") or {}
     metadata = pod.get("metadata") or {}
     _check_pod(spec)
     if already_injected(pod):
-        return []
-    _check_port(spec, config.port)
-    patch: list[dict[str, Any]] = [{"op": "add", "path": "/spec/containers/-", "value": sidecar_container(config)}]
-    volumes = sidecar_volumes(config)
+        return [], []
+    annotations = metadata.get("annotations")
     taken = {v.get("name") for v in spec.get("volumes") or []}
-    clash = [v["name"] for v in volumes if v["name"] in taken]
-    if clash:
-        raise ValueError(f"the pod already has volumes named {', '.join(clash)}")
     if config.models_volume and config.models_volume not in taken:
-        raise ValueError(
+        raise NotInjected(
             f"the pod has no volume {config.models_volume!r} (the model repository the sidecar mounts at "
             f"{config.models_mount_path}): name Triton's model volume so, or change the injection's models_volume"
         )
+    placement = place(spec, config)
+    container = sidecar_container(config, placement)
+    if spec.get("hostNetwork") is True:
+        # On the node's network hostPort is containerPort (the API server would default it so): the
+        # scheduler then keeps two such pods whose sidecars chose the same port off one node.
+        container["ports"][0]["hostPort"] = placement.port
+    patch: list[dict[str, Any]] = [{"op": "add", "path": "/spec/containers/-", "value": container}]
+    volumes = sidecar_volumes(config, placement)
     if spec.get("volumes") is None:
         patch.append({"op": "add", "path": "/spec/volumes", "value": volumes})
     else:
         patch += [{"op": "add", "path": "/spec/volumes/-", "value": v} for v in volumes]
-    if config.image_pull_secrets:
-        pulls = spec.get("imagePullSecrets")
-        have = {p.get("name") for p in pulls or [] if isinstance(p, dict)}
-        missing = [{"name": name} for name in config.image_pull_secrets if name not in have]
-        if pulls is None:
-            patch.append({"op": "add", "path": "/spec/imagePullSecrets", "value": missing})
-        else:
-            patch += [{"op": "add", "path": "/spec/imagePullSecrets/-", "value": p} for p in missing]
-    annotations = metadata.get("annotations")
-    patch.append(_add_key(metadata, "annotations", INJECTED, SIDECAR))
-    # The same as a label: the chart's NetworkPolicy selects the pods that *have* the sidecar, not the
-    # ones that asked for it (a pod admitted unmutated, e.g. for a port clash, keeps its own ports).
-    patch.append(_add_key(metadata, "labels", INJECTED, SIDECAR))
+    patch += _pull_secrets_patch(spec, config)
     if str((annotations or {}).get(READINESS)) == "sidecar":
-        patch.append(_readiness_patch(spec, annotations or {}, config))
+        patch.append(_readiness_patch(spec, annotations or {}, placement.port))
+    evidence = {"container": SIDECAR, "port": placement.port, "digest": injection_digest(container)}
+    if placement.volumes:
+        evidence["volumes"] = dict(placement.volumes)
+    patch += _evidence_patch(metadata, json.dumps(evidence, sort_keys=True))
+    # The same as a label: the chart's NetworkPolicy selects the pods that *have* the sidecar, not the
+    # ones that asked for it (a pod admitted without it keeps its own ports).
+    patch.append(_add_key(metadata, "labels", INJECTED, SIDECAR))
+    return patch, list(placement.notes)
+
+
+def _pull_secrets_patch(spec: Mapping[str, Any], config: InjectionConfig) -> list[dict[str, Any]]:
+    """The healer image's pull secrets the pod lacks, added to its own."""
+    if not config.image_pull_secrets:
+        return []
+    pulls = spec.get("imagePullSecrets")
+    have = {p.get("name") for p in pulls or [] if isinstance(p, dict)}
+    missing = [{"name": name} for name in config.image_pull_secrets if name not in have]
+    if pulls is None:
+        return [{"op": "add", "path": "/spec/imagePullSecrets", "value": missing}]
+    return [{"op": "add", "path": "/spec/imagePullSecrets/-", "value": p} for p in missing]
+
+
+def _evidence_patch(metadata: Mapping[str, Any], evidence: str) -> list[dict[str, Any]]:
+    """The annotations of an injected pod: INJECTED (for people and scripts), INJECTION (the evidence
+    already_injected reads), and a stale NOT_INJECTED (copied from a pod admitted without) removed."""
+    annotations = metadata.get("annotations")
+    if not isinstance(annotations, dict):
+        return [{"op": "add", "path": "/metadata/annotations", "value": {INJECTED: SIDECAR, INJECTION: evidence}}]
+    patch = [
+        _add_key(metadata, "annotations", INJECTED, SIDECAR),
+        _add_key(metadata, "annotations", INJECTION, evidence),
+    ]
+    if NOT_INJECTED in annotations:
+        patch.append({"op": "remove", "path": f"/metadata/annotations/{_pointer(NOT_INJECTED)}"})
     return patch
 
 
-def _readiness_patch(
-    spec: Mapping[str, Any], annotations: Mapping[str, Any], config: InjectionConfig
-) -> dict[str, Any]:
+def not_injected_patch(pod: Mapping[str, Any], why: str) -> list[dict[str, Any]]:
+    """The patch that records on a pod admitted without the sidecar why ([] when its metadata is not
+    a mapping with an annotations mapping or none: then the warning alone says it)."""
+    metadata = pod.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("annotations") or {}, dict):
+        return []
+    return [_add_key(metadata, "annotations", NOT_INJECTED, why[:1000])]
+
+
+def _readiness_patch(spec: Mapping[str, Any], annotations: Mapping[str, Any], port: int) -> dict[str, Any]:
     """Triton's readinessProbe on the sidecar's /readyz (README "Probes": why these numbers)."""
     triton_name = str(annotations.get(TRITON_CONTAINER) or "triton")
     containers = spec.get("containers") or []
     index = next((i for i, c in enumerate(containers) if c.get("name") == triton_name), None)
     if index is None:
-        raise ValueError(f"{READINESS}: sidecar, but the pod has no container named {triton_name!r}")
+        raise NotInjected(f"{READINESS}: sidecar, but the pod has no container named {triton_name!r}")
     # "add" replaces an existing member: the same op whether the container had a probe or not.
-    return {"op": "add", "path": f"/spec/containers/{index}/readinessProbe", "value": readiness_probe(config.port)}
+    return {"op": "add", "path": f"/spec/containers/{index}/readinessProbe", "value": readiness_probe(port)}
 
 
 def readiness_probe(port: int | str) -> dict[str, Any]:
@@ -465,16 +661,26 @@ def _mutate(request: Mapping[str, Any], response: dict[str, Any], config: Inject
     try:
         if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
             raise ValueError("the request's object is not a Pod")
-        patch = injection_patch(pod, config)
+        patch, notes = plan_injection(pod, config)
     except (ValueError, TypeError, AttributeError) as exc:
-        # Never block a pod because of healer: admit it as it is, and say why it has no sidecar.
+        # Never block a pod because of healer: admit it as it is, and say why it has no sidecar. Not
+        # refused: a Triton pod that cannot take the sidecar (a clash healer cannot resolve) still
+        # serves, as it would without healer installed; refusing it would stop a scale-up or a node
+        # drain's re-creation for healer's sake (the same reason as failurePolicy: Ignore). A valid
+        # pod also keeps the reason in the healer.io/not-injected annotation, because the warning
+        # goes to whoever created the pod (for a Deployment, the ReplicaSet controller: nobody).
         log.warning("not_injected", pod=where, uid=request["uid"], error=str(exc))
         response["warnings"] = [f"healer: sidecar not injected: {exc}"]
+        if isinstance(exc, NotInjected) and isinstance(pod, dict) and (marked := not_injected_patch(pod, str(exc))):
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(marked).encode()).decode()
         return
     if patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-        log.info("injected", pod=where, uid=request["uid"], dry_run=bool(request.get("dryRun")))
+        if notes:
+            response["warnings"] = [f"healer: {note}" for note in notes]
+        log.info("injected", pod=where, uid=request["uid"], dry_run=bool(request.get("dryRun")), notes=notes)
 
 
 # ---- the HTTPS server ----------------------------------------------------------------------------------
@@ -567,10 +773,14 @@ def serve(listen: str, cert: Path, key: Path, injection: Path, stop: threading.E
 __all__: Sequence[str] = (
     "BadReview",
     "InjectionConfig",
+    "NotInjected",
+    "Placement",
     "ReloadingTLS",
     "WebhookServer",
     "injection_patch",
     "load_injection_config",
+    "place",
+    "plan_injection",
     "review",
     "serve",
 )

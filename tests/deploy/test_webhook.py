@@ -26,7 +26,9 @@ import pytest
 
 from healer.webhook import (
     INJECTED,
+    INJECTION,
     MAX_BODY_BYTES,
+    NOT_INJECTED,
     InjectionConfig,
     InjectionConfigError,
     ReloadingTLS,
@@ -113,6 +115,35 @@ def apply(pod: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
     return patched
 
 
+def admitted_without_sidecar(pod: dict[str, Any], answer: dict[str, Any]) -> str:
+    """A pod admitted as it was, but for the annotation that says why it has no sidecar (the same
+    words as the warning); the reason is returned."""
+    response = answer["response"]
+    assert response["allowed"] is True
+    [warning] = response["warnings"]
+    assert warning.startswith("healer: sidecar not injected: "), warning
+    stored = apply(copy.deepcopy(pod), answer)
+    assert stored["spec"] == pod["spec"]
+    assert {k: v for k, v in stored["metadata"].items() if k != "annotations"} == {
+        k: v for k, v in pod["metadata"].items() if k != "annotations"
+    }  # not labelled injected: the sidecar's NetworkPolicy does not select it
+    annotations = stored["metadata"]["annotations"]
+    assert {k: v for k, v in annotations.items() if k != NOT_INJECTED} == (pod["metadata"].get("annotations") or {})
+    assert warning == f"healer: sidecar not injected: {annotations[NOT_INJECTED]}"
+    return str(annotations[NOT_INJECTED])
+
+
+def validate(pod: dict[str, Any]) -> None:
+    kubernetes_validate.validate(
+        {**pod, "metadata": {**pod["metadata"], "name": "triton-7d9f-abcde"}}, K8S_VERSION, strict=True
+    )
+
+
+def sidecar_of(pod: dict[str, Any]) -> dict[str, Any]:
+    [healer] = [c for c in pod["spec"]["containers"] if c["name"] == "healer"]
+    return healer
+
+
 def test_an_opted_in_pod_gets_the_sidecar_and_stays_a_valid_pod() -> None:
     pod = triton_pod()
     body = admission_review(pod)
@@ -133,6 +164,11 @@ def test_an_opted_in_pod_gets_the_sidecar_and_stays_a_valid_pod() -> None:
     assert {"name": "HEALER_CONFIG", "value": "/etc/healer/healer.yaml"} in healer["env"]  # for `kubectl exec`
     assert healer["resources"] == {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}}
     assert mutated["metadata"]["annotations"][INJECTED] == "healer"
+    assert json.loads(mutated["metadata"]["annotations"][INJECTION])["container"] == "healer"
+    assert healer["args"][-1] == "--listen=0.0.0.0:8088" and healer["ports"] == [
+        {"name": "healer", "containerPort": 8088}
+    ]
+    assert "warnings" not in answer["response"]  # nothing moved
     # Triton's probes are not touched unless the pod asks for the readiness rewrite.
     assert mutated["spec"]["containers"][0] == pod["spec"]["containers"][0]
 
@@ -165,9 +201,7 @@ def test_a_pod_without_the_model_volume_is_not_injected_and_told_why() -> None:
     pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if v["name"] != "models"]
     pod["spec"]["containers"][0]["volumeMounts"] = []
     answer = review(admission_review(pod), dataclasses.replace(CONFIG, models_volume="models"))
-    assert answer["response"]["allowed"] is True and "patch" not in answer["response"]  # never blocks the pod
-    [warning] = answer["response"]["warnings"]
-    assert "the pod has no volume 'models'" in warning
+    assert "the pod has no volume 'models'" in admitted_without_sidecar(pod, answer)  # never blocks the pod
 
 
 def test_injecting_twice_gives_the_same_pod() -> None:
@@ -206,26 +240,18 @@ def test_dry_run_is_answered_like_any_request_there_being_no_side_effects() -> N
     assert wet == dry
 
 
-@pytest.mark.parametrize(
-    ("pod", "says"),
-    [
-        ({"metadata": {"labels": {"healer.io/inject": "true"}}, "spec": "nonsense"}, "not a Pod"),
-        (
-            {**triton_pod(readiness=True), "spec": {**triton_pod()["spec"], "containers": [{"name": "other"}]}},
-            "no container named 'triton'",
-        ),
-        (
-            {**triton_pod(), "spec": {**triton_pod()["spec"], "volumes": [{"name": "healer-config"}]}},
-            "already has volumes named",
-        ),
-    ],
-    ids=["spec-not-a-mapping", "no-triton-container", "volume-name-clash"],
-)
-def test_a_pod_the_webhook_cannot_read_is_admitted_without_a_sidecar_and_a_warning(pod: Any, says: str) -> None:
+def test_a_pod_the_webhook_cannot_read_is_admitted_without_a_sidecar_and_a_warning() -> None:
+    pod = {"metadata": {"labels": {"healer.io/inject": "true"}}, "spec": "nonsense"}
     answer = review(admission_review(pod), CONFIG)
     assert answer["response"]["allowed"] is True and "patch" not in answer["response"]
     [warning] = answer["response"]["warnings"]
-    assert says in warning and warning.startswith("healer: sidecar not injected")
+    assert "not a Pod" in warning and warning.startswith("healer: sidecar not injected")
+
+
+def test_a_readiness_rewrite_without_its_triton_container_is_admitted_without_a_sidecar_and_says_why() -> None:
+    pod = triton_pod(readiness=True)
+    pod["spec"]["containers"][0]["name"] = "other"
+    assert "no container named 'triton'" in admitted_without_sidecar(pod, review(admission_review(pod), CONFIG))
 
 
 @pytest.mark.parametrize(
@@ -527,7 +553,14 @@ def with_container(pod: dict[str, Any], where: str, container: dict[str, Any]) -
             },
             "container 'triton' already uses port 8088",
         ),
-        ({**triton_pod(), "spec": {**triton_pod()["spec"], "hostNetwork": True}}, "hostNetwork"),
+        (
+            with_container(
+                triton_pod(),
+                "containers",
+                {"name": "app", "image": "app", "ports": [{"containerPort": 8088, "hostPort": 9000}]},
+            ),
+            "container 'app' already uses port 8088",
+        ),
     ],
     ids=[
         "app-container",
@@ -535,18 +568,30 @@ def with_container(pod: dict[str, Any], where: str, container: dict[str, Any]) -
         "triton-http-port-arg",
         "triton-metrics-port-arg",
         "triton-in-a-shell-command-line",
-        "host-network",
+        "with-a-host-port",
     ],
 )
-def test_a_pod_that_already_uses_the_sidecars_port_is_admitted_without_a_sidecar_and_told_which(
+def test_a_pod_that_already_uses_the_sidecars_port_gets_it_on_the_next_free_port_and_is_told_which(
     pod: dict[str, Any], says: str
 ) -> None:
     """Issue 15.6: a second listener on 8088 crash-loops the sidecar ("Address already in use"), and
-    its TCP liveness check would hit the app. Skipped, with a warning naming the container and port."""
+    its liveness check would hit the app. Issue 27.9: the sidecar goes on the next free port (not
+    skipped), is told it (--listen), its liveness and Triton's readinessProbe name it; a warning
+    names the container that has 8088."""
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["annotations"] = {"healer.io/readiness": "sidecar"}
     answer = review(admission_review(pod), CONFIG)
-    assert answer["response"]["allowed"] is True and "patch" not in answer["response"]
     [warning] = answer["response"]["warnings"]
-    assert says in warning and warning.startswith("healer: sidecar not injected"), warning
+    assert warning == f"healer: the sidecar listens on port 8089: {says}", warning
+    mutated = apply(copy.deepcopy(pod), answer)
+    validate(mutated)
+    healer = sidecar_of(mutated)
+    assert healer["ports"] == [{"name": "healer", "containerPort": 8089}]
+    assert "--listen=0.0.0.0:8089" in healer["args"]
+    assert healer["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8089}
+    triton = next(c for c in mutated["spec"]["containers"] if c["name"] == "triton")
+    assert triton["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8089}
+    assert json.loads(mutated["metadata"]["annotations"][INJECTION])["port"] == 8089
 
 
 @pytest.mark.parametrize(
@@ -712,12 +757,10 @@ def test_an_injected_pod_is_labelled_so_and_a_pod_admitted_unmutated_is_not() ->
     bare["metadata"].pop("labels", None)
     bare["metadata"]["annotations"] = {"healer.io/inject": "true"}
     assert apply(bare, review(admission_review(bare), CONFIG))["metadata"]["labels"] == {"healer.io/injected": "healer"}
-    clash = triton_pod()
-    clash["spec"]["containers"][0]["ports"] = [{"containerPort": 8088}]
-    answer = review(admission_review(clash), CONFIG)
-    assert "patch" not in answer["response"]  # unmutated, so never selected by the sidecar's policy
+    clash = with_container(triton_pod(), "containers", {"name": "healer", "image": "someone-elses"})
+    admitted_without_sidecar(clash, review(admission_review(clash), CONFIG))  # never selected by the policy
     # The sidecar's own liveness follows its probe loop, not a bare TCP accept.
-    assert mutated["spec"]["containers"][1]["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healer"}
+    assert mutated["spec"]["containers"][1]["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8088}
 
 
 def test_a_huge_command_line_is_not_handed_to_shlex_and_its_port_flags_still_count(
@@ -741,9 +784,9 @@ def test_a_huge_command_line_is_not_handed_to_shlex_and_its_port_flags_still_cou
     filler = "x" * (800 * 1024)
     pod["spec"]["containers"][0]["args"] = [f"tritonserver {filler} --http-port=8088"]
     answer = review(admission_review(pod), CONFIG)
-    assert "patch" not in answer["response"]
     [warning] = answer["response"]["warnings"]
     assert "already uses port 8088" in warning, warning
+    assert sidecar_of(apply(pod, answer))["ports"][0]["containerPort"] == 8089
 
 
 def test_run_as_user_null_leaves_the_uid_to_the_platform(tmp_path: Path) -> None:
@@ -762,3 +805,214 @@ def test_run_as_user_null_leaves_the_uid_to_the_platform(tmp_path: Path) -> None
     path.write_text("image: healer:dev\nrun_as_user: 'root'\n")
     with pytest.raises(Exception, match="run_as_user: must be an integer"):
         load_injection_config(path)
+
+
+# ---- hostNetwork pods, and pods that already use the sidecar's names or ports (issue 27.9) ----------------
+
+
+def host_network_pod() -> dict[str, Any]:
+    """A Triton pod on the node's network, as a GPU-serving reference set-up runs it: Triton's HTTP
+    port declared (hostPort = containerPort), its gRPC and metrics ports moved by arguments, one of
+    them onto the sidecar's 8088, and a metrics exporter beside it on 8089."""
+    pod = triton_pod(readiness=True)
+    spec = pod["spec"]
+    spec["hostNetwork"] = True
+    spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    spec["securityContext"] = {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000}
+    triton = spec["containers"][0]
+    triton["args"] = [*triton["args"], "--grpc-port=8090", "--metrics-port", "8088"]
+    triton["ports"] = [{"name": "http", "containerPort": 8000, "hostPort": 8000}]
+    spec["containers"].append(
+        {"name": "dcgm", "image": "dcgm-exporter", "ports": [{"containerPort": 8089, "hostPort": 8089}]}
+    )
+    return pod
+
+
+def test_a_host_network_pod_gets_the_sidecar_on_a_port_free_on_the_nodes_network() -> None:
+    """Issue 27.9: a hostNetwork pod was admitted without the sidecar (no protection at all). It is
+    injected on the first port from 8088 up that no container of the pod takes, declared or in
+    Triton's arguments (8088 metrics, 8089 the exporter, 8090 gRPC): 8091, as its hostPort too; the
+    sidecar is told it, its probes and Triton's readinessProbe name it; the pod's securityContext and
+    network are kept as they were."""
+    pod = host_network_pod()
+    answer = review(admission_review(pod), CONFIG)
+    assert answer["response"]["warnings"] == [
+        "healer: the sidecar listens on port 8091: container 'triton' already uses port 8088 "
+        "(hostNetwork: the node's port)"
+    ]
+    mutated = apply(copy.deepcopy(pod), answer)
+    validate(mutated)
+    healer = sidecar_of(mutated)
+    assert healer["ports"] == [{"name": "healer", "containerPort": 8091, "hostPort": 8091}]
+    assert healer["args"] == ["healer", "sidecar", "--config", "/etc/healer/healer.yaml", "--listen=0.0.0.0:8091"]
+    assert healer["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8091}
+    assert mutated["spec"]["containers"][0]["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8091}
+    assert healer["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # the sidecar's own, as ever
+    for key in ("hostNetwork", "dnsPolicy", "securityContext"):
+        assert mutated["spec"][key] == pod["spec"][key]  # never loosened, never dropped
+    assert mutated["metadata"]["labels"][INJECTED] == "healer"
+
+
+@pytest.mark.parametrize(
+    ("port", "host_network", "chosen"),
+    [
+        (8001, False, 8003),  # Triton's default gRPC and metrics ports, bound though not declared
+        (8001, True, 8003),
+        (80, False, 80),  # in the pod's own network a non-root process may bind it
+        (80, True, 1024),  # on the node's, not without the capability the sidecar drops
+    ],
+)
+def test_the_sidecars_port_avoids_tritons_defaults_and_on_the_node_the_privileged_ports(
+    port: int, host_network: bool, chosen: int
+) -> None:
+    pod = triton_pod()
+    pod["spec"]["hostNetwork"] = host_network
+    mutated = apply(pod, review(admission_review(pod), dataclasses.replace(CONFIG, port=port)))
+    assert sidecar_of(mutated)["ports"][0]["containerPort"] == chosen
+
+
+def test_the_chosen_port_is_a_function_of_the_pod_alone() -> None:
+    """Deterministic: the same pod (a Deployment's next replica) always gets the same port and patch."""
+    first = review(admission_review(host_network_pod()), CONFIG)["response"]
+    second = review(admission_review(host_network_pod()), CONFIG)["response"]
+    assert first["patch"] == second["patch"]
+
+
+def test_a_pod_whose_volume_names_clash_gets_the_sidecars_volumes_renamed() -> None:
+    """The pod's own volumes named like the sidecar's (and its next choice) stay; the sidecar's get
+    the first free name, in the volumes and in its mounts, and the patch stays a valid pod."""
+    pod = triton_pod()
+    pod["spec"]["volumes"] += [
+        {"name": "healer-config", "configMap": {"name": "my-own"}},
+        {"name": "healer-config-2", "emptyDir": {}},
+        {"name": "healer-tmp", "emptyDir": {}},
+    ]
+    answer = review(admission_review(pod), CONFIG)
+    mutated = apply(copy.deepcopy(pod), answer)
+    validate(mutated)
+    volumes = {v["name"]: v for v in mutated["spec"]["volumes"]}
+    assert [v["name"] for v in mutated["spec"]["volumes"]] == [
+        *(v["name"] for v in pod["spec"]["volumes"]),
+        "healer-config-3",
+        "healer-runs",
+        "healer-tmp-2",
+        "healer-kube-api",
+    ]
+    assert volumes["healer-config"] == {"name": "healer-config", "configMap": {"name": "my-own"}}  # the pod's own
+    assert volumes["healer-config-3"]["configMap"] == {"name": "healer-config"}  # healer.yaml
+    mounts = {m["mountPath"]: m["name"] for m in sidecar_of(mutated)["volumeMounts"]}
+    assert mounts["/etc/healer"] == "healer-config-3" and mounts["/tmp"] == "healer-tmp-2"
+    assert answer["response"]["warnings"] == [
+        "healer: the pod has its own volume 'healer-config': the sidecar's is named 'healer-config-3'",
+        "healer: the pod has its own volume 'healer-tmp': the sidecar's is named 'healer-tmp-2'",
+    ]
+    assert json.loads(mutated["metadata"]["annotations"][INJECTION])["volumes"] == {
+        "healer-config": "healer-config-3",
+        "healer-tmp": "healer-tmp-2",
+    }
+
+
+@pytest.mark.parametrize(
+    "where", ["containers", "initContainers", "ephemeralContainers"], ids=["container", "init", "ephemeral"]
+)
+def test_a_look_alike_container_named_like_the_sidecar_is_not_taken_for_it(where: str) -> None:
+    """Issue 27.9: a user's container named `healer` was taken for the sidecar, and the pod admitted
+    silently without one. It is not healer's (no evidence healer wrote): the pod cannot take the
+    sidecar under its name (which `kubectl exec -c healer` and `healer status` find it by), so it is
+    admitted as it is, with a warning and an annotation that say why; even with the annotation an
+    old webhook wrote, which anyone can copy."""
+    pod = with_container(triton_pod(), where, {"name": "healer", "image": "example.com/healer-the-app:1"})
+    pod["metadata"]["annotations"] = {INJECTED: "healer"}
+    why = admitted_without_sidecar(pod, review(admission_review(pod), CONFIG))
+    assert "already has a container named 'healer' that this webhook did not inject" in why
+
+
+def test_a_container_changed_after_injection_is_no_longer_taken_for_the_sidecar() -> None:
+    """The evidence is a digest of what the webhook wrote: the same annotation over another image is
+    someone else's container."""
+    injected = apply(triton_pod(), review(admission_review(triton_pod()), CONFIG))
+    forged = copy.deepcopy(injected)
+    sidecar_of(forged)["image"] = "example.com/not-healer:1"
+    assert "already has a container named 'healer'" in admitted_without_sidecar(
+        forged, review(admission_review(forged), CONFIG)
+    )
+
+
+def test_a_copied_injected_annotation_without_the_sidecar_does_not_stop_the_injection() -> None:
+    """A pod template copied from an injected pod's metadata, without its sidecar: it was left
+    alone before (no protection); it gets the sidecar, and a stale not-injected reason is dropped."""
+    once = apply(triton_pod(), review(admission_review(triton_pod()), CONFIG))
+    pod = triton_pod()
+    pod["metadata"]["annotations"] = {**once["metadata"]["annotations"], NOT_INJECTED: "an old reason"}
+    mutated = apply(copy.deepcopy(pod), review(admission_review(pod), CONFIG))
+    assert [c["name"] for c in mutated["spec"]["containers"]] == ["triton", "healer"]
+    assert NOT_INJECTED not in mutated["metadata"]["annotations"]
+
+
+def test_a_port_named_like_the_sidecars_is_not_taken_and_says_why() -> None:
+    """The PodMonitor scrapes, and the NetworkPolicy admits, the port named `healer`: a user's port
+    of that name would be scraped as the sidecar, so the pod is admitted without it, told why."""
+    pod = triton_pod()
+    pod["spec"]["containers"][0]["ports"].append({"name": "healer", "containerPort": 9000})
+    why = admitted_without_sidecar(pod, review(admission_review(pod), CONFIG))
+    assert "container 'triton' already has a port named 'healer'" in why
+
+
+def test_a_pod_whose_ports_are_all_taken_is_admitted_without_the_sidecar() -> None:
+    pod = triton_pod()
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": p} for p in range(65530, 65536)]
+    why = admitted_without_sidecar(pod, review(admission_review(pod), dataclasses.replace(CONFIG, port=65530)))
+    assert why == "no free port from 65530 to 65535 for the sidecar: the pod's containers take them all"
+
+
+def as_the_api_server_stores_it(pod: dict[str, Any]) -> dict[str, Any]:
+    """The API server's defaulting of a created pod, as far as it touches what healer wrote: a port's
+    protocol (and hostPort on the node's network), a container's pull policy and termination message,
+    a probe's scheme and thresholds, a fieldRef's apiVersion, a volume's defaultMode."""
+    pod = copy.deepcopy(pod)
+    for container in pod["spec"]["containers"]:
+        container.setdefault("imagePullPolicy", "IfNotPresent")
+        container.setdefault("terminationMessagePath", "/dev/termination-log")
+        for port in container.get("ports") or []:
+            port.setdefault("protocol", "TCP")
+            if pod["spec"].get("hostNetwork"):
+                port.setdefault("hostPort", port["containerPort"])
+        for probe in ("livenessProbe", "readinessProbe"):
+            if probe in container:
+                container[probe]["httpGet"].setdefault("scheme", "HTTP")
+                container[probe].setdefault("successThreshold", 1)
+        for env in container.get("env") or []:
+            if "valueFrom" in env:
+                env["valueFrom"]["fieldRef"].setdefault("apiVersion", "v1")
+    for volume in pod["spec"]["volumes"]:
+        for kind in ("configMap", "projected"):
+            if kind in volume:
+                volume[kind].setdefault("defaultMode", 420)
+    return pod
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        triton_pod(),
+        host_network_pod(),
+        with_container(triton_pod(), "containers", {"name": "app", "image": "app", "ports": [{"containerPort": 8088}]}),
+        {
+            **triton_pod(),
+            "spec": {
+                **triton_pod()["spec"],
+                "volumes": [*triton_pod()["spec"]["volumes"], {"name": "healer-runs", "emptyDir": {}}],
+            },
+        },
+    ],
+    ids=["plain", "host-network", "port-clash", "volume-clash"],
+)
+def test_readmitting_an_injected_pod_changes_nothing(pod: dict[str, Any]) -> None:
+    """Reinvocation (another webhook changed the pod after healer's), or a pod re-created from a
+    stored injected spec (defaulted by the API server): healer recognises its own sidecar by the
+    evidence it wrote and adds nothing; the first admission injected it, whatever moved."""
+    once = apply(copy.deepcopy(pod), review(admission_review(pod), CONFIG))
+    assert [c["name"] for c in once["spec"]["containers"]][-1] == "healer"
+    for again in (once, as_the_api_server_stores_it(once)):
+        answer = review(admission_review(again), CONFIG)["response"]
+        assert answer["allowed"] is True and "patch" not in answer and "warnings" not in answer

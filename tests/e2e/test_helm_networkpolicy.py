@@ -58,7 +58,8 @@ def test_the_sidecar_port_admits_only_prometheus_the_injected_pods_and_the_workf
     assert spec["podSelector"] == {"matchLabels": {"healer.io/injected": "healer"}}
     assert spec["policyTypes"] == ["Ingress"]
     port = VALUES["sidecar"]["port"]
-    [sidecar_rule] = [r for r in spec["ingress"] if r["ports"] == [{"protocol": "TCP", "port": port}]]
+    # By name: the webhook may move a pod's sidecar off sidecar.port (issue 27.9), never off its name.
+    [sidecar_rule] = [r for r in spec["ingress"] if r["ports"] == [{"protocol": "TCP", "port": "healer"}]]
     sources = sidecar_rule["from"]
     assert {"podSelector": {"matchLabels": {"healer.io/injected": "healer"}}} in sources
     assert {
