@@ -1025,6 +1025,7 @@ def _cmd_store_doctor(settings: Settings, args: argparse.Namespace) -> int:
             cleared = " and its put-back duties cleared" if args.clear_put_back else ""
             audit(f"lease released by {released.holder}{cleared}")
         diagnosis = store.diagnose(args.model)
+        findings = store.examine(args.model, diagnosis.ledger, settings.live_repository_path)
     except ConfigError as exc:
         print(f"healer: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -1037,6 +1038,7 @@ def _cmd_store_doctor(settings: Settings, args: argparse.Namespace) -> int:
     lease = diagnosis.lease
     held = lease is not None and not lease.released and lease.expires_at > now
     blocked = bool(diagnosis.unreadable) or held or bool(lease is not None and lease.put_back)
+    blocked = blocked or bool(findings.problems)  # a way back the ledger promises is not there
     data = {
         "model": args.model,
         "store": store.location,
@@ -1058,6 +1060,8 @@ def _cmd_store_doctor(settings: Settings, args: argparse.Namespace) -> int:
             "note": lease.note if lease else "",
         },
         "unreadable": [{"where": where, "error": error} for where, error in diagnosis.unreadable],
+        "problems": list(findings.problems),
+        "notes": list(findings.notes),
         "blocked": blocked,
     }
     if args.output in ("json", "yaml"):
@@ -1083,6 +1087,10 @@ def _print_diagnosis(data: dict[str, Any], diagnosis: Any, *, hint: bool) -> Non
         print(f"        to load again on {duty['replica']}: {versions} (an unload-first swap was cut off)")
     for where, error in diagnosis.unreadable:
         print(f"unreadable {where}: {error}")
+    for problem in data["problems"]:
+        print(f"problem {problem}")
+    for note in data["notes"]:
+        print(f"note    {note}")
     if hint:
         print("next: runbooks/store-doctor.md (--release-lease / --repair with --reason)")
 

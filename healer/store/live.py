@@ -11,7 +11,9 @@ import uuid
 from pathlib import Path
 
 from healer.logs import get_logger
+from healer.settings import VERSION_PATTERN
 from healer.store.files import _write_atomic, make_dirs
+from healer.store.hashing import DERIVED_DIRS
 from healer.store.layout import DISPLACED_DIR, QUARANTINE_DIR, _check_name, _safe_part
 
 # ---- quarantine in a live repository ---------------------------------------------------------------
@@ -134,6 +136,74 @@ def write_live_config(live_repository: Path, model: str, text: str) -> Path | No
         raise OSError(errno.EAGAIN, "config.pbtxt changed while it was being restored: the newer one kept", str(target))
     _write_atomic(target, data)
     return displaced
+
+
+# ---- bytecode beside a version ---------------------------------------------------------------------------
+def bytecode_caches(version_dir: Path) -> list[Path]:
+    """The bytecode caches (``__pycache__``, at any depth, a directory or anything else of that name)
+    under a version directory, outermost first. No check covers them: the ledger's sha256, the stamps
+    and ``store stage`` skip them as derived, yet Python runs a cached .pyc instead of its source
+    whenever the header's source mtime and size match, which anyone who can write there can forge.
+    A missing directory has none; an unreadable one raises OSError (nothing is assumed clean)."""
+    if not version_dir.is_dir():
+        return []
+    found: list[Path] = []
+
+    def fail(exc: OSError) -> None:
+        raise exc
+
+    for current, dirs, files in os.walk(version_dir, onerror=fail):  # symlinked folders are not entered
+        found += [Path(current) / name for name in [*dirs, *files] if name in DERIVED_DIRS]
+        dirs[:] = [name for name in dirs if name not in DERIVED_DIRS]
+    return sorted(found, key=lambda p: (len(p.parts), str(p)))
+
+
+def live_bytecode(live_repository: Path, model: str) -> dict[str, list[str]]:
+    """Each version directory of ``<live>/<model>`` that holds bytecode caches → their paths, relative
+    to the version directory (``store doctor`` reports them). Only numeric folders: what Triton loads."""
+    _check_name(model)
+    model_dir = live_repository / model
+    if not model_dir.is_dir():
+        return {}
+    found = {}
+    for entry in sorted(model_dir.iterdir(), key=lambda p: p.name):
+        if VERSION_PATTERN.match(entry.name) and entry.is_dir() and (caches := bytecode_caches(entry)):
+            found[entry.name] = [str(p.relative_to(entry)) for p in caches]
+    return found
+
+
+def move_bytecode_aside(live_repository: Path, model: str, version: str) -> list[str]:
+    """Move every bytecode cache of ``<live>/<model>/<version>`` to
+    ``<live>/<model>/.healer-displaced/<version>-bytecode-<time>-<id>/`` (same relative paths), never
+    deleted, so that Triton's Python backend compiles the source the ledger verified instead. Called
+    under the model's lease, right before a version is loaded from where Triton reads it (the
+    rollback's and the release's stage_version). Returns the relative paths moved ([] when none, or no
+    such directory). Raises OSError naming the path when one cannot be moved (e.g. a cache another
+    user owns): the version must not be loaded then."""
+    _check_name(model, version)
+    version_dir = live_repository / model / version
+    caches = bytecode_caches(version_dir)
+    if not caches:
+        return []
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    aside = live_repository / model / DISPLACED_DIR / f"{version}-bytecode-{stamp}-{uuid.uuid4().hex[:8]}"
+    moved: list[str] = []
+    for cache in caches:
+        relative = cache.relative_to(version_dir)
+        destination = aside / relative
+        make_dirs(destination.parent)
+        try:
+            os.rename(cache, destination)  # the same filesystem (the model's folder): no copy
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"cannot move bytecode aside ({exc.strerror}); Triton would run it unchecked: "
+                "give healer write access to it, or move it away by hand",
+                str(cache),
+            ) from exc
+        moved.append(str(relative))
+    get_logger("healer.store").warning("bytecode_moved_aside", model=model, version=version, moved=moved, to=str(aside))
+    return moved
 
 
 # ---- staging leftovers ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from healer.store.errors import StoreIntegrityError
 from healer.store.files import _write_atomic, make_dirs
 from healer.store.hashing import DERIVED_DIRS, check_hashes
 from healer.store.layout import DIR_MODE, DISPLACED_DIR, FILE_MODE, META_DIR, _check_name
+from healer.store.live import move_bytecode_aside
 from healer.store.stamps import record as record_stamp
 from healer.store.stamps import verify_version
 
@@ -66,7 +67,9 @@ class Versions(StoreBase):
         """Copy a version (and the model's config.pbtxt if the live repository lacks one) into the
         directory Triton reads. The copy is assembled beside the target and renamed into place; an
         existing different copy is moved aside, never deleted. Every file's sha256 must equal
-        ``expected`` (the ledger's record) before anything is renamed into place."""
+        ``expected`` (the ledger's record) before anything is renamed into place. A copy already
+        there that matches is kept, its bytecode caches moved aside (live.move_bytecode_aside): the
+        version returned holds exactly the ledger's files."""
         _check_name(model, version)
         model_dir = live_repository / model
         target = model_dir / version
@@ -79,6 +82,8 @@ class Versions(StoreBase):
                 pass  # it differs: fetched below, and this copy moved aside
             else:
                 self._config_if_missing(model_dir, model)
+                # A staged copy never carries bytecode no check covers (a fetched one has none).
+                move_bytecode_aside(live_repository, model, version)
                 return FetchedVersion(model, version, target, dict(expected), verified)
         make_dirs(model_dir)
         staging = Path(tempfile.mkdtemp(prefix=f".fetch-{version}-", dir=model_dir))
@@ -114,6 +119,11 @@ class Versions(StoreBase):
             return FetchedVersion(model, version, target, hashes)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def move_bytecode_aside(self, live_repository: Path, model: str, version: str) -> list[str]:
+        """Before a version is loaded from where Triton reads it (the store itself, with an NFS-style
+        set-up): its bytecode caches moved aside, never deleted (healer/store/live.py)."""
+        return move_bytecode_aside(live_repository, model, version)
 
     def _config_if_missing(self, model_dir: Path, model: str) -> None:
         config = model_dir / "config.pbtxt"

@@ -197,3 +197,111 @@ def test_an_unreadable_file_is_a_store_error_not_a_crash(version: tuple[Path, di
     (root / "weights" / "loop").symlink_to(root / "weights" / "w.bin")
     with pytest.raises(StoreError):
         verify_version(root, expected, where="t")
+
+
+# ---- bytecode (issue 27, item 4): derived, so no check covers it; moved aside before a load ------------
+
+
+def plant_caches(root: Path) -> None:
+    (root / "__pycache__").mkdir()
+    (root / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"bytecode of other code")
+    (root / "weights" / "__pycache__").mkdir()
+    (root / "weights" / "__pycache__" / "helper.cpython-311.pyc").write_bytes(b"more")
+    (root / "weights" / "__pycache__" / "nested").mkdir()  # never looked into: the whole folder moves
+    elsewhere = root.parent.parent / "elsewhere"
+    elsewhere.mkdir()
+    (root / "sub").mkdir()
+    (root / "sub" / "__pycache__").symlink_to(elsewhere)  # a link of that name is moved, not followed
+
+
+def test_bytecode_caches_pass_every_check_and_are_found_at_any_depth(version: tuple[Path, dict[str, str]]) -> None:
+    from healer.store import bytecode_caches
+
+    root, expected = version
+    assert verify_version(root, expected, where="t") == "hashed"
+    plant_caches(root)
+    # What makes them dangerous: the ledger's hashes, the stamp and a full check all pass.
+    assert hash_directory(root) == expected
+    assert verify_version(root, expected, where="t") == "stamp"
+    assert verify_version(root, expected, where="t", trust_stamp=False) == "hashed"
+    found = [str(p.relative_to(root)) for p in bytecode_caches(root)]
+    assert found == ["__pycache__", "sub/__pycache__", "weights/__pycache__"]
+    assert bytecode_caches(root / "absent") == []
+
+
+def test_bytecode_is_moved_aside_never_deleted_and_the_version_still_matches(
+    version: tuple[Path, dict[str, str]],
+) -> None:
+    from healer.store import move_bytecode_aside
+
+    root, expected = version
+    live = root.parent.parent
+    verify_version(root, expected, where="t")
+    plant_caches(root)
+    moved = move_bytecode_aside(live, "m", "1")
+    assert moved == ["__pycache__", "sub/__pycache__", "weights/__pycache__"]
+    assert not any(p.name == "__pycache__" for p in root.rglob("*"))
+    [aside] = (live / "m" / DISPLACED_DIR).iterdir()
+    assert aside.name.startswith("1-bytecode-")
+    assert (aside / "__pycache__" / "model.cpython-311.pyc").read_bytes() == b"bytecode of other code"
+    assert (aside / "weights" / "__pycache__" / "helper.cpython-311.pyc").read_bytes() == b"more"
+    assert (aside / "sub" / "__pycache__").is_symlink() and (live / "elsewhere").is_dir()
+    assert verify_version(root, expected, where="t") == "stamp"  # the version's own files untouched
+    assert move_bytecode_aside(live, "m", "1") == []  # idempotent
+    assert move_bytecode_aside(live, "m", "7") == []  # no such version: nothing to do
+
+
+def test_bytecode_that_cannot_be_moved_is_an_error_naming_it(
+    version: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from healer.store import move_bytecode_aside
+
+    root, _ = version
+    (root / "__pycache__").mkdir()
+    real_rename = os.rename
+
+    def refuse(source: object, destination: object) -> None:
+        if Path(str(source)).name == "__pycache__":
+            raise PermissionError(errno.EACCES, "Permission denied")
+        real_rename(source, destination)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "rename", refuse)
+    with pytest.raises(
+        OSError, match=r"cannot move bytecode aside \(Permission denied\); Triton would run it"
+    ) as raised:
+        move_bytecode_aside(root.parent.parent, "m", "1")
+    assert raised.value.filename == str(root / "__pycache__") and raised.value.errno == errno.EACCES
+    assert (root / "__pycache__").is_dir()
+
+
+def test_a_staged_copy_never_carries_bytecode(tmp_path: Path) -> None:
+    blobs = FilesystemBlobs(tmp_path / "store")
+    make_version(tmp_path / "store" / "m" / "1", {**FILES, "__pycache__/model.cpython-311.pyc": b"in the store"})
+    store, live = ModelStore(blobs), tmp_path / "live"
+    expected = store.version_files("m", "1")
+    assert "__pycache__/model.cpython-311.pyc" not in expected
+    fetched = store.fetch_version("m", "1", live, expected=expected)
+    assert fetched.verified == "fetched" and not (live / "m" / "1" / "__pycache__").exists()
+    plant_caches(live / "m" / "1")
+    again = store.fetch_version("m", "1", live, expected=expected)  # the staged copy, checked from its stamp
+    assert again.verified == "stamp"
+    assert not any(p.name == "__pycache__" for p in (live / "m" / "1").rglob("*"))
+    [aside] = (live / "m" / DISPLACED_DIR).iterdir()
+    assert (aside / "__pycache__" / "model.cpython-311.pyc").is_file()
+
+
+def test_store_stage_reports_bytecode_it_finds(tmp_path: Path) -> None:
+    store_root = tmp_path / "store"
+    make_version(store_root / "m" / "1", FILES)
+    store = ModelStore(FilesystemBlobs(store_root))
+    record = StableRecord(version="1", files=store.version_files("m", "1"), promoted_at="t", promoted_by="test")
+    store.update_ledger("m", lambda ledger: ledger.with_stable(record))
+    (store_root / "m" / "1" / "__pycache__").mkdir()
+    (store_root / "m" / "1" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"x")
+    [staged] = stage_model(store, "m", store_root, store_is_live=True)
+    assert staged.outcome == "verified" and staged.ok  # the version's own files match the ledger
+    assert staged.bytecode == ("__pycache__",)
+    assert "bytecode no check covers: __pycache__ (moved aside before the next load)" in staged.detail
+    assert (store_root / "m" / "1" / "__pycache__").is_dir()  # reported, not moved: stage holds no lease

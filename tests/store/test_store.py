@@ -31,6 +31,7 @@ from healer.settings import S3Settings, StoreSettings
 from healer.store import (
     CHUNK,
     DIR_MODE,
+    DISPLACED_DIR,
     FILE_MODE,
     ConditionalWritesIgnored,
     DrainSet,
@@ -320,10 +321,14 @@ def test_fetch_version_leaves_an_identical_live_copy_alone(backend: Backend, liv
         (target / name).write_bytes(data)
     (target / "__pycache__").mkdir()
     (target / "__pycache__" / "model.pyc").write_bytes(b"written by Triton's Python backend")
-    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in target.rglob("*")}
+    own = [p for p in target.rglob("*") if "__pycache__" not in p.parts]
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in own}
     fetched = backend.store.fetch_version("m", "1", live, expected=expected)
     assert fetched.path == target
+    # The version's own files untouched; the bytecode no check covers moved aside (issue 27, item 4).
     assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in target.rglob("*")} == before
+    [aside] = (live / "m" / DISPLACED_DIR).iterdir()
+    assert (aside / "__pycache__" / "model.pyc").read_bytes() == b"written by Triton's Python backend"
     assert not (live / ".healer").exists()
     assert leftovers(live / "m") == []
 

@@ -146,3 +146,67 @@ def test_a_snapshot_name_of_non_ascii_digits_is_not_ours_and_blocks_nothing(conf
     (config.parent / "store" / store._drain_prefix("set-a")).mkdir(parents=True, exist_ok=True)
     (config.parent / "store" / store._drain_prefix("set-a") / "\u00b2.json").write_text("{}")
     assert store.drain_set("set-a") == drain
+
+
+# ---- what interrupted work or a hand left (issue 27, item 8) ---------------------------------------------
+
+
+def _promote_by_record(store: ModelStore, version: str) -> None:
+    record = StableRecord(version, store.version_files(MODEL, version), "t", "test")
+    store.update_ledger(MODEL, lambda ledger: ledger.with_stable(record))
+
+
+def test_a_healthy_model_has_nothing_to_report(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    store = _store(config)
+    _promote_by_record(store, "1")
+    _promote_by_record(store, "2")
+    assert _doctor(config, "-o", "json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["problems"] == [] and report["notes"] == [] and not report["blocked"]
+
+
+def test_a_stable_version_whose_files_are_gone_is_a_problem(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    store = _store(config)
+    _promote_by_record(store, "1")
+    _promote_by_record(store, "2")
+    root = config.parent / "store" / MODEL
+    (root / "2" / "params.json").unlink()  # a half-finished cleanup by hand
+    (root / "2" / "notes.txt").write_text("not promoted")
+    shutil.move(root / "1", config.parent / "elsewhere")  # a whole version moved away
+    assert _doctor(config) == 1
+    out = capsys.readouterr().out
+    assert f"problem v1 is stable but its files are gone from {store.location}/{MODEL}/1" in out
+    assert "no rollback can restore it" in out
+    assert f"problem v2 is stable but {store.location}/{MODEL}/2 has 1 of its 2 files gone (params.json)" in out
+    assert "and files the ledger does not list (notes.txt): a rollback to it is refused" in out
+    assert _doctor(config, "-o", "json") == 1
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["problems"]) == 2 and report["blocked"]
+    assert (config.parent / "elsewhere" / "model.py").is_file()  # the doctor moved nothing
+
+
+def test_a_version_both_stable_and_quarantined_is_reported(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from healer.ledger import QuarantineRecord
+
+    store = _store(config)
+    _promote_by_record(store, "1")
+    _promote_by_record(store, "2")
+    quarantine = QuarantineRecord(version="2", reason="wrong-answer", incident="inc-9", at="t", by="healer")
+    store.update_ledger(MODEL, lambda ledger: ledger.with_quarantine(quarantine))
+    assert _doctor(config) == 0  # rollbacks skip it: nothing is blocked, but a person should know
+    out = capsys.readouterr().out
+    assert "note    v2 is both stable and quarantined (incident inc-9): rollbacks skip it" in out
+    assert f"healer store unquarantine {MODEL} 2 --reason" in out
+
+
+def test_bytecode_in_the_live_repository_is_reported(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    store = _store(config)
+    _promote_by_record(store, "1")
+    cache = config.parent / "store" / MODEL / "1" / "__pycache__"
+    cache.mkdir()
+    (cache / "model.cpython-311.pyc").write_bytes(b"bytecode")
+    assert _doctor(config, "-o", "json") == 0
+    [note] = json.loads(capsys.readouterr().out)["notes"]
+    assert note.startswith(f"{config.parent / 'store'}/{MODEL}/1 holds bytecode no check covers (__pycache__)")
+    assert "moves it aside before it loads the version" in note
+    assert cache.is_dir()  # reported only: the doctor holds no lease
