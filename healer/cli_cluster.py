@@ -98,8 +98,10 @@ def cmd_runs(args: argparse.Namespace, *, print_data: Callable[[Any, str], None]
 
 def show_run(run: dict[str, Any], output: str | None, print_data: Callable[[Any, str], None]) -> None:
     """One run (a workflow, or a LocalEngine record of the same shape) as `runs get` prints it."""
+    from healer.engines.records import as_displayed
     from healer.runs import format_run
 
+    run = as_displayed(run)  # a LocalEngine run whose engine died: Error (engine gone), not Running forever
     if output in ("json", "yaml"):
         print_data(run, output)
     elif output == "name":
@@ -112,8 +114,10 @@ def show_runs(
     runs: list[dict[str, Any]], output: str | None, print_data: Callable[[Any, str], None], *, empty: str | None = None
 ) -> None:
     """Runs as `runs list` prints them; ``empty``: the line printed instead of an empty table."""
+    from healer.engines.records import as_displayed
     from healer.runs import format_runs
 
+    runs = [as_displayed(run) for run in runs]  # read only: nothing is marked
     if output in ("json", "yaml"):
         print_data(runs, output)
     elif output == "name":

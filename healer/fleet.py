@@ -111,7 +111,31 @@ def fleet_view(
         healthy += sum(1 for r in rows if r.pod == name and r.state == "healthy" and pod.ready)
         if pod.kept_for_diagnosis:
             notes.append(f"{name} is kept for diagnosis after incident {pod.kept_for_diagnosis}")
+    notes += split_fleet(rows)
     return FleetView(tuple(rows), len(pods), healthy, tuple(notes))
+
+
+def split_fleet(rows: Sequence[FleetRow]) -> list[str]:
+    """A line per model whose pods do not all serve the same versions: what a release or a rollback cut
+    off leaves (a replica swapped, the next not). Only while neither is under way is it a problem; the
+    store doctor cannot see it (it reads the store, not the Tritons), so `healer status` says it."""
+    by_model: dict[str, dict[str, list[str]]] = {}
+    for row in rows:
+        if row.model != "-" and row.serving != "-":
+            by_model.setdefault(row.model, {}).setdefault(row.serving, []).append(row.pod)
+    lines = []
+    for model, serving in sorted(by_model.items()):
+        if len(serving) < 2:
+            continue
+        parts = [
+            f"{'not served' if versions == 'NO' else versions} on {', '.join(sorted(pods))}"
+            for versions, pods in sorted(serving.items(), key=lambda item: (-len(item[1]), item[0]))
+        ]
+        lines.append(
+            f"split fleet: {model} is served as " + "; ".join(parts) + " (unless a release or a rollback is under "
+            f"way: `healer rollback {model} VERSION`, VERSION the one to leave, puts every replica on the stable one)"
+        )
+    return lines
 
 
 def _model_rows(name: str, pod: FleetPod, document: Mapping[str, Any], phases: Mapping[str, str]) -> list[FleetRow]:

@@ -26,6 +26,8 @@ DRILL_LABEL = "healer.io/drill"  # on a drill workflow: its scenario
 # On a LocalEngine run record (annotations): who runs it, so a run whose process died is marked Error.
 ENGINE_ANNOTATION = "healer.io/engine"  # <host>/<pid>
 ENGINE_INSTANCE_ANNOTATION = "healer.io/engine-instance"
+# Written when a run is marked Error because its engine process died: not an outcome, never joined.
+ENGINE_GONE_ANNOTATION = "healer.io/engine-gone"  # "true"
 # On a pod kept for diagnosis after an escalation (annotations; runbooks/rollback-escalated.md).
 DIAGNOSIS_ANNOTATION = "healer.io/diagnosis"  # "keep"
 INCIDENT_ANNOTATION = INCIDENT_LABEL

@@ -7,7 +7,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from healer.labels import ENGINE_ANNOTATION, FROM_VERSION_LABEL, INCIDENT_LABEL, MODEL_LABEL, TO_VERSION_LABEL
+from healer.labels import (
+    ENGINE_ANNOTATION,
+    ENGINE_GONE_ANNOTATION,
+    FROM_VERSION_LABEL,
+    INCIDENT_LABEL,
+    MODEL_LABEL,
+    TO_VERSION_LABEL,
+)
 
 
 def _parse(ts: str | None) -> dt.datetime | None:
@@ -46,13 +53,14 @@ def format_runs(runs: Sequence[dict[str, Any]], *, wide: bool = False) -> str:
         meta, status = run["metadata"], run.get("status", {})
         labels = meta.get("labels", {})
         to_version = _output(run, "to-version") or labels.get(TO_VERSION_LABEL, "")
+        from_version = labels.get(FROM_VERSION_LABEL) or _release_from(run)
         row = [
             meta["name"],
-            status.get("phase") or "Pending",
+            _phase(run),
             _duration(meta.get("creationTimestamp"), None),
             _duration(status.get("startedAt"), status.get("finishedAt")),
             labels.get(MODEL_LABEL, ""),
-            f"v{labels.get(FROM_VERSION_LABEL, '')}→{to_version}",
+            f"{f'v{from_version}' if from_version else '?'}→{to_version}",
             labels.get(INCIDENT_LABEL, ""),
         ]
         if wide:
@@ -67,7 +75,7 @@ def format_run(run: dict[str, Any], *, wide: bool = False) -> str:
     lines = [
         f"Name:        {meta['name']}",
         f"Title:       {meta.get('annotations', {}).get('workflows.argoproj.io/title', '')}",
-        f"Status:      {status.get('phase') or 'Pending'}",
+        f"Status:      {_phase(run)}",
     ]
     if status.get("message"):
         lines.append(f"Message:     {status['message']}")
@@ -113,6 +121,27 @@ def format_run(run: dict[str, Any], *, wide: bool = False) -> str:
                         ]
                     )
     return "\n".join([*lines, "", *_table(rows)])
+
+
+def _phase(run: dict[str, Any]) -> str:
+    """The run's phase; "Error (engine gone)" for a LocalEngine run whose engine process died (marked,
+    or seen so by healer/engines/records.py as_displayed)."""
+    phase = str(run.get("status", {}).get("phase") or "Pending")
+    gone = run.get("metadata", {}).get("annotations", {}).get(ENGINE_GONE_ANNOTATION) == "true"
+    return f"{phase} (engine gone)" if gone else phase
+
+
+def _release_from(run: dict[str, Any]) -> str:
+    """A release's FROM: the stable version its canary step found (its output), else "" (not that far
+    yet). A release has no from-version label: that version is known only once the release runs."""
+    for name, key in (("roll-out", "from_version"), ("canary", "stable")):
+        try:
+            value = json.loads(_output(run, name) or "{}").get(key)
+        except (ValueError, AttributeError):
+            continue
+        if value not in (None, ""):
+            return str(value)
+    return ""
 
 
 def _output(run: dict[str, Any], name: str) -> str:

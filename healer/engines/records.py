@@ -9,6 +9,7 @@ sidecar's start-up (``mark_orphaned_runs``) only read, or mark what a dead proce
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import json
 import os
@@ -27,6 +28,7 @@ import structlog
 from healer.engines import EngineNotFound, EngineRejected
 from healer.labels import (
     ENGINE_ANNOTATION,
+    ENGINE_GONE_ANNOTATION,
     ENGINE_INSTANCE_ANNOTATION,
     INCIDENT_LABEL,
     MODEL_LABEL,
@@ -229,6 +231,35 @@ def mark_orphaned_runs(state_dir: Path, *, prefix: str = TEMPLATE_NAME) -> list[
             marked.append(record)
             log.warning("orphaned_run_marked", workflow=record["metadata"]["name"], pid=pid)
     return marked
+
+
+def orphaned_by(record: dict[str, Any], *, here: str | None = None) -> str | None:
+    """The PID of the engine process that left ``record`` Pending or Running and no longer exists, when
+    that process was on this host (``here``: its name); None for a finished run, a live engine's, or
+    another host's (nothing here can tell whether that engine lives)."""
+    try:
+        if record["status"].get("phase") not in {"Pending", "Running"}:
+            return None
+        annotations = record["metadata"].get("annotations") or {}
+        host, _, pid = str(annotations.get(ENGINE_ANNOTATION, "")).partition("/")
+        if host != (here if here is not None else socket.gethostname()) or not pid.isdigit():
+            return None
+        return None if _owner_alive(int(pid), str(annotations.get(ENGINE_INSTANCE_ANNOTATION, ""))) else pid
+    except (KeyError, TypeError, AttributeError):
+        return None
+
+
+def as_displayed(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as ``healer runs`` shows it. A run whose engine process died reads Error (engine gone),
+    as mark_orphaned_runs would mark it; on a copy: ``healer runs`` only reads (the next engine or
+    sidecar start on this host marks the record itself, and runs its exit handler). Else ``record``."""
+    pid = orphaned_by(record)
+    if pid is None:
+        return record
+    shown = copy.deepcopy(record)
+    shown["status"].update(phase="Error", message=f"engine process {pid} ended before the run finished")
+    shown["metadata"].setdefault("annotations", {})[ENGINE_GONE_ANNOTATION] = "true"
+    return shown
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:

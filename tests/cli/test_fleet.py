@@ -146,3 +146,24 @@ def test_a_model_reported_not_served_says_no() -> None:
     document["models"]["linear_scorer"]["serving"] = False
     view = fleet_view([FleetPod("ml", "t-0", "Running", True, sidecar_port=8080)], {"ml/t-0": document}, [])
     assert view.rows[0].serving == "NO"
+
+
+def test_a_split_fleet_is_said_once_per_model() -> None:
+    """Issue 27, item 8: what a release or rollback cut off leaves, replicas on different versions,
+    was in no view. The store doctor reads no Triton; `healer status` reads every pod's sidecar."""
+    pods = [FleetPod("ml", f"t-{i}", "Running", True, sidecar_port=8080) for i in range(4)]
+    on_v3 = status()
+    on_v3["models"]["linear_scorer"]["last"] = {"business@v3": {"status": "pass"}}
+    absent = status()
+    absent["models"]["linear_scorer"]["serving"] = False
+    statuses = {"ml/t-0": status(), "ml/t-1": on_v3, "ml/t-2": status(), "ml/t-3": absent}
+    view = fleet_view(pods, statuses, [])
+    [note] = view.notes
+    assert note.startswith(
+        "split fleet: linear_scorer is served as v2 on ml/t-0, ml/t-2; not served on ml/t-3; v3 on ml/t-1"
+    )
+    assert "`healer rollback linear_scorer VERSION`" in note and note in format_fleet(view)
+    same = fleet_view(pods[:2], {"ml/t-0": status(), "ml/t-1": status()}, [])
+    assert same.notes == ()
+    unread = fleet_view(pods[:2], {"ml/t-0": status(), "ml/t-1": "HTTP 403"}, [])
+    assert unread.notes == ()  # a sidecar not read serves nothing known: no split claimed
