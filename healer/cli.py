@@ -61,7 +61,7 @@ EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
         (EXIT_USAGE, "bad arguments or configuration (no store, a model not in it, a bad name or version)"),
     ),
     "rollback": (
-        (0, "the rollback succeeded: the stable version is restored and verified"),
+        (0, "the rollback succeeded: the stable version is restored and verified, or nothing was left to do"),
         (EXIT_REFUSED, "not submitted, failed, or not finished within --wait"),
         (EXIT_USAGE, "bad arguments or configuration (a model not in it, a bad version)"),
     ),
@@ -134,6 +134,7 @@ EXAMPLES: Mapping[str, Sequence[str]] = {
         "healer rollback -n ml linear_scorer 3   (a Workflow created with your kubeconfig's credentials)",
         "healer rollback --config healer.yaml linear_scorer 3",
         "healer rollback linear_scorer 3 --incident inc-42 -o json",
+        "healer rollback linear_scorer 3 --quarantine   (keep v3 off every replica, even one restarted)",
     ),
     "release": (
         "healer release --config healer.yaml linear_scorer 3",
@@ -452,6 +453,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     rollback.add_argument("--incident", help="incident id, label-safe (default: manual-<model>-<version>-<time>)")
     rollback.add_argument(
         "--detail", default="manual rollback from the command line", help="why, for the run's description"
+    )
+    rollback.add_argument(
+        "--quarantine",
+        action="store_true",
+        help="quarantine FROM_VERSION too, even if it answers right or the ledger lists it stable (default: only "
+        "when the rollback's own check of it fails)",
     )
     rollback.add_argument(
         "--wait", type=float, metavar="SECONDS", default=None, help="how long to wait (default: deadline + 30)"
@@ -1323,7 +1330,7 @@ def _cmd_on_cluster(settings: Settings | None, args: argparse.Namespace) -> int:
     its rollback deadline and Argo namespace are used; without one, the defaults and the context's."""
     from healer import cli_cluster
     from healer.settings import RollbackSettings
-    from healer.vocabulary import RollbackRequest
+    from healer.vocabulary import MANUAL, MANUAL_QUARANTINE, RollbackRequest
 
     rollback = settings.rollback if settings is not None else RollbackSettings()
     if settings is not None and not getattr(args, "namespace", None):
@@ -1338,7 +1345,7 @@ def _cmd_on_cluster(settings: Settings | None, args: argparse.Namespace) -> int:
             model=args.model,
             from_version=args.from_version,
             incident=_incident(args),
-            reason="manual",
+            reason=MANUAL_QUARANTINE if args.quarantine else MANUAL,
             detail=args.detail,
         )
     except ValueError as exc:
@@ -1402,7 +1409,7 @@ def _cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     from healer.engines import EngineError
     from healer.engines.factory import engine_from_settings
-    from healer.vocabulary import RollbackRequest
+    from healer.vocabulary import MANUAL, MANUAL_QUARANTINE, RollbackRequest
 
     incident = _incident(args)
     # Machine-readable output keeps stdout for the result alone; progress goes to stderr.
@@ -1412,7 +1419,7 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
             model=args.model,
             from_version=args.from_version,
             incident=incident,
-            reason="manual",
+            reason=MANUAL_QUARANTINE if args.quarantine else MANUAL,
             detail=args.detail,
         )
         engine = engine_from_settings(settings)
@@ -1607,6 +1614,16 @@ def _run_status(status: Any) -> dict[str, Any]:
     }
 
 
+def _nothing_to_do(outputs: Any) -> str:
+    """Why a rollback that succeeded restored nothing (its lease phase's confirmation), or ""."""
+    try:
+        phases = json.loads(outputs.get("phases") or "[]")
+        confirm = next(p for p in phases if p.get("name") == "lease")["outputs"]["confirm"]
+    except (ValueError, TypeError, KeyError, AttributeError, StopIteration):
+        return ""
+    return "" if confirm.get("act", True) else str(confirm.get("why", ""))
+
+
 def _report_rollback(args: argparse.Namespace, submission: Any, status: Any, engine: str, incident: str) -> int:
     """A rollback's final status as the command prints it; 0 only when it succeeded."""
     if args.output in ("json", "yaml"):
@@ -1619,6 +1636,8 @@ def _report_rollback(args: argparse.Namespace, submission: Any, status: Any, eng
         print(f"{status.name}: {status.phase} {status.message}".rstrip())
         if status.outputs.get("to-version"):
             print(f"restored {args.model} v{status.outputs['to-version']}")
+        elif status.succeeded and (why := _nothing_to_do(status.outputs)):
+            print(f"nothing to do: {why}")
         if args.output == "wide":
             for key, value in sorted(status.outputs.items()):
                 print(f"  {key}: {' '.join(value.split())}")

@@ -209,7 +209,7 @@ class JoinDecision:
 
 
 def joins_same_occurrence(
-    *, done: bool, created_at: float | None, engine_now: float | None, window_s: float
+    *, done: bool, created_at: float | None, engine_now: float | None, window_s: float, engine_gone: bool = False
 ) -> JoinDecision:
     """A run with the wanted name exists: join it (this occurrence's), or start anew under a successor
     name (an earlier occurrence's)? ``created_at`` and ``engine_now`` are seconds on the engine's clock
@@ -230,7 +230,14 @@ def joins_same_occurrence(
       lease serialise it behind the first, fetch-stable picks the same stable version, and the successor
       name is derived from the existing run, so every late replica converges on one extra run, not one
       each. Bounded and visible, against unbounded and silent: start anew.
+    * Ended because its engine died (``engine_gone``: a process killed mid-run, its record marked Error
+      by whoever found it): not an outcome. Nothing finished its work (a model may serve the wrong
+      version, or nothing, with an unload-first swap cut off); joining it would only report the death.
+      Start anew: the successor takes the lease once the dead holder's expires (or at once, when the
+      dead run is named as its predecessor: healer.ledger.decide_lease) and finishes or puts back.
     """
+    if engine_gone:
+        return JoinDecision(False, "ended because its engine died: not an outcome; a new run finishes its work")
     if not done:
         return JoinDecision(True, "still running: this occurrence's run (or one that restores what is live)")
     if created_at is None or engine_now is None:

@@ -368,6 +368,7 @@ def decide_lease(  # noqa: PLR0911 (a decision table: one return per case)
     incident: str = "",
     run: str = "",
     renewing: bool = False,
+    holder_run_dead: bool = False,
 ) -> LeaseDecision:
     """May ``holder`` (an attempt of ``run``, working on ``incident``) take the lease whose newest
     snapshot is ``newest``, at wall-clock ``now``?
@@ -377,7 +378,9 @@ def decide_lease(  # noqa: PLR0911 (a decision table: one return per case)
     must not wait for its own predecessor, which its engine gave up on); anyone else's unexpired,
     unreleased lease is held. ``renewing``: the holder had the lease and only extends it; if the
     newest snapshot is not its own (taken over, released by a person) it has lost it, never takes
-    it back.
+    it back. ``holder_run_dead``: the newest holder's run is known to have died with its engine (a
+    LocalEngine process killed mid-run; its record says so): a run of the same incident takes over at
+    once, as from an earlier attempt, instead of waiting out the dead holder's TTL.
     """
     if renewing:
         return _decide_renewal(newest, holder)
@@ -392,6 +395,13 @@ def decide_lease(  # noqa: PLR0911 (a decision table: one return per case)
     if incident and run and newest.incident == incident and newest.run == run:
         return LeaseDecision(
             True, False, f"taken over from {newest.holder}, an earlier attempt of {run}", taken_over=True
+        )
+    if incident and newest.incident == incident and holder_run_dead:
+        return LeaseDecision(
+            True,
+            False,
+            f"taken over from {newest.holder}, whose run {newest.run} died with its engine",
+            taken_over=True,
         )
     return LeaseDecision(
         False,

@@ -29,7 +29,10 @@ SLOW = "slow"
 TIMEOUT = "timeout"
 NOT_READY = "not-ready"
 MANUAL = "manual"  # `healer rollback` from a person
-REASONS = frozenset({WRONG_ANSWER, NON_FINITE, MODEL_ERROR, SLOW, TIMEOUT, NOT_READY, MANUAL})
+MANUAL_QUARANTINE = "manual-quarantine"  # `healer rollback --quarantine`: a person asks for the quarantine too
+REASONS = frozenset({WRONG_ANSWER, NON_FINITE, MODEL_ERROR, SLOW, TIMEOUT, NOT_READY, MANUAL, MANUAL_QUARANTINE})
+# Reasons a person gave: no check of healer's failed on the version (evidence comes from the rollback's own).
+PERSON_REASONS = frozenset({MANUAL, MANUAL_QUARANTINE})
 
 # A W3C Trace Context ``traceparent`` (https://www.w3.org/TR/trace-context/#traceparent-header), version 00
 # only (the one defined, and the one healer writes): lowercase hex, trace id and parent id not all zeros.

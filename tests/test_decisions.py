@@ -185,6 +185,15 @@ def test_joins_same_occurrence(
     assert decision.why
 
 
+def test_a_run_whose_engine_died_is_never_joined() -> None:
+    """Issue 27 item 2: its Error is not an outcome; joining it would only report the death."""
+    for done in (True, False):
+        decision = joins_same_occurrence(
+            done=done, created_at=CREATED, engine_now=CREATED + 2, window_s=WINDOW, engine_gone=True
+        )
+        assert not decision.join and "engine died" in decision.why
+
+
 def test_the_same_occurrence_window_comes_from_the_rollback_deadline() -> None:
     # The sidecar's healing timeout: the deadline plus its margin (150 s by default); the window: twice that.
     assert healing_timeout_s(90.0) == 150.0

@@ -133,3 +133,94 @@ def next_wave_size(current: int, slowest_load_s: float | None, *, load_timeout_s
     if slowest_load_s < GROW_BELOW * load_timeout_s:
         return min(ceiling, current * 2)
     return min(current, ceiling)
+
+
+# ---- before acting: is the incident still true, and may its version be quarantined? ---------------
+
+
+class FailingSeen(StrEnum):
+    """What the failing version answered when the rollback asked it again, holding the lease."""
+
+    FAILS = "fails"  # a wrong (or too slow) answer on some replica: evidence from this incident
+    PASSES = "passes"  # right answers on every replica asked
+    INCONCLUSIVE = "inconclusive"  # served, but no replica gave an answer either way
+    NOT_SERVED = "not-served"  # no replica that answered serves it now
+    NOT_CHECKED = "not-checked"  # no version was named (the failing one is unknown)
+
+
+@dataclass(frozen=True)
+class RollbackGo:
+    """Whether to restore, whether the failing version may be quarantined, and why (one line each)."""
+
+    act: bool
+    quarantine: bool
+    why: str
+    why_not_quarantined: str = ""
+
+
+def decide_rollback(
+    seen: FailingSeen,
+    *,
+    waited: bool,
+    detected: bool,
+    quarantine_asked: bool,
+    version: str,
+    failed_before: bool = False,
+) -> RollbackGo:
+    """The rollback holds the model's lease and has asked the failing version again (``seen``).
+
+    ``waited``: it waited for another run's lease first (the world may have changed under it: another
+    rollback, a release, a person). ``detected``: the request comes from a check that failed on the
+    version in this incident (the sidecar's), not from a person. ``quarantine_asked``: a person asked
+    for the quarantine (``healer rollback --quarantine``). ``failed_before``: an earlier run of this
+    incident (killed before its record) saw the version fail its confirmation: the audit trail says so.
+
+    * After a wait, a version that answers right wherever it is served is a stale incident: nothing
+      to do is the outcome (moving replicas off a verified version is the harm).
+    * Otherwise the rollback restores as asked: a person's rollback of a version that answers right is
+      still theirs to ask for, and the sidecar's own check failed moments ago.
+    * A version is quarantined only on evidence: a check that failed on it in this incident (this
+      confirmation, or the sidecar's), or a person's flag. Whether the ledger lists it stable (then
+      only a person quarantines it) is decided where the ledger is written (workflows/steps.py record).
+    """
+    if seen is FailingSeen.PASSES and waited:
+        return RollbackGo(
+            False,
+            False,
+            f"v{version} answers its golden request right wherever it is served, after waiting for another "
+            "run's lease: the incident is stale, nothing to do",
+        )
+    evidence = seen is FailingSeen.FAILS or failed_before or detected
+    if quarantine_asked:
+        return RollbackGo(True, True, f"v{version}: restore and quarantine, as a person asked")
+    if evidence:
+        source = (
+            "it failed its golden request again"
+            if seen is FailingSeen.FAILS
+            else "it failed its golden request earlier in this incident"
+            if failed_before
+            else "the sidecar's check failed"
+        )
+        return RollbackGo(True, True, f"v{version}: restore; {source}")
+    return RollbackGo(
+        True,
+        False,
+        f"v{version}: restore, as a person asked",
+        why_not_quarantined=(
+            f"no check failed on v{version} in this incident ({seen.value}): a person's rollback does not "
+            "quarantine without --quarantine"
+        ),
+    )
+
+
+def failing_seen(answers: Collection[object]) -> FailingSeen:
+    """The confirmation's verdict from the statuses of the golden requests asked (probes.result.Status
+    values: "fail", "pass", "error"; none asked: not served)."""
+    values = {getattr(a, "value", a) for a in answers}
+    if not values:
+        return FailingSeen.NOT_SERVED
+    if "fail" in values:
+        return FailingSeen.FAILS
+    if values == {"pass"}:
+        return FailingSeen.PASSES
+    return FailingSeen.INCONCLUSIVE

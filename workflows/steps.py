@@ -38,13 +38,16 @@ from healer.store import (
     verify_version,
 )
 from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
-from healer.vocabulary import AUTO, RollbackRequest
+from healer.vocabulary import AUTO, MANUAL, MANUAL_QUARANTINE, PERSON_REASONS, RollbackRequest
 from probes.result import Status
 from probes.tiers import check_after_load
 from workflows.plan import (
     SHRINK_AT,
+    FailingSeen,
     ReplicaAction,
     ReplicaTarget,
+    decide_rollback,
+    failing_seen,
     next_wave_size,
     pinned_versions,
     replica_action,
@@ -91,6 +94,9 @@ class StepContext:
     list_replicas: Callable[[], list[ReplicaTarget]] | None = None
     # The heal's lease, while one is held: an unload-first swap records what it unloads there first.
     lease: LeaseKeeper | None = None
+    # Whether a run a lease names died with its engine (the LocalEngine's records): a run of the same
+    # incident then takes the lease over at once. None: never known (Argo retries its own runs).
+    run_is_dead: Callable[[str], bool] | None = None
 
     def check_cancelled(self, during: str) -> None:
         if self.cancelled.is_set():
@@ -261,8 +267,10 @@ def record(
     not_quarantined: str = "",
 ) -> dict[str, Any]:
     """Quarantine the failing version (a record; no file is touched) and append an audit record.
-    ``not_quarantined``: why the failing version must not be quarantined (it is the ledger's stable
-    version, or the one being restored); then only the audit record is written, saying so."""
+    ``not_quarantined``: why the failing version must not be quarantined (the version being restored,
+    no evidence against it); then only the audit record is written, saying so. A version the ledger
+    lists stable is quarantined only when a person asked (``healer rollback --quarantine``): decided
+    in the same compare-and-swap that would write the quarantine, so a promotion meanwhile counts."""
     quarantine = QuarantineRecord(
         version=request.from_version,
         reason=f"{request.reason}: {request.detail}".strip(": "),
@@ -270,11 +278,21 @@ def record(
         at=iso_utc(time.time()),
         by=ACTOR,
     )
+    held: list[str] = [not_quarantined] if not_quarantined else []
+
+    def quarantined_unless_stable(current: Any) -> Any:
+        held[:] = []
+        if current.stable_record(request.from_version) is not None and request.reason != MANUAL_QUARANTINE:
+            held.append(stable_not_quarantined(request.from_version))
+            return current
+        return current.with_quarantine(quarantine)
+
     with store_errors(ctx, f"record in {ctx.store.location}"):
         if not_quarantined:
             ledger = ctx.store.ledger(request.model)
         else:
-            ledger = ctx.store.update_ledger(request.model, lambda current: current.with_quarantine(quarantine))
+            ledger = ctx.store.update_ledger(request.model, quarantined_unless_stable)
+        not_quarantined = held[0] if held else ""
         audit_key = ctx.store.append_audit(
             request.model,
             {
@@ -357,6 +375,7 @@ class LeaseKeeper:
         self._duties_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.waited_for = ""  # the other holder it waited for ("": the lease was free or taken over)
 
     def take(self) -> float:
         """Wait (bounded by the rollback's deadline) for the lease; returns the seconds waited."""
@@ -369,10 +388,16 @@ class LeaseKeeper:
             with store_errors(ctx, f"lease of {self.model} in {ctx.store.location}"):
                 try:
                     self.lease = ctx.store.acquire_lease(
-                        self.model, self.holder, LEASE_TTL_S, incident=self.incident, run=self.run
+                        self.model,
+                        self.holder,
+                        LEASE_TTL_S,
+                        incident=self.incident,
+                        run=self.run,
+                        run_is_dead=ctx.run_is_dead,
                     )
                     break
                 except LeaseHeld as exc:
+                    self.waited_for = exc.holder or "another holder"
                     if ctx.clock() >= deadline:
                         raise TransientStepError(
                             f"another rollback of {self.model} holds its lease ({exc.holder}) past this "
@@ -527,10 +552,15 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
             out["taken_over_from"] = keeper.lease.taken_from
         if keeper.duties():
             out["put_back"] = put_back_unloaded(ctx, request.model, keeper, request.triton_url)
+        # Only now, holding the lease and after any wait, is what serves known: ask the version again.
+        go = confirm_failing(ctx, request, waited=bool(keeper.waited_for))
+        out["confirm"] = go
         return out
 
     try:
-        run("lease", take_lease)
+        go = run("lease", take_lease)["confirm"]
+        if not go["act"]:
+            return _nothing_to_do(request, go["why"], phases)
         restored = run(
             "fetch-stable", lambda: fetch_stable(ctx, request.model, request.from_version, request.to_version)
         )
@@ -539,7 +569,9 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
 
         def fence_then_record() -> dict[str, Any]:
             keeper.fence()
-            recorded = record(ctx, request, version, "restored") | quarantine_files(ctx, request)
+            recorded = record(ctx, request, version, "restored", not_quarantined=go["why_not_quarantined"])
+            if recorded["quarantined"]:  # files move aside only for a version the ledger quarantines
+                recorded |= quarantine_files(ctx, request)
             return recorded | restore_config_file(ctx, request.model, _stable_record(ctx, request.model, version))
 
         recorded = run("record", fence_then_record)
@@ -554,6 +586,126 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
         "files": restored["files"],
         "golden": outcome["golden"],
         "moved_aside": recorded.get("moved_aside"),
+        "phases": [p.__dict__ for p in phases],
+    }
+
+
+# The confirmation asks at most this many replicas that serve the failing version (the first wrong
+# answer ends it): enough to see a fault that shows on every replica, bounded at any fleet size.
+CONFIRM_REPLICAS = 3
+
+
+def confirm_failing(ctx: StepContext, request: RollbackRequest, *, waited: bool) -> dict[str, Any]:
+    """Ask the failing version its golden request again where it is still served, holding the lease,
+    and decide (workflows/plan.py decide_rollback) whether to restore and whether it may be
+    quarantined. Only reads: Triton's served versions and one golden request per replica asked."""
+    from healer.settings import UNKNOWN_VERSION
+
+    version = request.from_version
+    seen, where, failed_before = FailingSeen.NOT_CHECKED, "", False
+    if version != UNKNOWN_VERSION:
+        seen, where = _ask_failing(ctx, request.model, version, request.triton_url)
+        if seen is FailingSeen.FAILS:
+            _remember_failed(ctx, request, where)
+        else:
+            failed_before = _failed_earlier(ctx, request)
+    go = decide_rollback(
+        seen,
+        waited=waited,
+        detected=request.reason not in PERSON_REASONS,
+        quarantine_asked=request.reason == MANUAL_QUARANTINE,
+        version=version,
+        failed_before=failed_before,
+    )
+    log.info(
+        "rollback_confirmed" if go.act else "rollback_stale",
+        model=request.model,
+        version=version,
+        incident=request.incident,
+        seen=seen.value,
+        waited=waited,
+        why=go.why,
+    )
+    return {
+        "seen": seen.value,
+        "where": where,
+        "waited": waited,
+        "act": go.act,
+        "why": go.why,
+        "why_not_quarantined": go.why_not_quarantined,
+    }
+
+
+def _ask_failing(ctx: StepContext, model: str, version: str, triton_url: str) -> tuple[FailingSeen, str]:
+    """What ``version`` answers on the replicas that serve it (the first wrong answer ends it), and
+    what was seen where, for people."""
+    golden = _golden_request(ctx, model)
+    answers: list[Status] = []
+    notes: list[str] = []
+    for target in replica_targets_for(ctx, triton_url):
+        if target.skip or len(answers) >= CONFIRM_REPLICAS:
+            continue
+        ctx.check_cancelled("confirming the failing version")
+        with on_replica(ctx, target.url) as replica:
+            if not _live(replica):
+                continue
+            try:
+                served = _served(replica, model)
+            except StepError:
+                continue
+            if version not in served:
+                continue
+            result = check_after_load(replica.triton, model, version, golden)
+            answers.append(result.status)
+            notes.append(f"{target.url}: {result.status.value} {result.reason}".strip())
+            if result.status is Status.FAIL:
+                break
+    seen = failing_seen(answers)
+    return seen, "; ".join(notes) or f"no replica that answered serves v{version}"
+
+
+CONFIRMED_FAILING = "confirmed-failing"  # the audit record of a failed confirmation: evidence for a rerun
+
+
+def _remember_failed(ctx: StepContext, request: RollbackRequest, where: str) -> None:
+    """The evidence, written before anything is touched: a run of this incident killed before its
+    record leaves it to the run that finishes its work (which may find the version served nowhere).
+    Best effort: without it that run quarantines only on its own check (or the sidecar's)."""
+    try:
+        ctx.store.append_audit(
+            request.model,
+            {
+                "incident": request.incident,
+                "event": CONFIRMED_FAILING,
+                "version": request.from_version,
+                "where": where,
+                "workflow": ctx.workflow_name,
+            },
+        )
+    except (StoreError, OSError) as exc:
+        log.warning("evidence_not_recorded", model=request.model, version=request.from_version, error=str(exc))
+
+
+def _failed_earlier(ctx: StepContext, request: RollbackRequest) -> bool:
+    try:
+        records = ctx.store.audit_of(request.model, request.incident)
+    except (StoreError, ValueError, OSError) as exc:
+        log.warning("evidence_not_read", model=request.model, version=request.from_version, error=str(exc))
+        return False
+    return any(r.get("event") == CONFIRMED_FAILING and r.get("version") == request.from_version for r in records)
+
+
+def _nothing_to_do(request: RollbackRequest, why: str, phases: list[PhaseReport]) -> dict[str, Any]:
+    return {
+        "model": request.model,
+        "from_version": request.from_version,
+        "to_version": "",
+        "incident": request.incident,
+        "already_restored": True,
+        "nothing_to_do": why,
+        "files": {},
+        "golden": {},
+        "moved_aside": None,
         "phases": [p.__dict__ for p in phases],
     }
 
@@ -964,7 +1116,9 @@ def _configured(ctx: StepContext, model: str) -> bool:
     return any(m.name == model for m in ctx.settings.models)
 
 
-def why_not_quarantined(ctx: StepContext, request: RollbackRequest, phases: list[dict[str, Any]]) -> str:
+def why_not_quarantined(  # noqa: PLR0911 (a decision table: one return per case)
+    ctx: StepContext, request: RollbackRequest, phases: list[dict[str, Any]]
+) -> str:
     """Why an escalation must not quarantine the failing version ("" when it may): the ledger
     records it as stable (a stable version that fails is a fault around it, a config or the
     node, until a person says otherwise; quarantining it would leave nothing to restore), or it
@@ -988,9 +1142,18 @@ def why_not_quarantined(ctx: StepContext, request: RollbackRequest, phases: list
         ledger = ctx.store.ledger(request.model)
     except (StoreError, ValueError, OSError) as exc:
         return f"the ledger could not be read ({exc}): not quarantined without it"
-    if ledger.stable_record(version) is not None:
-        return f"v{version} is stable in the ledger: not quarantined without a person (runbooks/rollback-escalated.md)"
+    if ledger.stable_record(version) is not None and request.reason != MANUAL_QUARANTINE:
+        return stable_not_quarantined(version)
+    if request.reason == MANUAL:
+        return f"a person asked for the rollback of v{version}, not its quarantine (healer rollback --quarantine)"
     return ""
+
+
+def stable_not_quarantined(version: str) -> str:
+    return (
+        f"v{version} is stable in the ledger: not quarantined without a person "
+        "(healer rollback --quarantine; runbooks/rollback-escalated.md)"
+    )
 
 
 def _stable_record(ctx: StepContext, model: str, version: str) -> StableRecord:

@@ -59,6 +59,7 @@ def join_or_step_past(
     engine_now: float | None,
     window_s: float,
     successor_seed: str,
+    engine_gone: bool = False,
 ) -> tuple[bool, str]:
     """A run named ``name`` exists: join it (True, "") if it is this occurrence's
     (healer.decisions.joins_same_occurrence), else step past it: (False, ``successor_seed``), the
@@ -68,7 +69,11 @@ def join_or_step_past(
     from healer.decisions import joins_same_occurrence
 
     decision = joins_same_occurrence(
-        done=phase in DONE_PHASES, created_at=created_at, engine_now=engine_now, window_s=window_s
+        done=phase in DONE_PHASES,
+        created_at=created_at,
+        engine_now=engine_now,
+        window_s=window_s,
+        engine_gone=engine_gone,
     )
     if decision.join:
         return True, ""

@@ -27,10 +27,11 @@ def local_engine(
     from workflows.rollback import TemplateOptions, build_rollback_template
 
     options = TemplateOptions(deadline_s=max(1, round(settings.rollback.deadline_s)))
+    runs = state_dir if state_dir is not None else settings.rollback.state_dir
     return LocalEngine(
         build_rollback_template(options),
-        _step_context(settings, replicas),
-        state_dir if state_dir is not None else settings.rollback.state_dir,
+        _step_context(settings, replicas, runs),
+        runs,
         join_window_s=same_occurrence_window_s(settings.rollback.deadline_s),
     )
 
@@ -43,20 +44,21 @@ def local_release_engine(
     from workflows.release import build_release_template
     from workflows.rollback import TemplateOptions
 
-    return LocalEngine(
-        build_release_template(TemplateOptions()),
-        _step_context(settings, replicas),
-        state_dir if state_dir is not None else settings.rollback.state_dir,
-    )
+    runs = state_dir if state_dir is not None else settings.rollback.state_dir
+    return LocalEngine(build_release_template(TemplateOptions()), _step_context(settings, replicas, runs), runs)
 
 
-def _step_context(settings: Settings, replicas: Sequence[str] | None) -> Callable[[], Any]:
-    """A fresh step context per attempt; with ``replicas``, aimed at those Tritons."""
+def _step_context(settings: Settings, replicas: Sequence[str] | None, state_dir: Path) -> Callable[[], Any]:
+    """A fresh step context per attempt; with ``replicas``, aimed at those Tritons. A lease held by a
+    run of ``state_dir`` that died with its engine is taken over at once by the run finishing its work."""
+    from healer.engines.records import died_with_engine
     from workflows.context import context_from_settings
     from workflows.plan import ReplicaTarget
 
     def context() -> Any:
-        ctx = context_from_settings(settings)
+        ctx = dataclasses.replace(
+            context_from_settings(settings), run_is_dead=lambda run: died_with_engine(state_dir, run)
+        )
         if replicas is None:
             return ctx
         return dataclasses.replace(ctx, list_replicas=lambda: [ReplicaTarget(url) for url in replicas])

@@ -44,6 +44,7 @@ from healer.engines.records import (
 )
 from healer.engines.template_reader import UnsupportedTemplate, read_template
 from healer.engines.template_runner import CANCELLED, Cancellation, TemplateRunner, in_pod_run
+from healer.labels import ENGINE_GONE_ANNOTATION
 from healer.vocabulary import (
     ReleaseRequest,
     RollbackRequest,
@@ -193,6 +194,7 @@ class LocalEngine:
             engine_now=self._wall_clock(),
             window_s=self.join_window_s,
             successor_seed=str(metadata.get("uid") or created_text or name),
+            engine_gone=(metadata.get("annotations") or {}).get(ENGINE_GONE_ANNOTATION) == "true",
         )
 
     def status(self, name: str) -> RunStatus:

@@ -227,6 +227,7 @@ def mark_orphaned_runs(state_dir: Path, *, prefix: str = TEMPLATE_NAME) -> list[
             record["status"].update(
                 phase="Error", message=f"engine process {pid} ended before the run finished", finishedAt=now_text()
             )
+            record["metadata"].setdefault("annotations", {})[ENGINE_GONE_ANNOTATION] = "true"
             write_record(path, record)
             marked.append(record)
             log.warning("orphaned_run_marked", workflow=record["metadata"]["name"], pid=pid)
@@ -260,6 +261,21 @@ def as_displayed(record: dict[str, Any]) -> dict[str, Any]:
     shown["status"].update(phase="Error", message=f"engine process {pid} ended before the run finished")
     shown["metadata"].setdefault("annotations", {})[ENGINE_GONE_ANNOTATION] = "true"
     return shown
+
+
+def died_with_engine(state_dir: Path, run: str) -> bool:
+    """Whether ``run`` (a lease's run: ``<name>@<host>``, template_runner.in_pod_run) is a run of this
+    host in ``state_dir`` that was marked Error because its engine process died (``mark_orphaned_runs``).
+    False for any other run: another host's (nothing here can tell), or none of that name."""
+    name, _, host = run.partition("@")
+    if host != socket.gethostname():
+        return False
+    try:
+        record = RunRecords(state_dir).get(name)
+    except (EngineRejected, OSError):  # EngineNotFound among them: not a run of this state directory
+        return False
+    annotations = (record.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(ENGINE_GONE_ANNOTATION) == "true"
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:

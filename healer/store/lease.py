@@ -61,6 +61,7 @@ class Leases(StoreBase):
         put_back: tuple[PutBack, ...] | None = None,
         renewing: bool = False,
         now: Callable[[], float] = time.time,
+        run_is_dead: Callable[[str], bool] | None = None,
     ) -> Lease:
         """Take (or, for the same holder, extend) the model's lease for ``ttl_s`` seconds.
 
@@ -73,6 +74,8 @@ class Leases(StoreBase):
         ``put_back``: the replicas still to be loaded again (PutBack); None keeps what the newest
         snapshot says, whoever wrote it, so that the duty passes to every next holder until done.
         ``renewing``: only extend a lease this holder has; LeaseHeld if it was taken over or released.
+        ``run_is_dead``: asked about a holding run of the same incident only when it would otherwise wait:
+        a run known to have died with its engine is taken over at once (see decide_lease).
         """
         _check_name(model)
         if not isinstance(holder, str) or not holder.strip():
@@ -83,6 +86,18 @@ class Leases(StoreBase):
             generation, newest = self._newest_lease(model)
             taken_at = now()
             decision = decide_lease(newest, holder, taken_at, incident=incident, run=run, renewing=renewing)
+            if (
+                not decision.may_take
+                and not renewing
+                and run_is_dead is not None
+                and newest is not None
+                and incident
+                and newest.incident == incident
+                and newest.run
+                and newest.run != run
+                and run_is_dead(newest.run)
+            ):
+                decision = decide_lease(newest, holder, taken_at, incident=incident, run=run, holder_run_dead=True)
             if not decision.may_take:
                 raise LeaseHeld(
                     f"{self.location}: lease of {model!r} (generation {generation}) {decision.reason}",

@@ -180,3 +180,13 @@ def test_a_renewal_never_takes_back_a_lease_it_lost() -> None:
     assert not decide_lease(released, "inc/1", T0, incident="inc", renewing=True).may_take
     assert decide_lease(newest, "inc/2", T0 + 99, incident="inc", renewing=True).renews  # expired, still its own
     assert not decide_lease(newest, "other/1", T0, incident="other").may_take
+
+
+def test_a_run_that_died_with_its_engine_is_taken_over_only_by_its_own_incident() -> None:
+    """Issue 27 item 2: a `healer rollback` SIGKILLed mid-run leaves its lease unexpired; the run that
+    finishes its work (same incident, a new run) takes it over at once, never another incident's."""
+    newest = LeaseSnapshot(holder="inc/1", expires_at=T0 + 25, released=False, at="t", incident="inc", run="wf-dead")
+    assert not decide_lease(newest, "inc/2", T0, incident="inc", run="wf-next").may_take  # alive, as far as known
+    taken = decide_lease(newest, "inc/2", T0, incident="inc", run="wf-next", holder_run_dead=True)
+    assert taken.may_take and taken.taken_over and "died with its engine" in taken.reason
+    assert not decide_lease(newest, "other/1", T0, incident="other", run="wf-x", holder_run_dead=True).may_take

@@ -6,8 +6,11 @@ import pytest
 
 from healer.kube import TritonPod
 from workflows.plan import (
+    FailingSeen,
     ReplicaAction,
     ReplicaTarget,
+    decide_rollback,
+    failing_seen,
     pinned_versions,
     replica_action,
     replica_targets,
@@ -98,3 +101,64 @@ def test_next_wave_size_grows_while_the_store_keeps_up(current: int, slowest: fl
     from workflows.plan import next_wave_size
 
     assert next_wave_size(current, slowest, load_timeout_s=60.0, ceiling=200) == expected
+
+
+# ---- before acting: the confirmation (issue 27, items 3 and 6) ------------------------------------
+
+# (case, seen, waited, detected, asked, failed_before) -> (act, quarantine)
+CONFIRM_TABLE = [
+    ("stale: answers right after a wait", FailingSeen.PASSES, True, True, False, False, (False, False)),
+    ("stale even when a person asked for the quarantine", FailingSeen.PASSES, True, False, True, False, (False, False)),
+    ("the sidecar's failure, no wait: as asked", FailingSeen.PASSES, False, True, False, False, (True, True)),
+    ("a person's rollback of a right version", FailingSeen.PASSES, False, False, False, False, (True, False)),
+    ("a person's rollback with --quarantine", FailingSeen.PASSES, False, False, True, False, (True, True)),
+    ("fails again: evidence", FailingSeen.FAILS, True, False, False, False, (True, True)),
+    ("served nowhere, failed earlier in the incident", FailingSeen.NOT_SERVED, True, False, False, True, (True, True)),
+    ("served nowhere, a person's, no evidence", FailingSeen.NOT_SERVED, False, False, False, False, (True, False)),
+    (
+        "served nowhere, the sidecar's (a rerun after the restore)",
+        FailingSeen.NOT_SERVED,
+        True,
+        True,
+        False,
+        False,
+        (True, True),
+    ),
+    ("inconclusive, a person's", FailingSeen.INCONCLUSIVE, False, False, False, False, (True, False)),
+    ("version unknown, the sidecar's", FailingSeen.NOT_CHECKED, False, True, False, False, (True, True)),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "seen", "waited", "detected", "asked", "failed_before", "expected"),
+    CONFIRM_TABLE,
+    ids=[c[0] for c in CONFIRM_TABLE],
+)
+def test_decide_rollback(
+    case: str,
+    seen: FailingSeen,
+    waited: bool,
+    detected: bool,
+    asked: bool,
+    failed_before: bool,
+    expected: tuple[bool, bool],
+) -> None:
+    go = decide_rollback(
+        seen, waited=waited, detected=detected, quarantine_asked=asked, version="2", failed_before=failed_before
+    )
+    assert (go.act, go.quarantine) == expected, go.why
+    assert go.why and (go.quarantine or not go.act or go.why_not_quarantined)
+
+
+@pytest.mark.parametrize(
+    ("answers", "seen"),
+    [
+        ([], FailingSeen.NOT_SERVED),
+        (["pass", "pass"], FailingSeen.PASSES),
+        (["pass", "fail"], FailingSeen.FAILS),
+        (["pass", "error"], FailingSeen.INCONCLUSIVE),
+        (["error"], FailingSeen.INCONCLUSIVE),
+    ],
+)
+def test_failing_seen(answers: list[str], seen: FailingSeen) -> None:
+    assert failing_seen(answers) is seen

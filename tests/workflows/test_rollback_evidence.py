@@ -1,0 +1,228 @@
+"""A rollback acts only on what is true once it holds the lease, and quarantines only on evidence
+(issue 27, items 2, 3 and 6), on the real Triton with a filesystem store:
+
+* after waiting for another run's lease, a failing version that now answers right is a stale
+  incident: nothing to do, nothing quarantined (it used to move replicas off a verified version);
+* a person's rollback of a version that answers right restores, but quarantines it only with
+  ``--quarantine``; a version the ledger lists stable is never quarantined without a person;
+* a rollback whose engine process was SIGKILLed is not an outcome: the same incident submitted
+  again starts a new run that finishes the work (both orders), on two real Tritons.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from healer.embedded import EmbeddedTriton
+from healer.engines.factory import local_engine
+from healer.settings import Settings, StoreSettings
+from healer.store import FilesystemBlobs, ModelStore
+from healer.triton import TritonHttp
+from healer.vocabulary import MANUAL, MANUAL_QUARANTINE, RollbackRequest
+from probes.result import Status
+from probes.tiers import check_business
+from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
+from workflows import steps
+from workflows.context import context_from_settings
+
+pytestmark = pytest.mark.triton
+
+BUDGET_S = 90.0
+
+
+def _manual(stack: RollbackStack, version: str, incident: str, reason: str = MANUAL) -> RollbackRequest:
+    return RollbackRequest(model=stack.model, from_version=version, incident=incident, reason=reason)
+
+
+def test_a_stale_incident_after_a_wait_is_nothing_to_do(fs_stack_factory: Any) -> None:
+    """Item 6: v2 was verified stable and serves; a rollback from v2 waited for another run's lease
+    (a rollback from v3 healing to v2, say) and must then leave v2 serving, unquarantined."""
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, stable=[1, 2]) as stack:
+        stack: RollbackStack
+        assert stack.triton.served_versions(stack.model) == ["2"]
+        # Another run holds the model's lease for a moment: this rollback waits for it.
+        stack.store.acquire_lease(stack.model, "inc-v3/other-run", 2.0, incident="inc-v3", run="other-run")
+        request = dataclasses.replace(stack.request("2", incident="inc-v2"))  # the sidecar's, from before
+
+        report = steps.heal(context_from_settings(stack.settings), request)
+
+        lease = report["phases"][0]["outputs"]
+        assert lease["waited_s"] >= 1.0 and lease["confirm"]["seen"] == "passes", lease
+        assert report["to_version"] == "" and "stale" in report["nothing_to_do"]
+        assert [p["name"] for p in report["phases"]] == ["lease"]  # nothing staged, loaded or recorded
+        assert stack.triton.served_versions(stack.model) == ["2"]
+        ledger = stack.store.ledger(stack.model)
+        assert not ledger.quarantined
+        assert (stack.live / stack.model / "2").is_dir()
+
+
+def test_a_persons_rollback_quarantines_only_when_asked(fs_stack_factory: Any) -> None:
+    """Item 3: a person rolls back v2 (answers right, never promoted): restored to v1, v2 not
+    quarantined (its files stay where Triton reads them); with --quarantine it is."""
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, stable=[1]) as stack:
+        stack: RollbackStack
+        ctx = context_from_settings(stack.settings)
+        report = steps.heal(ctx, _manual(stack, "2", "inc-person"))
+        assert report["to_version"] == "1"
+        assert stack.triton.served_versions(stack.model) == ["1"]
+        assert not stack.store.ledger(stack.model).is_quarantined("2")
+        assert (stack.live / stack.model / "2").is_dir()
+        [audit] = [r for r in stack.store.audit_of(stack.model, "inc-person") if r["event"] == "restored"]
+        assert "--quarantine" in audit["not_quarantined"]
+
+        stack.triton.load_model(stack.model, timeout_s=120)  # back on v2 (the newest in the files)
+        report = steps.heal(ctx, _manual(stack, "2", "inc-person-q", reason=MANUAL_QUARANTINE))
+        assert report["to_version"] == "1"
+        assert stack.store.ledger(stack.model).is_quarantined("2")
+        assert not (stack.live / stack.model / "2").exists()  # moved aside, never deleted
+
+
+def test_a_broken_version_is_quarantined_on_the_rollbacks_own_check(fs_stack_factory: Any) -> None:
+    """A person's rollback of a version that answers wrong: the rollback's confirmation is the evidence."""
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
+        stack: RollbackStack
+        report = steps.heal(context_from_settings(stack.settings), _manual(stack, "2", "inc-wrong"))
+        assert report["phases"][0]["outputs"]["confirm"]["seen"] == "fails"
+        assert report["to_version"] == "1"
+        assert stack.store.ledger(stack.model).is_quarantined("2")
+        assert [r["event"] for r in stack.store.audit_of(stack.model, "inc-wrong")] == ["confirmed-failing", "restored"]
+
+
+def test_a_stable_version_is_not_quarantined_without_a_person(fs_stack_factory: Any) -> None:
+    """Item 3: the ledger lists v2 stable; a sidecar's rollback from it restores v1 but leaves the
+    quarantine to a person (the ledger never lists a version both stable and quarantined)."""
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, stable=[1, 2]) as stack:
+        stack: RollbackStack
+        report = steps.heal(context_from_settings(stack.settings), stack.request("2", incident="inc-stable"))
+        assert report["to_version"] == "1"
+        ledger = stack.store.ledger(stack.model)
+        assert ledger.stable_record("2") is not None and not ledger.is_quarantined("2")
+        assert (stack.live / stack.model / "2").is_dir()
+        [audit] = [r for r in stack.store.audit_of(stack.model, "inc-stable") if r["event"] == "restored"]
+        assert "stable in the ledger" in audit["not_quarantined"]
+
+
+# ---- a killed `healer rollback`, run again (item 2) -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def second_triton(triton_server: EmbeddedTriton, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedTriton]:
+    server = EmbeddedTriton(triton_server.model_repository, workdir=tmp_path_factory.mktemp("evidence-replica"))
+    with server:
+        yield server
+
+
+def _kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _engine_child(settings: Settings, urls: list[str], request: RollbackRequest, kill_point: str) -> None:
+    """`healer rollback` as a process: a LocalEngine runs the incident's run, SIGKILLed at ``kill_point``."""
+    if kill_point == "after-replica-1":
+        original = steps.restore_replica
+
+        def then_die(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            _kill_self()
+            return result
+
+        steps.restore_replica = then_die  # type: ignore[assignment]
+    else:  # between-unload-and-load: the replica is left serving nothing
+        original_unload = steps.unload
+
+        def unload_then_die(*args: Any, **kwargs: Any) -> Any:
+            result = original_unload(*args, **kwargs)
+            _kill_self()
+            return result
+
+        steps.unload = unload_then_die  # type: ignore[assignment]
+    try:
+        local_engine(settings, replicas=urls).run(request, timeout_s=120)
+    finally:
+        os._exit(3)  # reached only if the kill point never was
+
+
+@pytest.mark.parametrize(("order", "kill_point"), [("swap", "after-replica-1"), ("unload-first", "between-unload")])
+def test_a_killed_rollback_run_again_finishes_its_work(
+    order: str,
+    kill_point: str,
+    example_settings: Settings,
+    triton_server: EmbeddedTriton,
+    second_triton: EmbeddedTriton,
+    tmp_path: Path,
+) -> None:
+    store_root = tmp_path / "store"
+    store_root.mkdir()
+    store = ModelStore(FilesystemBlobs(store_root))
+    with rollback_stack(
+        base=relaxed_slo(example_settings),
+        triton_url=triton_server.url,
+        live=triton_server.model_repository,
+        store=store,
+        store_settings=StoreSettings(filesystem=store_root),
+        store_root_for_files=store_root,
+        tmp=tmp_path,
+        model_base="linear_scorer",
+        versions={1: ("good", "1")},
+        stable=[1],
+    ) as stack:
+        stack: RollbackStack
+        settings = dataclasses.replace(
+            stack.settings, rollback=dataclasses.replace(stack.settings.rollback, order=order)
+        )
+        for root in (stack.live, store_root):  # the wrong push: v2, served by both replicas
+            shutil.copytree(version_source("linear_scorer", ("broken", "wrong_weights")), root / stack.model / "2")
+        second = TritonHttp(second_triton.url, timeout_s=5.0)
+        urls = [triton_server.url, second_triton.url]
+        try:
+            stack.triton.load_model(stack.model, timeout_s=120)
+            second.load_model(stack.model, timeout_s=120)
+            assert [c.served_versions(stack.model) for c in (stack.triton, second)] == [["2"], ["2"]]
+            request = _manual(stack, "2", f"inc-killed-{order}")  # `healer rollback M 2 --incident ID`
+
+            child = multiprocessing.get_context("spawn").Process(
+                target=_engine_child, args=(settings, urls, request, kill_point), daemon=True
+            )
+            child.start()
+            child.join(timeout=150)
+            killed_at = time.monotonic()
+            if child.is_alive():
+                child.kill()
+                child.join(timeout=10)
+            assert child.exitcode == -signal.SIGKILL, f"not killed at {kill_point} ({child.exitcode})"
+
+            # The same command again: a new engine finds the dead run, and does not join it.
+            engine = local_engine(settings, replicas=urls)
+            [dead] = engine.orphaned
+            status = engine.run(request, timeout_s=150)
+            converge_s = time.monotonic() - killed_at
+            print(f"\nkilled rollback rerun order={order} kill={kill_point} converge_s={converge_s:.2f}")
+
+            assert status.succeeded, status
+            assert status.name != dead["metadata"]["name"]
+            # The dead run's lease was unexpired: the new run took it over at once (no 30 s TTL wait).
+            [lease_phase] = [p for p in json.loads(status.outputs["phases"]) if p["name"] == "lease"]
+            assert lease_phase["outputs"].get("taken_over_from", "").startswith(request.incident), lease_phase
+            assert status.outputs["to-version"] == "1"
+            assert converge_s < BUDGET_S
+            golden = settings.models[0].golden
+            for client in (stack.triton, second):
+                assert client.served_versions(stack.model) == ["1"]  # never left unloaded, never on v2
+                assert check_business(client, stack.model, "1", golden).status is Status.PASS
+            ledger = store.ledger(stack.model)
+            assert ledger.is_quarantined("2") and not ledger.is_quarantined("1")
+            _, lease = store.lease_snapshot(stack.model)
+            assert lease is not None and lease.released and lease.put_back == ()
+        finally:
+            second.close()
