@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from healer import settings as declared
 from healer.settings import UNKNOWN_VERSION, VERSION_PATTERN
 
 TEMPLATE_NAME = "healer-rollback"
@@ -139,9 +140,10 @@ class RunStatus:
 
 # ---- releases ----------------------------------------------------------------------------------------
 RELEASE_TEMPLATE_NAME = "healer-release"
-# The whole release, staging to promoted, a person's approval included; past it the put-back runs.
-RELEASE_DEADLINE_S = 3600
-MAX_BAKE_S = RELEASE_DEADLINE_S // 2  # the bake leaves the other half for the loads and a person
+# The whole release, staging to promoted, a person's approval included; past it the put-back runs. The
+# bake's bound is declared with release.bake_s (healer/settings): one fact for the config and --bake.
+RELEASE_DEADLINE_S = declared.RELEASE_DEADLINE_S
+MAX_BAKE_S = declared.MAX_BAKE_S
 
 
 @dataclass(frozen=True)

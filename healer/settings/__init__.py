@@ -420,6 +420,12 @@ class RollbackSettings:
     )
 
 
+# The whole release, staging to promoted, a person's approval included; past it the put-back runs. The
+# bake, from release.bake_s or `healer release --bake`, leaves the other half for the loads and a person.
+RELEASE_DEADLINE_S = 3600
+MAX_BAKE_S = RELEASE_DEADLINE_S // 2
+
+
 @dataclass(frozen=True)
 class ReleaseSettings:
     """`healer release`: a new version on one replica first (the canary), baked, then everywhere."""
@@ -431,6 +437,8 @@ class ReleaseSettings:
         metadata=setting(
             "how long the canary serves the new version (beside the stable one) before the others get it",
             minimum=0,
+            maximum=MAX_BAKE_S,
+            above_maximum=f"must be at most {MAX_BAKE_S} s (half the release's {RELEASE_DEADLINE_S} s deadline)",
         ),
     )
     check_interval_s: float = field(

@@ -1145,3 +1145,19 @@ def test_timeouts_that_fit_the_deadline_are_accepted(tmp_path: Path) -> None:
     assert (loaded.rollback.deadline_s, loaded.rollback.unload_timeout_s) == (3600, 3600)
     short = _load(tmp_path, _config(rollback={"deadline_s": 10, "unload_timeout_s": 5, "load_timeout_s": 10}))
     assert short.rollback.load_timeout_s == 10
+
+
+def test_the_bake_has_one_bound_for_the_config_and_the_command_line(tmp_path: Path) -> None:
+    """Issue 27, item 12: release.bake_s accepted 10**9 while `healer release --bake` (ReleaseRequest)
+    stopped at 1800 s, half the release's deadline. Both read MAX_BAKE_S, declared with the setting."""
+    from healer.settings import MAX_BAKE_S, RELEASE_DEADLINE_S
+    from healer.vocabulary import ReleaseRequest
+
+    assert MAX_BAKE_S == RELEASE_DEADLINE_S // 2 == 1800
+    assert _error(tmp_path, _config(release={"bake_s": 1e9})) == (
+        "<file>: release.bake_s: must be at most 1800 s (half the release's 3600 s deadline), got 1e+09"
+    )
+    assert _load(tmp_path, _config(release={"bake_s": MAX_BAKE_S})).release.bake_s == MAX_BAKE_S
+    ReleaseRequest(model="m", version="2", release="r-1", bake_s=MAX_BAKE_S)
+    with pytest.raises(ValueError, match="bake_s must be between 0 and 1800 s"):
+        ReleaseRequest(model="m", version="2", release="r-1", bake_s=MAX_BAKE_S + 1)

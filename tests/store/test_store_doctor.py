@@ -25,7 +25,8 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("HEALER_CONFIG", raising=False)
     monkeypatch.setenv("USER", "alice")
     root = tmp_path / "store"
-    shutil.copytree(EXAMPLES / "model_repository" / MODEL, root / MODEL)
+    # Without the bytecode a Python that imported the examples may have left beside them (the doctor reports it).
+    shutil.copytree(EXAMPLES / "model_repository" / MODEL, root / MODEL, ignore=shutil.ignore_patterns("__pycache__"))
     document = example_config_document()
     document["triton"] = {"url": f"127.0.0.1:{free_port()}", "timeout_s": 1.0}
     document["store"] = {"filesystem": {"root": str(root)}}
