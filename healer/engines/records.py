@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
+import fcntl
 import json
 import os
 import re
@@ -19,13 +20,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from healer.engines import EngineNotFound, EngineRejected
+from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable
 from healer.labels import (
     ENGINE_ANNOTATION,
     ENGINE_GONE_ANNOTATION,
@@ -61,10 +62,14 @@ def epoch(text: Any) -> float | None:
     return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).timestamp()
 
 
+# A record's read-change-write takes milliseconds: a lock held this long is a stuck process.
+RECORD_LOCK_WAIT_S = 10.0
+
+
 class RunRecords:
     """The run records in ``state_dir``: created exclusively (one run per name, across threads and
-    processes), read while another writer may be mid-create, changed under a lock (one writer per
-    engine; a run is changed only by the engine that runs it)."""
+    processes), read while another writer may be mid-create, changed under a lock (a thread lock and a
+    lock file per record: the engine that runs it, and ``healer runs resume`` from another process)."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = Path(state_dir)
@@ -112,10 +117,39 @@ class RunRecords:
         return sorted(runs, key=lambda r: r["metadata"].get("creationTimestamp", ""), reverse=True)
 
     def update(self, name: str, change: Callable[[dict[str, Any]], Any]) -> None:
-        with self._lock:
+        """Read, ``change`` and write the run ``name``, holding its lock: the thread lock among this
+        engine's threads, and a lock file (flock) among processes (``healer runs resume`` beside the
+        engine running the run), so that neither writes over what the other just wrote."""
+        with self._lock, self._file_lock(name):
             record = self.get(name)
             change(record)
             write_record(self.path(name), record)
+
+    @contextlib.contextmanager
+    def _file_lock(self, name: str) -> Iterator[None]:
+        path = self.state_dir / f".{self.path(name).stem}.lock"  # not a run record's name: runs() skips it
+        # Read-only is enough for flock: another user (a person's `runs resume`) can lock it too.
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+        try:
+            deadline = time.monotonic() + RECORD_LOCK_WAIT_S
+            # Bounded: each pass either takes the lock, raises at the deadline, or sleeps toward it.
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise EngineUnavailable(
+                            f"{path}: another process held the run record's lock for {RECORD_LOCK_WAIT_S:g} s; "
+                            "try again"
+                        ) from None
+                    time.sleep(0.01)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
     def add_node(self, name: str, node_id: str, node: dict[str, Any], parent: str | None = None) -> None:
         def change(record: dict[str, Any]) -> None:
