@@ -101,6 +101,8 @@ class TritonAPI(Protocol):
 
     def model_config(self, model: str) -> dict[str, Any]: ...
 
+    def model_metadata(self, model: str, version: str) -> dict[str, Any]: ...
+
     def infer(
         self,
         model: str,
@@ -167,6 +169,11 @@ class TritonHttp:
     def model_config(self, model: str) -> dict[str, Any]:
         """The config Triton serves the model with (JSON form of config.pbtxt, after auto-complete)."""
         return dict(self._call(self._client.get_model_config, model))
+
+    def model_metadata(self, model: str, version: str) -> dict[str, Any]:
+        """One served version's metadata (``GET /v2/models/{m}/versions/{v}``): its inputs and outputs,
+        with names, datatypes and shapes (-1: any size, the batch dimension included)."""
+        return dict(self._call(self._client.get_model_metadata, model, model_version=version))
 
     def infer(
         self,

@@ -92,6 +92,13 @@ class TritonRest:
         status, _, body = self._request("GET", f"/v2/models/{_part(model)}/config", timeout_s=self.timeout_s)
         return dict(self._json(status, body))
 
+    def model_metadata(self, model: str, version: str) -> dict[str, Any]:
+        """One served version's metadata: its inputs and outputs (see TritonHttp)."""
+        status, _, body = self._request(
+            "GET", f"/v2/models/{_part(model)}/versions/{_part(version)}", timeout_s=self.timeout_s
+        )
+        return dict(self._json(status, body))
+
     # ---- inference -------------------------------------------------------------------------------
 
     def infer(

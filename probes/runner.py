@@ -9,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from healer.settings import ModelSettings, Settings
 from healer.triton import TritonAPI, TritonError
 from healer.vocabulary import SLOW
+from probes.contract import Fit
+from probes.fit import GoldenFit, explained, misfit_result
 from probes.result import ProbeResult, Status, Tier
 from probes.tiers import check_business, check_liveness, check_readiness, resolve_versions
 
@@ -25,6 +27,7 @@ def probe_all(
     concurrency: int = 1,
     last: Collection[str] = (),
     on_model: Callable[[str, list[ProbeResult]], None] | None = None,
+    fit: GoldenFit | None = None,
 ) -> list[ProbeResult]:
     """All three tiers for every model (or the models named in ``only``): liveness once for the
     server, then per model and version. Results come back in the configured order of the models.
@@ -39,7 +42,11 @@ def probe_all(
     run beside the others' probes), last when they are not (they cannot take every worker). A slow
     answer among others is asked again alone before it counts. ``on_model(name, results)`` is called
     in the caller's thread as each model's results are in, so the caller can act on a fast answer
-    while a hung model is still timing out."""
+    while a hung model is still timing out.
+
+    ``fit`` (probes/fit.py): each version's golden request is first checked against what the version
+    declares (once per version seen). One that does not fit and is a configuration error is not sent:
+    its business result is ``error`` (nothing learnt). A changed contract is sent as usual and fails."""
     try:
         liveness = check_liveness(triton)
     except Exception as exc:  # nothing learnt about the server: every tier below is inconclusive
@@ -55,14 +62,14 @@ def probe_all(
 
     if workers <= 1 or not liveness.passed:  # a dead server: nothing to wait for, no thread worth starting
         for m in models:
-            done_with(m, _contained(triton, m, liveness))
+            done_with(m, _contained(triton, m, liveness, fit))
     else:
         hung = [m for m in models if m.name in last]
         started = sorted(models, key=lambda m: (m.name in last) == (len(hung) >= workers))  # stable otherwise
         slow: list[ModelSettings] = []
         pool = ThreadPoolExecutor(workers, thread_name_prefix="probe")
         try:
-            futures = {pool.submit(_contained, triton, m, liveness): m for m in started}
+            futures = {pool.submit(_contained, triton, m, liveness, fit): m for m in started}
             try:
                 for future in as_completed(futures, timeout=_deadline_s(settings, models, workers)):
                     model, results = futures[future], future.result()
@@ -80,7 +87,7 @@ def probe_all(
         for m in slow:
             # Probed beside others, a model may answer slowly because of them: asked again alone (the
             # pool has finished) before it counts, so concurrency never makes a healthy model look slow.
-            done_with(m, _contained(triton, m, liveness))
+            done_with(m, _contained(triton, m, liveness, fit))
     return [result for m in models for result in per_model[m.name]]
 
 
@@ -88,10 +95,12 @@ def _slow(results: list[ProbeResult]) -> bool:
     return any(r.tier is Tier.BUSINESS and r.status is Status.FAIL and r.code == SLOW for r in results)
 
 
-def _contained(triton: TritonAPI, model: ModelSettings, liveness: ProbeResult) -> list[ProbeResult]:
+def _contained(
+    triton: TritonAPI, model: ModelSettings, liveness: ProbeResult, fit: GoldenFit | None = None
+) -> list[ProbeResult]:
     results = [dataclasses.replace(liveness, model=model.name, version=model.version)]
     try:
-        return results + _probe_model(triton, model, liveness)
+        return results + _probe_model(triton, model, liveness, fit)
     except Exception as exc:
         return results + [
             ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0, f"probe raised: {_what(exc)}")
@@ -125,7 +134,9 @@ def _what(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
-def _probe_model(triton: TritonAPI, model: ModelSettings, liveness: ProbeResult) -> list[ProbeResult]:
+def _probe_model(
+    triton: TritonAPI, model: ModelSettings, liveness: ProbeResult, fit: GoldenFit | None = None
+) -> list[ProbeResult]:
     results: list[ProbeResult] = []
     if not liveness.passed:
         # A dead server says nothing about the model: the other tiers are inconclusive, not failures.
@@ -159,9 +170,7 @@ def _probe_model(triton: TritonAPI, model: ModelSettings, liveness: ProbeResult)
         readiness = check_readiness(triton, model.name, version)
         results.append(readiness)
         if readiness.passed:
-            # Only reached with liveness and this version's readiness passed in this cycle: a
-            # golden request that times out now is the model hanging, not Triton unreachable.
-            results.append(check_business(triton, model.name, version, model.golden, serving_confirmed=True))
+            results.append(_business(triton, model, version, fit))
         else:
             results.append(
                 ProbeResult(
@@ -174,6 +183,16 @@ def _probe_model(triton: TritonAPI, model: ModelSettings, liveness: ProbeResult)
                 )
             )
     return results
+
+
+def _business(triton: TritonAPI, model: ModelSettings, version: str, fit: GoldenFit | None) -> ProbeResult:
+    verdict = fit.check(triton, model.name, version, model.golden) if fit is not None else None
+    if verdict is not None and verdict.fit in (Fit.CONFIG_ERROR, Fit.UNDECIDED):
+        return misfit_result(model.name, version, model.golden, verdict)  # not sent: nothing would be learnt
+    # Only reached with liveness and this version's readiness passed in this cycle: a
+    # golden request that times out now is the model hanging, not Triton unreachable.
+    # A changed contract is the version's failure, as any other (its reason says why Triton refused).
+    return explained(check_business(triton, model.name, version, model.golden, serving_confirmed=True), verdict)
 
 
 def exit_code(results: Iterable[ProbeResult]) -> int:

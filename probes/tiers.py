@@ -16,10 +16,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from healer.ledger import StableRecord
 from healer.settings import GoldenRequest
 from healer.triton import TritonAPI, TritonRejected, TritonTimeout, TritonUnavailable
 from healer.vocabulary import MODEL_ERROR, SLOW, TIMEOUT
 from probes.compare import compare_output, timeout_status, wrong_answer_code
+from probes.contract import Fit
+from probes.fit import check_fit, explained, misfit_result
 from probes.result import ProbeResult, Status, Tier
 
 Clock = Callable[[], float]
@@ -235,11 +238,29 @@ def _result(
     )
 
 
-def check_after_load(triton: TritonAPI, model: str, version: str, golden: GoldenRequest) -> ProbeResult:
-    """The golden request against a version just loaded (the rollback's verify, ``healer promote``):
-    its first request pays the model's warm-up, so a right answer that was slow once gets one more
-    try. A wrong answer gets none."""
+def check_after_load(
+    triton: TritonAPI,
+    model: str,
+    version: str,
+    golden: GoldenRequest,
+    *,
+    stable: StableRecord | None = None,
+    key: str = "golden",
+) -> ProbeResult:
+    """The golden request against a version just loaded (the rollback's verify, the release's canary,
+    ``healer promote``): its first request pays the model's warm-up, so a right answer that was slow once
+    gets one more try. A wrong answer gets none.
+
+    First, whether the golden request fits the version (probes/contract.py): one that does not is sent
+    only when it fits ``stable`` (the ledger's newest stable record, when it is not ``version`` itself): a
+    changed contract, this version's failure. Otherwise it is a configuration error, an ``error`` result
+    (nothing learnt: nothing may be quarantined on it). ``key``: the golden request's key in healer.yaml,
+    for the findings (``models[0].golden``)."""
+    started = time.perf_counter()
+    verdict = check_fit(triton, model, version, golden, key=key, stable=stable)
+    if verdict is not None and verdict.fit is not Fit.FITS and verdict.fit is not Fit.CONTRACT_CHANGE:
+        return misfit_result(model, version, golden, verdict, time.perf_counter() - started)
     result = check_business(triton, model, version, golden)
     if result.status is Status.FAIL and result.code == SLOW:
         result = check_business(triton, model, version, golden)
-    return result
+    return explained(result, verdict)

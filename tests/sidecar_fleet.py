@@ -21,6 +21,16 @@ from healer.triton import IndexEntry, OutputTensor, TritonTimeout
 from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
 
 
+def golden_metadata(golden: Any) -> dict[str, Any]:
+    """A version's metadata as Triton gives it (GET /v2/models/{m}/versions/{v}) for a model the golden
+    request fits: its inputs and expected outputs, with their datatypes and shapes."""
+    tensors = {"inputs": list(golden.inputs), "outputs": [o.tensor for o in golden.outputs]}
+    return {
+        side: [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in specs]
+        for side, specs in tensors.items()
+    }
+
+
 class ScriptedTriton:
     """Answers like Triton would for one model serving one version; ``wrong`` flips the answer."""
 
@@ -28,6 +38,7 @@ class ScriptedTriton:
 
     def __init__(self, settings: Settings) -> None:
         self.golden = settings.models[0].golden
+        self.model_goldens = {m.name: m.golden for m in settings.models}  # each model's, for its metadata
         self.wrong = False
         self.hang = False  # the model sleeps past the golden timeout
 
@@ -45,6 +56,9 @@ class ScriptedTriton:
 
     def model_config(self, model: str) -> dict[str, Any]:
         return {}
+
+    def model_metadata(self, model: str, version: str) -> dict[str, Any]:
+        return golden_metadata(self.model_goldens.get(model, self.golden))
 
     def infer(
         self, model: str, version: str, inputs: Sequence[TensorSpec], output_names: Sequence[str], timeout_s: float

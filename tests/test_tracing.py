@@ -30,7 +30,7 @@ from healer.sidecar import Sidecar
 from healer.store import FilesystemBlobs, ModelStore
 from healer.triton import IndexEntry, OutputTensor
 from healer.vocabulary import RollbackRequest
-from tests.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton
+from tests.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton, golden_metadata
 from workflows import context, steps
 from workflows.plan import ReplicaTarget
 from workflows.rollback import (
@@ -313,6 +313,9 @@ class FleetTriton:
 
     def model_config(self, model: str) -> dict[str, Any]:
         return {"name": MODEL}
+
+    def model_metadata(self, model: str, version: str) -> dict[str, Any]:
+        return golden_metadata(self.golden)
 
     def model_version_ready(self, model: str, version: str) -> bool:
         return version in self.serves

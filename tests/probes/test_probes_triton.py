@@ -6,16 +6,19 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from healer.embedded import EmbeddedTriton
+from healer.ledger import StableRecord
 from healer.settings import ModelSettings, Settings
 from healer.triton import TritonAPI, TritonHttp
 from healer.triton_rest import TritonRest
+from probes.fit import GoldenFit
 from probes.result import ProbeResult, Status, Tier
 from probes.runner import EXIT_ERROR_ONLY, EXIT_FAIL, EXIT_OK, exit_code, probe_all
-from probes.tiers import check_business, check_liveness, check_readiness
+from probes.tiers import check_after_load, check_business, check_liveness, check_readiness
 from tests.conftest import settings_for
 
 Deploy = Callable[..., ModelSettings]
@@ -252,6 +255,79 @@ def test_killed_triton_fails_liveness_and_errors_the_other_tiers(
             client.close()
     finally:
         server.stop()
+
+
+def with_input_named(model: ModelSettings, name: str) -> ModelSettings:
+    """``model`` with its golden request's first input renamed (a typo in healer.yaml, or the old name)."""
+    golden = model.golden
+    renamed = dataclasses.replace(golden.inputs[0], name=name)
+    return dataclasses.replace(model, golden=dataclasses.replace(golden, inputs=(renamed, *golden.inputs[1:])))
+
+
+def stable_record(triton: TritonAPI, version: str) -> StableRecord:
+    """A stable record as `healer promote` writes it: the example linear_scorer's config as Triton serves it."""
+    return StableRecord(
+        version=version, files={}, promoted_at="", promoted_by="", config=triton.model_config("linear_scorer")
+    )
+
+
+def test_a_typo_in_an_input_name_is_a_configuration_error_never_sent(
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI
+) -> None:
+    """Triton refuses a request naming an input the model does not have (HTTP 400), which read as the
+    model failing: now checked against the version's metadata first, it is nothing learnt about the model."""
+    typo = with_input_named(example_settings.model("linear_scorer"), "FEATURS")
+    after_load = check_after_load(triton, "linear_scorer", "2", typo.golden)  # the rollback's verify, the canary's
+    assert after_load.status is Status.ERROR, after_load
+    assert "golden.inputs[0].name: linear_scorer v2 has no input 'FEATURS'; its inputs: FEATURES" in after_load.reason
+
+    settings = settings_for(example_settings, typo, url=triton_server.url)
+    metadata_calls: list[str] = []
+
+    class Counting:  # the client, counting the metadata calls
+        def __getattr__(self, name: str) -> object:
+            return getattr(triton, name)
+
+        def model_metadata(self, model: str, version: str) -> dict[str, object]:
+            metadata_calls.append(f"{model}/{version}")
+            return triton.model_metadata(model, version)
+
+    fit = GoldenFit(settings, stable_of=lambda model: stable_record(triton, "2"))  # v2 itself is the stable version
+    for _ in range(3):
+        tiers = by_tier(probe_all(settings, Counting(), fit=fit), "linear_scorer")  # type: ignore[arg-type]
+        business = tiers[Tier.BUSINESS]
+        assert business.status is Status.ERROR, business
+        assert business.reason.startswith("configuration error, nothing learnt about linear_scorer v2: ")
+        assert "models[0].golden.inputs[0].name: linear_scorer v2 has no input 'FEATURS'" in business.reason
+        assert business.details["fit"] == "configuration-error"
+    assert metadata_calls == ["linear_scorer/2"]  # once, when the version was first seen
+
+
+def test_a_version_that_renamed_its_input_fails_when_the_stable_version_fits(
+    example_settings: Settings, triton: TritonAPI, deploy: Deploy, model_repository: Path
+) -> None:
+    """A changed contract: v2's config renames the input the golden request sends; the stable v1, as
+    the ledger recorded it, takes it. That is v2's failure, and heals as any other."""
+    model = deploy("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, load=False)
+    config = model_repository / model.name / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "FEATURES"', 'name: "FEATURES_V2"'))
+    triton.load_model(model.name, timeout_s=60)
+
+    stable = stable_record(triton, "1")
+    result = check_after_load(triton, model.name, "2", model.golden, stable=stable)
+    assert result.status is Status.FAIL, result
+    assert result.code == "model-error"  # Triton refused it: HTTP 400
+    assert "v2 changed the contract: the golden request fits stable v1, not v2" in result.reason
+    assert f"golden.inputs[0].name: {model.name} v2 has no input 'FEATURES'; its inputs: FEATURES_V2" in result.reason
+    # Without a stable version to tell them apart: nothing learnt, nothing to quarantine on.
+    assert check_after_load(triton, model.name, "2", model.golden).status is Status.ERROR
+
+    settings = settings_for(example_settings, model, url=triton.url)
+    business = by_tier(probe_all(settings, triton, fit=GoldenFit(settings, stable_of=lambda m: stable)), model.name)[
+        Tier.BUSINESS
+    ]
+    assert business.status is Status.FAIL and business.code == "model-error", business
+    assert business.reason.startswith("v2 changed the contract: the golden request fits stable v1, not v2")
 
 
 def test_errors_only_exit_code() -> None:

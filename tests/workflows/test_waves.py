@@ -17,6 +17,7 @@ from healer.settings import Settings
 from healer.store import FilesystemBlobs, ModelStore
 from healer.triton import IndexEntry, OutputTensor, TritonRejected
 from healer.vocabulary import RollbackRequest
+from tests.sidecar_fleet import golden_metadata
 from workflows import steps
 from workflows.plan import ReplicaTarget
 
@@ -45,6 +46,9 @@ class FakeTriton:
 
     def model_config(self, model: str) -> dict[str, Any]:
         return {"name": MODEL}
+
+    def model_metadata(self, model: str, version: str) -> dict[str, Any]:
+        return golden_metadata(self.golden)
 
     def model_version_ready(self, model: str, version: str) -> bool:
         return version in self.serves
