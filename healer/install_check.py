@@ -8,7 +8,12 @@ healer` into a sidecar). Each check says what it tried and what came back; none 
   caller when a rollback is created from it): the most likely install fault, which otherwise shows
   only at the first incident, as every rollback falling back into the pods;
 * the Kubernetes API lists the replica pods (rollback.replicas), as the draining rule and the
-  rollback do.
+  rollback do;
+* each model's golden request fits the versions Triton serves (their metadata: input names,
+  datatypes, shapes; expected output names), when Triton answers at triton.url: a misfit fails
+  naming the key of healer.yaml. Sent as it is, Triton would refuse it, which reads as a failing
+  model (the sidecar tells the two apart: probes/contract.py). Triton not reachable from here (the
+  chart's test pod): not checked, and said so.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ def run_checks(settings: Settings) -> list[Check]:
     checks = [Check("config", True, f"{settings.source} loads: {len(settings.models)} model(s)")]
     checks.append(_argo(settings))
     checks.append(_replicas(settings))
+    checks.extend(_golden_requests(settings))
     return checks
 
 
@@ -82,3 +88,53 @@ def _replicas(settings: Settings) -> Check:
     return Check(
         "kubernetes-api", True, f"{len(pods)} replica pod(s) {replicas.selector} in {replicas.namespace}, {ready} Ready"
     )
+
+
+def _golden_requests(settings: Settings) -> list[Check]:
+    """One check per model: its golden request against each version Triton serves (or the pinned one)."""
+    from healer.triton import TritonError
+    from healer.triton_rest import TritonRest
+    from probes.contract import misfits
+    from probes.fit import golden_key, served_contract
+    from probes.tiers import resolve_versions
+
+    url = settings.triton.url
+    if not settings.models:
+        return []
+    try:
+        triton = TritonRest(url, timeout_s=settings.triton.timeout_s)
+        live = triton.server_live()
+    except (TritonError, ValueError) as exc:
+        return [Check("golden-requests", True, f"not checked: Triton at {url} not reachable ({exc})")]
+    if not live:
+        return [Check("golden-requests", True, f"not checked: Triton at {url} is not live")]
+    checks = []
+    for model in settings.models:
+        name = f"golden:{model.name}"
+        try:
+            versions = resolve_versions(triton, model.name, model.version)
+        except TritonError as exc:
+            checks.append(Check(name, True, f"not checked: Triton at {url} did not list its versions ({exc})"))
+            continue
+        if not versions:
+            checks.append(Check(name, True, f"not checked: Triton at {url} serves no version of {model.name}"))
+            continue
+        findings: list[str] = []
+        fitting, unread = [], []
+        for version in versions:
+            contract = served_contract(triton, model.name, version)
+            if contract is None:
+                unread.append(f"v{version}")
+                continue
+            wrong = misfits(model.golden, contract, key=golden_key(settings, model.name))
+            findings.extend(wrong)
+            if not wrong:
+                fitting.append(f"v{version}")
+        if findings:
+            checks.append(Check(name, False, "; ".join(findings)))
+        elif fitting:
+            note = f" (metadata of {', '.join(unread)} not read)" if unread else ""
+            checks.append(Check(name, True, f"fits {', '.join(fitting)} as Triton at {url} serves it{note}"))
+        else:
+            checks.append(Check(name, True, f"not checked: Triton at {url} gave no metadata of {', '.join(unread)}"))
+    return checks

@@ -134,4 +134,8 @@ def sidecar_registry() -> Registry:
     )
     registry.gauge("healer_circuit_breaker_open", "1 while a model's rollback circuit breaker is open.")
     registry.gauge("healer_triton_live", "1 when Triton answered the liveness tier on the last cycle.")
+    registry.gauge(
+        "healer_golden_request_misfit",
+        "1 while a model's golden request does not fit the version served: a configuration error, not acted on.",
+    )
     return registry

@@ -46,6 +46,7 @@ from healer.settings import ModelSettings, Settings
 from healer.sidecar.book import ModelBook
 from healer.sidecar.clock import REAL_CLOCK, Clock
 from healer.sidecar.drain import DrainKeeper, short_error
+from healer.sidecar.golden import GoldenWatch
 from healer.sidecar.handover import Handovers, rollback_request
 from healer.sidecar.notify import Notifier
 from healer.sidecar.peers import PeerSource
@@ -118,6 +119,11 @@ class Sidecar:
         )
         self.notify = Notifier(settings, metrics=self.metrics, pod=pod, kube=kube, send_alert=send_alert, clock=clock)
         self.drain_keeper = DrainKeeper(settings, peers, store_factory=drain_store, metrics=self.metrics, clock=clock)
+        # Whether each golden request fits the version served (healer/sidecar/golden.py): a configuration
+        # error is told loudly and never acted on.
+        self.golden = GoldenWatch(
+            settings, store_factory=drain_store, metrics=self.metrics, event=self.notify.event, clock=clock
+        )
         self._stopping = threading.Event()  # SIGTERM: leaving the Service (set from a signal handler)
         self._stop_at: float | None = None
         self._orphans_seen: set[str] = set()
@@ -189,6 +195,7 @@ class Sidecar:
                     concurrency=self.settings.sidecar.probe_concurrency,
                     last=hung,
                     on_model=act,
+                    fit=self.golden.fit,
                 )
                 self.book.record(results, trace_id, partial=only is not None)
             except Exception:  # a bug in probing: no verdicts this cycle; rollbacks and timeouts still run
@@ -219,6 +226,7 @@ class Sidecar:
         self._step(model, "retry_submission", self._retry_pending, model)
         if mine is not None:
             self._probed[model.name] = mine
+            self._step(model, "golden_fit", self.golden.seen, model.name, mine)
             verdict = confirmation_verdict(verdict_for(mine, probed_at), confirming=confirming)
             self._step(model, "verdict", self._apply_verdict, model, verdict)
             self.answered_at[model.name] = self.clock.monotonic()

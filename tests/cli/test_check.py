@@ -8,10 +8,13 @@ import socket
 from pathlib import Path
 
 import pytest
+import yaml
 
 from healer.cli import main
+from healer.embedded import EmbeddedTriton
 from healer.install_check import run_checks
 from healer.settings import Settings
+from tests.conftest import example_config_document
 
 
 def test_the_embedded_config_passes_with_nothing_to_reach(example_settings: Settings) -> None:
@@ -36,4 +39,40 @@ def test_an_unreachable_argo_server_fails_naming_host_and_ca(example_settings: S
 def test_the_command_prints_a_line_per_check(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "--config", "examples/healer.yaml"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[1].rstrip(":") for line in out] == ["config", "argo-server", "kubernetes-api"]
+    names = [line.split()[1].rstrip(":") for line in out]
+    assert names[:3] == ["config", "argo-server", "kubernetes-api"]
+    # The golden requests: one line, not checked, while no Triton answers at triton.url; else one per model.
+    assert names[3:] in (["golden-requests"], ["golden:linear_scorer", "golden:tiny_classifier"])
+
+
+def test_golden_requests_are_not_checked_without_a_triton_and_say_so(example_settings: Settings) -> None:
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    triton = dataclasses.replace(example_settings.triton, url=f"127.0.0.1:{port}")
+    [golden] = [c for c in run_checks(dataclasses.replace(example_settings, triton=triton)) if "golden" in c.name]
+    assert golden.ok
+    assert golden.detail.startswith(f"not checked: Triton at 127.0.0.1:{port} not reachable")
+
+
+def test_a_typo_in_a_golden_request_fails_the_check_naming_its_key(
+    triton_server: EmbeddedTriton, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An input name the model does not have: Triton would refuse the request, which the probes read as
+    the model failing. `healer check` says so, naming the key, before any sidecar runs with it."""
+    document = example_config_document()
+    document["triton"]["url"] = triton_server.url
+    document["models"][0]["golden"]["inputs"][0]["name"] = "FEATURS"
+    config = tmp_path / "healer.yaml"
+    config.write_text(yaml.safe_dump(document))
+
+    assert main(["check", "--config", str(config)]) == 1
+    lines = {line.split()[1].rstrip(":"): line for line in capsys.readouterr().out.splitlines()}
+    assert lines["golden:linear_scorer"] == (
+        "FAILED golden:linear_scorer: "
+        "models[0].golden.inputs[0].name: linear_scorer v2 has no input 'FEATURS'; its inputs: FEATURES; "
+        "models[0].golden.inputs: no 'FEATURES', an input linear_scorer v2 requires (FP32 [-1, 4])"
+    )
+    assert lines["golden:tiny_classifier"].startswith(
+        f"ok     golden:tiny_classifier: fits v2 as Triton at {triton_server.url} serves it"
+    )

@@ -25,6 +25,7 @@ from healer.sidecar.views import SidecarServer
 from healer.state import Phase
 from healer.store import FilesystemBlobs, ModelStore
 from healer.triton import TritonHttp
+from healer.triton_rest import TritonRest
 from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
 from tests.argo_faults import ArgoFaults
 from tests.rollback_stack import RollbackStack, rollback_stack, serve_latest, version_source
@@ -160,6 +161,80 @@ def test_broken_push_is_detected_drained_rolled_back_and_served_again(stack_fact
         ]
         assert len(failed) >= THRESHOLD and all(p["version"] == "3" for p in failed)
         assert all(len(p["input_hash"]) == 64 and len(p["trace_id"]) == 16 for p in failed)
+
+
+def with_input_named(settings: Settings, name: str) -> Settings:
+    """The one model's golden request with its input renamed (a typo in healer.yaml)."""
+    model = settings.models[0]
+    renamed = dataclasses.replace(model.golden.inputs[0], name=name)
+    golden = dataclasses.replace(model.golden, inputs=(renamed, *model.golden.inputs[1:]))
+    return dataclasses.replace(settings, models=(dataclasses.replace(model, golden=golden),))
+
+
+def test_a_typo_in_the_golden_request_never_drains_a_healthy_pod_nor_rolls_back(stack_factory: Any) -> None:
+    """An input name the model does not have: Triton refuses the request (HTTP 400), which read as the
+    model failing: the pod left the Service within 4 s and a rollback was submitted. Now it is a
+    configuration error, told loudly (error line, Event, gauge) and never acted on."""
+    with stack_factory() as stack:
+        settings = with_input_named(sidecar_settings(stack), "FEATURS")
+        built: list[str] = []
+
+        def engine() -> Any:
+            built.append("engine built")  # an engine is built only to submit a rollback
+            return local_engine(settings)
+
+        sidecar = Sidecar(settings, TritonRest(stack.settings.triton.url, timeout_s=5), engine_factory=engine)
+        with structlog.testing.capture_logs() as logs, Running(sidecar) as running:
+            model = stack.model
+            status = running.wait_for(lambda s: s["cycles"] >= THRESHOLD + 2, 15)
+            assert http_get(running.base + "/readyz")[0] == 200
+            metrics = http_get(running.base + "/metrics")[1]
+        assert built == []
+        assert status["models"][model]["state"] == "healthy"
+        business = status["models"][model]["last"]["business@v2"]
+        assert business["status"] == "error"
+        assert business["reason"].startswith(f"configuration error, nothing learnt about {model} v2: ")
+        assert (
+            f"models[0].golden.inputs[0].name: {model} v2 has no input 'FEATURS'; its inputs: FEATURES"
+            in (business["reason"])
+        )
+        assert f'healer_golden_request_misfit{{model="{model}"}} 1' in metrics
+        told = [e for e in logs if e["event"] == "golden_request_misfit"]
+        assert len(told) == 1, told  # once for the version, not once per cycle
+        assert (told[0]["log_level"], told[0]["model"], told[0]["version"]) == ("error", model, "2")
+
+
+def push_renamed_input(stack: RollbackStack, version: int, input_name: str) -> None:
+    """A new version whose config renames the model's input (a changed contract), pushed and loaded."""
+    for root in (stack.live, stack.store.blobs.root):  # type: ignore[attr-defined]
+        shutil.copytree(version_source("linear_scorer", ("good", "2")), Path(root) / stack.model / str(version))
+        config = Path(root) / stack.model / "config.pbtxt"
+        config.write_text(config.read_text().replace('name: "FEATURES"', f'name: "{input_name}"'))
+    stack.triton.load_model(stack.model, timeout_s=60)
+
+
+def test_a_version_that_renamed_its_input_is_rolled_back_as_a_failing_one(stack_factory: Any) -> None:
+    """The golden request fits the stable version (as the ledger recorded it), not the new one: the
+    new version changed its contract, a failure of that version, healed as any other."""
+    with stack_factory() as stack:
+        settings = latency_not_under_test(sidecar_settings(stack))
+        sidecar = Sidecar(
+            settings,
+            TritonRest(stack.settings.triton.url, timeout_s=5),
+            engine_factory=lambda: local_engine(settings),
+            pod="ml/triton-0",
+        )
+        with Running(sidecar) as running:
+            model = stack.model
+            running.wait_for(lambda s: s["cycles"] >= 1, 10)
+            push_renamed_input(stack, 3, "FEATURES_V3")
+            status = running.wait_for(lambda s: s["models"][model]["state"] == "healing", 20)
+            incident = status["models"][model]["incident"]
+            assert (incident["version"], incident["reason"]) == ("3", "model-error")
+            assert incident["detail"].startswith("v3 changed the contract: the golden request fits stable v2, not v3")
+            running.wait_for(lambda s: s["models"][model]["state"] == "healthy", 60)
+            assert stack.triton.served_versions(model) == ["2"]
+            assert http_get(running.base + "/readyz")[0] == 200
 
 
 def test_a_hung_model_is_drained_and_rolled_back(stack_factory: Any) -> None:
