@@ -32,6 +32,7 @@ from healer.store import (
     LeaseHeld,
     ModelStore,
     StoreError,
+    StoreFull,
     StoreIntegrityError,
     StoreUnavailable,
     sweep_staging,
@@ -314,6 +315,30 @@ def record(
     }
 
 
+def prune_copies_aside(ctx: StepContext, model: str) -> dict[str, Any]:
+    """Bound the quarantined and displaced copies the live repository keeps for ``model`` (they only
+    pile up, and a full disk stops the next rollback): ``rollback.keep_aside`` per folder, older ones
+    removed only if the store holds that version and it is not stable; nothing when the store is the
+    live repository (a quarantined copy is then the version itself). Best effort, under the lease."""
+    from healer.store import prune_aside
+
+    if ctx.store_is_live:
+        return {}
+    try:
+        ledger = ctx.store.ledger(model)
+        in_store = set(ctx.store.versions(model))
+        removed = prune_aside(
+            ctx.live_repository,
+            model,
+            keep=ctx.settings.rollback.keep_aside,
+            removable=lambda v: v in in_store and ledger.stable_record(v) is None,
+        )
+    except (StoreError, ValueError, OSError) as exc:
+        log.warning("aside_copies_not_pruned", model=model, error=str(exc))
+        return {}
+    return {"removed_aside": removed} if removed else {}
+
+
 def restore_config_file(ctx: StepContext, model: str, stable: StableRecord) -> dict[str, Any]:
     """Make the live repository's ``<model>/config.pbtxt`` the one the stable version was promoted
     with (the ledger keeps its text), so that a restarted or new replica, which loads from the file
@@ -387,14 +412,7 @@ class LeaseKeeper:
             ctx.check_cancelled("waiting for the model's lease")
             with store_errors(ctx, f"lease of {self.model} in {ctx.store.location}"):
                 try:
-                    self.lease = ctx.store.acquire_lease(
-                        self.model,
-                        self.holder,
-                        LEASE_TTL_S,
-                        incident=self.incident,
-                        run=self.run,
-                        run_is_dead=ctx.run_is_dead,
-                    )
+                    self.lease = self._acquire(run_is_dead=ctx.run_is_dead)
                     break
                 except LeaseHeld as exc:
                     self.waited_for = exc.holder or "another holder"
@@ -403,22 +421,38 @@ class LeaseKeeper:
                             f"another rollback of {self.model} holds its lease ({exc.holder}) past this "
                             "rollback's deadline"
                         ) from exc
+                except StoreFull as exc:
+                    # A full disk is not a verdict on the restore: space may be freed (by a person, by
+                    # the alert it raises); the lease is a few hundred bytes. Try again to the deadline.
+                    log.warning("lease_store_full", model=self.model, incident=self.incident, error=str(exc))
+                    if ctx.clock() >= deadline:
+                        raise TransientStepError(f"lease of {self.model}: the store is full: {exc}") from exc
             ctx.sleep(LEASE_POLL_S)
         self._thread = threading.Thread(target=self._renew_in_background, name="lease-renewal", daemon=True)
         self._thread.start()
         return ctx.clock() - started
 
+    def _acquire(self, **kwargs: Any) -> Any:
+        """One write of the lease; on a full store, the model's old lease snapshots are pruned (every
+        renewal leaves one) and the write tried once more."""
+        store = self.ctx.store
+
+        def write() -> Any:
+            return store.acquire_lease(
+                self.model, self.holder, LEASE_TTL_S, incident=self.incident, run=self.run, **kwargs
+            )
+
+        try:
+            return write()
+        except StoreFull:
+            # Only the newest snapshot decides; a stale writer is caught after its write (_superseded).
+            if not store.prune_lease(self.model, keep=2):
+                raise
+            return write()
+
     def _write(self, put_back: tuple[PutBack, ...] | None = None) -> None:
         with self._lock:
-            self.lease = self.ctx.store.acquire_lease(
-                self.model,
-                self.holder,
-                LEASE_TTL_S,
-                incident=self.incident,
-                run=self.run,
-                put_back=put_back,
-                renewing=True,
-            )
+            self.lease = self._acquire(put_back=put_back, renewing=True)
 
     def _renew_in_background(self) -> None:
         bound = log.bind(model=self.model, incident=self.incident, holder=self.holder)
@@ -572,7 +606,8 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
             recorded = record(ctx, request, version, "restored", not_quarantined=go["why_not_quarantined"])
             if recorded["quarantined"]:  # files move aside only for a version the ledger quarantines
                 recorded |= quarantine_files(ctx, request)
-            return recorded | restore_config_file(ctx, request.model, _stable_record(ctx, request.model, version))
+            recorded |= restore_config_file(ctx, request.model, _stable_record(ctx, request.model, version))
+            return recorded | prune_copies_aside(ctx, request.model)
 
         recorded = run("record", fence_then_record)
     finally:

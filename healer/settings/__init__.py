@@ -418,6 +418,17 @@ class RollbackSettings:
             choices=ROLLBACK_ORDERS,
         ),
     )
+    # Quarantined and displaced copies pile up in the live repository (each rollback adds one): past
+    # this many per model and folder the oldest go, but only a copy the store still holds, never a
+    # stable version's, and never when the store is the live repository (the copy is the version then).
+    keep_aside: int = field(
+        default=5,
+        metadata=setting(
+            "copies kept per model in <live>/<model>/.healer-quarantine and .healer-displaced (each): older ones "
+            "are removed after a rollback, only if the store holds that version too and it is not stable",
+            minimum=1,
+        ),
+    )
 
 
 # The whole release, staging to promoted, a person's approval included; past it the put-back runs. The

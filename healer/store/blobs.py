@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from healer.logs import get_logger, iso_utc
-from healer.store.errors import ConditionalWritesIgnored, StoreError, StoreUnavailable
+from healer.store.errors import ConditionalWritesIgnored, StoreError, StoreFull, StoreUnavailable
 from healer.store.files import make_dirs
 from healer.store.layout import CHUNK, FILE_MODE, META_DIR
 
@@ -36,9 +36,15 @@ class Blobs(Protocol):
 
     def open_stream(self, key: str) -> Iterator[bytes]: ...
 
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (absent already: nothing to do). Only for healer's own bookkeeping, never a
+        model's files: old snapshots of a lease or a drain set."""
+        ...
+
 
 # Errors a retry will not fix: a person must change permissions, the mount, or free space.
 PERMANENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def _filesystem_error(what: str, exc: OSError) -> StoreError:
@@ -53,6 +59,8 @@ def _filesystem_error(what: str, exc: OSError) -> StoreError:
                 st = path.stat()
                 owner = f"owner uid {st.st_uid} gid {st.st_gid}, mode {st.st_mode & 0o7777:o}"
                 where = f" ({path}: {owner}; healer runs as uid {os.geteuid()})"
+        if exc.errno in NO_SPACE_ERRNOS:
+            return StoreFull(f"{what}: {exc.strerror or exc}{where}")
         return StoreError(f"{what}: {exc.strerror or exc}{where}")
     return StoreUnavailable(f"{what}: {exc}")
 
@@ -109,6 +117,12 @@ class FilesystemBlobs:
                     os.unlink(temp)
         except OSError as exc:
             raise _filesystem_error(f"{self.location}: cannot write {key!r}", exc) from exc
+
+    def delete(self, key: str) -> None:
+        try:
+            (self.root / key).unlink(missing_ok=True)
+        except OSError as exc:
+            raise _filesystem_error(f"{self.location}: cannot delete {key!r}", exc) from exc
 
     def open_stream(self, key: str) -> Iterator[bytes]:
         try:
@@ -205,6 +219,10 @@ class S3Blobs:
             if status == 409:  # a concurrent conditional write in flight: the other writer wins
                 return False
             raise self._translate(exc, f"cannot write {key!r}") from exc
+
+    def delete(self, key: str) -> None:
+        with self._errors(f"cannot delete {key!r}"):
+            self._s3.delete_object(Bucket=self.bucket, Key=self._key(key))  # absent: S3 answers 204 too
 
     def open_stream(self, key: str) -> Iterator[bytes]:
         with self._errors(f"cannot read {key!r}"):

@@ -12,6 +12,11 @@ class StoreUnavailable(StoreError):
     """The store could not be reached or did not answer in time (temporary)."""
 
 
+class StoreFull(StoreError):
+    """No space left where the store writes (ENOSPC, EDQUOT): permanent until someone frees space, but
+    a writer may free some itself (old lease snapshots) and try again within its deadline."""
+
+
 class StoreConflict(StoreError):
     """Concurrent ledger writers kept winning; gave up after a bounded number of attempts."""
 

@@ -13,6 +13,10 @@ from healer.store.base import StoreBase
 from healer.store.errors import LeaseHeld, StoreConflict, StoreError
 from healer.store.layout import MAX_LEDGER_ATTEMPTS, META_DIR, _check_name
 
+# Lease snapshots kept per model when older ones are pruned: far more than a holder can fall behind
+# between its read and its write (the check after every write catches even that).
+LEASE_SNAPSHOTS_KEPT = 16
+
 
 @dataclass(frozen=True)
 class Lease:
@@ -115,11 +119,36 @@ class Leases(StoreBase):
                 put_back=duties,
             )
             if self.blobs.create(f"{self._lease_prefix(model)}/{generation + 1:08d}.json", snapshot.to_json()):
+                if self._superseded(model, generation + 1):
+                    continue  # a stale write under a pruned name: read the newest and decide again
                 taken_from = newest.holder if decision.taken_over and newest is not None else ""
                 return Lease(model, holder, generation + 1, snapshot.expires_at, incident, duties, taken_from)
         raise StoreConflict(
             f"{self.location}: lease of {model!r} changed under us {MAX_LEDGER_ATTEMPTS} times in a row"
         )
+
+    def _superseded(self, model: str, generation: int) -> bool:
+        """A higher generation than the one just created exists: the writer read the lease long ago and
+        its name had been pruned (``prune_lease``), so the exclusive create succeeded anyway. Its
+        snapshot is not the newest and must not count."""
+        snapshots = self._snapshots(self._lease_prefix(model))
+        return bool(snapshots) and snapshots[-1][0] > generation
+
+    def prune_lease(self, model: str, *, keep: int = LEASE_SNAPSHOTS_KEPT) -> int:
+        """Delete all but the ``keep`` newest snapshots of the model's lease (every renewal writes one,
+        so they pile up: a full disk must not stop the next rollback's lease). A writer that read an
+        older generation and creates a pruned name is caught by ``_superseded``. Returns how many were
+        deleted; a snapshot that cannot be deleted is left (logged), the others still go."""
+        _check_name(model)
+        snapshots = self._snapshots(self._lease_prefix(model))
+        deleted = 0
+        for _generation, key in snapshots[: max(0, len(snapshots) - max(1, keep))]:
+            try:
+                self.blobs.delete(key)
+                deleted += 1
+            except StoreError as exc:
+                get_logger("healer.store").warning("lease_snapshot_not_pruned", key=key, error=str(exc))
+        return deleted
 
     def lease_snapshot(self, model: str) -> tuple[int, LeaseSnapshot | None]:
         """The newest lease snapshot and its generation (0, None if never taken). Raises
@@ -156,3 +185,8 @@ class Leases(StoreBase):
                 log.info("lease_release_skipped", generation=lease.generation, newest_generation=generation + 1)
         except (StoreError, LedgerFormatError, OSError) as exc:
             log.warning("lease_release_failed", generation=lease.generation, error=str(exc))
+            return
+        try:
+            self.prune_lease(lease.model)
+        except StoreError as exc:  # bookkeeping: the lease itself is released
+            log.warning("lease_prune_failed", error=str(exc))

@@ -3,11 +3,13 @@ config file, and the sweep of what a killed fetch left there. See healer/store/_
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from healer.logs import get_logger
@@ -96,6 +98,56 @@ def restore_quarantined_version(live_repository: Path, model: str, version: str)
             return None  # the slot was filled meanwhile
         raise
     return target
+
+
+def prune_aside(live_repository: Path, model: str, *, keep: int, removable: Callable[[str], bool]) -> list[str]:
+    """Bound what a live repository keeps aside for ``model``: in ``.healer-quarantine`` and
+    ``.healer-displaced`` each, all but the ``keep`` newest entries are removed, each only if
+    ``removable(version)`` says the store holds that version (and it is not stable): a quarantined copy
+    is then a copy, never the version itself. An entry named after no version (a displaced
+    config.pbtxt, a staging leftover) is removable. Returns the entries removed (relative to the model's
+    folder); one that cannot be removed is left and logged."""
+    _check_name(model)
+    removed: list[str] = []
+    log = get_logger("healer.store").bind(model=model)
+    for folder_name in (QUARANTINE_DIR, DISPLACED_DIR):
+        folder = live_repository / model / folder_name
+        if not folder.is_dir():
+            continue
+        entries = sorted(folder.iterdir(), key=lambda p: (p.lstat().st_mtime_ns, p.name))
+        for entry in entries[: max(0, len(entries) - keep)]:
+            version = entry.name.partition("-")[0]
+            derived = "-bytecode-" in entry.name  # a version's __pycache__, moved aside: never the version
+            if VERSION_PATTERN.match(version) and not derived and not removable(version):
+                continue
+            try:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            except OSError as exc:
+                log.warning("aside_copy_not_removed", path=str(entry), error=str(exc))
+                continue
+            removed.append(f"{folder_name}/{entry.name}")
+    if removed:
+        log.info("aside_copies_removed", removed=removed)
+    return removed
+
+
+def aside_usage(live_repository: Path, model: str) -> dict[str, int]:
+    """Bytes and entries a live repository keeps aside for ``model`` (quarantined and displaced copies)."""
+    entries = size = 0
+    for folder_name in (QUARANTINE_DIR, DISPLACED_DIR):
+        folder = live_repository / model / folder_name
+        if not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            entries += 1
+            paths = [entry] if not entry.is_dir() or entry.is_symlink() else [entry, *entry.rglob("*")]
+            for path in paths:
+                with contextlib.suppress(OSError):
+                    size += path.lstat().st_size if path.is_file() or path.is_symlink() else 0
+    return {"entries": entries, "bytes": size}
 
 
 # ---- the model's config file in a live repository ------------------------------------------------------
