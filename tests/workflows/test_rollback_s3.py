@@ -158,7 +158,9 @@ def test_broken_newest_version_is_rolled_back_to_the_stable_one_fetched_from_s3(
         assert version_dirs(stack.live / stack.model) == ["1", "2"]
         quarantine_folder = stack.live / stack.model / ".healer-quarantine"
         assert phases["record"]["outputs"]["moved_aside"].startswith(str(quarantine_folder))
-        [audit] = stack.store.audit(stack.model)
+        # The evidence first (v3 asked again under the lease, before anything was touched), then the outcome.
+        evidence, audit = stack.store.audit(stack.model)
+        assert evidence["event"] == "confirmed-failing" and evidence["version"] == "3"
         assert audit["event"] == "restored" and audit["from_version"] == "3" and audit["to_version"] == "2"
         assert stack.alerts.alerts == []
 
@@ -197,7 +199,7 @@ def test_a_stable_version_overwritten_in_s3_is_refused_and_escalated(s3_stacks: 
         assert not (stack.live / stack.model / "2").exists()
         assert not (stack.live / stack.model / ".healer-displaced").exists()
         assert stack.store.ledger(stack.model).is_quarantined("3")
-        assert [a["event"] for a in stack.store.audit(stack.model)] == ["escalated"]
+        assert [a["event"] for a in stack.store.audit(stack.model)] == ["confirmed-failing", "escalated"]
 
 
 def test_a_stable_version_overwritten_in_s3_is_restored_from_its_staged_copy(s3_stacks: S3Stacks) -> None:
