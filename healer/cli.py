@@ -682,7 +682,10 @@ def _store_subcommands(store: argparse.ArgumentParser) -> None:
         help="with --release-lease: drop the replicas left to load again (a replica that is gone for good)",
     )
     store_doctor.add_argument(
-        "--repair", action="store_true", help="write the newest readable ledger snapshot forward (needs --reason)"
+        "--repair",
+        action="store_true",
+        help="write the newest readable ledger snapshot forward, and finish or put back a release of the model "
+        "that a killed process left on this host (needs --reason)",
     )
     store_doctor.add_argument("--reason", default="", help="why (kept in the lease and the audit trail)")
     _add_output(store_doctor, "a summary", sub=True)
@@ -1025,6 +1028,9 @@ def _cmd_store_doctor(settings: Settings, args: argparse.Namespace) -> int:
             repaired = store.repair_ledger(args.model)
             if repaired is not None:
                 audit(f"ledger repaired: generation {repaired.generation} written from the newest readable one")
+            if settings.rollback.engine != "argo":  # a release of the model killed on this host: its put-back
+                for line in _finish_orphaned_releases(settings, model=args.model):
+                    audit(line.removeprefix("healer: "))
         if args.release_lease:
             released = store.release_lease_by_hand(
                 args.model, reason=reason, by=who, force=args.force, clear_put_back=args.clear_put_back
@@ -1414,6 +1420,10 @@ def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     incident = _incident(args)
     # Machine-readable output keeps stdout for the result alone; progress goes to stderr.
     progress = sys.stderr if args.output in ("json", "yaml", "name") else sys.stdout
+    if settings.rollback.engine != "argo":
+        # A release of this model killed on this host: its own put-back first (a version it promoted
+        # before it was killed is finished, not reverted), then the rollback asked for.
+        _finish_orphaned_releases(settings, model=args.model)
     try:
         request = RollbackRequest(
             model=args.model,
@@ -1500,18 +1510,96 @@ def _submit_release(settings: Settings, request: Any, *, local: bool) -> tuple[A
             return engine, name, "joined"
         return engine, name, "submitted"
     from healer.engines.factory import local_release_engine
-    from healer.engines.records import mark_orphaned_runs
 
-    # A release this host started in a process that died never put its replicas back: say so.
-    for orphan in mark_orphaned_runs(settings.rollback.state_dir, prefix=RELEASE_TEMPLATE_NAME):
-        print(
-            f"healer: warning: {orphan['metadata']['name']} was left running by a process that ended: its "
-            "replicas may still serve its version (healer status; healer rollback MODEL VERSION puts them back)",
-            file=sys.stderr,
-        )
     engine = local_release_engine(settings)
+    # A release this host started in a process that died (killed) never ran its put-back: run it now,
+    # before this one reads the fleet (every model's: each waits at most its dead holder's lease).
+    _finish_orphaned_releases(settings, model=None, engine=engine)
     submission = engine.submit_release(request)
     return engine, submission.name, "submitted" if submission.created else "joined"
+
+
+def _finish_orphaned_releases(settings: Settings, *, model: str | None, engine: Any = None) -> list[str]:
+    """Finish or put back the releases this host started in a process that has since died (of
+    ``model``, or every model's): each run's own exit handler, the put-back, run here (it waits for the
+    dead process's lease, 30 s at most), then one line per run on stderr saying what it did, read from
+    its outcome and the ledger (returned too). Never fails the command: a release that could not be
+    finished is said so."""
+    from healer.engines import EngineError
+    from healer.engines.local import orphaned_releases
+
+    names = orphaned_releases(settings.rollback.state_dir, model=model)
+    lines: list[str] = []
+    if not names:
+        return lines
+    if engine is None:
+        from healer.engines.factory import local_release_engine
+
+        try:
+            engine = local_release_engine(settings)
+        except (EngineError, ValueError, OSError) as exc:
+            lines.append(f"healer: warning: {', '.join(names)} left running by a process that ended: {exc}")
+            print(lines[-1], file=sys.stderr)
+            return lines
+    for name in names:
+        print(
+            f"healer: {name} was left running by a process that ended: running its put-back here "
+            "(it waits up to 30 s for that process's lease)",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            status = engine.finish_orphaned_release(name)
+            parameters = {p["name"]: p.get("value", "") for p in engine.get(name)["spec"]["arguments"]["parameters"]}
+        except (EngineError, OSError, KeyError, TypeError) as exc:
+            lines.append(f"healer: warning: {name} could not be finished here: {exc}")
+            print(lines[-1], file=sys.stderr)
+            continue
+        if status is None:
+            lines.append(f"healer: {name}: another process is finishing it, or has")
+            print(lines[-1], file=sys.stderr)
+            continue
+        model_, version = parameters.get("model", "?"), parameters.get("version", "?")
+        try:
+            ledger: Any = _store(settings).ledger(model_)
+        except Exception as exc:  # the line still says what the put-back did
+            ledger = None
+            print(f"healer: warning: the ledger of {model_} could not be read: {exc}", file=sys.stderr)
+        lines.append(orphan_release_line(name, model_, version, status, ledger))
+        print(lines[-1], file=sys.stderr, flush=True)
+    return lines
+
+
+def orphan_release_line(name: str, model: str, version: str, status: Any, ledger: Any) -> str:
+    """What finishing an orphaned release did, from its put-back's outcome and the ledger (None:
+    unreadable). It never advises a rollback: the put-back is the rollback of a release, and a version
+    the ledger lists stable must stay."""
+    import json
+
+    try:
+        put_back = json.loads(status.outputs.get("put-back") or "{}")
+    except ValueError:
+        put_back = {}
+    promoted = ledger is not None and ledger.stable_record(version) is not None
+    quarantined = ledger is not None and ledger.is_quarantined(version)
+    if status.succeeded:
+        return (
+            f"healer: {name}: finished: {model} v{version} was promoted stable before its process ended; left serving"
+        )
+    if put_back.get("nothing"):
+        return f"healer: {name}: nothing to put back: {put_back['nothing']}"
+    if put_back.get("stable") and not put_back.get("put_back_error"):  # "stable" is there once it put back
+        state = "quarantined" if quarantined else "not quarantined (nothing was learnt against it)"
+        return (
+            f"healer: {name}: put back: every replica serves the stable {model} v{put_back['stable']} again; "
+            f"v{version} {state}"
+        )
+    if promoted:  # stable in the ledger: whatever the put-back said, v{version} stays
+        return f"healer: warning: {name}: {status.message}; {model} v{version} is stable in the ledger: leave it"
+    return (
+        f"healer: warning: {name}: {status.message}; a replica may still serve {model} v{version} "
+        "(healer status); runbooks/release-stopped.md"
+    )
 
 
 def _report_release(args: argparse.Namespace, status: Any, release_id: str) -> int:

@@ -340,8 +340,9 @@ def put_back(ctx: StepContext, request: ReleaseRequest, *, failure: str) -> dict
         with store_errors(leased, f"store {leased.store.location}"):
             ledger = leased.store.ledger(request.model)
             if ledger.stable_record(request.version) is not None:
-                # Promoted before the failure (a record written after it failed): the release is done.
-                return {"left": f"v{request.version} was promoted stable: left serving"}
+                # Promoted before the failure (a record written after it failed, or its engine's
+                # process killed after the promotion): the release is done. Finish it, never revert it.
+                return finish_promoted(leased, request)
             choice = choose_restore_version(
                 ledger, failing_version=request.version, available=leased.store.versions(request.model)
             )
@@ -381,11 +382,36 @@ def put_back(ctx: StepContext, request: ReleaseRequest, *, failure: str) -> dict
     return outcome
 
 
+def finish_promoted(ctx: StepContext, request: ReleaseRequest) -> dict[str, Any]:
+    """The put-back of a release whose version is stable in the ledger (read under the lease): it
+    was promoted, so the release is finished, not reverted. Every replica is left as it is (the
+    roll-out promotes only after every replica serves the version, verified); the ``released`` audit
+    record is written if the run ended before it was."""
+    with store_errors(ctx, f"audit in {ctx.store.location}"):
+        records = ctx.store.audit_of(request.model, request.release)
+    canary_: dict[str, Any] = next((r for r in reversed(records) if r.get("event") == CANARY_EVENT), {})
+    serving = {r.url: list(r.served) if r.served is not None else None for r in what_replicas_serve(ctx, request.model)}
+    written = not any(r.get("event") == "released" and r.get("version") == request.version for r in records)
+    if written:
+        details = {"from_version": canary_.get("stable", ""), "replicas": len(serving), "finished_by": "put-back"}
+        audit(ctx, request, "released", details)
+    log.info("release_finished_by_put_back", model=request.model, version=request.version, audit_written=written)
+    return {
+        "left": f"v{request.version} was promoted stable: the release is finished, every replica left as it is",
+        "finished": True,
+        "stable": request.version,
+        "serving": serving,
+        "released_record_written": written,
+    }
+
+
 def tell_people(ctx: StepContext, request: ReleaseRequest, *, failure: str, outcome: dict[str, Any]) -> dict[str, Any]:
     """The alert, unless the release touched nothing (refused, or stopped before its canary: whoever
-    ran it was told by the command)."""
+    ran it was told by the command) or was finished (promoted: nothing was stopped)."""
     if outcome.get("nothing"):
         return {"alert": {}, "alert_sent": False, "alert_error": "not sent: " + str(outcome["nothing"])}
+    if outcome.get("finished"):
+        return {"alert": {}, "alert_sent": False, "alert_error": "not sent: " + str(outcome["left"])}
     settings = ctx.settings.rollback.alert
     alert = build_release_alert(
         request.model,

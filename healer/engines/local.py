@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,17 +37,20 @@ from healer.decisions import same_occurrence_window_s
 from healer.engines import MAX_EARLIER_OCCURRENCES, EngineNotFound, EngineRejected, EngineUnavailable, join_or_step_past
 from healer.engines.records import (
     RunRecords,
+    _owner_alive,
     epoch,
     mark_orphaned_runs,
     new_record,
     new_release_record,
     now_text,
+    process_instance,
     resume_suspended,
 )
 from healer.engines.template_reader import UnsupportedTemplate, read_template
 from healer.engines.template_runner import CANCELLED, Cancellation, TemplateRunner, in_pod_run
-from healer.labels import ENGINE_GONE_ANNOTATION
+from healer.labels import ENGINE_ANNOTATION, ENGINE_GONE_ANNOTATION, ENGINE_INSTANCE_ANNOTATION
 from healer.vocabulary import (
+    RELEASE_TEMPLATE_NAME,
     ReleaseRequest,
     RollbackRequest,
     RunStatus,
@@ -55,11 +60,22 @@ from healer.vocabulary import (
 )
 
 # What callers import from here: the engine, and (for leases and tests) the names its runs take.
-__all__ = ["CANCELLED", "DEFAULT_MUTEX_WAIT_S", "STEP_DIR", "LocalEngine", "UnsupportedTemplate", "in_pod_run"]
+__all__ = [
+    "CANCELLED",
+    "DEFAULT_MUTEX_WAIT_S",
+    "STEP_DIR",
+    "LocalEngine",
+    "UnsupportedTemplate",
+    "in_pod_run",
+    "orphaned_releases",
+]
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_MUTEX_WAIT_S = 300.0
+# How long finishing an orphaned release waits for its model's release mutex (another process finishing
+# it: the dead holder's lease TTL, 30 s, then the put-back's swaps).
+ORPHAN_MUTEX_WAIT_S = 180.0
 STEP_DIR = "steps"  # under state_dir: each step attempt's output folder (the root filesystem may be read-only)
 
 
@@ -163,6 +179,83 @@ class LocalEngine:
         if not ours:
             raise EngineRejected(f"{name} is run by another process (its own `healer release`): stop it there")
         self._cancellation.stop_run(name)
+
+    def finish_orphaned_release(self, name: str, *, wait_s: float = ORPHAN_MUTEX_WAIT_S) -> RunStatus | None:
+        """Finish, in this process, a release run whose engine process died (SIGKILL, OOM, a lost
+        shell): its exit handler runs here as the dead engine would have run it (the put-back, which
+        reads the ledger under the model's lease: a version promoted before the process died is left
+        serving and the release finished; otherwise every replica serving it goes back to the stable
+        version), then the record's final phase is written: Succeeded when the put-back found the
+        release promoted, else Error. The release's mutex is held meanwhile (a second process finishing
+        it waits, then finds it done). Returns the run's status; None when it is not an orphan (its
+        engine lives, or another process finished it first) or the mutex stayed busy for ``wait_s``."""
+        if self.template_spec.entrypoint != "release" or not self.on_exit:
+            raise EngineRejected("this engine runs the rollback template, not the release one")
+        parameters = _run_parameters(self.get(name))
+        try:
+            with self._mutex(name, self.template_spec.mutex(parameters), wait_s=wait_s, note=False):
+                dead = self._claim_orphan(name)
+                if dead is None:
+                    return None
+                self._run_orphan_exit_handler(name, parameters, dead)
+        except TimeoutError as exc:
+            log.warning("orphaned_release_not_finished", workflow=name, error=str(exc))
+            return None
+        return self.status(name)
+
+    def _claim_orphan(self, name: str) -> str | None:
+        """Under the release's mutex: if ``name`` is still an orphan, make it this process's (a third
+        process sees its engine alive) and mark the steps the dead engine left Running as Error; the
+        dead engine's pid. None: not an orphan (any more)."""
+        claimed: list[str] = []
+
+        def change(record: dict[str, Any]) -> None:
+            if not _orphaned(record):
+                return
+            annotations = record["metadata"].setdefault("annotations", {})
+            dead = annotations.get(ENGINE_ANNOTATION, "").partition("/")[2]
+            annotations[ENGINE_ANNOTATION] = f"{socket.gethostname()}/{os.getpid()}"
+            annotations[ENGINE_INSTANCE_ANNOTATION] = process_instance(os.getpid()) or ""
+            ended = f"engine process {dead} ended before this step finished"
+            for node in record["status"].get("nodes", {}).values():
+                if node.get("phase") in {"Pending", "Running"}:
+                    node.update(phase="Error", message=ended, finishedAt=now_text())
+            record["status"]["message"] = (
+                f"engine process {dead} ended before the run finished: its exit handler runs in process {os.getpid()}"
+            )
+            claimed.append(dead)
+
+        self.records.update(name, change)
+        if claimed:
+            log.warning("orphaned_release_claimed", workflow=name, dead_pid=claimed[0], pid=os.getpid())
+        return claimed[0] if claimed else None
+
+    def _run_orphan_exit_handler(self, name: str, parameters: dict[str, str], dead: str) -> None:
+        assert self.on_exit is not None
+        started = time.monotonic()
+        failures = self.records.failures(name) or [
+            {
+                "displayName": "engine",
+                "message": f"engine process {dead} ended before the run finished",
+                "phase": "Error",
+            }
+        ]
+        exit_params = {**parameters, "__status": "Error", "__failures": json.dumps(failures)}
+        try:
+            exit_phase, exit_message = self._runner.run_steps(name, self.on_exit, exit_params, None, root=False)
+        except Exception as exc:  # an engine bug must still end the run visibly
+            log.exception("orphaned_release_exit_handler_crashed", workflow=name)
+            exit_phase, exit_message = "Error", f"engine error: {type(exc).__name__}: {exc}"
+        put_back = _json_object(self.status(name).outputs.get("put-back", ""))
+        phase, message = orphan_outcome(dead, os.getpid(), exit_phase, exit_message, put_back)
+        self.records.update(name, lambda r: r["status"].update(phase=phase, message=message, finishedAt=now_text()))
+        log.info(
+            "orphaned_release_finished",
+            workflow=name,
+            phase=phase,
+            dead_pid=dead,
+            duration_s=round(time.monotonic() - started, 3),
+        )
 
     def _create(self, name: str, request: RollbackRequest, parameters: dict[str, str]) -> bool:
         """Record and start the run ``name``; False if a record of that name exists."""
@@ -302,15 +395,18 @@ class LocalEngine:
         return running
 
     @contextlib.contextmanager
-    def _mutex(self, name: str, mutex: str | None) -> Iterator[None]:
+    def _mutex(self, name: str, mutex: str | None, *, wait_s: float | None = None, note: bool = True) -> Iterator[None]:
+        """Hold ``mutex`` (an flock: a dead process's is let go by the kernel), waiting ``wait_s`` at
+        most (default: the engine's mutex wait); ``note``: say so in run ``name``'s record while waiting."""
         if mutex is None:
             yield
             return
         lock_dir = self.state_dir / "locks"
         lock_dir.mkdir(exist_ok=True)
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", mutex)
+        wait_s = self._mutex_wait_s if wait_s is None else wait_s
         with (lock_dir / f"{safe}.lock").open("w") as handle:
-            deadline = time.monotonic() + self._mutex_wait_s
+            deadline = time.monotonic() + wait_s
             waiting_noted = False
             while True:
                 if self._cancellation.stopping:
@@ -319,11 +415,11 @@ class LocalEngine:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if not waiting_noted:
+                    if note and not waiting_noted:
                         self.records.update(name, lambda r: r["status"].update(message=f"Waiting for {mutex} lock"))
                         waiting_noted = True
                     if time.monotonic() >= deadline:
-                        raise TimeoutError(f"mutex {mutex} not acquired within {self._mutex_wait_s:g} s") from None
+                        raise TimeoutError(f"mutex {mutex} not acquired within {wait_s:g} s") from None
                     time.sleep(self._poll_interval_s)
             try:
                 if waiting_noted:
@@ -331,3 +427,67 @@ class LocalEngine:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ---- releases a dead process left behind ---------------------------------------------------------------
+
+
+def orphaned_releases(state_dir: Path, *, model: str | None = None) -> list[str]:
+    """The release runs (of ``model``, or every model's) that a process of this host which no longer
+    exists left Pending or Running: their exit handler never ran, so nobody will finish them or put
+    their replicas back until ``LocalEngine.finish_orphaned_release`` does. Read only (no template,
+    no folder created, nothing marked): cheap enough for every command to ask."""
+    names: list[str] = []
+    if not Path(state_dir).is_dir():
+        return names
+    for path in sorted(Path(state_dir).glob(f"{RELEASE_TEMPLATE_NAME}-*.json")):
+        with contextlib.suppress(ValueError, OSError, KeyError, TypeError, AttributeError):
+            record = json.loads(path.read_text())
+            if model is not None and _run_parameters(record).get("model") != model:
+                continue
+            if _orphaned(record):
+                names.append(str(record["metadata"]["name"]))
+    return names
+
+
+def orphan_outcome(
+    dead: str, pid: int, exit_phase: str, exit_message: str, put_back: dict[str, Any]
+) -> tuple[str, str]:
+    """An orphaned release's final (phase, message) once its exit handler ran in process ``pid``
+    (pure): Succeeded when the put-back found the version promoted (the release is finished), else
+    Error, saying what the put-back did."""
+    ended = f"engine process {dead} ended before the run finished"
+    if exit_phase != "Succeeded":
+        return "Error", f"{ended}; its put-back, run by process {pid}, failed: {exit_message}"
+    if put_back.get("finished"):
+        return "Succeeded", f"{ended}, after the promotion: finished by process {pid} ({put_back.get('left', '')})"
+    if put_back.get("nothing"):
+        return "Error", f"{ended}; process {pid} ran its exit handler: {put_back['nothing']}"
+    return (
+        "Error",
+        f"{ended}; put back by process {pid}: every replica serves the stable v{put_back.get('stable', '?')}",
+    )
+
+
+def _orphaned(record: dict[str, Any]) -> bool:
+    """Pending or Running, started by a process of this host that no longer exists."""
+    if (record.get("status") or {}).get("phase", "Pending") not in {"Pending", "Running"}:
+        return False
+    annotations = (record.get("metadata") or {}).get("annotations") or {}
+    host, _, pid = str(annotations.get(ENGINE_ANNOTATION, "")).partition("/")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False  # another host's run: nothing here can tell whether its engine lives
+    return not _owner_alive(int(pid), str(annotations.get(ENGINE_INSTANCE_ANNOTATION, "")))
+
+
+def _run_parameters(record: dict[str, Any]) -> dict[str, str]:
+    arguments = ((record.get("spec") or {}).get("arguments") or {}).get("parameters") or []
+    return {str(p["name"]): str(p.get("value", "")) for p in arguments if isinstance(p, dict) and "name" in p}
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

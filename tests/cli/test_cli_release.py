@@ -5,9 +5,13 @@ canary, and the command's exit code and output."""
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -15,9 +19,11 @@ import yaml
 from healer.cli import EXIT_REFUSED, EXIT_USAGE, main
 from healer.embedded import EmbeddedTriton
 from healer.engines.records import RunRecords
+from healer.store import FilesystemBlobs, ModelStore
 from healer.triton import TritonHttp
 from tests.conftest import EXAMPLES
 from tests.rollback_stack import serve_versions, write_model
+from workflows import release_steps
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -97,3 +103,117 @@ def test_release_refuses_bad_input_with_a_clear_message(
     assert "invalid version 'v2'" in capsys.readouterr().err
     assert main(["release", "--config", str(config), "cli_release_input", "2", "--bake", "99999"]) == EXIT_USAGE
     assert "bake_s must be between 0 and 1800 s" in capsys.readouterr().err
+
+
+def _kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _release_killed(argv: list[str], kill_point: str) -> None:
+    """`healer release` in a child process, SIGKILLed at ``kill_point`` (as test_kill_matrix.py does)."""
+    if kill_point == "bake":  # after the bake's second check: the canary serves v1 and v2
+        check = release_steps._bake_check
+        calls = [0]
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            result = check(*args, **kwargs)
+            calls[0] += 1
+            if calls[0] >= 2:
+                _kill_self()
+            return result
+
+        release_steps._bake_check = checked
+    else:  # "after-promotion": promoted stable in the ledger, killed before its `released` record
+        audit = release_steps.audit
+
+        def audited(ctx: Any, request: Any, event: str, details: Any) -> Any:
+            if event == "released":
+                _kill_self()
+            return audit(ctx, request, event, details)
+
+        release_steps.audit = audited
+    try:
+        main(argv)
+    finally:
+        os._exit(3)  # reached only if the kill point never was: the test fails
+
+
+def _kill_release(argv: list[str], kill_point: str) -> float:
+    """Run ``argv`` in a child killed at ``kill_point``; the moment it was reaped."""
+    # spawn, not fork: the Triton client's gevent hub does not survive a fork of a threaded process.
+    child = multiprocessing.get_context("spawn").Process(target=_release_killed, args=(argv, kill_point), daemon=True)
+    child.start()
+    child.join(timeout=240)
+    killed_at = time.monotonic()
+    if child.is_alive():
+        child.kill()
+        child.join(timeout=10)
+    assert child.exitcode == -signal.SIGKILL, f"healer release was not killed at {kill_point} ({child.exitcode})"
+    return killed_at
+
+
+def test_a_killed_release_is_put_back_or_finished_by_the_next_release(
+    tmp_path: Path, triton_server: EmbeddedTriton, triton: TritonHttp, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27: `healer release` SIGKILLed in the bake, then after its promotion. The next `healer
+    release` runs the dead run's put-back first: the canary goes back to v1 and the new release goes
+    on; a promoted v3 stays (finished, not reverted, nothing quarantined), and what it prints never
+    advises a rollback."""
+    name = "cli_release_killed"
+    versions = {1: ("good", "1"), 2: ("good", "2"), 3: ("good", "2"), 4: ("good", "1")}
+    write_model(tmp_path / "store", "linear_scorer", name, versions)
+    write_model(triton_server.model_repository, "linear_scorer", name, versions)
+    config = _config(tmp_path, triton_server, name)
+    triton.load_model(name, timeout_s=60)
+    serve_versions(triton, name, [1])
+    assert main(["promote", "--config", str(config), name, "1", "--by", "alice"]) == 0
+    capsys.readouterr()
+    records = RunRecords(tmp_path / "runs")
+
+    # Killed in the bake: the canary serves v1 and v2, its run stays Running.
+    _kill_release(["release", "--config", str(config), name, "2", "--bake", "60"], "bake")
+    assert triton.served_versions(name) == ["1", "2"]
+    assert [r["status"]["phase"] for r in records.runs()] == ["Running"]
+    code = main(["release", "--config", str(config), name, "2"])
+    captured = capsys.readouterr()
+    assert code == 0, captured
+    put_back = [line for line in captured.err.splitlines() if ": put back:" in line]
+    assert len(put_back) == 1, captured.err
+    assert f"every replica serves the stable {name} v1 again; v2 not quarantined" in put_back[0], captured.err
+    assert "rollback" not in captured.err
+    assert f"released {name} v2: every replica serves it, promoted stable" in captured.out
+    assert triton.served_versions(name) == ["2"]
+    assert sorted(r["status"]["phase"] for r in records.runs()) == ["Error", "Succeeded"]
+
+    # Killed after its promotion: v3 is stable, the `released` record missing.
+    killed_at = _kill_release(
+        ["release", "--config", str(config), name, "3", "--release", "rel-killed-3"], "after-promotion"
+    )
+    assert triton.served_versions(name) == ["3"]
+    code = main(["release", "--config", str(config), name, "3"])  # refused (already stable), after finishing
+    converge_s = time.monotonic() - killed_at
+    captured = capsys.readouterr()
+    print(f"\nkilled after promotion: converge_s={converge_s:.2f}")
+    assert code == EXIT_REFUSED and "already stable" in captured.out, captured
+    finished = [line for line in captured.err.splitlines() if ": finished:" in line]
+    assert len(finished) == 1, captured.err
+    assert f"{name} v3 was promoted stable before its process ended; left serving" in finished[0], captured.err
+    assert "rollback" not in captured.err
+    assert triton.served_versions(name) == ["3"]
+    assert converge_s < 90
+    ledger = ModelStore(FilesystemBlobs(tmp_path / "store")).ledger(name)
+    assert ledger.stable_record("3") is not None and not ledger.quarantined
+    released = ModelStore(FilesystemBlobs(tmp_path / "store")).audit_of(name, "rel-killed-3")
+    assert [r["event"] for r in released].count("released") == 1
+    killed = next(r for r in records.runs() if r["metadata"]["labels"].get("healer.io/incident") == "rel-killed-3")
+    assert killed["status"]["phase"] == "Succeeded", killed["status"]
+
+    # Killed in the bake again: `healer store doctor --repair` puts it back too, and says so.
+    _kill_release(["release", "--config", str(config), name, "4", "--bake", "60"], "bake")
+    assert triton.served_versions(name) == ["3", "4"]
+    code = main(["store", "doctor", "--config", str(config), name, "--repair", "--reason", "release killed"])
+    captured = capsys.readouterr()
+    assert code == 0, captured
+    assert f"put back: every replica serves the stable {name} v3 again; v4 not quarantined" in captured.out, captured
+    assert triton.served_versions(name) == ["3"]
+    assert [r for r in records.runs() if r["status"]["phase"] in ("Pending", "Running")] == []

@@ -19,6 +19,7 @@ import pytest
 from healer.embedded import EmbeddedTriton
 from healer.engines.factory import local_release_engine
 from healer.engines.local import LocalEngine
+from healer.settings import Settings
 from healer.triton import TritonHttp
 from healer.vocabulary import ReleaseRequest
 from tests.rollback_stack import RollbackStack, serve_versions, version_source
@@ -31,6 +32,8 @@ class Fleet:
     stack: RollbackStack
     replicas: list[TritonHttp]
     engine: LocalEngine
+    settings: Settings  # the engine's: the release's checks every 0.2 s
+    state_dir: Path  # the engine's run records
 
     @property
     def model(self) -> str:
@@ -73,7 +76,7 @@ def fleet(
             engine = local_release_engine(
                 settings, state_dir=tmp_path / "releases", replicas=[stack.settings.triton.url, second.url]
             )
-            yield Fleet(stack, [stack.triton, replica], engine)
+            yield Fleet(stack, [stack.triton, replica], engine, settings, tmp_path / "releases")
         finally:
             replica.close()
 

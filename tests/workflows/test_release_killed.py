@@ -1,0 +1,160 @@
+"""A `healer release` killed (SIGKILL) at each point of its run, on two real Tritons sharing one live
+repository (issue 27): its exit handler never ran, so the next command that meets the orphaned run
+(``LocalEngine.finish_orphaned_release``, which `healer release`, `healer rollback` and `healer
+store doctor --repair` call) runs that exit handler, the release's own put-back, in its own process.
+Every case must end with every replica on one known-good version within the 90 s budget: put back on
+the stable version when the release was not promoted, left on the new one (the release finished,
+nothing quarantined) when it was.
+
+The release runs in a child process (the LocalEngine over the healer-release template, as `healer
+release` runs it) whose step functions are wrapped to SIGKILL the child at the chosen point, as
+tests/workflows/test_kill_matrix.py does for the heal. The time from the kill to the end of the
+put-back is printed per case (``pytest -s -k release_killed``).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from healer.embedded import EmbeddedTriton
+from healer.engines.factory import local_release_engine
+from healer.engines.local import orphaned_releases
+from healer.settings import Settings
+from healer.vocabulary import ReleaseRequest, release_workflow_name
+from tests.workflows.test_release_triton import _nodes, fleet, second_triton
+from workflows import release_steps, steps
+
+__all__ = ["second_triton"]  # the module's second replica (a fixture), shared by this module's tests
+
+pytestmark = pytest.mark.timeout(600)
+
+BUDGET_S = 90.0
+
+
+def _kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _kill_after(target: Any, name: str, *, calls: int = 1) -> None:
+    """``target.name`` runs, then the process is SIGKILLed (after the n-th call)."""
+    original = getattr(target, name)
+    count = [0]
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        count[0] += 1
+        if count[0] >= calls:
+            _kill_self()
+        return result
+
+    setattr(target, name, wrapper)
+
+
+def _kill_before(target: Any, name: str, when: Callable[..., bool] = lambda *a, **k: True) -> None:
+    original = getattr(target, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if when(*args, **kwargs):
+            _kill_self()
+        return original(*args, **kwargs)
+
+    setattr(target, name, wrapper)
+
+
+# kill point -> how the child arms it (in the child only), and what the fleet serves once it is dead.
+KILL_POINTS: dict[str, tuple[Callable[[], None], list[tuple[str, ...]]]] = {
+    # The canary's load was sent and done, its golden request never asked: v2 serves beside v1, unverified.
+    "canary-loaded": (lambda: _kill_before(release_steps, "verify"), [("1",), ("1", "2")]),
+    # In the bake, after its second check: the canary serves v1 and v2 (the bake holds no lease).
+    "bake": (lambda: _kill_after(release_steps, "_bake_check", calls=2), [("1",), ("1", "2")]),
+    # The roll-out's first replica swapped to v2 alone, the other still on v1: the fleet is split.
+    "between-waves": (lambda: _kill_after(steps, "restore_replica"), [("1",), ("2",)]),
+    # Every replica swapped to v2 and verified, not promoted.
+    "after-last-wave": (lambda: _kill_before(__import__("healer.promote").promote, "promote"), [("2",), ("2",)]),
+    # Promoted stable in the ledger, killed before the `released` audit record.
+    "after-promotion": (
+        lambda: _kill_before(release_steps, "audit", lambda _ctx, _req, event, _d: event == "released"),
+        [("2",), ("2",)],
+    ),
+}
+
+
+def _child(settings: Settings, state_dir: Path, urls: list[str], request: ReleaseRequest, kill_point: str) -> None:
+    KILL_POINTS[kill_point][0]()
+    try:
+        engine = local_release_engine(settings, state_dir=state_dir, replicas=urls)
+        engine.wait(engine.submit_release(request).name, timeout_s=300)
+    finally:
+        os._exit(3)  # reached only if the kill point never was: the parent fails the case
+
+
+@pytest.mark.parametrize("kill_point", list(KILL_POINTS))
+def test_a_killed_release_is_finished_or_put_back_by_the_next_command(
+    kill_point: str, fs_stack_factory: Any, second_triton: EmbeddedTriton, tmp_path: Path
+) -> None:
+    with fleet(fs_stack_factory, second_triton, tmp_path, ("good", "2")) as f:
+        request = f.release("2", bake_s=30.0 if kill_point in ("canary-loaded", "bake") else 0.5)
+        name = release_workflow_name(request)
+        urls = [r.url for r in f.replicas]
+        # spawn, not fork: the Triton client's gevent hub does not survive a fork of a threaded process.
+        child = multiprocessing.get_context("spawn").Process(
+            target=_child, args=(f.settings, f.state_dir, urls, request, kill_point), daemon=True
+        )
+        child.start()
+        child.join(timeout=240)
+        killed_at = time.monotonic()
+        if child.is_alive():
+            child.kill()
+            child.join(timeout=10)
+        assert child.exitcode == -signal.SIGKILL, f"the release was not killed at {kill_point} ({child.exitcode})"
+        assert sorted(map(tuple, f.served())) == KILL_POINTS[kill_point][1]  # what the dead run left
+        assert f.engine.get(name)["status"]["phase"] == "Running"  # and nobody will finish it...
+        assert orphaned_releases(f.state_dir) == [name]  # ...but the next command finds it
+        assert orphaned_releases(f.state_dir, model="another_model") == []
+
+        status = f.engine.finish_orphaned_release(name)
+        converge_s = time.monotonic() - killed_at
+        print(f"\nrelease-killed kill={kill_point} converge_s={converge_s:.2f}")
+
+        assert status is not None
+        assert converge_s < BUDGET_S
+        assert orphaned_releases(f.state_dir) == []
+        assert f.engine.finish_orphaned_release(name) is None  # finished once: a second command leaves it
+        ledger = f.stack.store.ledger(f.model)
+        assert not ledger.is_quarantined("2")  # a kill says nothing against the version
+        nodes = _nodes(f.engine, name)
+        assert nodes["put-back"]["phase"] == "Succeeded", nodes["put-back"]
+        assert not [n for n in nodes.values() if n.get("phase") in ("Pending", "Running")]
+        put_back = json.loads(status.outputs["put-back"])
+        released = [r for r in f.stack.store.audit_of(f.model, request.release) if r["event"] == "released"]
+        stopped_alerts = [a for a in f.stack.alerts.alerts if a["labels"]["alertname"] == "HealerReleaseStopped"]
+        if kill_point == "after-promotion":
+            # Promoted before the kill: finished, never reverted.
+            assert status.phase == "Succeeded", status
+            assert "after the promotion" in status.message
+            assert f.served() == [["2"], ["2"]]
+            assert ledger.stable_record("2") is not None
+            assert put_back["finished"] is True and put_back["released_record_written"] is True
+            assert len(released) == 1 and released[0]["from_version"] == "1"
+            assert stopped_alerts == []  # nothing was stopped
+            return
+        assert status.phase == "Error", status
+        assert "ended before the run finished" in status.message and "put back by process" in status.message
+        assert f.served() == [["1"], ["1"]]
+        assert ledger.stable_record("2") is None and released == []
+        assert put_back["quarantined"] is False and put_back["stable"] == "1"
+        assert len(stopped_alerts) == 1
+        if kill_point == "bake":
+            # The next release of the same version starts from a fleet on its stable version again.
+            again = f.engine.submit_release(f.release("2", bake_s=0.5))
+            assert f.engine.wait(again.name, timeout_s=300).phase == "Succeeded"
+            assert f.served() == [["2"], ["2"]]
