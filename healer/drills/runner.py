@@ -351,6 +351,10 @@ class DrillRunner:
 
         ports = [free_port() for _ in replicas]
         urls = tuple(f"http://127.0.0.1:{port}" for port in ports)
+        # One drain set for the drill's replica set, as a Deployment's pods share one: the rule serialises
+        # admissions through it. (A set per sidecar let both admit themselves at once, each seeing the
+        # other still ready: both left the Service on a busy machine, issue 27 item 10.)
+        set_name = f"drill-{self.target.model[:60]}-{os.getpid()}-{next(_DRILL_SETS)}"
         running = []
         for i, (url, port) in enumerate(zip(replicas, ports, strict=True)):
             settings = _sidecar_settings(
@@ -365,7 +369,7 @@ class DrillRunner:
                     timeout_s=1.0,
                     # Its own set per drill: a drill against the configured target writes into the real
                     # store, where "default" could be a replica set's own drain set.
-                    set_name=f"drill-{self.target.model[:60]}-{os.getpid()}-{next(_DRILL_SETS)}",
+                    set_name=set_name,
                 )
                 settings = dataclasses.replace(settings, sidecar=dataclasses.replace(settings.sidecar, drain=drain))
                 peers = HttpPeers(f"drill/triton-{i}", urls, timeout_s=1.0)

@@ -216,6 +216,8 @@ class LocalEngine:
             dead = annotations.get(ENGINE_ANNOTATION, "").partition("/")[2]
             annotations[ENGINE_ANNOTATION] = f"{socket.gethostname()}/{os.getpid()}"
             annotations[ENGINE_INSTANCE_ANNOTATION] = process_instance(os.getpid()) or ""
+            # Its dead steps' lease is taken over at once by the put-back (same release, a run known dead).
+            annotations[ENGINE_GONE_ANNOTATION] = "true"
             ended = f"engine process {dead} ended before this step finished"
             for node in record["status"].get("nodes", {}).values():
                 if node.get("phase") in {"Pending", "Running"}:
