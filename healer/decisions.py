@@ -260,8 +260,20 @@ def joins_same_occurrence(
 # once it is in the set, at least ``min_ready`` *other* pods are serving: Ready, not terminating,
 # not in the set. A pod in the set whose drain would now leave fewer than that (a serving pod died,
 # blipped, was deleted) takes itself out and serves again; a pod that no longer wants to drain takes
-# itself out. Whoever writes prunes the entries of pods that are no longer listed. Nothing here
-# depends on when a pod asked or on any clock: the set's generation orders the writes.
+# itself out. Nothing here depends on when a pod asked or on any clock: the set's generation orders
+# the writes.
+#
+# Writes grow linearly with pods. A pod writes the set only when its own membership changes. Each
+# compare-and-swap admits one writer, so when N pods want out at once, every one of them raced for
+# every one of the K admissions (N x K creates: 18 per pod at 100 pods). So a pod that wants to drain
+# also says so in a key of its own (a *wish*, written once, no race), and the pod whose own admission
+# is being written admits, in the same write, the other wishers that still fit, one by one, each
+# against the same count: K admissions take a few snapshots, and the pods that lost the race find
+# themselves admitted or the room gone, and write nothing. Only a pod takes itself out: a pod may be
+# draining on a set it read, so nobody else may remove it (only the entries of pods no longer listed
+# go, pruned by a pod writing for itself anyway). An admission of a pod that no longer wants one
+# errs on the safe side (it serves while counted out) and is undone by that pod (healer/store/drain.py
+# ``leave_drain_set``).
 #
 # Why it holds: a pod in the set never counts as serving (whatever its readiness says), and a pod
 # leaves the Service only after its admission is in the set; so every admission was checked against
@@ -297,15 +309,17 @@ def drain_plan(
     drained: Mapping[str, float],
     min_ready: int,
     now_wall: float,
+    wishers: Collection[str] = (),
 ) -> DrainPlan:
     """Pod ``me`` against the drain set ``drained`` (pod -> since when, wall time, for people only)
     and the pods of its set (``peers``, this pod as it knows itself; None: not read, which a pod that
-    does not want to drain does not need). Idempotent: planning again on the set it returns gives
-    the same plan."""
-    current = dict(drained)
+    does not want to drain does not need). ``wishers``: the pods that said they want a place; admitted
+    with this pod, in the same write, while they fit. The set changes only when this pod's own place
+    does. Idempotent: planning again on the set it returns gives the same plan."""
     if not wants:
+        current = dict(drained)
         current.pop(me, None)  # reconcile: a pod that does not want to drain is not in the set
-        if peers is not None and me in {p.name for p in peers}:
+        if me in drained and peers is not None and me in {p.name for p in peers}:
             current = _pruned(current, peers)
         return DrainPlan(False, "", current)
     if peers is None:
@@ -320,17 +334,18 @@ def drain_plan(
             dict(drained),
             learnt=False,
         )
-    current = _pruned(current, peers)
     if mine.terminating:
-        current.pop(me, None)  # it leaves the Service anyway, and is never counted: it needs no place
-        return DrainPlan(True, "terminating: leaving the Service anyway", current)
-    serving = sorted(p.name for p in pods.values() if p.name != me and _serving(p, current))
+        # It leaves the Service anyway, and is never counted: it needs no place.
+        return DrainPlan(True, "terminating: leaving the Service anyway", _placed(drained, peers, me, None))
+    serving = sorted(p.name for p in pods.values() if p.name != me and _serving(p, drained))
     if len(serving) >= min_ready:
-        current.setdefault(me, now_wall)
+        current = _placed(drained, peers, me, now_wall)
+        if me not in drained:
+            current = _admit_wishers(current, pods, wishers, min_ready=min_ready, now_wall=now_wall)
         return DrainPlan(
             True, f"drained: {len(serving)} other pod(s) serving ({', '.join(serving)}), min_ready {min_ready}", current
         )
-    current.pop(me, None)
+    current = _placed(drained, peers, me, None)
     others = ", ".join(sorted(n for n in current if n != me)) or "none"
     return DrainPlan(
         False, f"held back: {len(serving)} other pod(s) serving, min_ready {min_ready}; drained: {others}", current
@@ -345,6 +360,43 @@ def _pruned(drained: Mapping[str, float], peers: Sequence[Peer]) -> dict[str, fl
     """Entries of pods that are no longer listed (deleted) are dropped."""
     listed = {p.name for p in peers}
     return {name: since for name, since in drained.items() if name in listed}
+
+
+def _placed(drained: Mapping[str, float], peers: Sequence[Peer], me: str, since: float | None) -> dict[str, float]:
+    """The set with ``me`` in it (``since``) or out of it (None). Unchanged when ``me`` is already where
+    it belongs: a pod writes only for its own place, and that write also prunes the pods no longer
+    listed (they count for nothing: only listed pods are counted serving)."""
+    if (me in drained) == (since is not None):
+        return dict(drained)
+    current = _pruned(drained, peers)
+    if since is None:
+        current.pop(me, None)
+    else:
+        current[me] = since
+    return current
+
+
+def _admit_wishers(
+    current: dict[str, float], pods: Mapping[str, Peer], wishers: Collection[str], *, min_ready: int, now_wall: float
+) -> dict[str, float]:
+    """``current`` (this pod just admitted) with the other wishers that still fit, in name order: each
+    only if, once it is in, at least ``min_ready`` listed pods are serving (Ready, not terminating, not
+    in the set), which is every member's own rule, checked against the same count."""
+    for name in sorted(set(wishers)):
+        peer = pods.get(name)
+        if peer is None or peer.terminating or name in current:
+            continue  # not listed (gone, or not yet seen), leaving anyway, or in already
+        trial = {**current, name: now_wall}
+        if sum(1 for p in pods.values() if _serving(p, trial)) >= min_ready:
+            current = trial
+    return current
+
+
+def drain_wishes_gone(wishes: Collection[str], peers: Sequence[Peer]) -> frozenset[str]:
+    """The wishes of pods no longer listed (deleted): the pod that just wrote the set drops them. Only
+    with a list that has pods in it (an empty list says nothing about who is gone)."""
+    listed = {p.name for p in peers}
+    return frozenset(w for w in wishes if w not in listed) if listed else frozenset()
 
 
 @dataclass(frozen=True)

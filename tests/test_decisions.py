@@ -689,3 +689,69 @@ def test_next_probe(now: float, suspects: frozenset[str], confirm_s: float, expe
 def test_next_probe_counts_the_gap_from_the_models_own_answer(answered_at: float, expected: tuple[Any, Any]) -> None:
     planned = next_probe(10.0, 11.0, confirm_interval_s=0.2, suspects=frozenset({"a"}), answered_at=answered_at)
     assert planned == expected
+
+
+# ---- wishes: the pod whose own admission is written admits the other wishers that fit -------------------
+
+
+def test_an_admission_takes_the_other_wishers_that_fit_in_the_same_write() -> None:
+    peers = [pod(x) for x in "abcdef"]
+    plan = drain_plan("c", wants=True, peers=peers, drained={}, min_ready=3, now_wall=NOW, wishers={"a", "e", "f"})
+    assert plan.drain and dict(plan.drained) == {"c": NOW, "a": NOW, "e": NOW}  # 3 left serving: b, d, f
+    # Each admitted wisher, deciding on that set, drains and writes nothing; "f" is held back.
+    for name in "ae":
+        mine = drain_plan(name, wants=True, peers=peers, drained=plan.drained, min_ready=3, now_wall=NOW + 1)
+        assert mine.drain and mine.drained == plan.drained
+    held = drain_plan("f", wants=True, peers=peers, drained=plan.drained, min_ready=3, now_wall=NOW + 1)
+    assert not held.drain and held.drained == plan.drained
+
+
+def test_wishers_not_listed_terminating_or_in_already_are_skipped_and_a_pod_in_already_admits_nobody() -> None:
+    peers = [pod("a"), pod("b"), pod("c"), pod("d", terminating=True), pod("e")]
+    plan = drain_plan(
+        "a", wants=True, peers=peers, drained={"c": 1.0}, min_ready=1, now_wall=NOW, wishers={"gone", "d", "c", "e"}
+    )
+    assert dict(plan.drained) == {"c": 1.0, "a": NOW, "e": NOW}
+    # "a" in already: its place does not change, so it writes nothing, whoever else wishes.
+    again = drain_plan("a", wants=True, peers=peers, drained={"a": 1.0}, min_ready=1, now_wall=NOW, wishers={"b"})
+    assert again.drain and dict(again.drained) == {"a": 1.0}
+
+
+def test_a_pod_whose_place_does_not_change_writes_nothing_to_prune() -> None:
+    """Pruning the entries of pods that are gone rides on a write the pod makes for itself anyway: left
+    alone, every pod that read the set would race to prune the same entry."""
+    peers = [pod("a"), pod("b"), pod("c")]
+    for me, before in (("a", {"a": 1.0, "gone": 2.0}), ("b", {"a": 1.0, "gone": 2.0})):
+        plan = drain_plan(me, wants=True, peers=peers, drained=before, min_ready=1, now_wall=NOW)
+        assert dict(plan.drained) == (before if me == "a" else {"a": 1.0, "b": NOW})
+    held = drain_plan(
+        "c", wants=True, peers=peers, drained={"a": 1.0, "b": 2.0, "gone": 3.0}, min_ready=1, now_wall=NOW
+    )
+    assert not held.drain and dict(held.drained) == {"a": 1.0, "b": 2.0, "gone": 3.0}
+    assert drain_plan("c", wants=False, peers=peers, drained={"gone": 3.0}, min_ready=1, now_wall=NOW).drained == {
+        "gone": 3.0
+    }
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_admitting_wishers_never_leaves_fewer_than_min_ready_serving(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    names = [f"p{i}" for i in range(rng.randint(1, 9))]
+    peers = [pod(n, ready=rng.random() < 0.8, terminating=rng.random() < 0.1) for n in names]
+    min_ready = rng.randint(1, len(names))
+    drained: dict[str, float] = {}
+    for _ in range(3 * len(names)):
+        me = rng.choice(names)
+        wishers = {n for n in names if rng.random() < 0.6} | {"gone"}
+        before = dict(drained)
+        plan = drain_plan(
+            me, wants=True, peers=peers, drained=drained, min_ready=min_ready, now_wall=NOW, wishers=wishers
+        )
+        drained = dict(plan.drained)
+        added = set(drained) - set(before)
+        serving = [p for p in peers if p.ready and not p.terminating and p.name not in drained]
+        assert not added or len(serving) >= min_ready, (seed, me, before, drained)
+        assert added <= {me, *wishers} - {"gone"}
+        assert set(before) - set(drained) <= {me}  # nobody but the pod itself ever leaves (nobody is gone here)

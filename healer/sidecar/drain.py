@@ -9,12 +9,20 @@ start a drain, keep one for a while.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import structlog
 
-from healer.decisions import DrainDecision, DrainPlan, Peer, drain_decision, drain_plan, drain_standing
+from healer.decisions import (
+    DrainDecision,
+    DrainPlan,
+    Peer,
+    drain_decision,
+    drain_plan,
+    drain_standing,
+    drain_wishes_gone,
+)
 from healer.engines import EngineError
 from healer.metrics import Registry
 from healer.settings import DrainSettings, Settings
@@ -62,9 +70,11 @@ class DrainKeeper:
         self._calls = BoundedCalls(self.settings.store_timeout_s if self.settings else 5.0)
         self._metrics = metrics
         self._clock = clock
-        # Whether this pod may be in the drain set: unknown at start-up (an entry a previous run of this
-        # pod left behind is removed on the first cycle), then what the last read or write said.
+        # Whether this pod may be in the drain set or have a wish there: unknown at start-up (what a
+        # previous run of this pod left behind is removed on the first cycle), then what the last read
+        # or write said. While it wants to drain its wish is there, and another pod may admit it.
         self._maybe_in_set = True
+        self._wished = False  # this pod's wish is known to be in the store (written or read this run)
         self.in_set_since: float | None = None
         self.decision = DrainDecision(False, "")  # replaced whole, so a reader sees one decision
         self._held = False
@@ -137,23 +147,43 @@ class DrainKeeper:
         store = self._store_built(drain)
         me, name, now_wall = source.me, drain.drain_set, self._clock.wall()
 
-        def plan(drained: Mapping[str, float]) -> DrainPlan:
+        def plan(drained: Mapping[str, float], wishers: Collection[str] = ()) -> DrainPlan:
             return drain_plan(
-                me, wants=wants, peers=peers, drained=drained, min_ready=drain.min_ready, now_wall=now_wall
+                me,
+                wants=wants,
+                peers=peers,
+                drained=drained,
+                min_ready=drain.min_ready,
+                now_wall=now_wall,
+                wishers=wishers,
             )
 
-        try:
-            written = self._calls.run(
-                "drain-set",
-                "update the drain set",
-                lambda: store.update_drain_set(name, lambda d: plan(d).drained, attempts=DRAIN_CAS_ATTEMPTS),
-                timeout_s=drain.store_timeout_s,
+        wished = self._wished
+
+        def update() -> Any:
+            if not wants:
+                return store.leave_drain_set(name, me, had_wish=wished, attempts=DRAIN_CAS_ATTEMPTS)
+            if not wished:
+                # Said once, in a key of its own: the pod whose admission is written next admits this one
+                # too while it fits, so N pods wanting at once do not race for each of the K places.
+                store.wish_to_drain(name, me)
+            written = store.update_drain_set_seen(
+                name, lambda seen: plan(seen.drained, seen.wishes).drained, attempts=DRAIN_CAS_ATTEMPTS
             )
-        except Exception:
-            if wants:
-                self._maybe_in_set = True  # an admission may have landed without its answer
-            raise
-        self._maybe_in_set = me in written.drained
+            gone = drain_wishes_gone(written.wishes, peers or ()) if written.written else frozenset()
+            if gone:  # dropped by the one pod that just wrote, not by every pod that reads them
+                try:
+                    store.forget_wishes(name, gone)
+                except Exception as exc:  # bookkeeping: never the decision's failure
+                    log.warning("drain_wishes_not_forgotten", pods=sorted(gone), error=short_error(exc))
+            return written
+
+        if wants:
+            self._maybe_in_set = True  # its wish is (or may be) there from now on: another pod may admit it
+        written = self._calls.run("drain-set", "update the drain set", update, timeout_s=drain.store_timeout_s)
+        # Wanting: the wish is there and another pod may admit this one; not wanting: out, and sealed.
+        self._wished = wants
+        self._maybe_in_set = wants or me in written.drained
         self.in_set_since = written.drained.get(me)
         return plan(written.drained)  # the same plan again on the set as written (the rule is idempotent)
 

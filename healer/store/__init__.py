@@ -8,6 +8,7 @@ Layout (the same keys on a filesystem/NFS path and under an S3 prefix)::
     <root>/.healer/<model>/audit/<time>-<incident>-<n>.json
     <root>/.healer/<model>/lease/<generation>.json       lease snapshots (see ModelStore.acquire_lease)
     <root>/.healer/drain/<set>/<generation>.json         drain-set snapshots (see ModelStore.update_drain_set)
+    <root>/.healer/drain/<set>/_wants/<pod>.want         a pod's wish for a place in the set (its own key)
 
 A live repository (the directory Triton reads; the store itself with an NFS-style set-up) may
 also hold, never deleted::
