@@ -194,7 +194,7 @@ def canary(ctx: StepContext, request: ReleaseRequest) -> dict[str, Any]:
             both = sorted(int(v) for v in (stable.version, request.version))
             loaded = _load_pinned(replica, request.model, candidate, both)
             try:
-                checked = verify(replica, request.model, request.version)
+                checked = verify(replica, request.model, request.version, stable=stable)
             except GoldenFailed as exc:
                 quarantine(leased, request, f"the canary {url}: {exc}")
                 # Back on the stable version now, under the lease: not a moment longer than needed.

@@ -40,6 +40,7 @@ from healer.store import (
 )
 from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
 from healer.vocabulary import AUTO, MANUAL, MANUAL_QUARANTINE, PERSON_REASONS, RollbackRequest
+from probes.fit import golden_key, newest_stable
 from probes.result import Status
 from probes.tiers import check_after_load
 from workflows.plan import (
@@ -238,11 +239,13 @@ def _load_pinned(
     return {"version": version, "load_s": round(ctx.clock() - started, 3), "version_policy": config["version_policy"]}
 
 
-def verify(ctx: StepContext, model: str, version: str) -> dict[str, Any]:
-    """The golden request against the restored version."""
+def verify(ctx: StepContext, model: str, version: str, *, stable: StableRecord | None = None) -> dict[str, Any]:
+    """The golden request against the restored (or released) version. ``stable``: the version a golden
+    request that does not fit ``version`` is told apart with (probes/fit.py): fitting it, the new version
+    changed its contract (a failure); fitting neither, the configuration is wrong (inconclusive)."""
     golden = _golden_request(ctx, model)
     ctx.check_cancelled("verify")
-    result = check_after_load(ctx.triton, model, version, golden)
+    result = check_after_load(ctx.triton, model, version, golden, stable=stable, key=golden_key(ctx.settings, model))
     summary = {"status": result.status.value, "reason": result.reason, **dict(result.details)}
     summary["latency_ms"] = round(result.latency_ms, 3)
     if result.status is Status.ERROR:
@@ -675,6 +678,11 @@ def _ask_failing(ctx: StepContext, model: str, version: str, triton_url: str) ->
     """What ``version`` answers on the replicas that serve it (the first wrong answer ends it), and
     what was seen where, for people."""
     golden = _golden_request(ctx, model)
+    key = golden_key(ctx.settings, model)
+    try:  # a golden request that fits the stable version and not this one: a changed contract, a failure
+        stable = newest_stable(ctx.store.ledger(model))
+    except (StoreError, ValueError, OSError):
+        stable = None  # then a misfit is only inconclusive
     answers: list[Status] = []
     notes: list[str] = []
     for target in replica_targets_for(ctx, triton_url):
@@ -690,7 +698,7 @@ def _ask_failing(ctx: StepContext, model: str, version: str, triton_url: str) ->
                 continue
             if version not in served:
                 continue
-            result = check_after_load(replica.triton, model, version, golden)
+            result = check_after_load(replica.triton, model, version, golden, stable=stable, key=key)
             answers.append(result.status)
             notes.append(f"{target.url}: {result.status.value} {result.reason}".strip())
             if result.status is Status.FAIL:
