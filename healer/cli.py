@@ -1075,6 +1075,7 @@ def _cmd_store_doctor(settings: Settings, args: argparse.Namespace) -> int:
         "unreadable": [{"where": where, "error": error} for where, error in diagnosis.unreadable],
         "problems": list(findings.problems),
         "notes": list(findings.notes),
+        "space": _doctor_space(settings, args.model),
         "blocked": blocked,
     }
     if args.output in ("json", "yaml"):
@@ -1104,8 +1105,53 @@ def _print_diagnosis(data: dict[str, Any], diagnosis: Any, *, hint: bool) -> Non
         print(f"problem {problem}")
     for note in data["notes"]:
         print(f"note    {note}")
+    for where in data["space"]:
+        aside = where.get("kept_aside")
+        kept = f"; kept aside for the model: {aside['entries']} ({_size(aside['bytes'])})" if aside else ""
+        free = f"{_size(where['free_bytes'])} free of {_size(where['total_bytes'])}"
+        print(f"space   {where['what']} {where['path']}: {free}{kept}")
     if hint:
         print("next: runbooks/store-doctor.md (--release-lease / --repair with --reason)")
+
+
+def _doctor_space(settings: Settings, model: str) -> list[dict[str, Any]]:
+    """Free space where healer writes (the filesystem store, the live repository) and what the live
+    repository keeps aside for ``model`` (bounded by rollback.keep_aside): a full disk stops rollbacks."""
+    import shutil
+
+    from healer.store import aside_usage
+
+    places: list[tuple[str, Path | None]] = [
+        ("store", settings.store.filesystem if settings.store else None),
+        ("live", settings.live_repository_path),
+    ]
+    shown: list[dict[str, Any]] = []
+    for what, path in places:
+        if path is None or not path.is_dir():
+            continue
+        entry = next((s for s in shown if Path(s["path"]).resolve() == path.resolve()), None)
+        if entry is None:
+            try:
+                usage = shutil.disk_usage(path)
+            except OSError:
+                continue
+            entry = {"what": what, "path": str(path), "free_bytes": usage.free, "total_bytes": usage.total}
+            shown.append(entry)
+        else:
+            entry["what"] = f"{entry['what']} and {what}"  # the store is the live repository
+        if what == "live":
+            with contextlib.suppress(OSError, ValueError):
+                entry["kept_aside"] = aside_usage(path, model) | {"keep_aside": settings.rollback.keep_aside}
+    return shown
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
 
 
 def _lease_state(lease: Any, now: float) -> str:

@@ -211,3 +211,19 @@ def test_bytecode_in_the_live_repository_is_reported(config: Path, capsys) -> No
     assert note.startswith(f"{config.parent / 'store'}/{MODEL}/1 holds bytecode no check covers (__pycache__)")
     assert "moves it aside before it loads the version" in note
     assert cache.is_dir()  # reported only: the doctor holds no lease
+
+
+def test_the_doctor_shows_the_space_where_healer_writes(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Issue 27, item 7: a full disk stops rollbacks; the doctor says how much is free and what the live
+    repository keeps aside for the model (the store is the live repository here: one line)."""
+    aside = config.parent / "store" / MODEL / ".healer-quarantine" / "2-inc-1"
+    aside.mkdir(parents=True)
+    (aside / "model.py").write_text("x" * 2048)
+    assert _doctor(config, "-o", "json") == 0
+    space = json.loads(capsys.readouterr().out)["space"]
+    [where] = space
+    assert where["what"] == "store and live" and 0 < where["free_bytes"] <= where["total_bytes"]
+    assert where["kept_aside"] == {"entries": 1, "bytes": 2048, "keep_aside": 5}
+    _doctor(config)
+    out = capsys.readouterr().out
+    assert "space   store and live " in out and " free of " in out and "kept aside for the model: 1 (2.0 KiB)" in out
