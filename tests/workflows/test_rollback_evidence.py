@@ -129,7 +129,17 @@ def _kill_self() -> None:
 
 def _engine_child(settings: Settings, urls: list[str], request: RollbackRequest, kill_point: str) -> None:
     """`healer rollback` as a process: a LocalEngine runs the incident's run, SIGKILLed at ``kill_point``."""
-    if kill_point == "after-replica-1":
+    if kill_point == "inside-load":  # the first swap's load sent; Triton finishes it with nobody waiting
+        import threading
+
+        original_load = steps._load_pinned
+
+        def load_then_die(*args: Any, **kwargs: Any) -> Any:
+            threading.Timer(0.2, _kill_self).start()
+            return original_load(*args, **kwargs)
+
+        steps._load_pinned = load_then_die  # type: ignore[assignment]
+    elif kill_point == "after-replica-1":
         original = steps.restore_replica
 
         def then_die(*args: Any, **kwargs: Any) -> Any:
@@ -153,7 +163,10 @@ def _engine_child(settings: Settings, urls: list[str], request: RollbackRequest,
         os._exit(3)  # reached only if the kill point never was
 
 
-@pytest.mark.parametrize(("order", "kill_point"), [("swap", "after-replica-1"), ("unload-first", "between-unload")])
+@pytest.mark.parametrize(
+    ("order", "kill_point"),
+    [("swap", "inside-load"), ("swap", "after-replica-1"), ("unload-first", "between-unload")],
+)
 def test_a_killed_rollback_run_again_finishes_its_work(
     order: str,
     kill_point: str,
