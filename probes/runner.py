@@ -18,6 +18,11 @@ EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_ERROR_ONLY = 2
 
+# The one-shot commands (healer probe, the demo's table) judge a correct but slow answer on this many
+# answers: one slow answer is a sample (the first request after a start, a busy machine), not a
+# verdict. The sidecar judges latency over its cycles instead (failure_threshold), and asks once.
+ONE_SHOT_BEST_OF = 3
+
 
 def probe_all(
     settings: Settings,
@@ -28,6 +33,7 @@ def probe_all(
     last: Collection[str] = (),
     on_model: Callable[[str, list[ProbeResult]], None] | None = None,
     fit: GoldenFit | None = None,
+    best_of: int = 1,
 ) -> list[ProbeResult]:
     """All three tiers for every model (or the models named in ``only``): liveness once for the
     server, then per model and version. Results come back in the configured order of the models.
@@ -46,7 +52,13 @@ def probe_all(
 
     ``fit`` (probes/fit.py): each version's golden request is first checked against what the version
     declares (once per version seen). One that does not fit and is a configuration error is not sent:
-    its business result is ``error`` (nothing learnt). A changed contract is sent as usual and fails."""
+    its business result is ``error`` (nothing learnt). A changed contract is sent as usual and fails.
+
+    ``best_of`` > 1 (the one-shot commands, ``ONE_SHOT_BEST_OF``): a correct answer over the latency SLO
+    is asked again, up to ``best_of`` answers in all, before it counts as slow: the first answer within
+    the SLO passes (the slow ones before it are in its details), and when none is, the fastest is the
+    failure. A wrong answer, a model error or a timeout is never asked again. The sidecar keeps 1: its
+    thresholds judge latency over its cycles."""
     try:
         liveness = check_liveness(triton)
     except Exception as exc:  # nothing learnt about the server: every tier below is inconclusive
@@ -62,14 +74,14 @@ def probe_all(
 
     if workers <= 1 or not liveness.passed:  # a dead server: nothing to wait for, no thread worth starting
         for m in models:
-            done_with(m, _contained(triton, m, liveness, fit))
+            done_with(m, _contained(triton, m, liveness, fit, best_of))
     else:
         hung = [m for m in models if m.name in last]
         started = sorted(models, key=lambda m: (m.name in last) == (len(hung) >= workers))  # stable otherwise
         slow: list[ModelSettings] = []
         pool = ThreadPoolExecutor(workers, thread_name_prefix="probe")
         try:
-            futures = {pool.submit(_contained, triton, m, liveness, fit): m for m in started}
+            futures = {pool.submit(_contained, triton, m, liveness, fit, best_of): m for m in started}
             try:
                 for future in as_completed(futures, timeout=_deadline_s(settings, models, workers)):
                     model, results = futures[future], future.result()
@@ -87,20 +99,20 @@ def probe_all(
         for m in slow:
             # Probed beside others, a model may answer slowly because of them: asked again alone (the
             # pool has finished) before it counts, so concurrency never makes a healthy model look slow.
-            done_with(m, _contained(triton, m, liveness, fit))
+            done_with(m, _contained(triton, m, liveness, fit, best_of))
     return [result for m in models for result in per_model[m.name]]
 
 
 def _slow(results: list[ProbeResult]) -> bool:
-    return any(r.tier is Tier.BUSINESS and r.status is Status.FAIL and r.code == SLOW for r in results)
+    return any(_is_slow(r) for r in results)
 
 
 def _contained(
-    triton: TritonAPI, model: ModelSettings, liveness: ProbeResult, fit: GoldenFit | None = None
+    triton: TritonAPI, model: ModelSettings, liveness: ProbeResult, fit: GoldenFit | None = None, best_of: int = 1
 ) -> list[ProbeResult]:
     results = [dataclasses.replace(liveness, model=model.name, version=model.version)]
     try:
-        return results + _probe_model(triton, model, liveness, fit)
+        return results + _probe_model(triton, model, liveness, fit, best_of)
     except Exception as exc:
         return results + [
             ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0, f"probe raised: {_what(exc)}")
@@ -135,7 +147,7 @@ def _what(exc: BaseException) -> str:
 
 
 def _probe_model(
-    triton: TritonAPI, model: ModelSettings, liveness: ProbeResult, fit: GoldenFit | None = None
+    triton: TritonAPI, model: ModelSettings, liveness: ProbeResult, fit: GoldenFit | None = None, best_of: int = 1
 ) -> list[ProbeResult]:
     results: list[ProbeResult] = []
     if not liveness.passed:
@@ -170,7 +182,7 @@ def _probe_model(
         readiness = check_readiness(triton, model.name, version)
         results.append(readiness)
         if readiness.passed:
-            results.append(_business(triton, model, version, fit))
+            results.append(_business(triton, model, version, fit, best_of))
         else:
             results.append(
                 ProbeResult(
@@ -185,14 +197,48 @@ def _probe_model(
     return results
 
 
-def _business(triton: TritonAPI, model: ModelSettings, version: str, fit: GoldenFit | None) -> ProbeResult:
+def _business(
+    triton: TritonAPI, model: ModelSettings, version: str, fit: GoldenFit | None, best_of: int = 1
+) -> ProbeResult:
     verdict = fit.check(triton, model.name, version, model.golden) if fit is not None else None
     if verdict is not None and verdict.fit in (Fit.CONFIG_ERROR, Fit.UNDECIDED):
         return misfit_result(model.name, version, model.golden, verdict)  # not sent: nothing would be learnt
-    # Only reached with liveness and this version's readiness passed in this cycle: a
-    # golden request that times out now is the model hanging, not Triton unreachable.
-    # A changed contract is the version's failure, as any other (its reason says why Triton refused).
-    return explained(check_business(triton, model.name, version, model.golden, serving_confirmed=True), verdict)
+
+    def ask() -> ProbeResult:
+        # Only reached with liveness and this version's readiness passed in this cycle: a
+        # golden request that times out now is the model hanging, not Triton unreachable.
+        # A changed contract is the version's failure, as any other (its reason says why Triton refused).
+        return explained(check_business(triton, model.name, version, model.golden, serving_confirmed=True), verdict)
+
+    answers = [ask()]
+    while _is_slow(answers[-1]) and len(answers) < best_of:
+        again = ask()
+        if _is_slow(again):
+            answers.append(again)
+        elif again.status is Status.ERROR:
+            break  # nothing learnt from it: the slow answers stand
+        else:  # within the SLO, or wrong (a wrong answer counts as it is, slow ones before it or not)
+            return _after_slow(again, answers)
+    if len(answers) == 1:
+        return answers[0]
+    fastest = min(answers, key=lambda r: r.latency_ms)
+    latencies = ", ".join(f"{r.latency_ms:.1f}" for r in answers)
+    return dataclasses.replace(
+        fastest,
+        reason=f"{fastest.reason} (the best of {len(answers)} answers: {latencies} ms)",
+        details={**fastest.details, "slow_answers_ms": [round(r.latency_ms, 3) for r in answers]},
+    )
+
+
+def _is_slow(result: ProbeResult) -> bool:
+    return result.tier is Tier.BUSINESS and result.status is Status.FAIL and result.code == SLOW
+
+
+def _after_slow(result: ProbeResult, slow: list[ProbeResult]) -> ProbeResult:
+    """A result that followed slow but correct answers, which its details keep."""
+    return dataclasses.replace(
+        result, details={**result.details, "slow_answers_ms": [round(r.latency_ms, 3) for r in slow]}
+    )
 
 
 def exit_code(results: Iterable[ProbeResult]) -> int:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -90,6 +91,50 @@ def test_probe_exit_1_when_a_live_and_ready_model_hangs(
     assert code == 1
     business = next(r for r in results if r["model"] == slow.name and r["tier"] == "business")
     assert (business["status"], business["code"]) == ("fail", "timeout")
+
+
+def test_probe_asks_a_slow_first_answer_again_and_fails_only_a_consistently_slow_model(
+    tmp_path: Path,
+    triton_server: EmbeddedTriton,
+    deploy: Deploy,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The first golden request after a start, on a busy machine, was answered in 143.5 ms against the
+    100 ms SLO and `healer probe` (and the demo) said FAIL. One slow answer is not a verdict: the
+    command asks a correct but slow answer again, best of 3. Here the first request is held 0.5 s
+    (linear_scorer's, SLO raised to 400 ms so its warm answers are under it on any machine); the
+    `slow` variant answers every request 250 ms late against its 100 ms SLO and still fails."""
+    import time
+
+    import healer.triton
+
+    slow = deploy("linear_scorer", {3: ("broken", "slow")})
+    document = example_config_document()
+    document["models"][0]["golden"].update(latency_slo_ms=400, timeout_s=5.0)
+    document["models"][1] = {**document["models"][0], "name": slow.name}
+    document["models"][1]["golden"] = {**document["models"][1]["golden"], "latency_slo_ms": 100, "timeout_s": 2.0}
+    config = tmp_path / "healer.yaml"
+    config.write_text(yaml.safe_dump(document))
+    infers: list[str] = []
+
+    class SlowFirst(healer.triton.TritonHttp):
+        def infer(self, model: str, *args: Any, **kwargs: Any) -> Any:
+            infers.append(model)
+            if len(infers) == 1:
+                time.sleep(0.5)
+            return super().infer(model, *args, **kwargs)
+
+    monkeypatch.setattr(healer.triton, "TritonHttp", SlowFirst)
+    code = main(["probe", "--config", str(config), "--url", triton_server.url])
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[:5] for line in out.splitlines() if line.startswith("linear_scorer")}
+    assert rows["linear_scorer"] == ["linear_scorer", "2", "pass", "pass", "pass"], out
+    assert rows[slow.name] == [slow.name, "3", "pass", "pass", "FAIL"], out
+    assert f"{slow.name} v3 business fail: correct answer but slow: " in out
+    assert "(the best of 3 answers: " in out
+    assert infers == ["linear_scorer", "linear_scorer", slow.name, slow.name, slow.name]
+    assert code == 1
 
 
 def test_probe_exit_1_when_triton_is_down(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,7 @@ from healer.triton import TritonAPI, TritonHttp
 from healer.triton_rest import TritonRest
 from probes.fit import GoldenFit
 from probes.result import ProbeResult, Status, Tier
-from probes.runner import EXIT_ERROR_ONLY, EXIT_FAIL, EXIT_OK, exit_code, probe_all
+from probes.runner import EXIT_ERROR_ONLY, EXIT_FAIL, EXIT_OK, ONE_SHOT_BEST_OF, exit_code, probe_all
 from probes.tiers import check_after_load, check_business, check_liveness, check_readiness
 from tests.conftest import settings_for
 
@@ -51,7 +51,9 @@ def test_healthy_example_models_pass_every_tier(
     example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI
 ) -> None:
     settings = settings_for(example_settings, *example_settings.models, url=triton_server.url)
-    results = probe_all(settings, triton)
+    # Judged as `healer probe` judges: the first request after the server's start may be slow on a busy
+    # machine (143.5 ms against the 100 ms SLO), which one more answer tells from a slow model.
+    results = probe_all(settings, triton, best_of=ONE_SHOT_BEST_OF)
     for model in ("linear_scorer", "tiny_classifier"):
         tiers = by_tier(results, model)
         assert {t: r.status for t, r in tiers.items()} == dict.fromkeys(Tier, Status.PASS), tiers
@@ -125,6 +127,90 @@ def test_slow_model_breaks_the_latency_slo(triton: TritonAPI, deploy: Deploy) ->
     assert business.latency_ms > model.golden.latency_slo_ms
     # The answer itself was right: every output matched.
     assert all(o["ok"] for o in business.details["outputs"])
+
+
+class _SlowFirst:
+    """A TritonAPI whose first golden request is answered ``delay_s`` late (the real answer, waited
+    for): the first request after a start on a busy machine. Counts the golden requests sent."""
+
+    def __init__(self, inner: TritonAPI, delay_s: float) -> None:
+        self._inner = inner
+        self.url = inner.url
+        self.delay_s = delay_s
+        self.infers = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def infer(self, *args: object, **kwargs: object) -> object:
+        import time
+
+        self.infers += 1
+        if self.infers == 1:
+            time.sleep(self.delay_s)
+        return self._inner.infer(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_slow_first_answer_is_asked_again_by_the_one_shot_probe_and_passes(
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI
+) -> None:
+    """`healer probe` and the demo judge with ONE_SHOT_BEST_OF answers: a first answer over the SLO (here
+    0.5 s late, as a cold first request on busy cores was: 143.5 ms > 100 ms) is asked again, and
+    the next one, within it, passes. The sidecar's loop (best_of 1) still counts the slow one: its
+    thresholds judge latency over its cycles. The SLO is raised to 400 ms so that the warm answer is
+    under it however busy the machine (a warm answer takes milliseconds); the delay is over it by
+    construction."""
+    model = example_settings.model("linear_scorer")
+    relaxed = dataclasses.replace(model, golden=dataclasses.replace(model.golden, latency_slo_ms=400, timeout_s=5.0))
+    settings = settings_for(example_settings, relaxed, url=triton_server.url)
+
+    sidecar_like = _SlowFirst(triton, delay_s=0.5)
+    business = by_tier(probe_all(settings, sidecar_like), model.name)[Tier.BUSINESS]
+    assert (business.status, business.code) == (Status.FAIL, "slow"), business  # the delay does make it slow
+    assert sidecar_like.infers == 1
+
+    one_shot = _SlowFirst(triton, delay_s=0.5)
+    results = probe_all(settings, one_shot, best_of=ONE_SHOT_BEST_OF)
+    business = by_tier(results, model.name)[Tier.BUSINESS]
+    assert business.status is Status.PASS, business
+    assert business.latency_ms < 400
+    assert one_shot.infers == 2  # asked again once: the second answer was within the SLO
+    [slow_ms] = business.details["slow_answers_ms"]
+    assert slow_ms >= 500
+    assert exit_code(results) == EXIT_OK
+
+
+def test_a_consistently_slow_model_still_fails_the_one_shot_probe(
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI, deploy: Deploy
+) -> None:
+    """Every answer 250 ms late (the `slow` variant sleeps in execute()), SLO 100 ms: asked three times,
+    slow three times, a failure, with the fastest answer and each latency in the reason."""
+    model = deploy("linear_scorer", {3: ("broken", "slow")})
+    counting = _SlowFirst(triton, delay_s=0.0)
+    results = probe_all(
+        settings_for(example_settings, model, url=triton_server.url), counting, best_of=ONE_SHOT_BEST_OF
+    )
+    business = by_tier(results, model.name)[Tier.BUSINESS]
+    assert (business.status, business.code, business.version) == (Status.FAIL, "slow", "3"), business
+    assert counting.infers == ONE_SHOT_BEST_OF == 3
+    assert "correct answer but slow" in business.reason and "(the best of 3 answers: " in business.reason
+    answers = business.details["slow_answers_ms"]
+    assert len(answers) == 3 and all(ms > model.golden.latency_slo_ms for ms in answers)
+    assert business.latency_ms == pytest.approx(min(answers), abs=0.001)  # the fastest is the one reported
+    assert exit_code(results) == EXIT_FAIL
+
+
+def test_a_wrong_answer_is_never_asked_again(
+    example_settings: Settings, triton_server: EmbeddedTriton, triton: TritonAPI, deploy: Deploy
+) -> None:
+    model = deploy("linear_scorer", {3: ("broken", "wrong_weights")})
+    counting = _SlowFirst(triton, delay_s=0.5)  # wrong and late: the wrong answer decides
+    results = probe_all(
+        settings_for(example_settings, model, url=triton_server.url), counting, best_of=ONE_SHOT_BEST_OF
+    )
+    business = by_tier(results, model.name)[Tier.BUSINESS]
+    assert (business.status, business.code) == (Status.FAIL, "wrong-answer"), business
+    assert counting.infers == 1
 
 
 def test_a_timeout_without_liveness_and_readiness_is_an_error_not_a_failure(triton: TritonAPI, deploy: Deploy) -> None:

@@ -10,9 +10,9 @@ import time
 from typing import Any
 
 from healer.settings import Settings
-from healer.triton import OutputTensor, TritonTimeout
-from probes.result import ProbeResult, Tier
-from probes.runner import probe_all
+from healer.triton import OutputTensor, TritonTimeout, TritonUnavailable
+from probes.result import ProbeResult, Status, Tier
+from probes.runner import ONE_SHOT_BEST_OF, probe_all
 
 
 class InMemoryTriton:
@@ -90,3 +90,68 @@ def test_a_slow_answer_among_others_is_asked_again_alone(example_settings: Setti
     business = {r.model: r for r in results if r.tier is Tier.BUSINESS}
     assert business["a"].passed, business["a"]  # slow once beside "b", right and quick alone
     assert triton.started.count("a") == 2
+
+
+class ScriptedAnswers(InMemoryTriton):
+    """Answers golden requests as scripted, one word per request (the last one repeats): ``fast`` right
+    at once, ``slow`` right but over the SLO, ``wrong`` negated, ``down`` no answer (refused)."""
+
+    def __init__(self, golden: Any, script: list[str]) -> None:
+        super().__init__(golden, hang=set())
+        self.script = script
+
+    def infer(self, model: str, version: str, inputs: Any, names: Any, timeout_s: float) -> dict[str, OutputTensor]:
+        word = self.script[min(len(self.started), len(self.script) - 1)]
+        self.started.append(model)
+        if word == "down":
+            raise TritonUnavailable("connection refused")
+        if word == "slow":
+            time.sleep(self.golden.latency_slo_ms / 1000 * 1.5)
+        sign = -1 if word == "wrong" else 1
+        return {
+            o.tensor.name: OutputTensor(o.tensor.name, o.tensor.datatype, sign * o.tensor.values)
+            for o in self.golden.outputs
+        }
+
+
+def one_shot(example_settings: Settings, script: list[str], best_of: int = ONE_SHOT_BEST_OF) -> tuple[ProbeResult, int]:
+    # SLO 200 ms: a scripted fast answer is an in-memory copy, far under it however busy the machine;
+    # a slow one sleeps 300 ms, over it by construction.
+    settings = settings_with(example_settings, ["m"], timeout_s=2.0)
+    model = settings.models[0]
+    settings = dataclasses.replace(
+        settings, models=(dataclasses.replace(model, golden=dataclasses.replace(model.golden, latency_slo_ms=200)),)
+    )
+    triton = ScriptedAnswers(settings.models[0].golden, script)
+    [business] = [r for r in probe_all(settings, triton, best_of=best_of) if r.tier is Tier.BUSINESS]
+    return business, len(triton.started)
+
+
+def test_the_one_shot_probe_passes_a_slow_answer_followed_by_a_quick_one(example_settings: Settings) -> None:
+    business, asked = one_shot(example_settings, ["slow", "slow", "fast"])
+    assert business.status is Status.PASS and asked == 3, business
+    assert len(business.details["slow_answers_ms"]) == 2
+
+
+def test_the_one_shot_probe_fails_three_slow_answers_on_the_fastest(example_settings: Settings) -> None:
+    business, asked = one_shot(example_settings, ["slow"])
+    assert (business.status, business.code, asked) == (Status.FAIL, "slow", 3), business
+    assert "(the best of 3 answers: " in business.reason
+
+
+def test_a_wrong_answer_after_slow_ones_counts_as_wrong_and_is_not_asked_again(example_settings: Settings) -> None:
+    business, asked = one_shot(example_settings, ["slow", "wrong", "fast"])
+    assert (business.status, business.code, asked) == (Status.FAIL, "wrong-answer", 2), business
+    business, asked = one_shot(example_settings, ["wrong", "fast"])
+    assert (business.status, business.code, asked) == (Status.FAIL, "wrong-answer", 1), business
+
+
+def test_no_answer_after_a_slow_one_leaves_the_slow_answer_standing(example_settings: Settings) -> None:
+    business, asked = one_shot(example_settings, ["slow", "down", "fast"])
+    assert (business.status, business.code, asked) == (Status.FAIL, "slow", 2), business
+
+
+def test_the_sidecar_asks_once_as_before(example_settings: Settings) -> None:
+    business, asked = one_shot(example_settings, ["slow", "fast"], best_of=1)
+    assert (business.status, business.code, asked) == (Status.FAIL, "slow", 1), business
+    assert "best of" not in business.reason and "slow_answers_ms" not in business.details
