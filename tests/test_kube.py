@@ -108,7 +108,8 @@ def test_a_hung_api_server_is_a_kube_error_within_the_timeout(faults: ApiFaults)
     started = time.monotonic()
     with pytest.raises(KubeError, match="not reachable"):
         KubeClient.for_host(faults.url, timeout_s=0.3).triton_pods("ml", "app=triton")
-    assert time.monotonic() - started < 1.5
+    # Half the server's 5 s delay: the 0.3 s timeout ended it (slack for a busy machine), not the answer.
+    assert time.monotonic() - started < 2.5
 
 
 def test_a_dropped_connection_and_a_down_api_server_are_kube_errors(faults: ApiFaults) -> None:

@@ -117,7 +117,9 @@ class Running:
 
 def test_broken_push_is_detected_drained_rolled_back_and_served_again(stack_factory: Any) -> None:
     with stack_factory() as stack:
-        settings = sidecar_settings(stack)
+        # Every business failure must be v3's: the restored v2's first answer after its load may cross
+        # the 100 ms SLO on a busy machine, which is not what this test is about.
+        settings = latency_not_under_test(sidecar_settings(stack))
         sidecar = Sidecar(
             settings,
             TritonHttp(stack.settings.triton.url, timeout_s=5),
@@ -247,7 +249,8 @@ def test_a_hung_model_is_drained_and_rolled_back(stack_factory: Any) -> None:
         impatient = dataclasses.replace(
             model_settings, golden=dataclasses.replace(model_settings.golden, timeout_s=0.5)
         )
-        settings = dataclasses.replace(settings, models=(impatient,))
+        # Every business failure must be the hang's: not a slow first answer of the restored v2.
+        settings = latency_not_under_test(dataclasses.replace(settings, models=(impatient,)))
         sidecar = Sidecar(
             settings,
             TritonHttp(stack.settings.triton.url, timeout_s=5),
@@ -309,7 +312,7 @@ def test_a_one_off_bad_answer_triggers_no_rollback(stack_factory: Any) -> None:
 
 def test_flapping_model_opens_the_circuit_breaker_and_escalates(stack_factory: Any) -> None:
     with stack_factory() as stack:
-        settings = sidecar_settings(stack, max_rollbacks=2, window_s=3600)
+        settings = latency_not_under_test(sidecar_settings(stack, max_rollbacks=2, window_s=3600))
         sent: list[dict[str, Any]] = []
         engine = local_engine(settings)
         sidecar = Sidecar(
