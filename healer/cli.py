@@ -1051,7 +1051,7 @@ def _cmd_store_doctor(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_REFUSED
     now = time.time()
     lease = diagnosis.lease
-    held = lease is not None and not lease.released and lease.expires_at > now
+    held = lease is not None and not lease.released and lease.effective_expires_at > now
     blocked = bool(diagnosis.unreadable) or held or bool(lease is not None and lease.put_back)
     blocked = blocked or bool(findings.problems)  # a way back the ledger promises is not there
     data = {
@@ -1070,7 +1070,7 @@ def _cmd_store_doctor(settings: Settings, args: argparse.Namespace) -> int:
             "holder": lease.holder if lease else None,
             "incident": lease.incident if lease else None,
             "state": _lease_state(lease, now),
-            "expires_at": wall_time(lease.expires_at) if lease else None,
+            "expires_at": wall_time(lease.effective_expires_at) if lease else None,
             "put_back": [{"replica": d.replica, "versions": list(d.versions)} for d in lease.put_back] if lease else [],
             "note": lease.note if lease else "",
         },
@@ -1165,9 +1165,10 @@ def _lease_state(lease: Any, now: float) -> str:
     if lease.released:
         note = f": {lease.note}" if lease.note else ""
         return f"free: released by {who} at {lease.at}{note}"
-    if lease.expires_at <= now:
-        return f"free: {who}'s lease expired at {wall_time(lease.expires_at)}"
-    return f"HELD by {who} until {wall_time(lease.expires_at)} ({lease.expires_at - now:.1f} s from now)"
+    expires_at = lease.effective_expires_at  # bounded by the store's time of the snapshot (LeaseSnapshot)
+    if expires_at <= now:
+        return f"free: {who}'s lease expired at {wall_time(expires_at)}"
+    return f"HELD by {who} until {wall_time(expires_at)} ({expires_at - now:.1f} s from now)"
 
 
 def _cmd_store_stage(settings: Settings, args: argparse.Namespace) -> int:

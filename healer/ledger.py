@@ -282,8 +282,24 @@ class LeaseSnapshot:
     heal different replicas and must not act together. The TTL is short and renewed while the holder
     works, so a dead holder's lease frees itself in seconds (``workflows/steps.py`` LEASE_TTL_S).
 
-    Clock skew: ``expires_at`` is written by the holder from its own wall clock and compared by
-    others against theirs, so the pods' clocks must agree within a few seconds (NTP).
+    Clock skew: ``expires_at`` is written by the holder from its own wall clock, so on its own a
+    holder whose clock runs fast and then dies would block the model until a person forces the
+    lease free. The store vouches for when the snapshot was written instead (``stored_at``: a
+    file's mtime, which an NFS server sets, or an S3 object's LastModified), and the lease ends
+    at ``effective_expires_at``: the earlier of ``expires_at`` and ``stored_at + ttl_s``. Readers
+    compare that with their own wall clock. What is assumed now:
+
+    - a holder's clock may run fast by any amount: a dead holder blocks the model for the TTL
+      plus however far the store's clock runs ahead of the reader's, at most until ``expires_at``;
+    - for one holder at a time, neither the store's clock nor the holder's may run behind a
+      reader's by more than the TTL's margin over the renewal interval (LEASE_TTL_S 30 s renewed
+      every 5 s: about 25 s; S3's LastModified is whole seconds, one of them): otherwise the
+      reader takes a lease its holder is still renewing. In practice: NTP on the pods and the
+      store, as before, but a holder's fast clock no longer blocks anyone;
+    - on a local (not NFS) filesystem the mtime is the writer's clock: one machine, one clock.
+
+    Snapshots without ``ttl_s`` (written before it was recorded, released ones, a person's)
+    end at ``expires_at``, as written.
     """
 
     holder: str
@@ -294,6 +310,18 @@ class LeaseSnapshot:
     run: str = ""  # the workflow (Argo's or the LocalEngine's run) whose attempt holds it
     put_back: tuple[PutBack, ...] = ()  # replicas whose model must be loaded again (see PutBack)
     note: str = ""  # why a person released or repaired it (healer store doctor)
+    ttl_s: float = 0.0  # the holder's TTL (0: not recorded; the lease ends at expires_at as written)
+    # Unix seconds the store says this snapshot was written (its mtime or LastModified), set by whoever
+    # read it from the store; 0.0: not known (a snapshot not read from a store). Not part of the JSON.
+    stored_at: float = field(default=0.0, compare=False)
+
+    @property
+    def effective_expires_at(self) -> float:
+        """When the lease ends: ``expires_at``, bounded by ``stored_at + ttl_s`` when both are known
+        (see Clock skew above)."""
+        if self.ttl_s > 0 and self.stored_at > 0:
+            return min(self.expires_at, self.stored_at + self.ttl_s)
+        return self.expires_at
 
     def to_json(self) -> bytes:
         document: dict[str, Any] = {
@@ -305,12 +333,15 @@ class LeaseSnapshot:
             "run": self.run,
             "put_back": [p.to_dict() for p in self.put_back],
         }
+        if self.ttl_s:
+            document["ttl_s"] = self.ttl_s
         if self.note:
             document["note"] = self.note
         return (json.dumps(document, indent=2) + "\n").encode()
 
     @classmethod
-    def from_json(cls, raw: bytes, *, where: str) -> LeaseSnapshot:
+    def from_json(cls, raw: bytes, *, where: str, stored_at: float = 0.0) -> LeaseSnapshot:
+        """``stored_at``: the store's own time of the snapshot (see Clock skew), 0.0 if not known."""
         try:
             document = json.loads(raw)
             holder, expires_at, released, at = (
@@ -323,8 +354,11 @@ class LeaseSnapshot:
             run = document.get("run", "")
             put_back_raw = document.get("put_back", [])
             note = document.get("note", "")
+            ttl_s = document.get("ttl_s", 0.0)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise LedgerFormatError(f"{where}: not a healer lease: {type(exc).__name__}: {exc}") from exc
+        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not math.isfinite(ttl_s) or ttl_s < 0:
+            raise LedgerFormatError(f"{where}: ttl_s: expected seconds, got {ttl_s!r}")
         if not isinstance(holder, str) or not holder:
             raise LedgerFormatError(f"{where}: holder: expected a non-empty string, got {holder!r}")
         if isinstance(expires_at, bool) or not isinstance(expires_at, int | float) or not math.isfinite(expires_at):
@@ -347,6 +381,8 @@ class LeaseSnapshot:
             run=run,
             put_back=put_back,
             note=str(note),
+            ttl_s=float(ttl_s),
+            stored_at=stored_at,
         )
 
 
@@ -371,9 +407,11 @@ def decide_lease(  # noqa: PLR0911 (a decision table: one return per case)
     holder_run_dead: bool = False,
 ) -> LeaseDecision:
     """May ``holder`` (an attempt of ``run``, working on ``incident``) take the lease whose newest
-    snapshot is ``newest``, at wall-clock ``now``?
+    snapshot is ``newest``, at wall-clock ``now``? Pure: the store's time of the snapshot comes in
+    with it (``newest.stored_at``, set by the store that read it).
 
-    Free when never taken, released, or expired (``now >= expires_at``); the holder's own
+    Free when never taken, released, or expired (``now >= newest.effective_expires_at``: the
+    holder's ``expires_at``, bounded by the store's time of the snapshot plus its TTL); the holder's own
     unexpired lease is renewed; an earlier attempt of the same run is taken over at once (a retry
     must not wait for its own predecessor, which its engine gave up on); anyone else's unexpired,
     unreleased lease is held. ``renewing``: the holder had the lease and only extends it; if the
@@ -388,10 +426,11 @@ def decide_lease(  # noqa: PLR0911 (a decision table: one return per case)
         return LeaseDecision(True, False, "free: never taken")
     if newest.released:
         return LeaseDecision(True, False, f"free: released by {newest.holder}")
-    if now >= newest.expires_at:
-        return LeaseDecision(True, False, f"free: {newest.holder}'s lease expired at {wall_time(newest.expires_at)}")
+    expires_at = newest.effective_expires_at
+    if now >= expires_at:
+        return LeaseDecision(True, False, f"free: {newest.holder}'s lease expired at {wall_time(expires_at)}")
     if newest.holder == holder:
-        return LeaseDecision(True, True, f"renewed: already held by {holder} until {wall_time(newest.expires_at)}")
+        return LeaseDecision(True, True, f"renewed: already held by {holder} until {wall_time(expires_at)}")
     if incident and run and newest.incident == incident and newest.run == run:
         return LeaseDecision(
             True, False, f"taken over from {newest.holder}, an earlier attempt of {run}", taken_over=True
@@ -406,7 +445,7 @@ def decide_lease(  # noqa: PLR0911 (a decision table: one return per case)
     return LeaseDecision(
         False,
         False,
-        f"held by {newest.holder} until {wall_time(newest.expires_at)} ({newest.expires_at - now:.1f} s from now)",
+        f"held by {newest.holder} until {wall_time(expires_at)} ({expires_at - now:.1f} s from now)",
     )
 
 

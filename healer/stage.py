@@ -44,7 +44,7 @@ class Staged:
 def _lease_holder(store: ModelStore, model: str) -> str:
     """Who holds the model's lease now ("" when nobody does)."""
     _, lease = store.lease_snapshot(model)
-    if lease is not None and not lease.released and lease.expires_at > time.time():
+    if lease is not None and not lease.released and lease.effective_expires_at > time.time():
         return str(lease.holder)
     return ""
 

@@ -41,6 +41,12 @@ class Blobs(Protocol):
         model's files: old snapshots of a lease or a drain set."""
         ...
 
+    def modified_at(self, key: str) -> float:
+        """Unix seconds the store says ``key`` was last written, by the store's clock where it has one
+        (an NFS server's mtime, S3's LastModified: whole seconds), not the writer's. FileNotFoundError
+        if absent."""
+        ...
+
 
 # Errors a retry will not fix: a person must change permissions, the mount, or free space.
 PERMANENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
@@ -123,6 +129,15 @@ class FilesystemBlobs:
             (self.root / key).unlink(missing_ok=True)
         except OSError as exc:
             raise _filesystem_error(f"{self.location}: cannot delete {key!r}", exc) from exc
+
+    def modified_at(self, key: str) -> float:
+        # The file's mtime: set by the NFS server on an NFS share (by this machine's clock on a local disk).
+        try:
+            return (self.root / key).stat().st_mtime
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise _filesystem_error(f"{self.location}: cannot stat {key!r}", exc) from exc
 
     def open_stream(self, key: str) -> Iterator[bytes]:
         try:
@@ -223,6 +238,12 @@ class S3Blobs:
     def delete(self, key: str) -> None:
         with self._errors(f"cannot delete {key!r}"):
             self._s3.delete_object(Bucket=self.bucket, Key=self._key(key))  # absent: S3 answers 204 too
+
+    def modified_at(self, key: str) -> float:
+        # A HEAD, with the client's timeouts and retries; LastModified is the server's time, whole seconds.
+        with self._errors(f"cannot stat {key!r}"):
+            stamp = self._s3.head_object(Bucket=self.bucket, Key=self._key(key))["LastModified"]
+            return float(stamp.timestamp())
 
     def open_stream(self, key: str) -> Iterator[bytes]:
         with self._errors(f"cannot read {key!r}"):

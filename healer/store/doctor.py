@@ -178,14 +178,14 @@ class Doctor(Ledgers, Leases):
                 newest_readable
                 and previous is not None
                 and not previous.released
-                and previous.expires_at > released_at
+                and previous.effective_expires_at > released_at
                 and not force
             ):
                 raise LeaseHeld(
                     f"{self.location}: lease of {model!r} is held by {previous.holder} until "
-                    f"{wall_time(previous.expires_at)} and may be at work: wait for it, or --force",
+                    f"{wall_time(previous.effective_expires_at)} and may be at work: wait for it, or --force",
                     holder=previous.holder,
-                    expires_at=previous.expires_at,
+                    expires_at=previous.effective_expires_at,
                 )
             snapshot = LeaseSnapshot(
                 holder=f"healer-doctor/{_safe_part(by)}",

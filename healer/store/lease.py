@@ -38,14 +38,17 @@ class Leases(StoreBase):
 
     # One rollback per model whichever engine runs it: the Argo workflow and the sidecar's in-pod
     # fallback both have the store. Snapshots are append-only and created exclusively, like the
-    # ledger's; the decision is healer.ledger.decide_lease. Expiry compares wall clocks of
-    # different pods: they must agree within a few seconds, and a holder's TTL should be its
-    # rollback deadline plus a margin. A holder that outlives its TTL has lost the lease.
+    # ledger's; the decision is healer.ledger.decide_lease. Expiry is bounded by the store's own
+    # time of each snapshot plus its TTL (LeaseSnapshot, "Clock skew"): a holder's fast clock cannot
+    # hold the model past its TTL. A holder that outlives its TTL has lost the lease.
     def _lease_prefix(self, model: str) -> str:
         return f"{META_DIR}/{model}/lease"
 
     def _read_lease(self, key: str) -> LeaseSnapshot:
-        return LeaseSnapshot.from_json(self.blobs.read(key), where=f"{self.location}/{key}")
+        raw = self.blobs.read(key)
+        # The store's time of the snapshot, which bounds its expiry (never the holder's clock alone).
+        stored_at = self.blobs.modified_at(key)
+        return LeaseSnapshot.from_json(raw, where=f"{self.location}/{key}", stored_at=stored_at)
 
     def _newest_lease(self, model: str) -> tuple[int, LeaseSnapshot | None]:
         snapshots = self._snapshots(self._lease_prefix(model))
@@ -106,7 +109,7 @@ class Leases(StoreBase):
                 raise LeaseHeld(
                     f"{self.location}: lease of {model!r} (generation {generation}) {decision.reason}",
                     holder=newest.holder if newest is not None else "",
-                    expires_at=newest.expires_at if newest is not None else 0.0,
+                    expires_at=newest.effective_expires_at if newest is not None else 0.0,
                 )
             duties = put_back if put_back is not None else (newest.put_back if newest is not None else ())
             snapshot = LeaseSnapshot(
@@ -117,6 +120,7 @@ class Leases(StoreBase):
                 incident=incident,
                 run=run,
                 put_back=duties,
+                ttl_s=float(ttl_s),
             )
             if self.blobs.create(f"{self._lease_prefix(model)}/{generation + 1:08d}.json", snapshot.to_json()):
                 if self._superseded(model, generation + 1):

@@ -103,6 +103,38 @@ def test_unreadable_lease_snapshots_name_the_place_and_the_problem(raw: bytes, p
     assert problem in str(caught.value)
 
 
+def test_the_stores_time_of_a_snapshot_bounds_its_expiry() -> None:
+    """Issue 27 item 12: a holder whose clock runs an hour fast writes an expiry an hour late; the
+    store's time of the snapshot plus the recorded TTL ends it anyway. decide_lease stays pure: the
+    store's time comes in with the snapshot."""
+    fast = LeaseSnapshot("a", T0 + 3600 + 30, False, "t", ttl_s=30.0, stored_at=T0)
+    assert fast.effective_expires_at == T0 + 30
+    assert not decide_lease(fast, "b", T0 + 29.9).may_take
+    freed = decide_lease(fast, "b", T0 + 30)
+    assert freed.may_take and freed.reason == "free: a's lease expired at 2023-11-14T22:13:50.000Z"
+    held_fast = decide_lease(fast, "b", T0 + 10)
+    assert "until 2023-11-14T22:13:50.000Z (20.0 s from now)" in held_fast.reason
+    # The store's clock ahead of the holder's: the holder's expiry, never later.
+    assert LeaseSnapshot("a", T0 + 30, False, "t", ttl_s=30.0, stored_at=T0 + 5).effective_expires_at == T0 + 30
+    # Without a TTL recorded (older snapshots, released ones) or without the store's time: as written.
+    assert LeaseSnapshot("a", T0 + 3600, False, "t", stored_at=T0).effective_expires_at == T0 + 3600
+    assert LeaseSnapshot("a", T0 + 3600, False, "t", ttl_s=30.0).effective_expires_at == T0 + 3600
+    assert not decide_lease(LeaseSnapshot("a", T0 + 3600, False, "t", stored_at=T0), "b", T0 + 60).may_take
+
+
+def test_a_lease_snapshot_records_its_ttl_and_reads_the_stores_time_apart() -> None:
+    snapshot = LeaseSnapshot("a", T0 + 30, False, "t", ttl_s=30.0)
+    raw = snapshot.to_json()
+    assert json.loads(raw)["ttl_s"] == 30.0 and "stored_at" not in json.loads(raw)
+    read = LeaseSnapshot.from_json(raw, where="here", stored_at=T0 - 1)
+    assert read == snapshot and read.stored_at == T0 - 1 and read.effective_expires_at == T0 + 29
+    for bad in (b'"soon"', b"-1", b"true", b"NaN"):
+        with pytest.raises(LedgerFormatError, match="ttl_s: expected seconds"):
+            LeaseSnapshot.from_json(
+                b'{"holder": "a", "expires_at": 1, "released": false, "at": "t", "ttl_s": ' + bad + b"}", where="x"
+            )
+
+
 def test_a_lease_expiring_out_of_datetime_range_is_still_described() -> None:
     decision = decide_lease(held("a", 1e300), "b", T0)
     assert not decision.may_take and "unix time 1e+300" in decision.reason
