@@ -41,6 +41,11 @@ SUSPEND_POLL_S = 0.2  # how often a suspended run looks for its resume
 STOP_GRACE_S = 90.0  # after the deadline, how long a step may take to notice and stop
 CANCELLED = "cancelled: the engine is stopping (the process got SIGTERM)"
 STOPPED = "stopped by a person (healer release stop)"
+DEADLINE_EXCEEDED = "Step exceeded its deadline"
+# A step asked to stop (its deadline, the engine's SIGTERM, a person's stop) that finished its work
+# anyway, within its stop grace: it Succeeded (its outputs count), and its message says so and what
+# becomes of the run (no further step starts after the run's deadline or stop).
+FINISHED_WHEN_ASKED_TO_STOP = "finished its work after it was asked to stop"
 
 
 def in_pod_run(name: str, host: str | None = None) -> str:
@@ -152,6 +157,10 @@ class TemplateRunner:
                 if root and self._cancellation.stopped(name):
                     # No further step of a cancelled (or stopped) run starts.
                     phase, message = "Failed", CANCELLED if self._cancellation.stopping else STOPPED
+                    break
+                if root and deadline is not None and time.monotonic() >= deadline:
+                    # Nor of a run past its deadline (its last step finished within its stop grace).
+                    phase, message = "Failed", f"{DEADLINE_EXCEEDED}: step {step.name!r} was not started"
                     break
                 if step.when and not evaluate_when(substitute(step.when, parameters)):
                     self._records.add_node(
@@ -290,6 +299,8 @@ class TemplateRunner:
                 own = time.monotonic() + spec.deadline_s
                 attempt_deadline = own if deadline is None else min(deadline, own)
             phase, message, exit_code, outputs = self._attempt(name, spec, kwargs, attempt_deadline, cancellable)
+            if phase == "Succeeded" and message.startswith(FINISHED_WHEN_ASKED_TO_STOP):
+                message += self._what_becomes_of_the_run(name, deadline, cancellable)
             self._records.update_node(
                 name, pod_id, phase=phase, message=message, finishedAt=now_text(), outputs=outputs
             )
@@ -309,6 +320,16 @@ class TemplateRunner:
             time.sleep(backoff)
             backoff = min(backoff * spec.backoff_factor, spec.backoff_max_s)
             attempt += 1
+
+    def _what_becomes_of_the_run(self, name: str, deadline: float | None, cancellable: bool) -> str:
+        """For a step that finished its work after it was asked to stop: whether its run goes on."""
+        if cancellable and self._cancellation.stopped(name):
+            why = "is stopping" if self._cancellation.stopping else "was stopped"
+        elif cancellable and deadline is not None and time.monotonic() >= deadline:
+            why = "is past its deadline"
+        else:
+            return ""  # only the template's own deadline passed: the run goes on
+        return f"; the run {why}: no further step starts (the run is Failed if one was left)"
 
     def _attempt(
         self, name: str, spec: ScriptSpec, kwargs: dict[str, str], deadline: float | None, cancellable: bool = True
@@ -353,6 +374,7 @@ class TemplateRunner:
                 box["exit_code"] = 1
                 box["error"] = f"{type(exc).__name__}: {exc}"
             finally:
+                box["asked_to_stop"] = cancelled.is_set()  # when it finished, not later
                 if context is not None:
                     context.triton.close()
                 _destroy_gevent_hub()
@@ -360,6 +382,7 @@ class TemplateRunner:
         worker = threading.Thread(target=target, name=f"step-{spec.name}", daemon=True)
         worker.start()
         worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        asked_to_stop = ""  # why the step was asked to stop while it ran ("" if it was not)
         if worker.is_alive():
             # Past activeDeadlineSeconds: Argo kills the pod. We ask the step to stop at its next check.
             cancelled.set()
@@ -368,14 +391,25 @@ class TemplateRunner:
             worker.join(STOP_GRACE_S)
             if worker.is_alive():
                 log.error("step_still_running_after_deadline", step=spec.name, grace_s=STOP_GRACE_S)
+                outputs = _collect(spec, output_dir, None, None)
+                shutil.rmtree(output_dir, ignore_errors=True)
+                return "Failed", DEADLINE_EXCEEDED, 1, outputs
+            asked_to_stop = f"its deadline passed; within its {STOP_GRACE_S:g} s stop grace"
+        elif box.get("asked_to_stop"):  # set by the engine's stop or a person's, never by the deadline here
+            asked_to_stop = "the engine is stopping" if self._cancellation.stopping else "a person stopped the run"
+        exit_code = int(box.get("exit_code", 1))
+        if exit_code and asked_to_stop.startswith("its deadline passed"):
+            # It stopped (or failed) within its grace: the deadline's failure, as before and as in Argo.
             outputs = _collect(spec, output_dir, None, None)
             shutil.rmtree(output_dir, ignore_errors=True)
-            return "Failed", "Step exceeded its deadline", 1, outputs
-        exit_code = int(box.get("exit_code", 1))
+            return "Failed", DEADLINE_EXCEEDED, 1, outputs
         termination = output_dir / "termination-log"
         message = termination.read_text() if termination.exists() else box.get("error", "")
         if exit_code:
             message = message or f"Error (exit code {exit_code})"
+        elif asked_to_stop:
+            # Its work is done and its outputs are real: Succeeded, whatever becomes of the run.
+            message = f"{FINISHED_WHEN_ASKED_TO_STOP} ({asked_to_stop})"
         outputs = _collect(spec, output_dir, box.get("result"), exit_code)
         shutil.rmtree(output_dir, ignore_errors=True)
         return ("Succeeded" if exit_code == 0 else "Failed"), message, exit_code, outputs
