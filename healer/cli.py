@@ -1570,8 +1570,9 @@ def _submit_release(settings: Settings, request: Any, *, local: bool) -> tuple[A
 
 def _finish_orphaned_releases(settings: Settings, *, model: str | None, engine: Any = None) -> list[str]:
     """Finish or put back the releases this host started in a process that has since died (of
-    ``model``, or every model's): each run's own exit handler, the put-back, run here (it waits for the
-    dead process's lease, 30 s at most), then one line per run on stderr saying what it did, read from
+    ``model``, or every model's): each run's own exit handler, the put-back, run here (it takes the dead
+    process's lease over at once: the run's record says its engine died), then one line per run on
+    stderr saying what it did, read from
     its outcome and the ledger (returned too). Never fails the command: a release that could not be
     finished is said so."""
     from healer.engines import EngineError
@@ -1592,8 +1593,7 @@ def _finish_orphaned_releases(settings: Settings, *, model: str | None, engine: 
             return lines
     for name in names:
         print(
-            f"healer: {name} was left running by a process that ended: running its put-back here "
-            "(it waits up to 30 s for that process's lease)",
+            f"healer: {name} was left running by a process that ended: running its put-back here",
             file=sys.stderr,
             flush=True,
         )

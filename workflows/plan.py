@@ -150,12 +150,16 @@ class FailingSeen(StrEnum):
 
 @dataclass(frozen=True)
 class RollbackGo:
-    """Whether to restore, whether the failing version may be quarantined, and why (one line each)."""
+    """Whether to restore, whether the failing version may be quarantined, and why (one line each).
+    ``confirmed``: a check in this incident saw the version answer wrong (this run's confirmation or an
+    earlier run's, from the audit trail): the only evidence that quarantines a version the ledger lists
+    stable (the sidecar's alone does not: a stable version that fails may be a fault around it)."""
 
     act: bool
     quarantine: bool
     why: str
     why_not_quarantined: str = ""
+    confirmed: bool = False
 
 
 def decide_rollback(
@@ -166,6 +170,7 @@ def decide_rollback(
     quarantine_asked: bool,
     version: str,
     failed_before: bool = False,
+    stable_in_ledger: bool = False,
 ) -> RollbackGo:
     """The rollback holds the model's lease and has asked the failing version again (``seen``).
 
@@ -174,15 +179,22 @@ def decide_rollback(
     version in this incident (the sidecar's), not from a person. ``quarantine_asked``: a person asked
     for the quarantine (``healer rollback --quarantine``). ``failed_before``: an earlier run of this
     incident (killed before its record) saw the version fail its confirmation: the audit trail says so.
+    ``stable_in_ledger``: the ledger lists the version stable (promoted: verified by a person or a release).
 
+    * A person's ``--quarantine`` is done as asked: restore and quarantine, whatever the version answers.
     * After a wait, a version that answers right wherever it is served is a stale incident: nothing
       to do is the outcome (moving replicas off a verified version is the harm).
+    * So is a person's plain rollback of a version the ledger lists stable that answers right: the
+      advice a dead release once printed led exactly there (``--quarantine`` says it is meant).
     * Otherwise the rollback restores as asked: a person's rollback of a version that answers right is
       still theirs to ask for, and the sidecar's own check failed moments ago.
     * A version is quarantined only on evidence: a check that failed on it in this incident (this
-      confirmation, or the sidecar's), or a person's flag. Whether the ledger lists it stable (then
-      only a person quarantines it) is decided where the ledger is written (workflows/steps.py record).
+      confirmation, an earlier run's, or the sidecar's), or a person's flag. A stable version only on
+      ``confirmed`` evidence or the flag (decided where the ledger is written: steps.record).
     """
+    confirmed = seen is FailingSeen.FAILS or failed_before
+    if quarantine_asked:
+        return RollbackGo(True, True, f"v{version}: restore and quarantine, as a person asked", confirmed=confirmed)
     if seen is FailingSeen.PASSES and waited:
         return RollbackGo(
             False,
@@ -190,10 +202,14 @@ def decide_rollback(
             f"v{version} answers its golden request right wherever it is served, after waiting for another "
             "run's lease: the incident is stale, nothing to do",
         )
-    evidence = seen is FailingSeen.FAILS or failed_before or detected
-    if quarantine_asked:
-        return RollbackGo(True, True, f"v{version}: restore and quarantine, as a person asked")
-    if evidence:
+    if seen is FailingSeen.PASSES and stable_in_ledger and not detected:
+        return RollbackGo(
+            False,
+            False,
+            f"v{version} is stable in the ledger and answers its golden request right wherever it is served: "
+            "nothing to do (healer rollback --quarantine takes it off anyway)",
+        )
+    if confirmed or detected:
         source = (
             "it failed its golden request again"
             if seen is FailingSeen.FAILS
@@ -201,7 +217,7 @@ def decide_rollback(
             if failed_before
             else "the sidecar's check failed"
         )
-        return RollbackGo(True, True, f"v{version}: restore; {source}")
+        return RollbackGo(True, True, f"v{version}: restore; {source}", confirmed=confirmed)
     return RollbackGo(
         True,
         False,

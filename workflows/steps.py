@@ -39,7 +39,7 @@ from healer.store import (
     verify_version,
 )
 from healer.triton import TritonAPI, TritonRejected, TritonUnavailable
-from healer.vocabulary import AUTO, MANUAL, MANUAL_QUARANTINE, PERSON_REASONS, RollbackRequest
+from healer.vocabulary import AUTO, MANUAL, MANUAL_QUARANTINE, PERSON_REASONS, SLOW, TIMEOUT, RollbackRequest
 from probes.fit import golden_key, newest_stable
 from probes.result import Status
 from probes.tiers import check_after_load
@@ -269,12 +269,14 @@ def record(
     outcome: str,
     *,
     not_quarantined: str = "",
+    confirmed: bool = False,
 ) -> dict[str, Any]:
     """Quarantine the failing version (a record; no file is touched) and append an audit record.
     ``not_quarantined``: why the failing version must not be quarantined (the version being restored,
     no evidence against it); then only the audit record is written, saying so. A version the ledger
-    lists stable is quarantined only when a person asked (``healer rollback --quarantine``): decided
-    in the same compare-and-swap that would write the quarantine, so a promotion meanwhile counts."""
+    lists stable is quarantined only on ``confirmed`` evidence (a check in this incident saw it answer
+    wrong) or when a person asked (``healer rollback --quarantine``): decided in the same
+    compare-and-swap that would write the quarantine, so a promotion meanwhile counts."""
     quarantine = QuarantineRecord(
         version=request.from_version,
         reason=f"{request.reason}: {request.detail}".strip(": "),
@@ -286,7 +288,8 @@ def record(
 
     def quarantined_unless_stable(current: Any) -> Any:
         held[:] = []
-        if current.stable_record(request.from_version) is not None and request.reason != MANUAL_QUARANTINE:
+        stable_kept = not confirmed and request.reason != MANUAL_QUARANTINE
+        if current.stable_record(request.from_version) is not None and stable_kept:
             held.append(stable_not_quarantined(request.from_version))
             return current
         return current.with_quarantine(quarantine)
@@ -606,7 +609,14 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
 
         def fence_then_record() -> dict[str, Any]:
             keeper.fence()
-            recorded = record(ctx, request, version, "restored", not_quarantined=go["why_not_quarantined"])
+            recorded = record(
+                ctx,
+                request,
+                version,
+                "restored",
+                not_quarantined=go["why_not_quarantined"],
+                confirmed=go["confirmed"],
+            )
             if recorded["quarantined"]:  # files move aside only for a version the ledger quarantines
                 recorded |= quarantine_files(ctx, request)
             recorded |= restore_config_file(ctx, request.model, _stable_record(ctx, request.model, version))
@@ -636,13 +646,20 @@ CONFIRM_REPLICAS = 3
 def confirm_failing(ctx: StepContext, request: RollbackRequest, *, waited: bool) -> dict[str, Any]:
     """Ask the failing version its golden request again where it is still served, holding the lease,
     and decide (workflows/plan.py decide_rollback) whether to restore and whether it may be
-    quarantined. Only reads: Triton's served versions and one golden request per replica asked."""
+    quarantined. Only reads: the ledger, Triton's served versions and one golden request per replica asked."""
     from healer.settings import UNKNOWN_VERSION
 
     version = request.from_version
-    seen, where, failed_before = FailingSeen.NOT_CHECKED, "", False
+    seen, where, failed_before, stable_in_ledger = FailingSeen.NOT_CHECKED, "", False, False
     if version != UNKNOWN_VERSION:
-        seen, where = _ask_failing(ctx, request.model, version, request.triton_url)
+        try:
+            ledger = ctx.store.ledger(request.model)
+        except (StoreError, ValueError, OSError):
+            ledger = None  # nothing known from it: no contract to tell a misfit apart, nothing stable
+        stable_in_ledger = ledger is not None and ledger.stable_record(version) is not None
+        # A golden request that fits the stable version and not this one: a changed contract, a failure.
+        stable = newest_stable(ledger) if ledger is not None else None
+        seen, where = _ask_failing(ctx, request.model, version, request.triton_url, stable)
         if seen is FailingSeen.FAILS:
             _remember_failed(ctx, request, where)
         else:
@@ -654,6 +671,7 @@ def confirm_failing(ctx: StepContext, request: RollbackRequest, *, waited: bool)
         quarantine_asked=request.reason == MANUAL_QUARANTINE,
         version=version,
         failed_before=failed_before,
+        stable_in_ledger=stable_in_ledger,
     )
     log.info(
         "rollback_confirmed" if go.act else "rollback_stale",
@@ -671,21 +689,24 @@ def confirm_failing(ctx: StepContext, request: RollbackRequest, *, waited: bool)
         "act": go.act,
         "why": go.why,
         "why_not_quarantined": go.why_not_quarantined,
+        "confirmed": go.confirmed,
     }
 
 
-def _ask_failing(ctx: StepContext, model: str, version: str, triton_url: str) -> tuple[FailingSeen, str]:
+def _ask_failing(
+    ctx: StepContext, model: str, version: str, triton_url: str, stable: StableRecord | None
+) -> tuple[FailingSeen, str]:
     """What ``version`` answers on the replicas that serve it (the first wrong answer ends it), and
-    what was seen where, for people."""
+    what was seen where, for people. The replica that detected the incident is asked first: a fault
+    only it shows must not be outvoted by healthy ones. A slow or timed-out answer is no evidence
+    against the version (a busy machine answers late too): inconclusive here."""
     golden = _golden_request(ctx, model)
     key = golden_key(ctx.settings, model)
-    try:  # a golden request that fits the stable version and not this one: a changed contract, a failure
-        stable = newest_stable(ctx.store.ledger(model))
-    except (StoreError, ValueError, OSError):
-        stable = None  # then a misfit is only inconclusive
     answers: list[Status] = []
     notes: list[str] = []
-    for target in replica_targets_for(ctx, triton_url):
+    targets = replica_targets_for(ctx, triton_url)
+    targets.sort(key=lambda t: t.url != triton_url)  # stable: the detecting replica first, the rest in order
+    for target in targets:
         if target.skip or len(answers) >= CONFIRM_REPLICAS:
             continue
         ctx.check_cancelled("confirming the failing version")
@@ -699,9 +720,10 @@ def _ask_failing(ctx: StepContext, model: str, version: str, triton_url: str) ->
             if version not in served:
                 continue
             result = check_after_load(replica.triton, model, version, golden, stable=stable, key=key)
-            answers.append(result.status)
+            late = result.status is Status.FAIL and result.code in (SLOW, TIMEOUT)
+            answers.append(Status.ERROR if late else result.status)
             notes.append(f"{target.url}: {result.status.value} {result.reason}".strip())
-            if result.status is Status.FAIL:
+            if result.status is Status.FAIL and not late:
                 break
     seen = failing_seen(answers)
     return seen, "; ".join(notes) or f"no replica that answered serves v{version}"
@@ -1185,16 +1207,21 @@ def why_not_quarantined(  # noqa: PLR0911 (a decision table: one return per case
         ledger = ctx.store.ledger(request.model)
     except (StoreError, ValueError, OSError) as exc:
         return f"the ledger could not be read ({exc}): not quarantined without it"
-    if ledger.stable_record(version) is not None and request.reason != MANUAL_QUARANTINE:
+    if request.reason == MANUAL_QUARANTINE:
+        return ""
+    # A check in this incident saw it answer wrong (the rollback's confirmation, in the audit trail).
+    confirmed = _failed_earlier(ctx, request)
+    if ledger.stable_record(version) is not None and not confirmed:
         return stable_not_quarantined(version)
-    if request.reason == MANUAL:
+    if request.reason == MANUAL and not confirmed:
         return f"a person asked for the rollback of v{version}, not its quarantine (healer rollback --quarantine)"
     return ""
 
 
 def stable_not_quarantined(version: str) -> str:
     return (
-        f"v{version} is stable in the ledger: not quarantined without a person "
+        f"v{version} is stable in the ledger and no check in this incident saw it answer wrong: not quarantined "
+        "without a person "
         "(healer rollback --quarantine; runbooks/rollback-escalated.md)"
     )
 

@@ -23,7 +23,7 @@ import structlog
 from healer.ledger import StableRecord, choose_restore_version
 from healer.logs import iso_utc
 from healer.settings import VERSION_PATTERN, ModelSettings, Settings
-from healer.store import DERIVED_DIRS, DISPLACED_DIR, QUARANTINE_DIR, FilesystemBlobs, ModelStore, StoreError
+from healer.store import DISPLACED_DIR, QUARANTINE_DIR, FilesystemBlobs, ModelStore, StoreError, is_derived
 from healer.triton import TritonError, TritonHttp
 from probes.result import Status
 from probes.tiers import check_business
@@ -375,7 +375,7 @@ def tamper_stable(target: DrillTarget, injected: Injected) -> None:
     for folder in dict.fromkeys(f.resolve() for f in folders if f.is_dir()):
         # The version's own files only: Triton's Python backend writes __pycache__ there, which no
         # check reads.
-        own = [p for p in folder.rglob("*") if not DERIVED_DIRS.intersection(p.relative_to(folder).parts)]
+        own = [p for p in folder.rglob("*") if not is_derived(p.relative_to(folder).parts)]
         files = sorted((p for p in own if p.is_file()), key=lambda p: p.stat().st_size)
         if not files:
             raise InjectionFailed(f"{folder} has no files")

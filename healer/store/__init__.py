@@ -81,7 +81,7 @@ from healer.store.errors import (
     StoreUnavailable,
 )
 from healer.store.files import make_dirs
-from healer.store.hashing import DERIVED_DIRS, check_hashes, hash_directory
+from healer.store.hashing import DERIVED_DIRS, check_hashes, hash_directory, is_derived
 from healer.store.layout import (
     CHUNK,
     DIR_MODE,
@@ -151,6 +151,7 @@ __all__ = [
     "forget_conditional_write_checks",
     "forget_stamp",
     "hash_directory",
+    "is_derived",
     "live_bytecode",
     "make_dirs",
     "move_bytecode_aside",

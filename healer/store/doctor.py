@@ -15,7 +15,7 @@ from typing import Any
 from healer.ledger import LeaseSnapshot, Ledger, LedgerFormatError, wall_time
 from healer.store.blobs import _filesystem_error
 from healer.store.errors import LeaseHeld, StoreConflict, StoreError
-from healer.store.hashing import DERIVED_DIRS
+from healer.store.hashing import is_derived
 from healer.store.layout import MAX_LEDGER_ATTEMPTS, _check_name, _safe_part
 from healer.store.lease import Leases
 from healer.store.ledger import Ledgers
@@ -144,7 +144,7 @@ class Doctor(Ledgers, Leases):
             prefix = f"{model}/{record.version}/"
             keys = self.blobs.keys(f"{model}/{record.version}")
             names = (k[len(prefix) :] for k in keys)
-            listed[record.version] = frozenset(n for n in names if not DERIVED_DIRS.intersection(n.split("/")))
+            listed[record.version] = frozenset(n for n in names if not is_derived(n.split("/")))
         try:
             bytecode = live_bytecode(live_repository, model) if live_repository is not None else {}
         except OSError as exc:

@@ -26,11 +26,19 @@ def check_hashes(expected: Mapping[str, str], actual: Mapping[str, str], *, wher
 
 # Bytecode Python writes beside a Python-backend model.py when Triton imports it: derived, not model content.
 DERIVED_DIRS = frozenset({"__pycache__"})
+# A bytecode cache healer could not move out of its version folder (another user owns it) is renamed
+# inside that folder instead: Python never reads it under this name, and no check counts it either.
+INERT_BYTECODE_PREFIX = "__pycache__.healer-"
+
+
+def is_derived(parts: tuple[str, ...] | list[str]) -> bool:
+    """Whether a path (its parts, relative to a version folder) lies in a bytecode cache, live or inert."""
+    return any(part in DERIVED_DIRS or part.startswith(INERT_BYTECODE_PREFIX) for part in parts)
 
 
 def _hash_tree(root: Path) -> dict[str, str]:
     hashes = {}
-    files = (p for p in root.rglob("*") if p.is_file() and not DERIVED_DIRS.intersection(p.relative_to(root).parts))
+    files = (p for p in root.rglob("*") if p.is_file() and not is_derived(p.relative_to(root).parts))
     for path in sorted(files):
         digest = hashlib.sha256()
         with path.open("rb") as handle:

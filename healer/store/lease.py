@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from healer.ledger import LeaseSnapshot, LedgerFormatError, PutBack, decide_lease, wall_time
 from healer.logs import get_logger
 from healer.store.base import StoreBase
-from healer.store.errors import LeaseHeld, StoreConflict, StoreError
+from healer.store.errors import LeaseHeld, StoreConflict, StoreError, StoreUnavailable
 from healer.store.layout import MAX_LEDGER_ATTEMPTS, META_DIR, _check_name
 
 # Lease snapshots kept per model when older ones are pruned: far more than a holder can fall behind
@@ -51,11 +51,18 @@ class Leases(StoreBase):
         return LeaseSnapshot.from_json(raw, where=f"{self.location}/{key}", stored_at=stored_at)
 
     def _newest_lease(self, model: str) -> tuple[int, LeaseSnapshot | None]:
-        snapshots = self._snapshots(self._lease_prefix(model))
-        if not snapshots:
-            return 0, None
-        generation, key = snapshots[-1]
-        return generation, self._read_lease(key)
+        # Bounded: a snapshot listed, then pruned before it is read (prune_lease), is listed again.
+        for attempt in range(3):
+            snapshots = self._snapshots(self._lease_prefix(model))
+            if not snapshots:
+                return 0, None
+            generation, key = snapshots[-1]
+            try:
+                return generation, self._read_lease(key)
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise StoreUnavailable(f"{self.location}: lease of {model!r} kept changing while read") from None
+        raise AssertionError("unreachable")
 
     def acquire_lease(
         self,

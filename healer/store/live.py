@@ -8,6 +8,7 @@ import datetime as dt
 import errno
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 from healer.logs import get_logger
 from healer.settings import VERSION_PATTERN
 from healer.store.files import _write_atomic, make_dirs
-from healer.store.hashing import DERIVED_DIRS
+from healer.store.hashing import DERIVED_DIRS, INERT_BYTECODE_PREFIX
 from healer.store.layout import DISPLACED_DIR, QUARANTINE_DIR, _check_name, _safe_part
 
 # ---- quarantine in a live repository ---------------------------------------------------------------
@@ -100,6 +101,10 @@ def restore_quarantined_version(live_repository: Path, model: str, version: str)
     return target
 
 
+# An entry put aside less than this long ago is never pruned: it is the evidence of what just happened.
+ASIDE_GRACE_S = 3600.0
+
+
 def prune_aside(live_repository: Path, model: str, *, keep: int, removable: Callable[[str], bool]) -> list[str]:
     """Bound what a live repository keeps aside for ``model``: in ``.healer-quarantine`` and
     ``.healer-displaced`` each, all but the ``keep`` newest entries are removed, each only if
@@ -115,7 +120,10 @@ def prune_aside(live_repository: Path, model: str, *, keep: int, removable: Call
         if not folder.is_dir():
             continue
         entries = sorted(folder.iterdir(), key=lambda p: (p.lstat().st_mtime_ns, p.name))
+        recent = time.time() - ASIDE_GRACE_S
         for entry in entries[: max(0, len(entries) - keep)]:
+            if entry.lstat().st_mtime > recent:
+                continue  # put aside moments ago (this run's own, whatever its files' times say): kept
             version = entry.name.partition("-")[0]
             derived = "-bytecode-" in entry.name  # a version's __pycache__, moved aside: never the version
             if VERSION_PATTERN.match(version) and not derived and not removable(version):
@@ -247,12 +255,21 @@ def move_bytecode_aside(live_repository: Path, model: str, version: str) -> list
         try:
             os.rename(cache, destination)  # the same filesystem (the model's folder): no copy
         except OSError as exc:
-            raise OSError(
-                exc.errno,
-                f"cannot move bytecode aside ({exc.strerror}); Triton would run it unchecked: "
-                "give healer write access to it, or move it away by hand",
-                str(cache),
-            ) from exc
+            # Moving a folder to another parent needs write access to the folder itself (its ".."):
+            # Triton, running as another user, owns the caches it wrote. A rename inside the same parent
+            # needs only the parent's, which healer staged: the cache goes inert where it is.
+            inert = cache.with_name(f"{INERT_BYTECODE_PREFIX}{stamp}-{uuid.uuid4().hex[:8]}")
+            try:
+                os.rename(cache, inert)
+            except OSError:
+                raise OSError(
+                    exc.errno,
+                    f"cannot move bytecode aside ({exc.strerror}); Triton would run it unchecked: "
+                    "give healer write access to it, or move it away by hand",
+                    str(cache),
+                ) from exc
+            moved.append(f"{relative} (renamed {inert.name} in place: {exc.strerror})")
+            continue
         moved.append(str(relative))
     get_logger("healer.store").warning("bytecode_moved_aside", model=model, version=version, moved=moved, to=str(aside))
     return moved

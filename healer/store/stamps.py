@@ -28,7 +28,7 @@ import structlog
 
 from healer.store.blobs import _filesystem_error
 from healer.store.files import _write_atomic, make_dirs
-from healer.store.hashing import DERIVED_DIRS, _hash_tree, check_hashes
+from healer.store.hashing import _hash_tree, check_hashes, is_derived
 
 log = structlog.get_logger("healer.store")
 
@@ -57,7 +57,7 @@ def identities(root: Path) -> dict[str, FileIdentity]:
     found = {}
     for path in root.rglob("*"):
         relative = path.relative_to(root)
-        if DERIVED_DIRS.intersection(relative.parts) or not path.is_file():
+        if is_derived(relative.parts) or not path.is_file():
             continue
         with path.open("rb") as handle:  # fstat of an open file: NFS revalidates what an open returns
             info = os.fstat(handle.fileno())

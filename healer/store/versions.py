@@ -16,7 +16,7 @@ from healer.settings import MODEL_NAME_PATTERN, VERSION_PATTERN
 from healer.store.base import StoreBase
 from healer.store.errors import StoreIntegrityError
 from healer.store.files import _write_atomic, make_dirs
-from healer.store.hashing import DERIVED_DIRS, check_hashes
+from healer.store.hashing import check_hashes, is_derived
 from healer.store.layout import DIR_MODE, DISPLACED_DIR, FILE_MODE, META_DIR, _check_name
 from healer.store.live import move_bytecode_aside
 from healer.store.stamps import record as record_stamp
@@ -47,7 +47,7 @@ class Versions(StoreBase):
         return sorted((v for v in found if VERSION_PATTERN.match(v)), key=int)
 
     def _version_keys(self, model: str, version: str) -> list[str]:
-        return [k for k in self.blobs.keys(f"{model}/{version}") if not DERIVED_DIRS.intersection(k.split("/"))]
+        return [k for k in self.blobs.keys(f"{model}/{version}") if not is_derived(k.split("/"))]
 
     def version_files(self, model: str, version: str) -> dict[str, str]:
         """sha256 of every file of a version, keyed by the path relative to the version directory."""
@@ -111,6 +111,7 @@ class Versions(StoreBase):
                 aside = model_dir / DISPLACED_DIR / f"{version}-{uuid.uuid4().hex[:8]}"
                 make_dirs(aside.parent)
                 os.replace(target, aside)
+                os.utime(aside, follow_symlinks=False)  # the move's time: what prune_aside keeps newest
             # mkdtemp makes 0700: Triton may run as another user, or read through root_squash NFS.
             for directory in [staging, *(p for p in staging.rglob("*") if p.is_dir())]:
                 directory.chmod(DIR_MODE)

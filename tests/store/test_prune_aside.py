@@ -44,3 +44,14 @@ def test_prune_aside_with_nothing_aside_does_nothing(tmp_path: Path) -> None:
     (tmp_path / "m" / "1").mkdir(parents=True)
     assert prune_aside(tmp_path, "m", keep=1, removable=lambda v: True) == []
     assert aside_usage(tmp_path, "m") == {"entries": 0, "bytes": 0}
+
+
+def test_what_was_put_aside_within_the_hour_is_never_pruned(tmp_path: Path) -> None:
+    """The evidence of what just happened stays, however small keep is (a displaced copy keeps its
+    files' old times: the move's own time is what counts)."""
+    quarantine = tmp_path / "m" / QUARANTINE_DIR
+    for name in ("3-inc-a", "3-inc-b"):
+        (quarantine / name).mkdir(parents=True)  # now
+    _entry(quarantine, "3-inc-old", 0)
+    assert prune_aside(tmp_path, "m", keep=1, removable=lambda v: True) == [f"{QUARANTINE_DIR}/3-inc-old"]
+    assert sorted(p.name for p in quarantine.iterdir()) == ["3-inc-a", "3-inc-b"]

@@ -305,3 +305,60 @@ def test_store_stage_reports_bytecode_it_finds(tmp_path: Path) -> None:
     assert staged.bytecode == ("__pycache__",)
     assert "bytecode no check covers: __pycache__ (moved aside before the next load)" in staged.detail
     assert (store_root / "m" / "1" / "__pycache__").is_dir()  # reported, not moved: stage holds no lease
+
+
+def test_bytecode_another_user_owns_is_renamed_inert_in_place(version: tuple[Path, dict[str, str]]) -> None:
+    """Triton (root, say) wrote the cache; healer (another uid) staged the version. Moving a folder to
+    another parent needs write access to the folder itself, which healer lacks: the cache is renamed
+    inside the version folder instead (Python never reads it under that name), and the version still
+    matches the ledger. Real permissions: the move runs in a child process as uid 65534."""
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a child as another user")
+    source, expected = version
+    # Under /tmp itself: the other user must be able to reach it (pytest's tmp_path is root's, 0700).
+    live = Path(tempfile.mkdtemp(prefix="healer-uid-test-"))
+    try:
+        _rename_as_another_user(live, source, expected)
+    finally:
+        shutil.rmtree(live, ignore_errors=True)
+
+
+def _rename_as_another_user(live: Path, source: Path, expected: dict[str, str]) -> None:
+    import json as json_
+    import stat
+
+    from healer.store import bytecode_caches, move_bytecode_aside
+
+    root = live / "m" / "1"
+    shutil.copytree(source, root)
+    nobody = 65534
+    for path in (live, live / "m", *root.rglob("*"), root):
+        os.chown(path, nobody, nobody)
+    (root / "__pycache__").mkdir()  # root's, 0755: the child cannot write into it
+    (root / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"bytecode of other code")
+    os.chmod(root / "__pycache__", stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)  # noqa: S103 (as Triton leaves it)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: healer as another user
+        try:
+            os.setgid(nobody)
+            os.setuid(nobody)
+            result = {"moved": move_bytecode_aside(live, "m", "1")}
+        except BaseException as exc:  # reported to the parent, whatever it is
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        os.write(write_end, json_.dumps(result).encode())
+        os._exit(0)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    report = json_.loads(os.read(read_end, 65536) or b"{}")
+    os.close(read_end)
+    assert status == 0 and "error" not in report, report
+    [moved] = report["moved"]
+    assert moved.startswith("__pycache__ (renamed __pycache__.healer-") and "Permission denied" in moved
+    assert bytecode_caches(root) == []  # nothing Python would read
+    [inert] = [p for p in root.iterdir() if p.name.startswith("__pycache__.healer-")]
+    assert (inert / "model.cpython-311.pyc").read_bytes() == b"bytecode of other code"  # never deleted
+    assert hash_directory(root) == expected
+    assert verify_version(root, expected, where="t", trust_stamp=False) == "hashed"

@@ -105,32 +105,42 @@ def test_next_wave_size_grows_while_the_store_keeps_up(current: int, slowest: fl
 
 # ---- before acting: the confirmation (issue 27, items 3 and 6) ------------------------------------
 
-# (case, seen, waited, detected, asked, failed_before) -> (act, quarantine)
+# (case, seen, waited, detected, asked, failed_before, stable) -> (act, quarantine, confirmed)
+P, F, NS, INC, NC = (
+    FailingSeen.PASSES,
+    FailingSeen.FAILS,
+    FailingSeen.NOT_SERVED,
+    FailingSeen.INCONCLUSIVE,
+    FailingSeen.NOT_CHECKED,
+)
 CONFIRM_TABLE = [
-    ("stale: answers right after a wait", FailingSeen.PASSES, True, True, False, False, (False, False)),
-    ("stale even when a person asked for the quarantine", FailingSeen.PASSES, True, False, True, False, (False, False)),
-    ("the sidecar's failure, no wait: as asked", FailingSeen.PASSES, False, True, False, False, (True, True)),
-    ("a person's rollback of a right version", FailingSeen.PASSES, False, False, False, False, (True, False)),
-    ("a person's rollback with --quarantine", FailingSeen.PASSES, False, False, True, False, (True, True)),
-    ("fails again: evidence", FailingSeen.FAILS, True, False, False, False, (True, True)),
-    ("served nowhere, failed earlier in the incident", FailingSeen.NOT_SERVED, True, False, False, True, (True, True)),
-    ("served nowhere, a person's, no evidence", FailingSeen.NOT_SERVED, False, False, False, False, (True, False)),
+    ("stale: answers right after a wait", P, True, True, False, False, False, (False, False, False)),
+    ("a person's --quarantine is done even after a wait", P, True, False, True, False, False, (True, True, False)),
+    ("the sidecar's failure, no wait: as asked", P, False, True, False, False, False, (True, True, False)),
+    ("a person's rollback of a right version", P, False, False, False, False, False, (True, False, False)),
+    ("a person's rollback of a right, stable version", P, False, False, False, False, True, (False, False, False)),
+    ("the sidecar's, of a stable version answering right", P, False, True, False, False, True, (True, True, False)),
+    ("a person's rollback with --quarantine", P, False, False, True, False, True, (True, True, False)),
+    ("fails again: evidence", F, True, False, False, False, True, (True, True, True)),
+    ("served nowhere, failed earlier in the incident", NS, True, False, False, True, False, (True, True, True)),
+    ("served nowhere, a person's, no evidence", NS, False, False, False, False, False, (True, False, False)),
     (
         "served nowhere, the sidecar's (a rerun after the restore)",
-        FailingSeen.NOT_SERVED,
+        NS,
         True,
         True,
         False,
         False,
-        (True, True),
+        False,
+        (True, True, False),
     ),
-    ("inconclusive, a person's", FailingSeen.INCONCLUSIVE, False, False, False, False, (True, False)),
-    ("version unknown, the sidecar's", FailingSeen.NOT_CHECKED, False, True, False, False, (True, True)),
+    ("inconclusive, a person's", INC, False, False, False, False, False, (True, False, False)),
+    ("version unknown, the sidecar's", NC, False, True, False, False, False, (True, True, False)),
 ]
 
 
 @pytest.mark.parametrize(
-    ("case", "seen", "waited", "detected", "asked", "failed_before", "expected"),
+    ("case", "seen", "waited", "detected", "asked", "failed_before", "stable", "expected"),
     CONFIRM_TABLE,
     ids=[c[0] for c in CONFIRM_TABLE],
 )
@@ -141,12 +151,19 @@ def test_decide_rollback(
     detected: bool,
     asked: bool,
     failed_before: bool,
-    expected: tuple[bool, bool],
+    stable: bool,
+    expected: tuple[bool, bool, bool],
 ) -> None:
     go = decide_rollback(
-        seen, waited=waited, detected=detected, quarantine_asked=asked, version="2", failed_before=failed_before
+        seen,
+        waited=waited,
+        detected=detected,
+        quarantine_asked=asked,
+        version="2",
+        failed_before=failed_before,
+        stable_in_ledger=stable,
     )
-    assert (go.act, go.quarantine) == expected, go.why
+    assert (go.act, go.quarantine, go.confirmed) == expected, go.why
     assert go.why and (go.quarantine or not go.act or go.why_not_quarantined)
 
 

@@ -113,6 +113,34 @@ def test_a_stable_version_is_not_quarantined_without_a_person(fs_stack_factory: 
         assert "stable in the ledger" in audit["not_quarantined"]
 
 
+def test_a_persons_rollback_of_a_verified_stable_version_does_nothing_unless_meant(fs_stack_factory: Any) -> None:
+    """Item 1's harm: v2 promoted (by a release, say) and answering right; `healer rollback M 2` (the
+    advice a dead release once printed) used to move every replica back to v1 and quarantine v2. Now
+    nothing to do; with --quarantine a person means it, and it is done."""
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, stable=[1, 2]) as stack:
+        stack: RollbackStack
+        ctx = context_from_settings(stack.settings)
+        report = steps.heal(ctx, _manual(stack, "2", "inc-advice"))
+        assert report["to_version"] == "" and "stable in the ledger" in report["nothing_to_do"]
+        assert stack.triton.served_versions(stack.model) == ["2"]
+        assert not stack.store.ledger(stack.model).quarantined
+        report = steps.heal(ctx, _manual(stack, "2", "inc-meant", reason=MANUAL_QUARANTINE))
+        assert report["to_version"] == "1" and stack.triton.served_versions(stack.model) == ["1"]
+        assert stack.store.ledger(stack.model).is_quarantined("2")
+
+
+def test_a_persons_rollback_that_escalates_quarantines_what_it_saw_fail(fs_stack_factory: Any) -> None:
+    """The confirmation saw v2 answer wrong (evidence in the audit trail); the restore cannot happen (no
+    stable version): the escalation quarantines v2 although a person asked without --quarantine."""
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[]) as stack:
+        stack: RollbackStack
+        status = stack.engine.run(_manual(stack, "2", "inc-escalated"), timeout_s=120)
+        assert status.phase == "Failed" and "no version of this model was ever promoted stable" in status.message
+        assert stack.store.ledger(stack.model).is_quarantined("2")
+        events = [r["event"] for r in stack.store.audit_of(stack.model, "inc-escalated")]
+        assert events == ["confirmed-failing", "escalated"]
+
+
 # ---- a killed `healer rollback`, run again (item 2) -------------------------------------------------
 
 
