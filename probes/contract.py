@@ -214,7 +214,7 @@ def _shape(shape: Sequence[int]) -> str:
 # ---- a misfit: a contract change, or a configuration error ----------------------------------------------
 
 
-def judge_fit(
+def judge_fit(  # noqa: PLR0911 (a decision table: one return per case)
     version: str,
     served: tuple[str, ...],
     *,
@@ -235,6 +235,13 @@ def judge_fit(
             "contract from a wrong golden request",
         )
     if stable_version == version:
+        if stable is not None and not stable:  # the served config changed since the version was verified
+            return FitVerdict(
+                Fit.CONTRACT_CHANGE,
+                served,
+                f"stable v{version}'s contract changed since it was promoted: the golden request fits v{version} "
+                "as the ledger recorded it, not as Triton serves it now",
+            )
         return FitVerdict(Fit.CONFIG_ERROR, served, f"the golden request does not fit v{version}, the stable version")
     if stable is None:
         return FitVerdict(

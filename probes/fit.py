@@ -113,9 +113,14 @@ def judged(
 ) -> FitVerdict:
     """``served`` (the golden request's misfits with the version served) judged: when it does not fit,
     the stable version's contract is read (only then) and the request checked against it too."""
-    if not served or stable is None or stable.version == version:
+    if not served or stable is None:
         return judge_fit(version, served, stable_version=stable.version if stable else None, stable=None)
-    reference = stable_contract(triton, model, stable)
+    if stable.version == version:
+        # The stable version itself: only the ledger's record of its contract tells a config pushed since
+        # it was verified (a failure: a rollback writes the recorded config back) from a wrong request.
+        reference = contract_from_config(stable.config, what=f"stable v{stable.version} (the ledger's record)")
+    else:
+        reference = stable_contract(triton, model, stable)
     against = misfits(golden, reference, key=key) if reference is not None else None
     return judge_fit(version, served, stable_version=stable.version, stable=against)
 

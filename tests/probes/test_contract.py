@@ -122,7 +122,9 @@ def test_the_ledgers_config_gives_the_contract_triton_serves() -> None:
     [
         ((), "2", None, Fit.FITS),
         (("x",), None, None, Fit.CONFIG_ERROR),  # no stable version: nothing tells the two apart
-        (("x",), "3", None, Fit.CONFIG_ERROR),  # the version served is the stable one
+        (("x",), "3", None, Fit.CONFIG_ERROR),  # the version served is the stable one, no record of it
+        (("x",), "3", ("y",), Fit.CONFIG_ERROR),  # ... it never fit the stable one as recorded either
+        (("x",), "3", (), Fit.CONTRACT_CHANGE),  # ... it fits it as recorded: its served config changed since
         (("x",), "2", None, Fit.CONFIG_ERROR),  # the stable version's inputs are not known
         (("x",), "2", ("y",), Fit.CONFIG_ERROR),  # fits neither
         (("x",), "2", (), Fit.CONTRACT_CHANGE),  # fits the stable version only: v3's failure
