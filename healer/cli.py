@@ -9,6 +9,7 @@ import getpass
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -1568,6 +1569,32 @@ def _submit_release(settings: Settings, request: Any, *, local: bool) -> tuple[A
     return engine, submission.name, "submitted" if submission.created else "joined"
 
 
+def finish_orphaned_releases_in_background(
+    settings: Settings, *, finish: Callable[..., list[str]] | None = None
+) -> threading.Thread | None:
+    """A daemon thread finishing or putting back the orphaned releases of the configured models (the
+    sidecar's start-up); None when there are none. Killed meanwhile, the next start finds them again."""
+    from healer.engines.local import orphaned_releases
+
+    models = [m.name for m in settings.models if orphaned_releases(settings.rollback.state_dir, model=m.name)]
+    if not models:
+        return None
+    run = finish or _finish_orphaned_releases
+
+    def finish_all() -> None:
+        for model in models:
+            try:
+                run(settings, model=model)
+            except Exception:  # a bug must not kill the sidecar: said, and the next start tries again
+                from healer.logs import get_logger
+
+                get_logger("healer.sidecar").exception("orphaned_releases_not_finished", model=model)
+
+    thread = threading.Thread(target=finish_all, name="orphaned-releases", daemon=True)
+    thread.start()
+    return thread
+
+
 def _finish_orphaned_releases(settings: Settings, *, model: str | None, engine: Any = None) -> list[str]:
     """Finish or put back the releases this host started in a process that has since died (of
     ``model``, or every model's): each run's own exit handler, the put-back, run here (it takes the dead
@@ -1816,6 +1843,9 @@ def _cmd_sidecar(settings: Settings, args: argparse.Namespace) -> int:
         from healer.engines.records import mark_orphaned_runs
 
         sidecar.escalate_orphans(mark_orphaned_runs(settings.rollback.state_dir))
+        # Releases of its models a killed `healer release` on this host left half-done: put back (or
+        # finished, when promoted) beside the probe loop, which must not wait for them.
+        finish_orphaned_releases_in_background(settings)
     server = SidecarServer(sidecar, args.listen or settings.sidecar.listen)
     stop = threading.Event()
 

@@ -121,3 +121,33 @@ def test_what_the_command_prints_never_advises_a_rollback(status: RunStatus, led
     line = orphan_release_line("healer-release-m-1", "m", "2", status, ledger)
     assert says in line
     assert "rollback" not in line
+
+
+def test_the_sidecar_finishes_its_models_orphaned_releases_beside_its_probe_loop(
+    tmp_path: Path, example_settings: Any
+) -> None:
+    """Issue 27 item 1 (a sidecar is among the commands that meet a dead release): at start-up it hands
+    the orphaned releases of its own models to a background thread (the put-back itself, on real
+    Tritons: tests/workflows/test_release_killed.py); none: no thread."""
+    import dataclasses
+
+    from healer.cli import finish_orphaned_releases_in_background
+
+    settings = dataclasses.replace(
+        example_settings, rollback=dataclasses.replace(example_settings.rollback, state_dir=tmp_path / "runs")
+    )
+    (tmp_path / "runs").mkdir()
+    asked: list[str | None] = []
+    assert finish_orphaned_releases_in_background(settings, finish=lambda _s, *, model: [model]) is None
+    mine = settings.models[0].name
+    _release(tmp_path / "runs", mine, "2", phase="Running", owner=DEAD)
+    _release(tmp_path / "runs", "not_this_sidecars", "2", phase="Running", owner=DEAD)
+
+    def finish(_settings: Any, *, model: str | None) -> list[str]:
+        asked.append(model)
+        return []
+
+    thread = finish_orphaned_releases_in_background(settings, finish=finish)
+    assert thread is not None and thread.daemon
+    thread.join(timeout=10)
+    assert asked == [mine]
