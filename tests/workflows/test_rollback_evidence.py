@@ -33,6 +33,7 @@ from healer.vocabulary import MANUAL, MANUAL_QUARANTINE, RollbackRequest
 from probes.result import Status
 from probes.tiers import check_business
 from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
+from tests.workflows.test_kill_matrix import KILL_POINTS
 from workflows import steps
 from workflows.context import context_from_settings
 
@@ -176,6 +177,8 @@ def _engine_child(settings: Settings, urls: list[str], request: RollbackRequest,
             return result
 
         steps.restore_replica = then_die  # type: ignore[assignment]
+    elif kill_point in MATRIX_POINTS:  # the heal's kill matrix, armed the same way here
+        MATRIX_POINTS[kill_point]()
     else:  # between-unload-and-load: the replica is left serving nothing
         original_unload = steps.unload
 
@@ -191,10 +194,27 @@ def _engine_child(settings: Settings, urls: list[str], request: RollbackRequest,
         os._exit(3)  # reached only if the kill point never was
 
 
-@pytest.mark.parametrize(
-    ("order", "kill_point"),
-    [("swap", "inside-load"), ("swap", "after-replica-1"), ("unload-first", "between-unload")],
-)
+# The heal's kill matrix (tests/workflows/test_kill_matrix.py: there a retry of the same run takes
+# over), here through `healer rollback`'s engine and a new run: every phase boundary, both orders.
+MATRIX_POINTS = {
+    name: arm
+    for name, arm in KILL_POINTS.items()
+    if name in ("mid-staging", "after-staging", "during-unload", "before-record", "after-quarantine-rename")
+}
+KILLED_CASES = [
+    ("swap", "inside-load"),
+    ("swap", "after-replica-1"),
+    ("unload-first", "between-unload"),
+    *[
+        (order, point)
+        for order in ("swap", "unload-first")
+        for point in MATRIX_POINTS
+        if order == "unload-first" or point != "during-unload"
+    ],
+]
+
+
+@pytest.mark.parametrize(("order", "kill_point"), KILLED_CASES, ids=[f"{o}-{k}" for o, k in KILLED_CASES])
 def test_a_killed_rollback_run_again_finishes_its_work(
     order: str,
     kill_point: str,
@@ -231,6 +251,8 @@ def test_a_killed_rollback_run_again_finishes_its_work(
             second.load_model(stack.model, timeout_s=120)
             assert [c.served_versions(stack.model) for c in (stack.triton, second)] == [["2"], ["2"]]
             request = _manual(stack, "2", f"inc-killed-{order}")  # `healer rollback M 2 --incident ID`
+            if kill_point == "mid-staging":  # v1 not staged where Triton reads it (a new node's volume): fetched
+                shutil.rmtree(stack.live / stack.model / "1")
 
             child = multiprocessing.get_context("spawn").Process(
                 target=_engine_child, args=(settings, urls, request, kill_point), daemon=True
