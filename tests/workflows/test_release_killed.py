@@ -30,6 +30,7 @@ from healer.engines.factory import local_release_engine
 from healer.engines.local import orphaned_releases
 from healer.settings import Settings
 from healer.vocabulary import ReleaseRequest, release_workflow_name
+from tests.workflows.test_kill_matrix import _kill_after, _kill_self
 from tests.workflows.test_release_triton import _nodes, fleet, second_triton
 from workflows import release_steps, steps
 
@@ -38,25 +39,6 @@ __all__ = ["second_triton"]  # the module's second replica (a fixture), shared b
 pytestmark = pytest.mark.timeout(600)
 
 BUDGET_S = 90.0
-
-
-def _kill_self() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _kill_after(target: Any, name: str, *, calls: int = 1) -> None:
-    """``target.name`` runs, then the process is SIGKILLed (after the n-th call)."""
-    original = getattr(target, name)
-    count = [0]
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        count[0] += 1
-        if count[0] >= calls:
-            _kill_self()
-        return result
-
-    setattr(target, name, wrapper)
 
 
 def _kill_before(target: Any, name: str, when: Callable[..., bool] = lambda *a, **k: True) -> None:

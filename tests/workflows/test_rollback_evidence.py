@@ -33,7 +33,7 @@ from healer.vocabulary import MANUAL, MANUAL_QUARANTINE, RollbackRequest
 from probes.result import Status
 from probes.tiers import check_business
 from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
-from tests.workflows.test_kill_matrix import KILL_POINTS
+from tests.workflows.test_kill_matrix import KILL_POINTS, _kill_after, _kill_self
 from workflows import steps
 from workflows.context import context_from_settings
 
@@ -152,10 +152,6 @@ def second_triton(triton_server: EmbeddedTriton, tmp_path_factory: pytest.TempPa
         yield server
 
 
-def _kill_self() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _engine_child(settings: Settings, urls: list[str], request: RollbackRequest, kill_point: str) -> None:
     """`healer rollback` as a process: a LocalEngine runs the incident's run, SIGKILLed at ``kill_point``."""
     if kill_point == "inside-load":  # the first swap's load sent; Triton finishes it with nobody waiting
@@ -169,25 +165,11 @@ def _engine_child(settings: Settings, urls: list[str], request: RollbackRequest,
 
         steps._load_pinned = load_then_die  # type: ignore[assignment]
     elif kill_point == "after-replica-1":
-        original = steps.restore_replica
-
-        def then_die(*args: Any, **kwargs: Any) -> Any:
-            result = original(*args, **kwargs)
-            _kill_self()
-            return result
-
-        steps.restore_replica = then_die  # type: ignore[assignment]
+        _kill_after(steps, "restore_replica")
     elif kill_point in MATRIX_POINTS:  # the heal's kill matrix, armed the same way here
         MATRIX_POINTS[kill_point]()
     else:  # between-unload-and-load: the replica is left serving nothing
-        original_unload = steps.unload
-
-        def unload_then_die(*args: Any, **kwargs: Any) -> Any:
-            result = original_unload(*args, **kwargs)
-            _kill_self()
-            return result
-
-        steps.unload = unload_then_die  # type: ignore[assignment]
+        _kill_after(steps, "unload")
     try:
         local_engine(settings, replicas=urls).run(request, timeout_s=120)
     finally:
