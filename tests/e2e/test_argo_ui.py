@@ -29,7 +29,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -53,13 +52,18 @@ pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)"),
 ]
 
+
 # The README's screenshots are rewritten only when asked (HEALER_UPDATE_SCREENSHOTS=1 make e2e): every
 # run's timestamps differ, and a test run must not leave the checkout modified.
-SCREENSHOTS = (
-    ROOT / "docs" / "screenshots"
-    if os.environ.get("HEALER_UPDATE_SCREENSHOTS") == "1"
-    else Path(tempfile.mkdtemp(prefix="healer-argo-ui-"))
-)
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the screenshots go: pytest's own temporary folder (pruned by pytest, and made only when a
+    test runs: a folder made at import was left behind by every collection), or the README's."""
+    if os.environ.get("HEALER_UPDATE_SCREENSHOTS") == "1":
+        return ROOT / "docs" / "screenshots"
+    return tmp_path_factory.mktemp("argo-ui")
+
+
 TEMPLATE = yaml.safe_load((ROOT / "deploy" / "argo" / "healer-rollback.yaml").read_text())
 DEADLINE_S = int(TEMPLATE["spec"]["activeDeadlineSeconds"])
 WORKFLOWS = "/apis/argoproj.io/v1alpha1/namespaces/ml/workflows"
@@ -452,11 +456,11 @@ def list_url(plane: ControlPlane) -> str:
 
 
 def test_the_list_shows_each_rollback_with_title_description_model_and_reason(
-    control_plane: ControlPlane, rollbacks: Rollbacks, browser: Browser
+    control_plane: ControlPlane, rollbacks: Rollbacks, browser: Browser, screenshots: Path
 ) -> None:
     browser.open(list_url(control_plane))
     browser.wait_for_text(*(title(r) for r in ROLLBACKS), "MODEL", "REASON")
-    browser.screenshot(SCREENSHOTS / "argo-rollback-list.png")
+    browser.screenshot(screenshots / "argo-rollback-list.png")
 
     shown = rows(browser)
     assert len(shown) == len(ROLLBACKS)  # the joined incident is one workflow, one row
@@ -483,7 +487,7 @@ def test_the_list_shows_each_rollback_with_title_description_model_and_reason(
 
 
 def test_a_rollback_page_shows_what_happened(
-    control_plane: ControlPlane, rollbacks: Rollbacks, browser: Browser
+    control_plane: ControlPlane, rollbacks: Rollbacks, browser: Browser, screenshots: Path
 ) -> None:
     """The failed rollback's page, as a person opens it from the list: the graph (heal failed, the
     exit handler escalated) with the failed step selected says why it failed; the summary has
@@ -494,12 +498,12 @@ def test_a_rollback_page_shows_what_happened(
     assert heal is not None
     browser.open(f"{control_plane.argo_url}/workflows/ml/{name}?tab=workflow&nodeId={heal['id']}")
     text = " ".join(browser.wait_for_text(heal["message"], "escalate", "heal(0)").split())
-    browser.screenshot(SCREENSHOTS / "argo-rollback.png")
+    browser.screenshot(screenshots / "argo-rollback.png")
     assert f"PHASE Failed MESSAGE {heal['message']}" in text, text[:3000]
 
     browser.open(f"{control_plane.argo_url}/workflows/ml/{name}?tab=summary")
     text = " ".join(browser.wait_for_text("Labels", "Parameters", DEADLINE.detail).split())
-    browser.screenshot(SCREENSHOTS / "argo-rollback-summary.png")
+    browser.screenshot(screenshots / "argo-rollback-summary.png")
     labels = {"model": DEADLINE.model, "reason": DEADLINE.reason, "incident": DEADLINE.incident}
     for key, value in {**labels, "from-version": DEADLINE.from_version}.items():
         assert f"healer.io/{key} {value}" in text, (key, text[:3000])
