@@ -139,7 +139,7 @@ class StaticPeers:
     timeout_s = 1.0
 
     def __init__(self, me: str, pods: Sequence[str]) -> None:
-        from healer.decisions import Peer
+        from healer.core.decisions import Peer
 
         self.me = me
         self._peers = [Peer(name, True, False) for name in pods]
@@ -165,10 +165,10 @@ class FakeClock:
 
 def storm(blobs_factory: Any, n: int) -> dict[str, Any]:
     """N DrainKeepers wanting to drain at once, in rounds; then all stopping at once."""
-    from healer.metrics import Registry
+    from healer.edges.metrics import Registry
+    from healer.edges.store import ModelStore
     from healer.settings import DrainSettings, Settings, SidecarSettings, TritonSettings
     from healer.sidecar.drain import DrainKeeper
-    from healer.store import ModelStore
 
     min_ready = n - n // DRAIN_FRACTION
     limit = n - min_ready
@@ -245,7 +245,7 @@ def storm(blobs_factory: Any, n: int) -> dict[str, Any]:
 
 def history(blobs_factory: Any, sizes: Sequence[int], reads: int) -> list[dict[str, Any]]:
     """One drain_set() read against the history: written straight (unpruned) and through update_drain_set."""
-    from healer.store import ModelStore
+    from healer.edges.store import ModelStore
 
     rows = []
     unpruned = ModelStore(blobs_factory())
@@ -277,7 +277,7 @@ def history(blobs_factory: Any, sizes: Sequence[int], reads: int) -> list[dict[s
 
 @contextlib.contextmanager
 def filesystem() -> Iterator[tuple[str, Any]]:
-    from healer.store import FilesystemBlobs
+    from healer.edges.store import FilesystemBlobs
 
     with tempfile.TemporaryDirectory(prefix="healer-drain-bench-") as folder:
         yield f"filesystem ({folder})", lambda: FilesystemBlobs(Path(folder))
@@ -285,7 +285,7 @@ def filesystem() -> Iterator[tuple[str, Any]]:
 
 @contextlib.contextmanager
 def seaweedfs() -> Iterator[tuple[str, Any]]:
-    from healer.store.blobs import S3Blobs
+    from healer.edges.store.blobs import S3Blobs
     from tests.s3_server import SeaweedS3, s3_client
 
     with SeaweedS3() as server:  # started on entry, stopped and removed on exit
@@ -298,7 +298,7 @@ def seaweedfs() -> Iterator[tuple[str, Any]]:
 
 
 def run(sizes: Sequence[int], use_s3: bool, history_sizes: Sequence[int], reads: int) -> dict[str, Any]:
-    from healer.logs import configure_logging
+    from healer.edges.logs import configure_logging
 
     configure_logging(level="error")
     began = time.monotonic()

@@ -30,13 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-from healer.drills.catalog import BY_NAME, CATALOG, Outcome
-from healer.drills.inject import Injected, pinned, push_and_serve, restore_stable, stable_record
+from healer.core.drill_catalog import BY_NAME, CATALOG, Outcome
 from healer.drills.runner import DrillRunner
 from healer.drills.stack import EmbeddedStack
-from healer.logs import configure_logging
+from healer.edges.logs import configure_logging
+from healer.edges.triton import TritonHttp
 from healer.settings import Settings, load_settings
-from healer.triton import TritonHttp
+from workflows.steps.drill_inject import Injected, pinned, push_and_serve, restore_stable, stable_record
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "linear_scorer"

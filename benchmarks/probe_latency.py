@@ -13,11 +13,11 @@ import statistics
 import sys
 import time
 
-from healer.embedded import EmbeddedTriton
-from healer.logs import configure_logging
+from healer.core.results import Status
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.logs import configure_logging
+from healer.edges.triton import TritonHttp
 from healer.settings import load_settings
-from healer.triton import TritonHttp
-from probes.result import Status
 from probes.tiers import check_business, resolve_versions
 
 TARGET_MS = 20.0

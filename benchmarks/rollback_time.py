@@ -21,14 +21,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from healer.embedded import EmbeddedTriton
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.logs import configure_logging
+from healer.edges.store import FilesystemBlobs, ModelStore
+from healer.edges.triton import TritonHttp
 from healer.engines.factory import local_engine
-from healer.logs import configure_logging
-from healer.promote import promote
 from healer.settings import RollbackSettings, StoreSettings, load_settings
-from healer.store import FilesystemBlobs, ModelStore
-from healer.triton import TritonHttp
 from healer.vocabulary import RollbackRequest
+from workflows.steps.promote import promote
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "linear_scorer"

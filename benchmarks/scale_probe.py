@@ -19,10 +19,10 @@ each a Python-backend model with a stub process of its own. At each N:
 At the largest N, detection with the sidecar process running (``healer sidecar``, local engine, a
 filesystem store without a stable ledger, so a rollback fails at once and the model is escalated,
 and nothing but the benchmark changes what Triton serves): a broken version (wrong_weights) pushed
-and loaded as the drills do (healer/drills/inject.py); the break counts from the moment Triton
+and loaded as the drills do (workflows/steps/drill_inject.py); the break counts from the moment Triton
 serves it (its version first seen in the model's metadata) to the sidecar's log line
 ``model_state_changed`` leaving ``suspect`` for ``healing`` or ``escalated`` (failure_threshold
-consecutive wrong answers: healer/state.py's "confirmed"). Between trials the model gets a good
+consecutive wrong answers: healer/core/state.py's "confirmed"). Between trials the model gets a good
 version again and the benchmark waits for /status to call it healthy, then a random part of a period
 (a random phase against the sidecar's cycle). ``sidecar.max_rollbacks`` is raised so that the circuit
 breaker never opens and every trial submits a rollback and logs its ``incident_detected`` line. Conditions:
@@ -71,11 +71,11 @@ import yaml
 
 from benchmarks.plot import line_chart
 from benchmarks.sidecar_footprint import cpu_seconds, proc_status
-from healer.embedded import EmbeddedTriton, free_port
-from healer.logs import configure_logging
+from healer.core.results import Status, Tier
+from healer.edges.embedded import EmbeddedTriton, free_port
+from healer.edges.logs import configure_logging
+from healer.edges.triton_rest import TritonRest
 from healer.settings import Settings, load_settings
-from healer.triton_rest import TritonRest
-from probes.result import Status, Tier
 from probes.runner import probe_all
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ class Repository:
 
     def push(self, triton: TritonRest, model: str, source: Path) -> tuple[str, float]:
         """``source``'s files as the model's next version, loaded: (version, the wall time it was first
-        seen served, as healer/drills/inject.py load_everywhere sees it; the load's return otherwise)."""
+        seen served, as workflows/steps/drill_inject.py load_everywhere sees it; the load's return otherwise)."""
         version = str(self._next[model])
         self._next[model] += 1
         self._copy(source, self.root / model / version)

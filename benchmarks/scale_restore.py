@@ -1,6 +1,6 @@
 """Restore time against the number of replicas: real Tritons (1, 2, 4), then a SIMULATION (1 to 1000).
 
-real        1, 2 and 4 real tritonservers (healer.embedded.EmbeddedTriton) over ONE live repository
+real        1, 2 and 4 real tritonservers (healer.edges.embedded.EmbeddedTriton) over ONE live repository
             (as a shared volume would be), the example model linear_scorer, a filesystem store with
             v1 and v2 promoted through the real promote path. A wrong-weights v3 is pushed and served
             on every replica, then ONE rollback (the LocalEngine, list_replicas returning every
@@ -205,7 +205,7 @@ def _median(values: Sequence[float]) -> float | None:
 
 def _serve_broken(url: str, live: Path) -> None:
     """Push v3 again (the last rollback moved it aside) and serve it from config.pbtxt (newest)."""
-    from healer.triton_rest import TritonRest
+    from healer.edges.triton_rest import TritonRest
 
     triton = TritonRest(url, timeout_s=10)
     triton.unload_model(MODEL)
@@ -221,7 +221,7 @@ def _serve_broken(url: str, live: Path) -> None:
 
 def _real_rollback(engine: Any, urls: list[str], live: Path, count: int, parallelism: int, run: int) -> dict[str, Any]:
     """v3 pushed and served on every replica, then ONE rollback; what it took."""
-    from healer.triton_rest import TritonRest
+    from healer.edges.triton_rest import TritonRest
     from healer.vocabulary import RollbackRequest
 
     if not (live / MODEL / FAILING).exists():
@@ -258,8 +258,8 @@ def _real_rollback(engine: Any, urls: list[str], live: Path, count: int, paralle
 
 def _promote_stable(settings: Any, store: Any) -> None:
     """v1 and v2 served on the first replica and promoted through the real promote path."""
-    from healer.promote import promote
-    from healer.triton import TritonHttp
+    from healer.edges.triton import TritonHttp
+    from workflows.steps.promote import promote
 
     triton = TritonHttp(settings.triton.url, timeout_s=10)
     try:
@@ -274,13 +274,13 @@ def _promote_stable(settings: Any, store: Any) -> None:
 
 def run_real(plan: Plan, log: Any) -> dict[str, Any]:
     """ONE rollback per run restores every real replica; the restore phase, the total, each load."""
-    from healer.embedded import EmbeddedTriton
+    from healer.edges.embedded import EmbeddedTriton
+    from healer.edges.store import FilesystemBlobs, ModelStore
     from healer.engines.local import LocalEngine
     from healer.settings import RollbackSettings, StoreSettings
-    from healer.store import FilesystemBlobs, ModelStore
-    from workflows.context import context_from_settings
     from workflows.plan import ReplicaTarget
     from workflows.rollback import build_rollback_template
+    from workflows.steps.context import context_from_settings
 
     scratch = Path(tempfile.mkdtemp(prefix="healer-scale-real-"))
     live, store_root = scratch / "live", scratch / "store"
@@ -451,10 +451,10 @@ def max_safe_parallelism(model: StoreModel, load_timeout_s: float) -> int | None
 def template_store(scratch: Path, outputs: Mapping[str, OutputSpec]) -> Path:
     """A filesystem store that is also the live repository (a shared volume), v1 and v2 promoted
     through the real promote path against one simulated replica."""
-    from healer.promote import promote
+    from healer.edges.store import FilesystemBlobs, ModelStore
+    from healer.edges.triton_rest import TritonRest
     from healer.settings import RollbackSettings, StoreSettings
-    from healer.store import FilesystemBlobs, ModelStore
-    from healer.triton_rest import TritonRest
+    from workflows.steps.promote import promote
 
     root = scratch / "template"
     write_repository(root)
@@ -542,10 +542,10 @@ def run_simulated(
 def simulation_child() -> int:
     """The rollback's own process (``--simulation-child``): a spec on stdin, one JSON line out."""
     import workflows.rollback  # noqa: F401 - what an Argo heal pod imports (Hera's runner loads this module)
-    from healer.logs import configure_logging
+    from healer.edges.logs import configure_logging
+    from healer.edges.store import FilesystemBlobs, ModelStore
+    from healer.edges.triton_rest import TritonRest
     from healer.settings import RollbackSettings, StoreSettings
-    from healer.store import FilesystemBlobs, ModelStore
-    from healer.triton_rest import TritonRest
     from healer.vocabulary import RollbackRequest
     from workflows.plan import ReplicaTarget
     from workflows.steps import HealFailed, StepContext, heal
@@ -899,7 +899,7 @@ def recommendation(result: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
 def run(quick: bool, *, plan: Plan | None = None, real_load_s: float | None = None, log: Any = None) -> dict[str, Any]:
     """Measure and return everything (JSON-ready). ``real_load_s``: skip the real Tritons and
     simulate with this load time instead (development)."""
-    from healer.logs import configure_logging
+    from healer.edges.logs import configure_logging
 
     plan = plan or (Plan.quick() if quick else Plan.full())
     log = log or sys.stderr

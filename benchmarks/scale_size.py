@@ -3,7 +3,7 @@
 For each size a model is made whose weights file holds that many bytes (a Python-backend model that
 reads the whole file at load, so Triton's own load grows with it; it keeps a digest, not the bytes,
 so two resident versions of 5 GB fit this machine's memory). Version 1 is promoted through the real
-promote path (which reads it in full and stamps it, healer/store/stamps.py), a wrong version 2 of the
+promote path (which reads it in full and stamps it, healer/edges/store/stamps.py), a wrong version 2 of the
 same size is pushed and served, and one rollback (the LocalEngine: lease → fetch-stable → restore →
 record) restores version 1 while a client sends the golden request every 10 ms (unversioned, as
 production traffic does). The store is a filesystem store whose files are hard links to the live
@@ -31,15 +31,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from healer.embedded import EmbeddedTriton
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.logs import configure_logging
+from healer.edges.store import FilesystemBlobs, ModelStore
+from healer.edges.store.stamps import forget_stamp
+from healer.edges.triton_rest import TritonRest
 from healer.engines.factory import local_engine
-from healer.logs import configure_logging
-from healer.promote import promote
 from healer.settings import RollbackSettings, StoreSettings, load_settings
-from healer.store import FilesystemBlobs, ModelStore
-from healer.store.stamps import forget_stamp
-from healer.triton_rest import TritonRest
 from healer.vocabulary import RollbackRequest
+from workflows.steps.promote import promote
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "linear_scorer"

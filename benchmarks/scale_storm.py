@@ -181,7 +181,7 @@ class StaticPeers:
     timeout_s = 1.0
 
     def __init__(self, me: str, pods: Sequence[str]) -> None:
-        from healer.decisions import Peer
+        from healer.core.decisions import Peer
 
         self.me = me
         self._peers = [Peer(name, True, False) for name in pods]
@@ -194,9 +194,9 @@ class StaticPeers:
 
 
 def _s3_blobs(endpoint: str, bucket: str) -> Any:
-    """A store client as the sidecar builds one (healer/store/model_store.py store_from_settings), with
+    """A store client as the sidecar builds one (healer/edges/store/model_store.py store_from_settings), with
     the test server's credentials passed to boto3 rather than through the environment."""
-    from healer.store.blobs import S3Blobs, check_conditional_writes_at_start
+    from healer.edges.store.blobs import S3Blobs, check_conditional_writes_at_start
     from tests.s3_server import s3_client
 
     blobs = S3Blobs(bucket, client=s3_client(endpoint, connect_timeout_s=3.0, read_timeout_s=10.0, max_attempts=3))
@@ -225,11 +225,11 @@ class Storm:
     """One drain storm: N DrainKeepers wanting to drain at once, each on a thread of its own."""
 
     def __init__(self, endpoint: str, bucket: str, n: int, plan: Plan, run: int) -> None:
-        from healer.metrics import Registry
+        from healer.edges.metrics import Registry
+        from healer.edges.store import ModelStore
         from healer.settings import DrainSettings, Settings, SidecarSettings, TritonSettings
         from healer.sidecar.clock import REAL_CLOCK
         from healer.sidecar.drain import DrainKeeper
-        from healer.store import ModelStore
 
         self.n, self.plan, self.run = n, plan, run
         self.min_ready = min_ready_for(n)
@@ -429,7 +429,7 @@ def summarise_sizes(rows: Sequence[Mapping[str, Any]], sizes: Sequence[int]) -> 
 
 def history_cost(endpoint: str, bucket: str, plan: Plan, log: Any) -> dict[str, Any]:
     """One drain_set() read (LIST every snapshot, GET the newest) as the history grows."""
-    from healer.store import ModelStore
+    from healer.edges.store import ModelStore
 
     store = ModelStore(_s3_blobs(endpoint, bucket))
     name = f"history-{uuid.uuid4().hex[:8]}"
@@ -478,7 +478,7 @@ def submission_storm(path: Path) -> dict[str, Any]:
 
 def run(quick: bool, *, plan: Plan | None = None, storm_json: Path | None = None, log: Any = None) -> dict[str, Any]:
     """Measure and return everything (JSON-ready)."""
-    from healer.logs import configure_logging
+    from healer.edges.logs import configure_logging
     from tests.s3_server import SeaweedS3
 
     plan = plan or (Plan.quick() if quick else Plan.full())

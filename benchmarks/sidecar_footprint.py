@@ -42,8 +42,8 @@ from typing import Any
 
 import yaml
 
-from healer.embedded import EmbeddedTriton, free_port
-from healer.logs import configure_logging
+from healer.edges.embedded import EmbeddedTriton, free_port
+from healer.edges.logs import configure_logging
 
 ROOT = Path(__file__).resolve().parents[1]
 RSS_TARGET_MIB = 64.0

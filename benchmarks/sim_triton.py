@@ -1,6 +1,6 @@
 """A SIMULATED Triton for benchmarks/scale_restore.py: many replicas, one port each, served by one
 asyncio loop in one thread. It is not Triton: it answers exactly the HTTP calls a rollback makes
-through healer/triton_rest.py (and `healer promote`), with a load time that is a model, not a measure.
+through healer/edges/triton_rest.py (and `healer promote`), with a load time that is a model, not a measure.
 
     GET  /v2/health/live                          200
     GET  /v2/models/{m}                           {"versions": [...served]}; 400 when none is served

@@ -3,7 +3,7 @@
 # modules): the embedded stack (a real Triton, a filesystem store, the LocalEngine) runs the drills
 # given (default: wrong-weights) with tracing on, exporting over OTLP/HTTP to the Collector on a free
 # loopback port; the Collector's file exporter writes every span; the trees are printed
-# (healer.trace_tree). What README's and docs/tracing.md's drill trace were made with:
+# (healer.core.trace_tree). What README's and docs/tracing.md's drill trace were made with:
 #   bash e2e/trace-drill.sh [SCENARIO ...]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -13,7 +13,7 @@ python="${PYTHON:-$root/.venv/bin/python}"
 bash "$root/e2e/build.sh" >/dev/null
 collector="${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}/otelcol-$OTELCOL_VERSION/bin/otelcol-healer"
 work="$(mktemp -d)"
-port="$("$python" -c 'from healer.processes import free_port; print(free_port())')"
+port="$("$python" -c 'from healer.edges.processes import free_port; print(free_port())')"
 cat >"$work/otelcol.yaml" <<YAML
 receivers: {otlp: {protocols: {http: {endpoint: "127.0.0.1:$port"}}}}
 exporters: {file: {path: "$work/spans.jsonl", flush_interval: 100ms}}
@@ -46,7 +46,7 @@ kill -TERM "$pid" && wait "$pid" || true
 trap - EXIT
 "$python" -c '
 import sys
-from healer.trace_tree import render_tree, spans_from_otlp_lines
+from healer.core.trace_tree import render_tree, spans_from_otlp_lines
 spans = spans_from_otlp_lines(open(sys.argv[1]).read())
 by_trace = {}
 for span in spans:

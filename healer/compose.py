@@ -9,11 +9,11 @@ from typing import Any
 
 import structlog
 
+from healer.edges.triton import TritonAPI
 from healer.engines import RollbackEngine
 from healer.engines.factory import argo_engine, local_engine
 from healer.settings import Settings, check_listen
 from healer.sidecar import HttpPeers, KubePeers, PeerSource, Sidecar, pod_identity, pod_triton_url
-from healer.triton import TritonAPI
 
 log = structlog.get_logger("healer.sidecar")
 
@@ -84,7 +84,7 @@ def build_sidecar(
     """A sidecar as `healer sidecar` runs it; each argument given replaces what the settings say
     (a drill gives one engine for its whole replica set, its own pod names and peers)."""
     # The sidecar's own client: no tritonclient (nor its gevent) in the pod's memory, safe across threads.
-    from healer.triton_rest import TritonRest
+    from healer.edges.triton_rest import TritonRest
 
     if engine_factory is None:
         engine_factory, fallback_factory = sidecar_engines(settings)

@@ -60,7 +60,7 @@ class RollbackRequest:
     detail: str = ""  # human text: the probe's reason, shown in the Argo UI description
     pod: str = ""  # the pod that detected it (kept for diagnosis on escalation)
     triton_url: str = ""  # host:port of that pod's Triton ("": the rollback's configured triton.url)
-    # The incident's trace (healer/tracing.py): the rollback's spans continue it. "": not traced.
+    # The incident's trace (healer/edges/tracing.py): the rollback's spans continue it. "": not traced.
     traceparent: str = ""
 
     def __post_init__(self) -> None:
@@ -104,7 +104,7 @@ def model_slug(model: str) -> str:
 def workflow_name(request: RollbackRequest, *, after: str = "") -> str:
     """One deterministic name per incident: a second submission collides (409) and joins the first.
 
-    ``after``: the uid of an earlier occurrence's run that held the name (healer/decisions.py
+    ``after``: the uid of an earlier occurrence's run that held the name (healer/core/decisions.py
     ``joins_same_occurrence``): the successor's name, the same for every replica that finds that run,
     so the replicas of the new occurrence still collide and join. As long as the first (<= 57 chars:
     Argo labels the workflow's pods with its name)."""
@@ -155,7 +155,7 @@ class ReleaseRequest:
     release: str  # the release's id: its lease's incident, its run's name, its audit records
     bake_s: float | None = None  # None: release.bake_s
     approve: bool = False  # wait for a person after the bake (an Argo suspend step)
-    # The release's trace (healer/tracing.py start_release_span): each step's span continues it. "": not traced.
+    # The release's trace (healer/edges/tracing.py start_release_span): each step's span continues it. "": not traced.
     traceparent: str = ""
 
     def __post_init__(self) -> None:

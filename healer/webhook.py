@@ -27,7 +27,7 @@ Rules:
 * a request that is not an AdmissionReview at all (not JSON, nested too deep, no ``request.uid``)
   gets HTTP 400 with the reason; a body over ``MAX_BODY_BYTES`` gets 413; a review of any other odd
   shape is admitted untouched with a warning; nothing crashes, hangs or drops the connection (the
-  listener of healer/http_listener.py: a total deadline per request, slow clients cannot starve it);
+  listener of healer/edges/http_listener.py: a total deadline per request, slow clients cannot starve it);
 * a pod without a ``containers`` array is admitted unmutated with a warning (the API server's
   validation says what is wrong);
 * no side effects, so ``dryRun`` requests are answered exactly like the others (``sideEffects: None``);
@@ -57,8 +57,8 @@ from typing import Any
 import structlog
 import yaml
 
-from healer.http_listener import BackgroundServer, Request, Response
-from healer.labels import INJECT, INJECTED, READINESS, TRITON_CONTAINER
+from healer.core.labels import INJECT, INJECTED, READINESS, TRITON_CONTAINER
+from healer.edges.http_listener import BackgroundServer, Request, Response
 
 log = structlog.get_logger("healer.webhook")
 
@@ -727,7 +727,7 @@ class ReloadingTLS:
 
 class WebhookServer(BackgroundServer):
     """POST /mutate (AdmissionReview) and GET /healthz over TLS, on the listener slow clients cannot
-    starve (healer/http_listener.py): a total deadline per request, TLS handshake included; reviews
+    starve (healer/edges/http_listener.py): a total deadline per request, TLS handshake included; reviews
     are answered on a small thread pool, never behind a slow client."""
 
     def __init__(self, listen: str, tls: ReloadingTLS, config: InjectionConfig) -> None:

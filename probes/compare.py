@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from healer.core.results import Status
 from healer.settings import ExpectedOutput
 from healer.vocabulary import NON_FINITE, WRONG_ANSWER
-from probes.result import Status
 
 NON_FINITE_VALUES = frozenset({"nan", "inf", "-inf"})
 

@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from healer.ledger import Ledger, StableRecord
+from healer.core.ledger import Ledger, StableRecord
+from healer.core.results import ProbeResult, Status, Tier
+from healer.edges.triton import TritonAPI, TritonError
 from healer.settings import GoldenRequest, Settings
-from healer.triton import TritonAPI, TritonError
 from probes.contract import (
     Fit,
     FitVerdict,
@@ -31,7 +32,6 @@ from probes.contract import (
     misfit_reason,
     misfits,
 )
-from probes.result import ProbeResult, Status, Tier
 
 # A configuration error is asked again this often (one metadata call): a Triton config fixed under the
 # same version number is noticed without restarting the sidecar. A version that fits is never asked again.

@@ -6,12 +6,12 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
+from healer.core.results import ProbeResult, Status, Tier
+from healer.edges.triton import TritonAPI, TritonError
 from healer.settings import ModelSettings, Settings
-from healer.triton import TritonAPI, TritonError
 from healer.vocabulary import SLOW
 from probes.contract import Fit
 from probes.fit import GoldenFit, explained, misfit_result
-from probes.result import ProbeResult, Status, Tier
 from probes.tiers import check_business, check_liveness, check_readiness, resolve_versions
 
 EXIT_OK = 0

@@ -16,14 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from healer.ledger import StableRecord
+from healer.core.ledger import StableRecord
+from healer.core.results import ProbeResult, Status, Tier
+from healer.edges.triton import TritonAPI, TritonRejected, TritonTimeout, TritonUnavailable
 from healer.settings import GoldenRequest
-from healer.triton import TritonAPI, TritonRejected, TritonTimeout, TritonUnavailable
 from healer.vocabulary import MODEL_ERROR, SLOW, TIMEOUT
 from probes.compare import compare_output, timeout_status, wrong_answer_code
 from probes.contract import Fit
 from probes.fit import check_fit, explained, misfit_result
-from probes.result import ProbeResult, Status, Tier
 
 Clock = Callable[[], float]
 

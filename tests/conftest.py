@@ -21,9 +21,9 @@ import pytest
 import structlog
 import yaml
 
-from healer.embedded import EmbeddedTriton
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.triton import TritonHttp
 from healer.settings import ModelSettings, Settings, load_settings
-from healer.triton import TritonHttp
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

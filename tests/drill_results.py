@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from healer.drills.catalog import BY_NAME, CATALOG, Outcome
-from healer.drills.verdict import DrillResult, Mark, Observation, PhaseSpan, judge
+from healer.core.drill_catalog import BY_NAME, CATALOG, Outcome
+from healer.core.drill_verdict import DrillResult, Mark, Observation, PhaseSpan, judge
 
 
 def result(name: str, observation: Observation, *, budget: float = 90.0, skipped: str = "") -> DrillResult:

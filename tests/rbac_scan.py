@@ -43,12 +43,12 @@ def sidecar_sources() -> list[Path]:
     return [
         *sorted((ROOT / "healer" / "sidecar").glob("*.py")),
         ROOT / "healer" / "compose.py",
-        ROOT / "healer" / "cli.py",
+        *sorted((ROOT / "healer" / "cli").rglob("*.py")),
     ]
 
 
 def kube_calls(*paths: Path) -> set[tuple[str, str, str]]:
-    from healer.kube import API_CALLS
+    from healer.edges.kube import API_CALLS
 
     return {(c.verb, c.resource, c.group) for name, c in API_CALLS.items() if name in called_attributes(*paths)}
 

@@ -13,14 +13,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from healer.edges.store import ModelStore
+from healer.edges.triton import TritonHttp
 from healer.engines.factory import local_engine
 from healer.engines.local import LocalEngine
-from healer.promote import promote
 from healer.settings import AlertSettings, ModelSettings, RollbackSettings, Settings, StoreSettings
-from healer.store import ModelStore
-from healer.triton import TritonHttp
 from healer.vocabulary import RollbackRequest
 from tests.conftest import EXAMPLES
+from workflows.steps.promote import promote
 
 _names = itertools.count(1)
 # Setting a test up is not what is measured: on a busy 2-core machine a Python-backend stub has been

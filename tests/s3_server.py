@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from healer.processes import ManagedServer, free_port
+from healer.edges.processes import ManagedServer, free_port
 
 ACCESS_KEY = "healer-test"
 SECRET_KEY = "healer-test-secret"  # noqa: S105 - SeaweedFS without an IAM config accepts any credentials

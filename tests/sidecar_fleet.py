@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from healer.decisions import Peer
+from healer.core.decisions import Peer
+from healer.edges.store import FilesystemBlobs, ModelStore, StoreUnavailable
+from healer.edges.triton import IndexEntry, OutputTensor, TritonTimeout
 from healer.engines import EngineNotFound
 from healer.settings import DrainPeers, DrainSettings, Settings, TensorSpec
 from healer.sidecar import PeersUnavailable, Sidecar
-from healer.store import FilesystemBlobs, ModelStore, StoreUnavailable
-from healer.triton import IndexEntry, OutputTensor, TritonTimeout
 from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
 
 

@@ -1,4 +1,4 @@
-"""One escalation (healer/alerts.py ``escalate_to_people``): the alert and the pod kept for diagnosis,
+"""One escalation (healer/edges/alerts.py ``escalate_to_people``): the alert and the pod kept for diagnosis,
 assembled once for the sidecar (healer/sidecar/notify.py) and the rollback's escalate step
 (workflows/steps.py); an alert's delivery is a typed result, not a string to compare."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from healer.alerts import NO_WEBHOOK, Delivery, DeliveryStatus, deliver_alert, escalate_to_people
-from healer.labels import diagnosis_annotations
+from healer.core.labels import diagnosis_annotations
+from healer.edges.alerts import NO_WEBHOOK, Delivery, DeliveryStatus, deliver_alert, escalate_to_people
 from healer.settings import AlertSettings, Settings, StoreSettings
 from healer.vocabulary import RollbackRequest
 
@@ -111,12 +111,12 @@ class FakeKube:
 def test_the_sidecar_and_the_escalate_step_tell_people_the_same_way(example_settings: Settings, tmp_path: Path) -> None:
     """The same request escalated by the sidecar (Notifier.escalated) and by the step (escalate): the
     same alert (but for the timeline and the time) to the same Alertmanager, the same pod marked alike."""
-    from healer.metrics import sidecar_registry
+    from healer.core.state import Incident
+    from healer.edges.metrics import sidecar_registry
     from healer.sidecar.notify import Notifier
-    from healer.state import Incident
     from tests.sidecar_fleet import FakeClock
-    from workflows.context import context_from_settings
     from workflows.steps import escalate
+    from workflows.steps.context import context_from_settings
 
     (tmp_path / "store").mkdir()
     settings = dataclasses.replace(

@@ -1,4 +1,4 @@
-"""healer.decisions: the sidecar's decisions beside the state machine, as table tests.
+"""healer.core.decisions: the sidecar's decisions beside the state machine, as table tests.
 
 Pure and fast: values in, a decision out; nothing sleeps, reads a clock or talks to anything.
 """
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from healer.decisions import (
+from healer.core.decisions import (
     AlertStep,
     DrainDecision,
     DrainPlan,
@@ -32,9 +32,9 @@ from healer.decisions import (
     verdict_for,
     with_readiness_threshold,
 )
-from healer.state import ModelState, Phase, Probed, Verdict
+from healer.core.results import ProbeResult, Status, Tier
+from healer.core.state import ModelState, Phase, Probed, Verdict
 from healer.vocabulary import MODEL_ERROR, NON_FINITE, REASONS, SLOW, TIMEOUT, WRONG_ANSWER
-from probes.result import ProbeResult, Status, Tier
 
 
 def test_every_failure_code_is_a_reason_the_engines_accept() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from healer.embedded import EmbeddedTriton, EmbeddedTritonError, find_tritonserver
+from healer.edges.embedded import EmbeddedTriton, EmbeddedTritonError, find_tritonserver
 from tests.conftest import EXAMPLES, ROOT
 
 
@@ -61,8 +61,8 @@ def test_triton_dies_with_its_parent(tmp_path: Path) -> None:
         f"""
         import sys, time
         from pathlib import Path
-        from healer.embedded import EmbeddedTriton
-        from healer.logs import configure_logging
+        from healer.edges.embedded import EmbeddedTriton
+        from healer.edges.logs import configure_logging
         configure_logging()  # logs to stderr: stdout carries only the pid
         server = EmbeddedTriton(Path({str(EXAMPLES / "model_repository")!r}), workdir=Path({str(tmp_path)!r}))
         server.start()

@@ -1,4 +1,4 @@
-"""The Kubernetes edge (healer/kube.py) without an API server: its failure paths, over real HTTP
+"""The Kubernetes edge (healer/edges/kube.py) without an API server: its failure paths, over real HTTP
 against a fault injector, and what needs no server at all.
 
 What the real API server accepts and answers (the merge patch, Events, the pod listing that reports
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from healer import kube
-from healer.kube import KubeClient, KubeError, PodRef
-from healer.processes import free_port
+from healer.edges import kube
+from healer.edges.kube import KubeClient, KubeError, PodRef
+from healer.edges.processes import free_port
 from tests.tls import self_signed
 
 
@@ -153,7 +153,7 @@ def test_a_token_that_vanishes_under_a_running_client_is_a_kube_error(
 
 
 def test_every_call_the_client_makes_is_declared_for_the_rbac_tests() -> None:
-    from healer.kube import API_CALLS
+    from healer.edges.kube import API_CALLS
 
     public = {name for name in vars(KubeClient) if not name.startswith("_") and callable(getattr(KubeClient, name))}
     constructors = {"in_cluster", "for_host"}

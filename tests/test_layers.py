@@ -14,8 +14,8 @@ PACKAGES = ("healer", "probes", "workflows")
 
 def _layers() -> list[str]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
-    return [name.strip() for layer in contract["layers"] for name in layer.replace("|", ":").split(":")]
+    floors = next(c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers")
+    return [name.strip() for layer in floors["layers"] for name in layer.replace("|", ":").split(":")]
 
 
 def test_every_module_has_a_layer() -> None:

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.sim_triton import OutputSpec, SimulatedTriton
+from healer.core.results import Status
+from healer.edges.triton import TritonRejected
+from healer.edges.triton_rest import TritonRest
 from healer.settings import Settings
-from healer.triton import TritonRejected
-from healer.triton_rest import TritonRest
-from probes.result import Status
 from probes.tiers import check_business
 
 MODEL = "linear_scorer"
@@ -135,8 +135,8 @@ def test_the_products_restore_heals_every_simulated_replica(example_settings: Se
     """workflows.steps.heal over three simulated replicas (the canary, then one wave of two), with a
     real filesystem store promoted through the real promote path against the simulation."""
     from benchmarks.scale_restore import template_store
+    from healer.edges.store import FilesystemBlobs, ModelStore
     from healer.settings import RollbackSettings, StoreSettings
-    from healer.store import FilesystemBlobs, ModelStore
     from healer.vocabulary import RollbackRequest
     from workflows.plan import ReplicaTarget
     from workflows.steps import StepContext, heal

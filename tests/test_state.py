@@ -1,4 +1,4 @@
-"""healer.state: every phase × event, the thresholds, readiness drains, the rollback lifecycle and the breaker.
+"""healer.core.state: every phase × event, the thresholds, readiness drains, the rollback lifecycle and the breaker.
 
 Pure and fast: events carry their own (fake) time as plain floats; nothing sleeps or reads a clock.
 """
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from healer.state import (
+from healer.core.state import (
     Action,
     Escalate,
     Event,

@@ -1,4 +1,4 @@
-"""One OpenTelemetry trace per incident (healer/tracing.py), with the SDK's in-memory exporter: off it
+"""One OpenTelemetry trace per incident (healer/edges/tracing.py), with the SDK's in-memory exporter: off it
 costs nothing (OpenTelemetry not even imported); on, the sidecar's incident span and the heal step's
 spans share one trace through RollbackRequest.parameters(), the phases are child spans at their own
 times, a malformed traceparent is ignored with a warning, and the alert carries the trace id."""
@@ -21,17 +21,17 @@ import structlog
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from healer import tracing
-from healer.alerts import build_alert, escalate_to_people
-from healer.labels import TRACE_ID_ANNOTATION, TRACE_ID_LABEL
-from healer.ledger import StableRecord
+from healer.core.labels import TRACE_ID_ANNOTATION, TRACE_ID_LABEL
+from healer.core.ledger import StableRecord
+from healer.edges import tracing
+from healer.edges.alerts import build_alert, escalate_to_people
+from healer.edges.store import FilesystemBlobs, ModelStore
+from healer.edges.triton import IndexEntry, OutputTensor
 from healer.settings import ConfigError, Settings, SidecarSettings, TierThresholds, TracingSettings, parse_section
 from healer.sidecar import Sidecar
-from healer.store import FilesystemBlobs, ModelStore
-from healer.triton import IndexEntry, OutputTensor
 from healer.vocabulary import RollbackRequest
 from tests.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton, golden_metadata
-from workflows import context, steps
+from workflows import steps
 from workflows.plan import ReplicaTarget
 from workflows.rollback import (
     PARAMETERS,
@@ -41,6 +41,7 @@ from workflows.rollback import (
     build_rollback_template,
     heal_step,
 )
+from workflows.steps import context
 
 MODEL = "linear_scorer"
 ON = TracingSettings(enabled=True, otlp_endpoint="http://127.0.0.1:9/v1/traces", ui_link_template=None)

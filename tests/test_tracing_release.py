@@ -1,8 +1,8 @@
-"""Release traces (healer/tracing.py start_release_span, workflows/release.py): whoever starts a release
+"""Release traces (healer/edges/tracing.py start_release_span, workflows/release.py): whoever starts a release
 opens its root span and sends its traceparent through ReleaseRequest.parameters(); each release step
 continues it with a ``release.<phase>`` span (model, version, release; the roll-out's replicas and
 waves), a failed step's span is an error and the step still exits as before, the put-back's span
-holds its alert. The steps' work (workflows/release_steps.py) is replaced by recorded stand-ins here:
+holds its alert. The steps' work (workflows/steps/release.py) is replaced by recorded stand-ins here:
 what is tested is the tracing around it, with the SDK's in-memory exporter (no processes)."""
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from healer import tracing
+from healer.edges import tracing
 from healer.settings import Settings
 from healer.vocabulary import ReleaseRequest
 from tests.test_tracing import ON, TRACE_ID, TRACEPARENT, by_name, run_step, trace_hex
-from workflows import release, release_steps, steps
+from workflows import release, steps
+from workflows.steps import release as release_steps
 
 MODEL = "linear_scorer"
 

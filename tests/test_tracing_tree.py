@@ -1,4 +1,4 @@
-"""healer/trace_tree.py: OTLP/JSON (a Collector file exporter's lines) read back into spans and drawn as
+"""healer/core/trace_tree.py: OTLP/JSON (a Collector file exporter's lines) read back into spans and drawn as
 a tree per trace (pure; the real Collector's file is read in tests/e2e/test_tracing_collector.py)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from healer.trace_tree import TraceSpan, render_tree, spans_from_otlp, spans_from_otlp_lines
+from healer.core.trace_tree import TraceSpan, render_tree, spans_from_otlp, spans_from_otlp_lines
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SECOND = 1_000_000_000

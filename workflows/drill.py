@@ -1,5 +1,5 @@
 """The ``healer-drill`` WorkflowTemplate and its CronWorkflow, defined with Hera, and the functions
-their pods run (healer/drills/cluster.py does the work).
+their pods run (workflows/steps/drill.py does the work).
 
 Shape::
 
@@ -8,7 +8,7 @@ Shape::
       │                    and the golden request on every replica until healed, escalated or the
       │                    budget is spent; outputs: injection, observation (one pod: a watch that
       │                    starts a pod later would miss the detection)
-      └─ assert            the verdict (healer/drills/verdict.py): fails the workflow when the outcome
+      └─ assert            the verdict (healer/core/drill_verdict.py): fails the workflow when the outcome
                            or the budget was missed; outputs: result
     onExit: finish (steps)
       ├─ cleanup           always: undo the injection, every replica back on the stable version
@@ -23,7 +23,7 @@ breaks a model on purpose, so a person turns the schedule on (``argo cron resume
 from pathlib import Path
 from typing import Any, NoReturn
 
-from healer.labels import DRILL_LABEL
+from healer.core.labels import DRILL_LABEL
 from workflows.rollback import TemplateOptions, runner_script, scheduled, step_pod_security, step_volumes
 
 DRILL_TEMPLATE = "healer-drill"
@@ -39,8 +39,8 @@ DEFAULT_OPTIONS = TemplateOptions()
 
 
 def inject_and_wait_step(scenario: str, model: str = "", broken_dir: str = "") -> dict[str, Any]:
-    from healer.drills import cluster
-    from healer.drills.inject import InjectionFailed
+    from workflows.steps import drill as cluster
+    from workflows.steps.drill_inject import InjectionFailed
 
     try:
         outcome = cluster.inject_and_wait(_settings(), scenario, model, _broken(broken_dir))
@@ -51,7 +51,7 @@ def inject_and_wait_step(scenario: str, model: str = "", broken_dir: str = "") -
 
 
 def assert_step(scenario: str, model: str = "", broken_dir: str = "") -> dict[str, Any]:
-    from healer.drills import cluster
+    from workflows.steps import drill as cluster
 
     try:
         result = cluster.assert_outcome(_settings(), scenario, model, _broken(broken_dir))
@@ -64,7 +64,7 @@ def assert_step(scenario: str, model: str = "", broken_dir: str = "") -> dict[st
 
 
 def cleanup_step(model: str = "", broken_dir: str = "") -> dict[str, Any]:
-    from healer.drills import cluster
+    from workflows.steps import drill as cluster
 
     problems = cluster.cleanup(_settings(), model, _broken(broken_dir))
     _outputs({"cleanup": problems})
@@ -74,7 +74,7 @@ def cleanup_step(model: str = "", broken_dir: str = "") -> dict[str, Any]:
 
 
 def report_step(model: str = "", broken_dir: str = "", workflow_status: str = "") -> dict[str, Any]:
-    from healer.drills import cluster
+    from workflows.steps import drill as cluster
 
     report = cluster.report(_settings(), model, _broken(broken_dir), workflow_status)
     print(report["text"])
@@ -83,7 +83,7 @@ def report_step(model: str = "", broken_dir: str = "", workflow_status: str = ""
 
 
 def _settings() -> Any:
-    from workflows.context import step_settings
+    from workflows.steps.context import step_settings
 
     return step_settings()
 
@@ -97,13 +97,13 @@ def _broken(broken_dir: str) -> Path:
 
 
 def _outputs(values: dict[str, Any]) -> None:
-    from workflows.context import write_outputs
+    from workflows.steps.context import write_outputs
 
     write_outputs(values)
 
 
 def _fail(message: str) -> NoReturn:
-    from workflows.context import fail_step
+    from workflows.steps.context import fail_step
 
     fail_step(message)
 

@@ -69,7 +69,7 @@ def touches_triton(action: ReplicaAction) -> bool:
 
 
 class PodView(Protocol):
-    """What the Kubernetes API says of a Triton pod (healer.kube.TritonPod)."""
+    """What the Kubernetes API says of a Triton pod (healer.edges.kube.TritonPod)."""
 
     @property
     def name(self) -> str: ...
@@ -230,7 +230,7 @@ def decide_rollback(
 
 
 def failing_seen(answers: Collection[object]) -> FailingSeen:
-    """The confirmation's verdict from the statuses of the golden requests asked (probes.result.Status
+    """The confirmation's verdict from the statuses of the golden requests asked (healer.core.results.Status
     values: "fail", "pass", "error"; none asked: not served)."""
     values = {getattr(a, "value", a) for a in answers}
     if not values:

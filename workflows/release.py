@@ -14,7 +14,7 @@ Shape::
                     version, the failure recorded, a person alerted
 
 The same object is what ``healer render`` writes for Argo and what the LocalEngine runs in-process.
-The steps are in workflows/release_steps.py, their decisions in workflows/release_plan.py.
+The steps are in workflows/steps/release.py, their decisions in workflows/release_plan.py.
 """
 
 # No `from __future__ import annotations` here: Hera reads the step functions' annotations as types.
@@ -22,8 +22,8 @@ import json
 import sys
 from typing import Any
 
-from healer import tracing
-from healer.labels import INCIDENT_LABEL, MODEL_LABEL, TO_VERSION_LABEL
+from healer.core.labels import INCIDENT_LABEL, MODEL_LABEL, TO_VERSION_LABEL
+from healer.edges import tracing
 from healer.vocabulary import RELEASE_DEADLINE_S, RELEASE_TEMPLATE_NAME, ReleaseRequest
 from workflows.rollback import (
     EXIT_PERMANENT,
@@ -85,7 +85,9 @@ def _run(phase: str, request: ReleaseRequest, action: Any) -> dict[str, Any]:
     """A step's work (``action(ctx)``): its report written as the output ``phase``, or its failure as
     the node's message and exit code (75: a retry may help). With tracing on, a ``release.<phase>``
     span in the release's trace (``request.traceparent``), sent before the step's pod exits."""
-    from workflows import context, release_steps, steps
+    from workflows import steps
+    from workflows.steps import context
+    from workflows.steps import release as release_steps
 
     ctx = context.current()
     tracing.configure(ctx.settings.tracing)
@@ -114,7 +116,7 @@ def _run(phase: str, request: ReleaseRequest, action: Any) -> dict[str, Any]:
 
 
 def canary_step(model: str, version: str, release: str, traceparent: str = "") -> dict[str, Any]:
-    from workflows import release_steps
+    from workflows.steps import release as release_steps
 
     request = _request(model, version, release, traceparent=traceparent)
     out = _run("canary", request, lambda ctx: release_steps.canary(ctx, request))
@@ -122,14 +124,14 @@ def canary_step(model: str, version: str, release: str, traceparent: str = "") -
 
 
 def bake_step(model: str, version: str, release: str, bake_s: str = "", traceparent: str = "") -> dict[str, Any]:
-    from workflows import release_steps
+    from workflows.steps import release as release_steps
 
     request = _request(model, version, release, bake_s, traceparent=traceparent)
     return _run("bake", request, lambda ctx: release_steps.bake(ctx, request))
 
 
 def roll_out_step(model: str, version: str, release: str, traceparent: str = "") -> dict[str, Any]:
-    from workflows import release_steps
+    from workflows.steps import release as release_steps
 
     request = _request(model, version, release, traceparent=traceparent)
     out = _run("roll-out", request, lambda ctx: release_steps.roll_out(ctx, request))
@@ -142,7 +144,9 @@ def put_back_step(
     """The exit handler: put every replica back, record, alert. The alert goes out even when the
     put-back fails (it then says so); the step fails too, so the run shows it. With tracing on, a
     ``release.put-back`` span in the release's trace (the alert's sending inside it)."""
-    from workflows import context, release_steps, steps
+    from workflows import steps
+    from workflows.steps import context
+    from workflows.steps import release as release_steps
 
     failure = exit_failure(workflow_status, _parse_failures(failures))
     request = _request(model, version, release, traceparent=traceparent)
@@ -179,7 +183,7 @@ def build_release_template(options: TemplateOptions | None = None, deadline_s: i
     from hera.workflows import Parameter, Step, Steps, Suspend, WorkflowTemplate
     from hera.workflows import models as m
 
-    from healer.labels import label_value_expression
+    from healer.core.labels import label_value_expression
 
     options = options or TemplateOptions()
     param = "{{{{workflow.parameters.{}}}}}".format

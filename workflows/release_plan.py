@@ -1,5 +1,5 @@
 """A release's decisions, pure: whether a version may be released, which replica is its canary, and
-what the bake's checks say. No I/O and no clock: workflows/release_steps.py reads the store and the
+what the bake's checks say. No I/O and no clock: workflows/steps/release.py reads the store and the
 Tritons, asks these functions, and acts. Table-tested in tests/workflows/test_release_plan.py.
 
 Rules that keep a release from doing harm:
@@ -21,7 +21,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from healer.ledger import Ledger, StableRecord, choose_restore_version
+from healer.core.ledger import Ledger, StableRecord, choose_restore_version
 
 
 class ReleaseRefused(ValueError):

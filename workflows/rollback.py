@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from healer import tracing
-from healer.labels import (
+from healer.core.labels import (
     FROM_VERSION_LABEL,
     INCIDENT_LABEL,
     MODEL_LABEL,
@@ -33,6 +32,7 @@ from healer.labels import (
     TO_VERSION_LABEL,
     TRACE_ID_LABEL,
 )
+from healer.edges import tracing
 from healer.vocabulary import TEMPLATE_NAME, RollbackRequest
 
 EXIT_TRANSIENT = 75  # EX_TEMPFAIL: retried by the retry strategy
@@ -95,7 +95,8 @@ def heal_step(
 ) -> dict[str, Any]:
     """lease → fetch-stable → restore → record (workflows/steps.py:heal), reporting every phase; with
     tracing on, a ``heal`` span in the incident's trace (``traceparent``) with a child span per phase."""
-    from workflows import context, steps
+    from workflows import steps
+    from workflows.steps import context
 
     ctx = context.current()
     tracing.configure(ctx.settings.tracing)
@@ -158,7 +159,8 @@ def escalate_step(
 ) -> dict[str, Any]:
     """The exit handler's work when the rollback did not succeed (failed, errored or ran out of time);
     the alert carries the incident's trace id (``traceparent``), and its page when one is configured."""
-    from workflows import context, steps
+    from workflows import steps
+    from workflows.steps import context
 
     traceparent = tracing.checked(traceparent)
     parsed = _parse_failures(failures)
@@ -215,9 +217,9 @@ def _printable_request(model: str, incident: str, detail: str, pod: str) -> Roll
 def _alert_without_context(request: RollbackRequest, failure: str) -> None:
     import os
 
-    from healer.alerts import build_alert, post_alerts
+    from healer.edges.alerts import build_alert, post_alerts
     from healer.settings import load_settings
-    from workflows.context import DEFAULT_CONFIG
+    from workflows.steps.context import DEFAULT_CONFIG
 
     try:
         settings = load_settings(os.environ.get("HEALER_CONFIG", DEFAULT_CONFIG))
@@ -355,7 +357,7 @@ def runner_script(
     from hera.workflows import models as m
     from hera.workflows.script import RunnerScriptConstructor
 
-    from workflows.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR, WORKFLOW_NAME_ENV
+    from workflows.steps.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR, WORKFLOW_NAME_ENV
 
     return Script(
         name=name,
@@ -397,7 +399,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
     )
     from hera.workflows import models as m
 
-    from healer.labels import label_value_expression
+    from healer.core.labels import label_value_expression
 
     param = "{{{{workflow.parameters.{}}}}}".format
     with WorkflowTemplate(

@@ -1,5 +1,5 @@
 """The ``healer-stage`` WorkflowTemplate and its hourly CronWorkflow, defined with Hera: the stable
-versions staged and read in full again in the background (healer/stage.py), so that a rollback only
+versions staged and read in full again in the background (workflows/steps/stage.py), so that a rollback only
 checks their stamps and never hashes gigabytes against its 90 s budget.
 
 Shape::
@@ -32,10 +32,10 @@ DEFAULT_OPTIONS = TemplateOptions()
 def stage_step(model: str = "") -> dict[str, Any]:
     """What the pod runs: stage every configured model (or ``model``), fail naming what could not be
     staged."""
+    from healer.edges.store import StoreError
     from healer.settings import ConfigError
-    from healer.stage import stage_configured
-    from healer.store import StoreError
-    from workflows.context import fail_step, step_settings, write_outputs
+    from workflows.steps.context import fail_step, step_settings, write_outputs
+    from workflows.steps.stage import stage_configured
 
     try:
         location, results = stage_configured(step_settings(), model or None)

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from healer.drills import report
-from healer.drills.catalog import Scenario, UnknownScenario, runnable, select
-from healer.drills.verdict import DrillResult, Observation, Verdict, exit_code
+from healer.core import drill_report as report
+from healer.core.drill_catalog import Scenario, UnknownScenario, runnable, select
+from healer.core.drill_verdict import DrillResult, Observation, Verdict, exit_code
 from healer.settings import Settings
 
 if TYPE_CHECKING:
-    from healer.drills.inject import DrillTarget
     from healer.drills.stack import EmbeddedStack
+    from workflows.steps.drill_inject import DrillTarget
 
 EXIT_USAGE = 64
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
@@ -259,7 +259,7 @@ class _SetupFailed(Exception):
 
 @contextlib.contextmanager
 def _logs_to(stream: TextIO, level: str) -> Iterator[None]:
-    from healer.logs import configure_logging
+    from healer.edges.logs import configure_logging
 
     configure_logging(stream=stream, level=level)
     try:
@@ -280,8 +280,8 @@ def _target(
         configured_target,
         default_model,
     )
-    from healer.embedded import EmbeddedTritonError
-    from healer.store import StoreError
+    from healer.edges.embedded import EmbeddedTritonError
+    from healer.edges.store import StoreError
 
     broken = options.broken or default_broken(settings)
     try:

@@ -1,6 +1,6 @@
 """`healer drill --target cluster` (I/O): each scenario run by the cluster itself, timed in the cluster.
 
-The chart's ``healer-drill`` WorkflowTemplate does the drill inside the cluster (healer/drills/cluster.py:
+The chart's ``healer-drill`` WorkflowTemplate does the drill inside the cluster (workflows/steps/drill.py:
 its pod pushes the breakage into the shared model volume and watches the injected sidecars and every
 replica). From wherever this runs (a laptop with argo-server's address and a token), the command
 submits it through argo-server, waits for it, reads its ``report`` output (the same result the table
@@ -26,9 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from healer.drills.catalog import Outcome, Scenario
-from healer.drills.cluster import CLUSTER_INJECTIONS
-from healer.drills.verdict import (
+from healer.core.drill_catalog import Outcome, Scenario
+from healer.core.drill_verdict import (
     DrillResult,
     Mark,
     Observation,
@@ -39,6 +38,7 @@ from healer.drills.verdict import (
 )
 from healer.engines import EngineError, EngineNotFound, EngineUnavailable
 from healer.settings import Settings
+from workflows.steps.drill import CLUSTER_INJECTIONS
 
 if TYPE_CHECKING:
     from healer.engines.argo import ArgoEngine

@@ -25,8 +25,13 @@ from typing import Any
 
 import structlog
 
-from healer.drills.catalog import Injection, Scenario
-from healer.drills.inject import (
+from healer.core.drill_catalog import Injection, Scenario
+from healer.core.drill_verdict import DrillResult, Observation, finished, judge, phase_spans
+from healer.edges.logs import iso_utc
+from healer.edges.processes import free_port
+from healer.engines import RollbackEngine
+from healer.settings import DrainSettings, Settings
+from workflows.steps.drill_inject import (
     DrillTarget,
     Injected,
     InjectionFailed,
@@ -44,12 +49,7 @@ from healer.drills.inject import (
     tamper_stable,
     unmount_store,
 )
-from healer.drills.observe import GoldenWatch, HttpView, LocalView, SidecarView, Traffic, Watch, sample
-from healer.drills.verdict import DrillResult, Observation, finished, judge, phase_spans
-from healer.engines import RollbackEngine
-from healer.logs import iso_utc
-from healer.processes import free_port
-from healer.settings import DrainSettings, Settings
+from workflows.steps.drill_observe import GoldenWatch, HttpView, LocalView, SidecarView, Traffic, Watch, sample
 
 log = structlog.get_logger(__name__)
 _DRILL_SETS = itertools.count(1)

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import structlog
 
-from healer.drills.catalog import EMBEDDED_CAPABILITIES
-from healer.drills.inject import DrillTarget, Injected, InjectionFailed, restore_stable, stable_record
-from healer.embedded import EmbeddedTriton
-from healer.promote import PromotionRefused, promote
+from healer.core.drill_catalog import EMBEDDED_CAPABILITIES
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.store import FilesystemBlobs, ModelStore, StoreError, store_from_settings
+from healer.edges.triton import TritonError, TritonHttp
 from healer.settings import Settings, SidecarSettings, StoreSettings
-from healer.store import FilesystemBlobs, ModelStore, StoreError, store_from_settings
-from healer.triton import TritonError, TritonHttp
+from workflows.steps.drill_inject import DrillTarget, Injected, InjectionFailed, restore_stable, stable_record
+from workflows.steps.promote import PromotionRefused, promote
 
 log = structlog.get_logger(__name__)
 

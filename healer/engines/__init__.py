@@ -62,11 +62,11 @@ def join_or_step_past(
     engine_gone: bool = False,
 ) -> tuple[bool, str]:
     """A run named ``name`` exists: join it (True, "") if it is this occurrence's
-    (healer.decisions.joins_same_occurrence), else step past it: (False, ``successor_seed``), the
+    (healer.core.decisions.joins_same_occurrence), else step past it: (False, ``successor_seed``), the
     ``after`` every replica derives the same successor name from (the run's uid, else its times)."""
     import structlog
 
-    from healer.decisions import joins_same_occurrence
+    from healer.core.decisions import joins_same_occurrence
 
     decision = joins_same_occurrence(
         done=phase in DONE_PHASES,

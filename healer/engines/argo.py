@@ -5,7 +5,7 @@ Each rollback is a Workflow that references the ``healer-rollback`` WorkflowTemp
 submission of the same incident is answered 409 AlreadyExists by Argo and joins the first: that is
 the deduplication across pods and threads (a mutex would only queue the duplicates). A 409 joins only
 the same occurrence: the existing run's creationTimestamp against the Argo Server's clock (the Date
-of its answer), healer/decisions.py ``joins_same_occurrence``; an earlier occurrence's finished run
+of its answer), healer/core/decisions.py ``joins_same_occurrence``; an earlier occurrence's finished run
 is stepped past to a successor name derived from its uid, the same for every replica.
 
 Hera and requests are imported when an engine is built, not with this module: a sidecar that never
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
+from healer.core.labels import label_value, label_value_expression, request_labels
 from healer.engines import MAX_EARLIER_OCCURRENCES, EngineNotFound, EngineRejected, EngineUnavailable, join_or_step_past
-from healer.labels import label_value, label_value_expression, request_labels
 from healer.vocabulary import AUTO, TEMPLATE_NAME, RollbackRequest, RunStatus, Submission, workflow_name
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ class ArgoEngine:
         template_name: str = TEMPLATE_NAME,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        join_window_s: float | None = None,  # None: healer/decisions.py same_occurrence_window_s(default deadline)
+        join_window_s: float | None = None,  # None: healer/core/decisions.py same_occurrence_window_s(default deadline)
         service: Any = None,  # the workflows' transport; None: Hera's WorkflowsService on argo-server at host
     ) -> None:
         if not host.startswith(("http://", "https://")):
@@ -213,7 +213,7 @@ class ArgoEngine:
         if request_timeout_s <= 0 or poll_interval_s <= 0:
             raise ValueError("request_timeout_s and poll_interval_s must be positive")
         if join_window_s is None:
-            from healer.decisions import same_occurrence_window_s
+            from healer.core.decisions import same_occurrence_window_s
             from healer.settings import RollbackSettings
 
             join_window_s = same_occurrence_window_s(RollbackSettings().deadline_s)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from healer.decisions import same_occurrence_window_s
+from healer.core.decisions import same_occurrence_window_s
 from healer.engines import RollbackEngine
 from healer.settings import Settings
 
@@ -52,8 +52,8 @@ def _step_context(settings: Settings, replicas: Sequence[str] | None, state_dir:
     """A fresh step context per attempt; with ``replicas``, aimed at those Tritons. A lease held by a
     run of ``state_dir`` that died with its engine is taken over at once by the run finishing its work."""
     from healer.engines.records import died_with_engine
-    from workflows.context import context_from_settings
     from workflows.plan import ReplicaTarget
+    from workflows.steps.context import context_from_settings
 
     def context() -> Any:
         ctx = dataclasses.replace(
@@ -87,7 +87,7 @@ def argo_engine(settings: Settings, *, request_timeout_s: float | None = None) -
         token_provider=(lambda: bearer_token(token_file.read_text())) if token_file is not None else None,
         verify_ssl=str(argo.ca_file) if argo.verify_ssl and argo.ca_file is not None else argo.verify_ssl,
         request_timeout_s=request_timeout_s or argo.request_timeout_s,
-        # A 409 joins a run only if it is this occurrence's: created within this window (healer/decisions.py).
+        # A 409 joins a run only if it is this occurrence's: created within this window (healer/core/decisions.py).
         join_window_s=same_occurrence_window_s(settings.rollback.deadline_s),
     )
 

@@ -5,7 +5,7 @@ Workflow objects are created, read and stopped with the caller's kubeconfig, wit
 
 It answers the few calls the ArgoEngine makes of Hera's WorkflowsService (create, get, stop, list),
 with the same models, so the engine's rules (join a run of this occurrence, wait, status) are the
-same whichever way the workflows travel. Operator side only (the official client; see healer/cluster.py).
+same whichever way the workflows travel. Operator side only (the official client; see healer/edges/cluster.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from healer.cluster import ClusterAccess, _status_message
+from healer.edges.cluster import ClusterAccess, _status_message
 from healer.engines.argo import ArgoEngine, WorkflowApiError
 from healer.vocabulary import TEMPLATE_NAME
 
@@ -27,7 +27,7 @@ def engine_through_kubernetes(
     poll_interval_s: float = 1.0,
     join_window_s: float | None = None,
 ) -> ArgoEngine:
-    """The ArgoEngine over the Kubernetes API with a kubeconfig (healer.cluster.connect), as the
+    """The ArgoEngine over the Kubernetes API with a kubeconfig (healer.edges.cluster.connect), as the
     ``argo`` CLI works without an argo-server: Workflow objects created and read directly."""
     engine: ArgoEngine | None = None
 

@@ -33,7 +33,8 @@ from typing import Any
 
 import structlog
 
-from healer.decisions import same_occurrence_window_s
+from healer.core.decisions import same_occurrence_window_s
+from healer.core.labels import ENGINE_ANNOTATION, ENGINE_GONE_ANNOTATION, ENGINE_INSTANCE_ANNOTATION
 from healer.engines import MAX_EARLIER_OCCURRENCES, EngineNotFound, EngineRejected, EngineUnavailable, join_or_step_past
 from healer.engines.records import (
     RunRecords,
@@ -48,7 +49,6 @@ from healer.engines.records import (
 )
 from healer.engines.template_reader import UnsupportedTemplate, read_template
 from healer.engines.template_runner import CANCELLED, Cancellation, TemplateRunner, in_pod_run
-from healer.labels import ENGINE_ANNOTATION, ENGINE_GONE_ANNOTATION, ENGINE_INSTANCE_ANNOTATION
 from healer.vocabulary import (
     RELEASE_TEMPLATE_NAME,
     ReleaseRequest,
@@ -95,7 +95,7 @@ class LocalEngine:
         mutex_wait_s: float = DEFAULT_MUTEX_WAIT_S,
         poll_interval_s: float = 0.02,
         wall_clock: Callable[[], float] = time.time,  # its records' creationTimestamp, and a run's age
-        join_window_s: float | None = None,  # None: healer/decisions.py same_occurrence_window_s(default deadline)
+        join_window_s: float | None = None,  # None: healer/core/decisions.py same_occurrence_window_s(default deadline)
     ) -> None:
         self._model = template.build()  # the Argo model Hera renders: what Argo itself would run
         self.state_dir = Path(state_dir)

@@ -26,8 +26,7 @@ from typing import Any
 
 import structlog
 
-from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable
-from healer.labels import (
+from healer.core.labels import (
     ENGINE_ANNOTATION,
     ENGINE_GONE_ANNOTATION,
     ENGINE_INSTANCE_ANNOTATION,
@@ -36,6 +35,7 @@ from healer.labels import (
     TO_VERSION_LABEL,
     request_labels,
 )
+from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable
 from healer.vocabulary import RELEASE_TEMPLATE_NAME, TEMPLATE_NAME, ReleaseRequest, RollbackRequest
 
 log = structlog.get_logger("healer.engines.local")

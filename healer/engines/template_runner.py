@@ -52,7 +52,7 @@ def in_pod_run(name: str, host: str | None = None) -> str:
     """The run an in-pod attempt belongs to, as the model's lease knows it: the engine's run name and
     this pod. Every sidecar's engine names an incident's run alike (``workflow_name``: one name per
     incident, so Argo joins them), but in-pod runs on two pods heal different replicas and must not
-    take each other's lease; a retry inside the same pod may (healer.ledger.decide_lease)."""
+    take each other's lease; a retry inside the same pod may (healer.core.ledger.decide_lease)."""
     return f"{name}@{host or socket.gethostname()}"
 
 
@@ -352,7 +352,7 @@ class TemplateRunner:
         output_dir: Path,
         cancelled: threading.Event,
     ) -> tuple[str, str, int, dict[str, Any]]:
-        from workflows import context as step_context
+        from workflows.steps import context as step_context
 
         box: dict[str, Any] = {}
 

@@ -39,7 +39,7 @@ MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 # Triton's version directories are positive integers.
 VERSION_PATTERN = re.compile(r"^[1-9][0-9]{0,18}\Z")
 # The version a rollback names when the failing one was never seen (a model failing before any version
-# answered, healer/state.py): it is healed, but it is no Triton version (no files move for it).
+# answered, healer/core/state.py): it is healed, but it is no Triton version (no files move for it).
 UNKNOWN_VERSION = "unknown"
 
 # KServe v2 / Triton datatypes and the numpy dtype each one travels as.
@@ -486,7 +486,7 @@ RESERVED_SET_NAMES = frozenset({"ledger", "audit", "lease"})
 
 @dataclass(frozen=True)
 class DrainSettings:
-    """Draining never empties the Service (healer/decisions.py ``drain_plan``): the pods that drain
+    """Draining never empties the Service (healer/core/decisions.py ``drain_plan``): the pods that drain
     are admitted one at a time through a drain set in the store (compare-and-swap), so at least
     ``min_ready`` pods stay serving. Exactly one peers source (who is Ready, who is terminating):
     ``peers`` (the Kubernetes API) or ``peer_urls`` (the sidecars' base URLs, this one's included)."""

@@ -1,7 +1,7 @@
 """The probe sidecar, in small parts:
 
 * ``loop``: the ``Sidecar``: probes every model each period, asks the pure core what to do
-  (healer/state.py, healer/decisions.py) and does it;
+  (healer/core/state.py, healer/core/decisions.py) and does it;
 * ``book``: what the loop learnt, per model, under one lock (states, results, metrics that follow);
 * ``handover``: a rollback handed to an engine, one workflow per incident, every call bounded;
 * ``peers``: the replica set a drain is weighed against (Kubernetes API or the sidecars' /status);

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 
 import structlog
 
-from healer.decisions import ReadinessStreak, with_readiness_threshold
-from healer.metrics import Registry
+from healer.core.decisions import ReadinessStreak, with_readiness_threshold
+from healer.core.results import ProbeResult, Status, Tier
+from healer.core.state import Action, Event, ModelState, Phase, Policy, Probed, Verdict, transition
+from healer.edges.metrics import Registry
 from healer.settings import ModelSettings, TierThresholds
-from healer.state import Action, Event, ModelState, Phase, Policy, Probed, Verdict, transition
-from probes.result import ProbeResult, Status, Tier
 
 log = structlog.get_logger("healer.sidecar")
 
@@ -32,7 +32,7 @@ class ModelBook:
         self.cycles = 0
 
     def apply(self, model: str, event: Event, policy: Policy) -> list[Action]:
-        """The state machine (healer/state.py ``transition``) on one event; the actions it asks for."""
+        """The state machine (healer/core/state.py ``transition``) on one event; the actions it asks for."""
         with self.lock:
             before = self.states[model]
             after, actions = transition(before, event, policy)
@@ -52,7 +52,7 @@ class ModelBook:
 
     def judged(self, model: str, probed: Probed, readiness: TierThresholds) -> Probed:
         """A cycle's verdict as the state machine is told it: wrong answers counted, and readiness only
-        once it held for its thresholds (healer/decisions.py ``with_readiness_threshold``)."""
+        once it held for its thresholds (healer/core/decisions.py ``with_readiness_threshold``)."""
         if probed.verdict is Verdict.WRONG:
             with self.lock:
                 self.wrong_answers[model] += 1

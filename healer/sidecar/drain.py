@@ -2,7 +2,7 @@
 
 Each cycle the loop says whether the pod wants to drain; the keeper reads the peers (only when
 wanting), updates the drain set in the store with compare-and-swap, and asks the pure rule
-(healer/decisions.py ``drain_plan``, ``drain_decision``) what /readyz should say. Whatever fails on the
+(healer/core/decisions.py ``drain_plan``, ``drain_decision``) what /readyz should say. Whatever fails on the
 way (the peers, the store, a bug), nothing was learnt, and the rule says what that means: never
 start a drain, keep one for a while.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from healer.decisions import (
+from healer.core.decisions import (
     DrainDecision,
     DrainPlan,
     Peer,
@@ -23,8 +23,8 @@ from healer.decisions import (
     drain_standing,
     drain_wishes_gone,
 )
+from healer.edges.metrics import Registry
 from healer.engines import EngineError
-from healer.metrics import Registry
 from healer.settings import DrainSettings, Settings
 from healer.sidecar.clock import Clock
 from healer.sidecar.handover import BoundedCalls
@@ -61,7 +61,7 @@ class DrainKeeper:
             store_settings = settings.store
 
             def store_factory() -> Any:
-                from healer.store import store_from_settings
+                from healer.edges.store import store_from_settings
 
                 return store_from_settings(store_settings)
 

@@ -17,13 +17,13 @@ from typing import Any
 
 import structlog
 
-from healer.ledger import StableRecord
-from healer.metrics import Registry
+from healer.core.ledger import StableRecord
+from healer.core.results import ProbeResult, Status, Tier
+from healer.edges.metrics import Registry
 from healer.settings import Settings
 from healer.sidecar.clock import Clock
 from probes.contract import Fit
 from probes.fit import GoldenFit, newest_stable
-from probes.result import ProbeResult, Status, Tier
 
 log = structlog.get_logger("healer.sidecar")
 
@@ -44,7 +44,7 @@ class GoldenWatch:
             store_settings = settings.store
 
             def store_factory() -> Any:
-                from healer.store import store_from_settings
+                from healer.edges.store import store_from_settings
 
                 return store_from_settings(store_settings)
 

@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 
 import structlog
 
-from healer.decisions import Handover, joins_existing_run, may_fall_back, needs_asking
+from healer.core.decisions import Handover, joins_existing_run, may_fall_back, needs_asking
+from healer.core.state import Incident
 from healer.engines import EngineError, EngineNotFound, EngineUnavailable, RollbackEngine
 from healer.sidecar.clock import REAL_CLOCK, Clock
-from healer.state import Incident
 from healer.vocabulary import RollbackRequest, Submission, workflow_name
 
 log = structlog.get_logger("healer.sidecar")
@@ -41,7 +41,7 @@ def rollback_request(incident: Incident, *, pod: str, triton_url: str) -> Rollba
 def submit_incident(engine: RollbackEngine, request: RollbackRequest) -> tuple[Submission, str]:
     """One workflow per incident, fleet-wide. The name is deterministic per incident key, so N
     sidecars collide (409) and join. The engine joins only a run of this occurrence (on its own
-    clock: healer/decisions.py ``joins_same_occurrence``) and steps past an earlier occurrence's
+    clock: healer/core/decisions.py ``joins_same_occurrence``) and steps past an earlier occurrence's
     finished run. A joined run that Succeeded healed an earlier occurrence (the same broken files
     came back): use the next suffix. A running or failed one is joined (``joins_existing_run``)."""
     for n in range(1, MAX_INCIDENT_RUNS + 1):
@@ -149,7 +149,7 @@ class Handovers:
 
     Engines are built on first use (the engines' clients, hera and requests, cost memory a healthy pod
     never needs) and every call on them is bounded (``BoundedCalls``). A rollback goes to the fallback
-    engine only when the primary certainly did not take it (healer/decisions.py ``may_fall_back``)."""
+    engine only when the primary certainly did not take it (healer/core/decisions.py ``may_fall_back``)."""
 
     def __init__(
         self,

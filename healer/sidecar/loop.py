@@ -1,4 +1,4 @@
-"""The probe sidecar: probes every model each period, decides (healer/state.py), and acts.
+"""The probe sidecar: probes every model each period, decides (healer/core/state.py), and acts.
 
 Acting means: drain (``/readyz`` false) while a model is failing, healing or escalated; submit one
 rollback per incident; escalate when the circuit breaker is open or a rollback has no outcome.
@@ -6,13 +6,13 @@ It never kills the pod for a bad model: ``/livez`` reports Triton's process and 
 
 Draining never empties the Service: with ``sidecar.drain`` set, a pod whose model fails leaves the
 Service only once it is admitted to its replica set's **drain set** in the store (compare-and-swap,
-healer/decisions.py ``drain_plan``): at least ``min_ready`` other pods stay serving. A pod held back
+healer/core/decisions.py ``drain_plan``): at least ``min_ready`` other pods stay serving. A pod held back
 keeps /readyz 200 and says why in /status, the ``healer_drain_held_back`` gauge and a
 ``drain_held_back`` log line. The rollback runs either way: it heals the model on every replica.
 Without the setting, every failing pod drains.
 
 Thread model: the probe loop drives each cycle; within it every model is probed on a worker of its
-own (sidecar.probe_concurrency, probes/runner.py), through the thread-safe healer/triton_rest.py
+own (sidecar.probe_concurrency, probes/runner.py), through the thread-safe healer/edges/triton_rest.py
 client, so a hung model holds one worker for its golden timeout and never the others. The HTTP server
 threads read a snapshot under a lock and talk to Triton only through a plain urllib GET.
 """
@@ -27,8 +27,7 @@ from typing import Any
 
 import structlog
 
-from healer import tracing
-from healer.decisions import (
+from healer.core.decisions import (
     confirmation_verdict,
     loop_stalled,
     models_to_confirm,
@@ -40,18 +39,8 @@ from healer.decisions import (
     verdict_for,
     wants_drain,
 )
-from healer.engines import RollbackEngine
-from healer.metrics import Registry, sidecar_registry
-from healer.settings import ModelSettings, Settings
-from healer.sidecar.book import ModelBook
-from healer.sidecar.clock import REAL_CLOCK, Clock
-from healer.sidecar.drain import DrainKeeper, short_error
-from healer.sidecar.golden import GoldenWatch
-from healer.sidecar.handover import Handovers, rollback_request
-from healer.sidecar.notify import Notifier
-from healer.sidecar.peers import PeerSource
-from healer.sidecar.views import status_document
-from healer.state import (
+from healer.core.results import ProbeResult
+from healer.core.state import (
     Action,
     Escalate,
     Event,
@@ -65,9 +54,20 @@ from healer.state import (
     SubmitRollback,
     Tick,
 )
-from healer.triton import TritonAPI
+from healer.edges import tracing
+from healer.edges.metrics import Registry, sidecar_registry
+from healer.edges.triton import TritonAPI
+from healer.engines import RollbackEngine
+from healer.settings import ModelSettings, Settings
+from healer.sidecar.book import ModelBook
+from healer.sidecar.clock import REAL_CLOCK, Clock
+from healer.sidecar.drain import DrainKeeper, short_error
+from healer.sidecar.golden import GoldenWatch
+from healer.sidecar.handover import Handovers, rollback_request
+from healer.sidecar.notify import Notifier
+from healer.sidecar.peers import PeerSource
+from healer.sidecar.views import status_document
 from healer.vocabulary import TIMEOUT, RollbackRequest
-from probes.result import ProbeResult
 from probes.runner import probe_all
 
 log = structlog.get_logger("healer.sidecar")
@@ -128,7 +128,7 @@ class Sidecar:
         self._stop_at: float | None = None
         self._orphans_seen: set[str] = set()
         self.answered_at: dict[str, float] = {}  # when each model's last verdict was applied (confirmations)
-        # Incident key -> its trace's traceparent (healer/tracing.py; empty while tracing is off): the
+        # Incident key -> its trace's traceparent (healer/edges/tracing.py; empty while tracing is off): the
         # rollback continues it, the alert and the incident lines carry its id.
         self._traces: dict[str, str] = {}
         self._probed: dict[str, list[ProbeResult]] = {}  # each model's latest results (the incident span's events)
@@ -399,7 +399,7 @@ class Sidecar:
         )
 
     def loop_stalled(self) -> str:
-        """Why the probe loop looks stuck ("" when it turns): healer/decisions.py ``loop_stalled``."""
+        """Why the probe loop looks stuck ("" when it turns): healer/core/decisions.py ``loop_stalled``."""
         return loop_stalled(
             last_cycle_at=self.last_cycle_at,
             started_at=self.started_at,
@@ -408,7 +408,7 @@ class Sidecar:
         )
 
     def ready(self) -> tuple[bool, list[str]]:
-        """(/readyz) healer/decisions.py ``readiness`` on the last cycle's verdicts and drain decision."""
+        """(/readyz) healer/core/decisions.py ``readiness`` on the last cycle's verdicts and drain decision."""
         stopping = self._stopping.is_set()
         with self.book.lock:
             return readiness(

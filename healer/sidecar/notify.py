@@ -10,14 +10,14 @@ from typing import Any
 
 import structlog
 
-from healer.alerts import Delivery, DeliveryStatus, PostAlerts, deliver_alert, escalate_to_people, post_alerts
-from healer.decisions import AlertStep, alert_step
-from healer.logs import iso_utc
-from healer.metrics import Registry
+from healer.core.decisions import AlertStep, alert_step
+from healer.core.state import Incident, Phase
+from healer.edges.alerts import Delivery, DeliveryStatus, PostAlerts, deliver_alert, escalate_to_people, post_alerts
+from healer.edges.logs import iso_utc
+from healer.edges.metrics import Registry
+from healer.edges.tracing import trace_id_of
 from healer.settings import Settings
 from healer.sidecar.clock import Clock
-from healer.state import Incident, Phase
-from healer.tracing import trace_id_of
 from healer.vocabulary import RollbackRequest
 
 log = structlog.get_logger("healer.sidecar")
@@ -64,7 +64,7 @@ class Notifier:
 
     def escalated(self, request: RollbackRequest, incident: Incident, why: str) -> None:
         """Alert (kept firing until the model serves again), the incident line, an Event, and the pod
-        marked to be kept for diagnosis (healer/alerts.py ``escalate_to_people``, as the escalate step)."""
+        marked to be kept for diagnosis (healer/edges/alerts.py ``escalate_to_people``, as the escalate step)."""
         self._metrics.inc("healer_rollbacks_total", {"model": request.model, "outcome": "escalated"})
         self._alert_sent_at[request.model] = self._clock.monotonic()
         told = escalate_to_people(
@@ -96,7 +96,7 @@ class Notifier:
             log.warning("pod_not_annotated", error=str(told.pod_error))
 
     def _mark_pod(self, pod: str, annotations: Mapping[str, str]) -> None:
-        from healer.kube import PodRef
+        from healer.edges.kube import PodRef
 
         self._kube.annotate_pod(PodRef.parse(pod, default_namespace="default"), annotations)
 
@@ -142,7 +142,7 @@ class Notifier:
     def event(self, reason: str, message: str, event_type: str) -> None:
         if self._kube is None or not self._pod:
             return
-        from healer.kube import KubeError, PodRef
+        from healer.edges.kube import KubeError, PodRef
 
         try:
             self._kube.pod_event(
@@ -171,7 +171,7 @@ class Notifier:
 
 
 def _traced(trace_id: str) -> dict[str, str]:
-    """An incident line's trace id (healer/tracing.py): the incident's OpenTelemetry trace, 32 hex
+    """An incident line's trace id (healer/edges/tracing.py): the incident's OpenTelemetry trace, 32 hex
     digits, in place of the probe cycle's 16-digit ``trace_id`` the line would otherwise carry from
     the loop's log context. Nothing while tracing is off: the lines stay as they were."""
     return {"trace_id": trace_id} if trace_id else {}

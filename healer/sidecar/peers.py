@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from healer.decisions import Peer
+from healer.core.decisions import Peer
 
 log = structlog.get_logger("healer.sidecar")
 
@@ -42,7 +42,7 @@ class KubePeers:
     lists_me = True
 
     def __init__(self, kube: Any, pod: str, namespace: str, selector: str) -> None:
-        from healer.kube import PodRef
+        from healer.edges.kube import PodRef
 
         self._kube = kube
         self._pod = PodRef.parse(pod, default_namespace=namespace)
@@ -52,7 +52,7 @@ class KubePeers:
         self.timeout_s = float(getattr(kube, "timeout_s", 5.0) or 5.0)
 
     def peers(self) -> list[Peer]:
-        from healer.kube import KubeError
+        from healer.edges.kube import KubeError
 
         if self._kube is None:
             raise PeersUnavailable("no Kubernetes API client (not in a cluster)")

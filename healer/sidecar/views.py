@@ -1,5 +1,5 @@
 """The sidecar's HTTP endpoints (/livez, /healthz, /readyz, /metrics, /status) on the listener of
-healer/http_listener.py: /readyz and /livez answered from memory on the loop, the rest on its pool;
+healer/edges/http_listener.py: /readyz and /livez answered from memory on the loop, the rest on its pool;
 and the /status document, assembled from what the loop learnt (``status_document``)."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from healer.decisions import drain_standing, wants_drain
-from healer.http_listener import MAX_CONNECTIONS, BackgroundServer, Request, Response
-from healer.metrics import Registry
+from healer.core.decisions import drain_standing, wants_drain
+from healer.core.results import ProbeResult, Tier
+from healer.core.state import summarise
+from healer.edges.http_listener import MAX_CONNECTIONS, BackgroundServer, Request, Response
+from healer.edges.metrics import Registry
 from healer.settings import Settings
-from healer.state import summarise
-from probes.result import ProbeResult, Tier
 
 if TYPE_CHECKING:
     from healer.sidecar.book import ModelBook

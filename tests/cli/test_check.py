@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from healer.cli import main
-from healer.embedded import EmbeddedTriton
-from healer.install_check import run_checks
+from healer.cli.install_check import run_checks
+from healer.edges.embedded import EmbeddedTriton
 from healer.settings import Settings
 from tests.conftest import example_config_document
 

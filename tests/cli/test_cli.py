@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from healer.cli import EXIT_CODES, EXIT_REFUSED, EXIT_USAGE, _parser, main
-from healer.embedded import EmbeddedTriton, free_port
+from healer.edges.embedded import EmbeddedTriton, free_port
 from healer.settings import ModelSettings
 from tests.conftest import EXAMPLE_CONFIG, EXAMPLES, example_config_document
 
@@ -107,7 +107,7 @@ def test_probe_asks_a_slow_first_answer_again_and_fails_only_a_consistently_slow
     `slow` variant answers every request 250 ms late against its 100 ms SLO and still fails."""
     import time
 
-    import healer.triton
+    import healer.edges.triton
 
     slow = deploy("linear_scorer", {3: ("broken", "slow")})
     document = example_config_document()
@@ -118,14 +118,14 @@ def test_probe_asks_a_slow_first_answer_again_and_fails_only_a_consistently_slow
     config.write_text(yaml.safe_dump(document))
     infers: list[str] = []
 
-    class SlowFirst(healer.triton.TritonHttp):
+    class SlowFirst(healer.edges.triton.TritonHttp):
         def infer(self, model: str, *args: Any, **kwargs: Any) -> Any:
             infers.append(model)
             if len(infers) == 1:
                 time.sleep(0.5)
             return super().infer(model, *args, **kwargs)
 
-    monkeypatch.setattr(healer.triton, "TritonHttp", SlowFirst)
+    monkeypatch.setattr(healer.edges.triton, "TritonHttp", SlowFirst)
     code = main(["probe", "--config", str(config), "--url", triton_server.url])
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split()[:5] for line in out.splitlines() if line.startswith("linear_scorer")}
@@ -170,8 +170,8 @@ def test_demo_starts_triton_and_prints_three_green_tiers(capsys: pytest.CaptureF
 def unquarantine_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """linear_scorer v1 and v2 in a filesystem store (NFS-style: it is the live repository), v2
     quarantined by a rollback and its directory moved aside; a config whose Triton is not there."""
-    from healer.ledger import QuarantineRecord
-    from healer.store import FilesystemBlobs, ModelStore, quarantine_live_version
+    from healer.core.ledger import QuarantineRecord
+    from healer.edges.store import FilesystemBlobs, ModelStore, quarantine_live_version
 
     root = tmp_path / "repository"
     shutil.copytree(EXAMPLES / "model_repository" / "linear_scorer", root / "linear_scorer")
@@ -192,7 +192,7 @@ def unquarantine_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple
 def test_store_unquarantine_lifts_the_ledger_records_the_audit_and_moves_the_files_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from healer.store import FilesystemBlobs, ModelStore, hash_directory
+    from healer.edges.store import FilesystemBlobs, ModelStore, hash_directory
 
     config, root = unquarantine_setup(tmp_path, monkeypatch)
     store = ModelStore(FilesystemBlobs(root))
@@ -279,7 +279,7 @@ def test_store_unquarantine_refuses_bad_names_and_an_empty_reason_with_64(
     assert problem in capsys.readouterr().err
     # argparse: --reason is required; a usage error is 64 like any other
     assert main(["store", "--config", str(config), "unquarantine", "linear_scorer", "2"]) == EXIT_USAGE
-    from healer.store import FilesystemBlobs, ModelStore
+    from healer.edges.store import FilesystemBlobs, ModelStore
 
     assert ModelStore(FilesystemBlobs(root)).ledger("linear_scorer").is_quarantined("2")
     assert not (root / "linear_scorer" / "2").exists()
@@ -486,7 +486,7 @@ def test_people_get_results_and_logs_only_when_asked(
     flags: list[str], level: str | None, runs_config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 19: info-level JSON lines mixed into human output; --log-level only before the command."""
-    from healer.logs import get_logger
+    from healer.edges.logs import get_logger
 
     argv = (
         [*flags, "--config", str(runs_config)]
@@ -584,8 +584,8 @@ def test_store_ls_in_every_output(
 def test_store_stage_reads_the_stable_versions_in_full_and_refuses_a_changed_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from healer.ledger import StableRecord
-    from healer.store import FilesystemBlobs, ModelStore, stamped_hashes
+    from healer.core.ledger import StableRecord
+    from healer.edges.store import FilesystemBlobs, ModelStore, stamped_hashes
 
     config, root = unquarantine_setup(tmp_path, monkeypatch)  # the store is the live repository
     store = ModelStore(FilesystemBlobs(root))

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from healer.cli import EXIT_USAGE, NAMED_ARGUMENTS, _parser, main
-from healer.embedded import free_port
+from healer.edges.embedded import free_port
 from tests.conftest import EXAMPLES, example_config_document
 
 

@@ -17,13 +17,13 @@ import pytest
 import yaml
 
 from healer.cli import EXIT_REFUSED, EXIT_USAGE, main
-from healer.embedded import EmbeddedTriton
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.store import FilesystemBlobs, ModelStore
+from healer.edges.triton import TritonHttp
 from healer.engines.records import RunRecords
-from healer.store import FilesystemBlobs, ModelStore
-from healer.triton import TritonHttp
 from tests.conftest import EXAMPLES
 from tests.rollback_stack import serve_versions, write_model
-from workflows import release_steps
+from workflows.steps import release as release_steps
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from healer.cli import EXIT_REFUSED, EXIT_USAGE, main
-from healer.embedded import EmbeddedTriton
-from healer.triton import TritonHttp
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.triton import TritonHttp
 from tests.conftest import EXAMPLES
 from tests.rollback_stack import serve_versions, write_model
 

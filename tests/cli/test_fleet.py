@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from healer.fleet import FleetPod, fleet_view, format_fleet, pod_from_api, rollback_workflows
+from healer.edges.fleet import FleetPod, fleet_view, format_fleet, pod_from_api, rollback_workflows
 
 
 def api_pod(name: str, *, ready: bool = True, sidecar: bool = True, **meta: Any) -> dict[str, Any]:
@@ -112,8 +112,8 @@ def test_rollback_workflows_are_the_labelled_ones_newest_first() -> None:
 
 
 def test_watch_prints_each_round_and_a_failure_in_place_of_the_view(capsys: pytest.CaptureFixture[str]) -> None:
-    from healer.cli_cluster import _watch
-    from healer.cluster import ClusterError
+    from healer.cli.cluster import _watch
+    from healer.edges.cluster import ClusterError
 
     answers = iter(["view one", ClusterError("api down")])
 

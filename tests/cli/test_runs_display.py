@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from healer.cli import main
+from healer.core.labels import ENGINE_ANNOTATION, ENGINE_INSTANCE_ANNOTATION
 from healer.engines.records import new_release_record, process_instance
-from healer.labels import ENGINE_ANNOTATION, ENGINE_INSTANCE_ANNOTATION
 from healer.vocabulary import ReleaseRequest
 from tests.conftest import example_config_document
 

@@ -163,7 +163,7 @@ def test_the_sidecar_role_allows_exactly_the_calls_the_sidecar_makes() -> None:
 def test_the_rollback_role_allows_exactly_the_calls_the_rollback_makes() -> None:
     rendered = yaml.safe_load((ROOT / "deploy" / "argo" / "healer-rollback.yaml").read_text())
     account = (rendered["metadata"]["namespace"], rendered["spec"]["serviceAccountName"])
-    needed = kube_calls(*sorted((ROOT / "workflows").glob("*.py")))
+    needed = kube_calls(*sorted((ROOT / "workflows").rglob("*.py")))
     # Argo's executor in the rollback's pods reports step outputs through WorkflowTaskResults (v3.4+).
     needed |= {("create", "workflowtaskresults", "argoproj.io"), ("patch", "workflowtaskresults", "argoproj.io")}
     granted = allowed(account)
@@ -245,18 +245,18 @@ def test_the_webhook_calls_no_kubernetes_api() -> None:
     probe = (
         "import sys, healer.webhook, healer.cli; "
         "print(' '.join(m for m in sys.modules if m.split('.')[0] in {'kubernetes', 'hera', 'requests'} "
-        "or m in {'healer.kube', 'healer.engines.argo', 'healer.engines.local'}))"
+        "or m in {'healer.edges.kube', 'healer.engines.argo', 'healer.engines.local'}))"
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert loaded.stdout.strip() == ""
-    webhook_sources = [ROOT / "healer" / "webhook.py", ROOT / "healer" / "http_listener.py"]
+    webhook_sources = [ROOT / "healer" / "webhook.py", ROOT / "healer" / "edges" / "http_listener.py"]
     assert kube_calls(*webhook_sources) == set()
 
 
 def test_the_example_triton_deployment_opts_in_as_the_webhook_expects() -> None:
     import jsonpatch
 
-    from healer.labels import INJECT, INJECTED, READINESS
+    from healer.core.labels import INJECT, INJECTED, READINESS
     from healer.webhook import SIDECAR, InjectionConfig, injection_patch
 
     docs = documents(TRITON_EXAMPLE)

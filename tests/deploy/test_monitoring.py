@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
-from healer.alerts import ALERT_NAME, RELEASE_ALERT_NAME
-from healer.labels import INJECT
-from healer.metrics import sidecar_registry
+from healer.core.labels import INJECT
+from healer.core.results import Status, Tier
+from healer.core.state import Phase
+from healer.edges.alerts import ALERT_NAME, RELEASE_ALERT_NAME
+from healer.edges.metrics import sidecar_registry
 from healer.settings import Settings, SidecarSettings, TierThresholds
-from healer.state import Phase
 from healer.webhook import InjectionConfig, sidecar_container
-from probes.result import Status, Tier
 from tests.prometheus_rules import BASE_URL, PLACEHOLDER, RULES, rendered_rules
 from tests.sidecar_fleet import cycle_all, fleet
 
@@ -327,7 +327,7 @@ def test_the_triton_table_has_symptom_command_cause_fix() -> None:
 
 def test_alerts_and_alert_pages_link_both_ways() -> None:
     by_alert = {a["alert"]: a["annotations"]["runbook_url"].rsplit("/", 1)[1] for a in alerts()}
-    by_alert[ALERT_NAME] = "rollback-escalated.md"  # the alert the sidecar sends itself (healer/alerts.py)
+    by_alert[ALERT_NAME] = "rollback-escalated.md"  # the alert the sidecar sends itself (healer/edges/alerts.py)
     by_alert[RELEASE_ALERT_NAME] = "release-stopped.md"  # the release's exit handler sends it
     declared = {name: page.name for page in runbook_pages() for name in declared_alerts(page)}
     assert declared == by_alert  # every alert's page names it, and every named alert links to its page
@@ -486,7 +486,7 @@ def test_the_templates_read_only_values_the_chart_declares() -> None:
 
 def test_the_release_alert_links_its_own_page() -> None:
     from healer.settings import AlertSettings
-    from workflows.release_steps import release_runbook_url
+    from workflows.steps.release import release_runbook_url
 
     assert release_runbook_url(AlertSettings()).endswith("/runbooks/release-stopped.md")
     custom = AlertSettings(runbook_url="https://wiki.example.com/healer/rollback-escalated.md")

@@ -368,7 +368,7 @@ def test_healer_webhook_command_serves_until_sigterm(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path, "cli")
     injection = tmp_path / "injection.yaml"
     injection.write_text("image: ghcr.io/healer-dev/healer:0.1.0\n")
-    from healer.embedded import free_port
+    from healer.edges.embedded import free_port
 
     port = free_port()
     process = subprocess.Popen(

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from healer.drills.catalog import BY_NAME, Outcome
-from healer.drills.on_cluster import DrillInterrupted, drill_on_cluster, skipped_here
-from healer.drills.verdict import (
+from healer.core.drill_catalog import BY_NAME, Outcome
+from healer.core.drill_verdict import (
     DrillResult,
     Mark,
     Observation,
@@ -25,6 +24,7 @@ from healer.drills.verdict import (
     parse_time,
     result_from_dict,
 )
+from healer.drills.on_cluster import DrillInterrupted, drill_on_cluster, skipped_here
 from healer.engines import EngineNotFound, EngineUnavailable
 from healer.settings import Settings
 from healer.vocabulary import RunStatus

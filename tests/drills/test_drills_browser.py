@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from healer.drills import report
-from healer.drills.catalog import CATALOG
+from healer.core import drill_report as report
+from healer.core.drill_catalog import CATALOG
 from tests.browser import needs_chromium, open_in_chromium, screenshot
 from tests.drill_results import full_catalog_results
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from healer.drills import report
-from healer.drills.catalog import (
+from healer.core import drill_report as report
+from healer.core.drill_catalog import (
     BY_NAME,
     CATALOG,
     EMBEDDED_CAPABILITIES,
@@ -24,7 +24,7 @@ from healer.drills.catalog import (
     runnable,
     select,
 )
-from healer.drills.verdict import (
+from healer.core.drill_verdict import (
     Mark,
     Observation,
     PhaseSpan,
@@ -38,7 +38,7 @@ from tests.conftest import EXAMPLE_MODELS, EXAMPLES
 from tests.drill_results import full_catalog_results, result
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE = ("catalog", "verdict", "report")
+PURE = ("drill_catalog", "drill_verdict", "drill_report")
 
 # ---- the catalog -----------------------------------------------------------------------------------------
 
@@ -490,13 +490,13 @@ def test_timeline_labels_do_not_overlap() -> None:
 # ---- the pure modules stay pure ----------------------------------------------------------------------
 
 FORBIDDEN = ("urllib", "http.client", "socket", "subprocess", "requests", "tritonclient", "boto3", "hera", "os")
-FORBIDDEN_HEALER = ("healer.sidecar", "healer.engines", "healer.triton", "healer.store", "healer.kube")
+FORBIDDEN_HEALER = ("healer.sidecar", "healer.engines", "healer.edges")
 
 
 @pytest.mark.parametrize("module", PURE)
 def test_decision_modules_import_no_io(module: str) -> None:
     """catalog, verdict and report decide and render only: no client, no I/O module, no clock."""
-    tree = ast.parse((ROOT / "healer" / "drills" / f"{module}.py").read_text())
+    tree = ast.parse((ROOT / "healer" / "core" / f"{module}.py").read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -508,7 +508,7 @@ def test_decision_modules_import_no_io(module: str) -> None:
         assert name.split(".")[0] in {"__future__", "collections", "dataclasses", "enum", "math", "typing",
                                       "datetime", "html", "json", "healer"}, (module, name)  # fmt: skip
         if name.startswith("healer."):
-            assert name.startswith("healer.drills.") and name.split(".")[-1] in PURE, (module, name)
+            assert name.startswith("healer.core.") and name.split(".")[-1] in PURE, (module, name)
     assert "time.time" not in ast.unparse(tree) and "monotonic" not in ast.unparse(tree)
 
 

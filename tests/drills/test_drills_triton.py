@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from healer.drills.catalog import FAST
+from healer.core.drill_catalog import FAST
 from tests.browser import needs_chromium, open_in_chromium
 from tests.conftest import EXAMPLES
 
@@ -179,7 +179,7 @@ def test_unknown_scenarios_and_argo_on_the_embedded_stack_are_usage_errors(tmp_p
 
 def test_drill_list_shows_the_catalog(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from healer.cli import main
-    from healer.drills.catalog import CATALOG
+    from healer.core.drill_catalog import CATALOG
 
     assert main(["drill", "--config", str(drill_config(tmp_path)), "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -193,9 +193,9 @@ def test_drill_against_the_configured_target(
     """--target config: the Triton, store and live repository of the config file (here an embedded stack
     someone else started and promoted); what needs the embedded stack is skipped, not failed."""
     from healer.cli import main
-    from healer.drills.inject import served
     from healer.drills.stack import EmbeddedStack
-    from healer.logs import configure_logging
+    from healer.edges.logs import configure_logging
+    from workflows.steps.drill_inject import served
 
     configure_logging(level="warning")  # stdout carries the JSON results only
     with EmbeddedStack(example_settings, model="linear_scorer", broken=EXAMPLES / "broken") as target:
@@ -226,12 +226,12 @@ def cluster_like(example_settings: Any, tmp_path: Path, monkeypatch: pytest.Monk
     """What a drill pod sees on a cluster: a config file (HEALER_CONFIG) naming Triton, the store, the live
     repository and the sidecar's listen address; a sidecar already running next to Triton."""
     from healer.drills.stack import EmbeddedStack
+    from healer.edges.processes import free_port
+    from healer.edges.triton import TritonHttp
     from healer.engines.factory import local_engine
-    from healer.processes import free_port
     from healer.settings import load_settings
     from healer.sidecar import Sidecar
     from healer.sidecar.views import SidecarServer
-    from healer.triton import TritonHttp
 
     with EmbeddedStack(example_settings, model="linear_scorer", broken=EXAMPLES / "broken") as target:
         port = free_port()
@@ -270,8 +270,8 @@ def cluster_like(example_settings: Any, tmp_path: Path, monkeypatch: pytest.Monk
 
 @pytest.mark.triton
 def test_the_argo_drill_steps_inject_wait_assert_clean_up_and_report(cluster_like: Any, tmp_path: Path) -> None:
-    from healer.drills.inject import served
     from workflows import drill
+    from workflows.steps.drill_inject import served
 
     target = cluster_like
     broken = str(EXAMPLES / "broken")

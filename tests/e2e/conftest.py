@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from healer.processes import ManagedServer, free_port
+from healer.edges.processes import ManagedServer, free_port
 from tests.e2e.control_plane import ROOT, Binaries, ControlPlane, load_yaml_documents, versions
 
 E2E_HELP = "the end-to-end tier: the real kube-apiserver, etcd and Argo, built by `make e2e` (needs Go)"

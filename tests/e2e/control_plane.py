@@ -8,7 +8,7 @@ with the admin kubeconfig (its own permissions are not under test); Argo Server 
 ``--auth-mode=client``, so every API call made through it is authorised as the caller's token.
 
 There is no kubelet, controller-manager or scheduler: pods are created and stay Pending. Each
-server is a ``healer.processes.ManagedServer``: its own process group, ``PR_SET_PDEATHSIG``, and
+server is a ``healer.edges.processes.ManagedServer``: its own process group, ``PR_SET_PDEATHSIG``, and
 stopped in reverse order, so a killed test run leaves no orphans.
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from healer.processes import ManagedServer, free_port
+from healer.edges.processes import ManagedServer, free_port
 from workflows.rollback import argo_ui_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -373,7 +373,7 @@ KINDS = {
 
 class Api:
     """The Kubernetes REST API over urllib, for the harness and the tests' own checks (healer's
-    client, healer/kube.py, is what is under test, so the harness does not use it)."""
+    client, healer/edges/kube.py, is what is under test, so the harness does not use it)."""
 
     def __init__(self, url: str, context: ssl.SSLContext, *, token: str | None = None, timeout_s: float = 30) -> None:
         self.url = url

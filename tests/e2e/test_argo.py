@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from healer.core.labels import label_value
 from healer.engines import EngineRejected
 from healer.engines.argo import DESCRIPTION_ANNOTATION, TITLE_ANNOTATION, ArgoEngine, description, title
-from healer.labels import label_value
 from healer.vocabulary import RollbackRequest, workflow_name
 from tests.e2e.conftest import ArgoCli
 from tests.e2e.control_plane import ROOT, ControlPlane, http_get, wait_for

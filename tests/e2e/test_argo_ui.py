@@ -38,9 +38,9 @@ from typing import Any
 import pytest
 import yaml
 
-from healer.alerts import build_alert
+from healer.core.state import incident_key
+from healer.edges.alerts import build_alert
 from healer.engines.argo import ArgoEngine, title
-from healer.state import incident_key
 from healer.vocabulary import RollbackRequest
 from tests.browser import CHROMIUM, HEADLESS
 from tests.e2e.control_plane import ROOT, TRACE_LINK, ControlPlane, versions, wait_for
@@ -71,7 +71,7 @@ VIEWPORT = (1920, 1080)  # a common screen: the list's columns, including the tw
 
 
 def request_for(model: str, version: str, reason: str, detail: str, traceparent: str = "") -> RollbackRequest:
-    """What the sidecar submits (healer/sidecar/loop.py _request): the incident key from healer.state."""
+    """What the sidecar submits (healer/sidecar/loop.py _request): the incident key from healer.core.state."""
     return RollbackRequest(
         model=model,
         from_version=version,

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from healer.core.labels import label_value
 from healer.engines import EngineNotFound, EngineRejected
 from healer.engines.argo import TITLE_ANNOTATION, ArgoEngine
 from healer.engines.factory import argo_engine
-from healer.labels import label_value
 from healer.settings import ArgoSettings, RollbackSettings, Settings, TritonSettings
 from healer.vocabulary import TEMPLATE_NAME, RollbackRequest, Submission, workflow_name
 from tests.e2e.control_plane import ControlPlane, pods_of_workflow, wait_for, workflow_in

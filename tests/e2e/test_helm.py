@@ -25,7 +25,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from healer.labels import INJECT, INJECTED
+from healer.core.labels import INJECT, INJECTED
 from healer.settings import parse_settings
 from healer.webhook import SIDECAR, load_injection_config
 from tests import helm
@@ -88,7 +88,7 @@ def sidecar_needs(triton: str, argo: str) -> set[Quad]:
 
 
 def rollback_needs(triton: str, argo: str) -> set[Quad]:
-    kube = kube_calls(*sorted((ROOT / "workflows").glob("*.py")))
+    kube = kube_calls(*sorted((ROOT / "workflows").rglob("*.py")))
     return {(triton, *call) for call in kube} | {(argo, *call) for call in EXECUTOR}
 
 

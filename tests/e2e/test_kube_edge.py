@@ -1,4 +1,4 @@
-"""healer's Kubernetes edge (healer/kube.py) against the real API server, as it runs in a pod.
+"""healer's Kubernetes edge (healer/edges/kube.py) against the real API server, as it runs in a pod.
 
 The client is built the in-cluster way: KUBERNETES_SERVICE_HOST/PORT and the service account's
 token, CA and namespace in /var/run/secrets/kubernetes.io/serviceaccount, where the token is one the
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from healer.kube import KubeClient, KubeError, PodRef
+from healer.edges.kube import KubeClient, KubeError, PodRef
 from tests.e2e.control_plane import ControlPlane
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""healer's in-cluster Kubernetes client (healer/kube.py ``KubeClient.in_cluster``) against the real
+"""healer's in-cluster Kubernetes client (healer/edges/kube.py ``KubeClient.in_cluster``) against the real
 API server: the cluster CA verifies it, a CA that did not sign its certificate is refused, and the
 projected token is re-read on every call, so a token rotated under a running sidecar is used at once.
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from healer import kube
-from healer.kube import KubeClient, KubeError, PodRef
+from healer.edges import kube
+from healer.edges.kube import KubeClient, KubeError, PodRef
 from tests.e2e.control_plane import ControlPlane
 from tests.tls import self_signed
 

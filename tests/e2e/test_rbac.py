@@ -36,7 +36,7 @@ def sidecar_needs() -> set[Call]:
 
 def rollback_needs() -> set[Call]:
     executor = {("create", "workflowtaskresults", "argoproj.io"), ("patch", "workflowtaskresults", "argoproj.io")}
-    return kube_calls(*sorted((ROOT / "workflows").glob("*.py"))) | executor
+    return kube_calls(*sorted((ROOT / "workflows").rglob("*.py"))) | executor
 
 
 CALLS = sorted(

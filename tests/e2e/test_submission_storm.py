@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from healer.compose import sidecar_engines
-from healer.labels import label_value
+from healer.core.labels import label_value
 from healer.settings import ArgoSettings, RollbackSettings, Settings, SidecarSettings, TritonSettings
 from healer.sidecar.handover import submit_incident
 from healer.vocabulary import RollbackRequest, workflow_name

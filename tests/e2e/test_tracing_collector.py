@@ -30,10 +30,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healer import tracing
+from healer.core.trace_tree import render_tree, spans_from_otlp_lines
+from healer.edges import tracing
 from healer.settings import Settings, SidecarSettings, TierThresholds, TracingSettings, load_settings
 from healer.sidecar import Sidecar
-from healer.trace_tree import render_tree, spans_from_otlp_lines
 from tests.e2e.conftest import OtelCollector
 from tests.e2e.control_plane import ROOT
 from tests.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton

@@ -32,7 +32,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from healer.processes import ManagedServer, free_port
+from healer.edges.processes import ManagedServer, free_port
 from healer.webhook import (
     INJECT,
     INJECTED,

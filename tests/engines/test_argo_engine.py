@@ -529,7 +529,7 @@ def test_a_run_deleted_between_the_clash_and_the_read_is_created_again(
 
 
 def test_the_engine_built_from_settings_takes_its_window_from_the_rollback_deadline(example_settings: Settings) -> None:
-    from healer.decisions import healing_timeout_s
+    from healer.core.decisions import healing_timeout_s
     from healer.engines.factory import argo_engine
 
     rollback = dataclasses.replace(

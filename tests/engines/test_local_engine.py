@@ -20,9 +20,9 @@ from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable
 from healer.engines.local import LocalEngine, in_pod_run
 from healer.settings import Settings
 from healer.vocabulary import RollbackRequest, Submission
-from workflows import context as step_context
 from workflows import rollback
 from workflows.rollback import EXIT_TRANSIENT, build_rollback_template
+from workflows.steps import context as step_context
 
 REQUEST = RollbackRequest(model="m", from_version="2", incident="inc-1")
 
@@ -108,7 +108,7 @@ def test_an_in_pod_run_names_its_pod_for_the_lease(
     tmp_path: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every sidecar's engine names an incident's run alike; the lease must tell two pods' runs apart
-    (each heals its own replicas), so the step's run is the name and this host (healer.ledger.decide_lease
+    (each heals its own replicas), so the step's run is the name and this host (healer.core.ledger.decide_lease
     lets an attempt of the same run take the lease over at once)."""
     seen: list[str] = []
 
@@ -320,7 +320,7 @@ def test_concurrent_submits_of_a_new_occurrence_start_one_run(tmp_path: Path, re
 def test_the_engine_built_from_settings_takes_its_window_from_the_rollback_deadline(
     example_settings: Settings, tmp_path: Path
 ) -> None:
-    from healer.decisions import healing_timeout_s
+    from healer.core.decisions import healing_timeout_s
     from healer.engines.factory import local_engine
 
     rollback = dataclasses.replace(example_settings.rollback, deadline_s=600.0, state_dir=tmp_path / "runs")

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from healer.cli import orphan_release_line
+from healer.core.ledger import Ledger, QuarantineRecord, StableRecord
 from healer.engines.local import orphan_outcome, orphaned_releases
 from healer.engines.records import RunRecords, new_record, new_release_record, process_instance
-from healer.ledger import Ledger, QuarantineRecord, StableRecord
 from healer.vocabulary import ReleaseRequest, RollbackRequest, RunStatus, release_workflow_name, workflow_name
 
 HERE = socket.gethostname()

@@ -19,8 +19,8 @@ from healer.engines import template_runner
 from healer.engines.records import RunRecords
 from healer.engines.template_reader import read_template
 from healer.engines.template_runner import Cancellation, TemplateRunner
-from workflows import context as step_context
 from workflows.release import build_release_template
+from workflows.steps import context as step_context
 
 RUN = "release-m-2-abcde"
 PARAMETERS = {"model": "m", "version": "2", "release": "r-1", "traceparent": "", "bake-s": "0", "approve": "false"}

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from healer.core.results import Status
 from healer.settings import DATATYPES, ExpectedOutput, TensorSpec
 from healer.vocabulary import NON_FINITE, WRONG_ANSWER
 from probes.compare import Comparison, Mismatch, compare_output, timeout_status, wrong_answer_code
-from probes.result import Status
 
 NAN = float("nan")
 INF = float("inf")

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from healer.ledger import Ledger, QuarantineRecord, StableRecord
+from healer.core.ledger import Ledger, QuarantineRecord, StableRecord
 from healer.settings import ExpectedOutput, GoldenRequest, Settings, TensorSpec
 from probes.contract import (
     Fit,

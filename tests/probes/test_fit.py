@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from healer.ledger import StableRecord
+from healer.core.ledger import StableRecord
+from healer.edges.triton import TritonRejected
 from healer.settings import Settings
-from healer.triton import TritonRejected
 from probes.contract import Fit
 from probes.fit import GoldenFit
 from tests.probes.test_contract import CONFIG, METADATA

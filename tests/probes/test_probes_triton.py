@@ -1,5 +1,5 @@
 """The three tiers against the real tritonserver (Python backend, CPU), through both Triton clients:
-tritonclient's (the workflow steps and the CLI) and the sidecar's own (healer/triton_rest.py)."""
+tritonclient's (the workflow steps and the CLI) and the sidecar's own (healer/edges/triton_rest.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from healer.embedded import EmbeddedTriton
-from healer.ledger import StableRecord
+from healer.core.ledger import StableRecord
+from healer.core.results import ProbeResult, Status, Tier
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.triton import TritonAPI, TritonHttp
+from healer.edges.triton_rest import TritonRest
 from healer.settings import ModelSettings, Settings
-from healer.triton import TritonAPI, TritonHttp
-from healer.triton_rest import TritonRest
 from probes.fit import GoldenFit
-from probes.result import ProbeResult, Status, Tier
 from probes.runner import EXIT_ERROR_ONLY, EXIT_FAIL, EXIT_OK, ONE_SHOT_BEST_OF, exit_code, probe_all
 from probes.tiers import check_after_load, check_business, check_liveness, check_readiness
 from tests.conftest import settings_for
@@ -244,7 +244,7 @@ def test_a_hung_model_fails_business_with_code_timeout(
 def test_a_refused_connection_stays_an_error_even_when_confirmed_serving(
     example_settings: Settings, client_kind: str
 ) -> None:
-    from healer.embedded import free_port
+    from healer.edges.embedded import free_port
 
     client = CLIENTS[client_kind](f"127.0.0.1:{free_port()}", timeout_s=1.0)
     model = example_settings.model("linear_scorer")
@@ -298,7 +298,7 @@ def test_model_that_fails_to_load_shows_tritons_reason(
 def test_unreachable_triton_fails_liveness_and_the_rest_is_inconclusive(
     example_settings: Settings, client_kind: str
 ) -> None:
-    from healer.embedded import free_port
+    from healer.edges.embedded import free_port
 
     url = f"127.0.0.1:{free_port()}"
     client = CLIENTS[client_kind](url, timeout_s=1.0)

@@ -9,9 +9,9 @@ import threading
 import time
 from typing import Any
 
+from healer.core.results import ProbeResult, Status, Tier
+from healer.edges.triton import OutputTensor, TritonTimeout, TritonUnavailable
 from healer.settings import Settings
-from healer.triton import OutputTensor, TritonTimeout, TritonUnavailable
-from probes.result import ProbeResult, Status, Tier
 from probes.runner import ONE_SHOT_BEST_OF, probe_all
 
 

@@ -1,4 +1,4 @@
-"""The sidecar's Triton client (healer/triton_rest.py): the same answers as tritonclient's on the real
+"""The sidecar's Triton client (healer/edges/triton_rest.py): the same answers as tritonclient's on the real
 Triton, the binary tensor format both ways, and the three error kinds from real sockets."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from healer.embedded import EmbeddedTriton
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.triton import TritonAPI, TritonHttp, TritonRejected, TritonTimeout, TritonUnavailable
+from healer.edges.triton_rest import TritonRest, _from_bytes, _to_bytes
 from healer.settings import ModelSettings, Settings, TensorSpec
-from healer.triton import TritonAPI, TritonHttp, TritonRejected, TritonTimeout, TritonUnavailable
-from healer.triton_rest import TritonRest, _from_bytes, _to_bytes
 
 Deploy = Callable[..., ModelSettings]
 
@@ -307,7 +307,7 @@ def test_a_garbled_answer_is_nothing_learnt_never_a_wrong_one(outputs: list[dict
 
 
 def test_a_runaway_answer_is_cut_off_not_read_into_memory() -> None:
-    from healer.triton_rest import MAX_ANSWER_BYTES
+    from healer.edges.triton_rest import MAX_ANSWER_BYTES
 
     size = MAX_ANSWER_BYTES + (1 << 20)
     url, thread = _serve_once(_http(b"\0" * size))

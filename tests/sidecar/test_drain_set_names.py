@@ -1,7 +1,7 @@
 """Two replica sets never share one drain set (issue 15, item 12). With ``sidecar.drain.peer_urls`` a
 set used to fall back to the name "default": every such replica set writing to one store shared it,
 one set's writer pruned the other's drained pod, and the other's second pod could then drain too.
-The drain rule (healer/decisions.py ``drain_plan``) against a real filesystem store shows the harm;
+The drain rule (healer/core/decisions.py ``drain_plan``) against a real filesystem store shows the harm;
 the settings now refuse peer_urls without ``set``."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from healer.decisions import DrainPlan, Peer, drain_plan
+from healer.core.decisions import DrainPlan, Peer, drain_plan
+from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.settings import ConfigError, DrainSettings, load_settings
-from healer.store import FilesystemBlobs, ModelStore
 
 SETS = {
     "a": ("http://triton-a-0:8088", "http://triton-a-1:8088"),

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.drain_set import storm
+from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.settings import Settings
-from healer.store import FilesystemBlobs, ModelStore
 from tests.sidecar.test_sidecar_unit import break_all, settings  # noqa: F401 - the fixture
 from tests.sidecar_fleet import cycle_all, fleet
 

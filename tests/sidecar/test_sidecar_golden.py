@@ -9,9 +9,9 @@ from typing import Any
 
 import structlog
 
+from healer.core.state import Phase
 from healer.settings import Settings, SidecarSettings, TierThresholds
 from healer.sidecar import Sidecar
-from healer.state import Phase
 from tests.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton, golden_metadata
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from healer.http_listener import MAX_CONNECTIONS, REQUEST_DEADLINE_S
-from healer.metrics import sidecar_registry
+from healer.edges.http_listener import MAX_CONNECTIONS, REQUEST_DEADLINE_S
+from healer.edges.metrics import sidecar_registry
 from healer.sidecar.views import SidecarServer
 
 
@@ -218,7 +218,7 @@ def test_a_burst_of_well_behaved_clients_over_the_cap_is_answered_not_evicted() 
     """A burst of real clients (the API server creating a ReplicaSet's pods) may exceed the cap for a
     moment: each sends its request within milliseconds, so none of them may be evicted for another;
     the ones over the cap wait for a slot."""
-    from healer.http_listener import EVICT_AFTER_S, BackgroundServer, Response
+    from healer.edges.http_listener import EVICT_AFTER_S, BackgroundServer, Response
 
     server = BackgroundServer(
         "127.0.0.1:0", handler=lambda request: Response.text(200, "ok\n"), name="burst", max_connections=4

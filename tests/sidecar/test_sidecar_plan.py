@@ -1,11 +1,11 @@
-"""The sidecar's per-cycle rules that moved out of its loop into healer/decisions.py: whether the pod
+"""The sidecar's per-cycle rules that moved out of its loop into healer/core/decisions.py: whether the pod
 wants to drain, where it stands, what /readyz says, when the loop counts as stuck. Table tests."""
 
 from __future__ import annotations
 
 import pytest
 
-from healer.decisions import (
+from healer.core.decisions import (
     DrainDecision,
     confirmation_verdict,
     drain_standing,
@@ -17,8 +17,8 @@ from healer.decisions import (
     stall_after_s,
     wants_drain,
 )
+from healer.core.state import Incident, Probed, Verdict
 from healer.settings import Settings
-from healer.state import Incident, Probed, Verdict
 
 ADMITTED = DrainDecision(True, "admitted: 2 others serve")
 HELD = DrainDecision(False, "held back: 0 others serve, min_ready 1")

@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 import structlog
 
-from healer.embedded import EmbeddedTriton, free_port
+from healer.core.state import Phase
+from healer.edges.embedded import EmbeddedTriton, free_port
+from healer.edges.store import FilesystemBlobs, ModelStore
+from healer.edges.triton import TritonHttp
+from healer.edges.triton_rest import TritonRest
 from healer.engines.argo import ArgoEngine
 from healer.engines.factory import local_engine
 from healer.settings import Settings, SidecarSettings, StoreSettings, TierThresholds
 from healer.sidecar import Sidecar
 from healer.sidecar.views import SidecarServer
-from healer.state import Phase
-from healer.store import FilesystemBlobs, ModelStore
-from healer.triton import TritonHttp
-from healer.triton_rest import TritonRest
 from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
 from tests.argo_faults import ArgoFaults
 from tests.rollback_stack import RollbackStack, rollback_stack, serve_latest, version_source
@@ -430,7 +430,7 @@ def test_argo_unreachable_falls_back_to_the_local_engine(stack_factory: Any) -> 
         settings = sidecar_settings(stack, business=TierThresholds(failure_threshold=1, success_threshold=1))
         dead = f"http://127.0.0.1:{free_port()}"
         local = local_engine(settings)
-        from healer.kube import KubeClient
+        from healer.edges.kube import KubeClient
 
         sidecar = Sidecar(
             settings,

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import structlog
 
-from healer.decisions import Peer
+from healer.core.decisions import Peer
+from healer.core.state import Phase
+from healer.edges.triton import OutputTensor
 from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable
 from healer.settings import DrainPeers, DrainSettings, Settings, SidecarSettings, TensorSpec, TierThresholds
 from healer.sidecar import HttpPeers, KubePeers, PeersUnavailable, Sidecar
 from healer.sidecar.clock import REAL_CLOCK, Clock
-from healer.state import Phase
-from healer.triton import OutputTensor
 from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
 from tests.sidecar_fleet import (
     FakeClock,
@@ -555,7 +555,7 @@ def test_a_stopping_sidecar_leaves_the_service_and_the_drain_set(settings: Setti
 
 
 def test_kube_peers_read_ready_conditions_and_deletion() -> None:
-    from healer.kube import KubeError, PodReadiness
+    from healer.edges.kube import KubeError, PodReadiness
 
     class FakeKube:
         timeout_s = 3.0
@@ -589,7 +589,7 @@ def test_kube_peers_read_ready_conditions_and_deletion() -> None:
 
 
 def test_http_peers_report_stopping_sidecars_and_raise_when_none_answers(settings: Settings) -> None:
-    from healer.embedded import free_port
+    from healer.edges.embedded import free_port
     from healer.sidecar.views import SidecarServer
 
     servers, urls = [], []
@@ -1256,9 +1256,9 @@ def test_a_long_peers_selector_gets_a_drain_set_name_that_keeps_sets_apart() -> 
 
 
 def test_healer_status_reads_the_sidecars_own_status_document(settings: Settings) -> None:
-    """`healer status` (healer/fleet.py) over what a real Sidecar's /status says, healthy then
+    """`healer status` (healer/edges/fleet.py) over what a real Sidecar's /status says, healthy then
     healing: the shape the two agree on is tested here, not only on the cluster."""
-    from healer.fleet import FleetPod, fleet_view
+    from healer.edges.fleet import FleetPod, fleet_view
 
     primary = ScriptedEngine()
     sidecar, triton, clock = make(settings, primary)

@@ -1,5 +1,5 @@
 """The drain set's history is pruned, a stale writer's create under a pruned name never counts, and the
-pods' wishes (healer/store/drain.py)."""
+pods' wishes (healer/edges/store/drain.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from healer.store import FilesystemBlobs, ModelStore, StoreUnavailable
-from healer.store.drain import DRAIN_SNAPSHOTS_KEPT
+from healer.edges.store import FilesystemBlobs, ModelStore, StoreUnavailable
+from healer.edges.store.drain import DRAIN_SNAPSHOTS_KEPT
 from tests.store.test_store import Backend, backend, s3_bucket, seaweed  # noqa: F401 - fixtures
 
 PREFIX = ".healer/drain/triton"

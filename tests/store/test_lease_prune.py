@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from healer.ledger import LeaseSnapshot
-from healer.store import FilesystemBlobs, LeaseHeld, ModelStore
-from healer.store.lease import LEASE_SNAPSHOTS_KEPT
+from healer.core.ledger import LeaseSnapshot
+from healer.edges.store import FilesystemBlobs, LeaseHeld, ModelStore
+from healer.edges.store.lease import LEASE_SNAPSHOTS_KEPT
 
 
 def _generations(store: ModelStore, model: str) -> list[int]:

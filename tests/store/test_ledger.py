@@ -1,4 +1,4 @@
-"""Pure parts of healer/ledger.py not covered in tests/store/test_store.py: the model's lease, lifting a quarantine."""
+"""Pure parts of healer/core/ledger.py not covered in tests/store/test_store.py: the lease, lifting a quarantine."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from healer.ledger import (
+from healer.core.ledger import (
     LeaseSnapshot,
     Ledger,
     LedgerFormatError,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from healer.store import DISPLACED_DIR, QUARANTINE_DIR, aside_usage, prune_aside
+from healer.edges.store import DISPLACED_DIR, QUARANTINE_DIR, aside_usage, prune_aside
 
 
 def _entry(folder: Path, name: str, age: int, *, directory: bool = True) -> None:

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from healer.ledger import Ledger, QuarantineRecord, StableRecord, versions_to_stage
-from healer.stage import stage_model
-from healer.store import (
+from healer.core.ledger import Ledger, QuarantineRecord, StableRecord, versions_to_stage
+from healer.edges.store import (
     DISPLACED_DIR,
     FilesystemBlobs,
     ModelStore,
@@ -22,7 +21,8 @@ from healer.store import (
     stamped_hashes,
     verify_version,
 )
-from healer.store.stamps import stamp_path
+from healer.edges.store.stamps import stamp_path
+from workflows.steps.stage import stage_model
 
 
 def make_version(root: Path, files: dict[str, bytes]) -> Path:
@@ -178,7 +178,7 @@ def test_versions_to_stage_skips_quarantined_and_missing_ones() -> None:
 def test_a_stamp_that_cannot_be_written_is_no_failure(version: tuple[Path, dict[str, str]]) -> None:
     """A read-only or foreign-owned live repository: the version is checked in full every time, and the
     check still passes (the stamp is a cache, never a condition)."""
-    from healer.store import STAMP_DIR
+    from healer.edges.store import STAMP_DIR
 
     root, expected = version
     (root.parent / STAMP_DIR).write_text("a file where the stamps' folder would go")
@@ -189,7 +189,7 @@ def test_a_stamp_that_cannot_be_written_is_no_failure(version: tuple[Path, dict[
 
 
 def test_an_unreadable_file_is_a_store_error_not_a_crash(version: tuple[Path, dict[str, str]]) -> None:
-    from healer.store import StoreError
+    from healer.edges.store import StoreError
 
     root, expected = version
     (root / "weights" / "w.bin").unlink()
@@ -215,7 +215,7 @@ def plant_caches(root: Path) -> None:
 
 
 def test_bytecode_caches_pass_every_check_and_are_found_at_any_depth(version: tuple[Path, dict[str, str]]) -> None:
-    from healer.store import bytecode_caches
+    from healer.edges.store import bytecode_caches
 
     root, expected = version
     assert verify_version(root, expected, where="t") == "hashed"
@@ -232,7 +232,7 @@ def test_bytecode_caches_pass_every_check_and_are_found_at_any_depth(version: tu
 def test_bytecode_is_moved_aside_never_deleted_and_the_version_still_matches(
     version: tuple[Path, dict[str, str]],
 ) -> None:
-    from healer.store import move_bytecode_aside
+    from healer.edges.store import move_bytecode_aside
 
     root, expected = version
     live = root.parent.parent
@@ -256,7 +256,7 @@ def test_bytecode_that_cannot_be_moved_is_an_error_naming_it(
 ) -> None:
     import errno
 
-    from healer.store import move_bytecode_aside
+    from healer.edges.store import move_bytecode_aside
 
     root, _ = version
     (root / "__pycache__").mkdir()
@@ -329,7 +329,7 @@ def _rename_as_another_user(live: Path, source: Path, expected: dict[str, str]) 
     import json as json_
     import stat
 
-    from healer.store import bytecode_caches, move_bytecode_aside
+    from healer.edges.store import bytecode_caches, move_bytecode_aside
 
     root = live / "m" / "1"
     shutil.copytree(source, root)

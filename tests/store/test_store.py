@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from healer.ledger import (
+from healer.core.ledger import (
     Ledger,
     LedgerFormatError,
     QuarantineRecord,
@@ -27,8 +27,7 @@ from healer.ledger import (
     choose_restore_version,
     wall_time,
 )
-from healer.settings import S3Settings, StoreSettings
-from healer.store import (
+from healer.edges.store import (
     CHUNK,
     DIR_MODE,
     DISPLACED_DIR,
@@ -52,6 +51,7 @@ from healer.store import (
     restore_quarantined_version,
     store_from_settings,
 )
+from healer.settings import S3Settings, StoreSettings
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedError, SeaweedS3, closed_port, shared_seaweed
 
 # ---- pure ledger ---------------------------------------------------------------------------------
@@ -1195,7 +1195,7 @@ def test_a_store_another_user_owns_is_a_permanent_error_that_names_owner_and_mod
     assert "owner uid 0" in outcome and "mode 755" in outcome and f"runs as uid {NOBODY}" in outcome
 
 
-# ---- the drain set (healer/decisions.py drain_plan arbitrates through it) ---------------------------
+# ---- the drain set (healer/core/decisions.py drain_plan arbitrates through it) ---------------------------
 
 
 def drain_snapshots(store: ModelStore, name: str = "triton") -> list[dict[str, Any]]:
@@ -1313,7 +1313,7 @@ def test_a_later_attempt_of_the_same_run_takes_the_lease_over_at_once(backend: B
 
 
 def test_put_back_duties_pass_to_every_next_holder_until_cleared(backend: Backend) -> None:
-    from healer.ledger import PutBack
+    from healer.core.ledger import PutBack
 
     store, clock = backend.store, FakeWallClock()
     duty = PutBack(replica="127.0.0.1:8000", versions=(3,), config={"name": "m", "backend": "python"})
@@ -1331,7 +1331,7 @@ def test_put_back_duties_pass_to_every_next_holder_until_cleared(backend: Backen
 
 
 def test_write_live_config_keeps_the_replaced_file_and_leaves_a_symlink_alone(tmp_path: Path) -> None:
-    from healer.store import write_live_config
+    from healer.edges.store import write_live_config
 
     live = tmp_path / "live"
     (live / "m").mkdir(parents=True)
@@ -1349,7 +1349,7 @@ def test_write_live_config_keeps_the_replaced_file_and_leaves_a_symlink_alone(tm
 
 
 def test_sweep_staging_removes_leftovers_only(tmp_path: Path) -> None:
-    from healer.store import sweep_staging
+    from healer.edges.store import sweep_staging
 
     model = tmp_path / "m"
     for name in (".fetch-2-abc", "1", "2", ".healer-quarantine", ".healer-displaced"):

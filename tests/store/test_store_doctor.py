@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from healer.cli import EXIT_REFUSED, EXIT_USAGE, main
-from healer.embedded import free_port
-from healer.ledger import LedgerFormatError, StableRecord
-from healer.store import FilesystemBlobs, LeaseHeld, ModelStore
+from healer.core.ledger import LedgerFormatError, StableRecord
+from healer.edges.embedded import free_port
+from healer.edges.store import FilesystemBlobs, LeaseHeld, ModelStore
 from tests.conftest import EXAMPLES, example_config_document
 
 MODEL = "linear_scorer"
@@ -113,7 +113,7 @@ def test_the_doctor_refuses_a_model_the_config_does_not_know(config: Path, capsy
 
 
 def test_put_back_duties_survive_a_release_unless_cleared(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    from healer.ledger import PutBack
+    from healer.core.ledger import PutBack
 
     store = _store(config)
     duty = PutBack(replica="10.0.0.9:8000", versions=(2,), config={"name": MODEL}, since=1.0)
@@ -187,7 +187,7 @@ def test_a_stable_version_whose_files_are_gone_is_a_problem(config: Path, capsys
 
 
 def test_a_version_both_stable_and_quarantined_is_reported(config: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    from healer.ledger import QuarantineRecord
+    from healer.core.ledger import QuarantineRecord
 
     store = _store(config)
     _promote_by_record(store, "1")

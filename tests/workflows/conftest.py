@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from healer.embedded import EmbeddedTriton
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.settings import Settings, StoreSettings
-from healer.store import FilesystemBlobs, ModelStore
 from tests.rollback_stack import relaxed_slo, rollback_stack
 
 

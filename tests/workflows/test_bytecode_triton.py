@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from healer.embedded import EmbeddedTriton
+from healer.core.results import Status
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.store import DISPLACED_DIR, FilesystemBlobs, ModelStore, verify_version
 from healer.settings import Settings, StoreSettings
-from healer.store import DISPLACED_DIR, FilesystemBlobs, ModelStore, verify_version
-from probes.result import Status
 from probes.tiers import check_business
 from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack
 
@@ -111,7 +111,7 @@ def stack_factory(
 def test_bytecode_planted_beside_the_stable_version_is_moved_aside_before_the_rollback_loads_it(
     stack_factory: Any,
 ) -> None:
-    assert sys.implementation.cache_tag == "cpython-311"  # the stub runs this interpreter (healer/embedded.py)
+    assert sys.implementation.cache_tag == "cpython-311"  # the stub runs this interpreter (healer/edges/embedded.py)
     with stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
         stack: RollbackStack
         golden = stack.settings.models[0].golden

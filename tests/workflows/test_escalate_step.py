@@ -100,8 +100,8 @@ def test_escalate_writes_nothing_for_a_model_the_config_does_not_know(tmp_path: 
 
     from healer.settings import UNKNOWN_VERSION, load_settings
     from healer.vocabulary import RollbackRequest
-    from workflows.context import context_from_settings
     from workflows.steps import escalate
+    from workflows.steps.context import context_from_settings
 
     settings = load_settings(EXAMPLES / "healer.yaml")
     store_root = tmp_path / "store"

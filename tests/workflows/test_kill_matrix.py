@@ -13,6 +13,7 @@ note of issue 15 quotes.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import multiprocessing
 import os
 import shutil
@@ -24,16 +25,16 @@ from typing import Any
 
 import pytest
 
-from healer.embedded import EmbeddedTriton
+from healer.core.results import Status
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.store import FilesystemBlobs, ModelStore
+from healer.edges.triton import TritonHttp
 from healer.settings import Settings, StoreSettings
-from healer.store import FilesystemBlobs, ModelStore
-from healer.triton import TritonHttp
-from probes.result import Status
 from probes.tiers import check_business
 from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
 from workflows import steps
-from workflows.context import context_from_settings
 from workflows.plan import ReplicaTarget
+from workflows.steps.context import context_from_settings
 
 pytestmark = pytest.mark.triton
 
@@ -69,17 +70,19 @@ def _kill_before(target: Any, name: str) -> None:
 # kill point -> how the child arms it (run in the child only, after fork).
 KILL_POINTS: dict[str, Callable[[], None]] = {
     # fetch_version has written the staging copy and is about to check it: a .fetch-* is left behind.
-    # (Patched where fetch_version looks check_hashes up: healer/store/versions.py.)
-    "mid-staging": lambda: _kill_before(__import__("healer.store.versions").store.versions, "check_hashes"),
+    # (Patched where fetch_version looks check_hashes up: healer/edges/store/versions.py.)
+    "mid-staging": lambda: _kill_before(importlib.import_module("healer.edges.store.versions"), "check_hashes"),
     "after-staging": lambda: _kill_before(steps, "restore_replicas"),
     "after-replica-1-of-2": lambda: _kill_after(steps, "restore_replica"),
     # Triton goes on unloading after the kill: the retry finds the model UNLOADING, not yet gone.
-    "during-unload": lambda: _kill_after(__import__("healer.triton").triton.TritonHttp, "unload_model"),
+    "during-unload": lambda: _kill_after(importlib.import_module("healer.edges.triton").TritonHttp, "unload_model"),
     "between-unload-and-load": lambda: _kill_after(steps, "unload"),
     "before-record": lambda: _kill_before(steps, "record"),
     "after-ledger-write": lambda: _kill_before(ModelStore, "append_audit"),
-    # (workflows/steps.py imports quarantine_live_version from healer.store when it calls it: patched there.)
-    "after-quarantine-rename": lambda: _kill_after(__import__("healer.store").store, "quarantine_live_version"),
+    # (workflows/steps.py imports quarantine_live_version from healer.edges.store when it calls it: patched there.)
+    "after-quarantine-rename": lambda: _kill_after(
+        importlib.import_module("healer.edges.store"), "quarantine_live_version"
+    ),
 }
 
 # Every phase boundary in both orders; the unload's two kill points exist only in unload-first.

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from healer.edges.store import FilesystemBlobs, LeaseHeld, ModelStore
 from healer.engines.local import in_pod_run
 from healer.settings import Settings
-from healer.store import FilesystemBlobs, LeaseHeld, ModelStore
 from healer.vocabulary import RollbackRequest, workflow_name
 from workflows import steps
 

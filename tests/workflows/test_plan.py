@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from healer.kube import TritonPod
+from healer.edges.kube import TritonPod
 from workflows.plan import (
     FailingSeen,
     ReplicaAction,

@@ -9,9 +9,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from healer.ledger import PutBack
+from healer.core.ledger import PutBack
+from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.settings import Settings
-from healer.store import FilesystemBlobs, ModelStore
 from workflows import steps
 
 MODEL = "linear_scorer"

@@ -14,6 +14,7 @@ put-back is printed per case (``pytest -s -k release_killed``).
 
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing
 import os
@@ -25,14 +26,15 @@ from typing import Any
 
 import pytest
 
-from healer.embedded import EmbeddedTriton
+from healer.edges.embedded import EmbeddedTriton
 from healer.engines.factory import local_release_engine
 from healer.engines.local import orphaned_releases
 from healer.settings import Settings
 from healer.vocabulary import ReleaseRequest, release_workflow_name
 from tests.workflows.test_kill_matrix import _kill_after, _kill_self
 from tests.workflows.test_release_triton import _nodes, fleet, second_triton
-from workflows import release_steps, steps
+from workflows import steps
+from workflows.steps import release as release_steps
 
 __all__ = ["second_triton"]  # the module's second replica (a fixture), shared by this module's tests
 
@@ -77,7 +79,10 @@ KILL_POINTS: dict[str, tuple[Callable[[], None], list[tuple[str, ...]]]] = {
     # The roll-out's first replica swapped to v2 alone, the other still on v1: the fleet is split.
     "between-waves": (lambda: _kill_after(steps, "restore_replica"), [("1",), ("2",)]),
     # Every replica swapped to v2 and verified, not promoted.
-    "after-last-wave": (lambda: _kill_before(__import__("healer.promote").promote, "promote"), [("2",), ("2",)]),
+    "after-last-wave": (
+        lambda: _kill_before(importlib.import_module("workflows.steps.promote"), "promote"),
+        [("2",), ("2",)],
+    ),
     # Promoted stable in the ledger, killed before the `released` audit record.
     "after-promotion": (
         lambda: _kill_before(release_steps, "audit", lambda _ctx, _req, event, _d: event == "released"),

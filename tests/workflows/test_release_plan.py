@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from healer.ledger import Ledger, QuarantineRecord, StableRecord
+from healer.core.ledger import Ledger, QuarantineRecord, StableRecord
 from workflows.release_plan import (
     BakeTally,
     BakeVerdict,

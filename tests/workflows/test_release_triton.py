@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from healer.embedded import EmbeddedTriton
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.triton import TritonHttp
 from healer.engines.factory import local_release_engine
 from healer.engines.local import LocalEngine
 from healer.settings import Settings
-from healer.triton import TritonHttp
 from healer.vocabulary import ReleaseRequest
 from tests.rollback_stack import RollbackStack, serve_versions, version_source
 

@@ -24,18 +24,18 @@ from typing import Any
 
 import pytest
 
-from healer.embedded import EmbeddedTriton
+from healer.core.results import Status
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.store import FilesystemBlobs, ModelStore
+from healer.edges.triton import TritonHttp
 from healer.engines.factory import local_engine
 from healer.settings import Settings, StoreSettings
-from healer.store import FilesystemBlobs, ModelStore
-from healer.triton import TritonHttp
 from healer.vocabulary import MANUAL, MANUAL_QUARANTINE, RollbackRequest
-from probes.result import Status
 from probes.tiers import check_business
 from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
 from tests.workflows.test_kill_matrix import KILL_POINTS, _kill_after, _kill_self
 from workflows import steps
-from workflows.context import context_from_settings
+from workflows.steps.context import context_from_settings
 
 pytestmark = pytest.mark.triton
 

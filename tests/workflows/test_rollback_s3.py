@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from healer.embedded import EmbeddedTriton
+from healer.core.results import Status
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.store import DERIVED_DIRS, ModelStore, S3Blobs, hash_directory
 from healer.engines.local import LocalEngine
 from healer.settings import S3Settings, Settings, StoreSettings
-from healer.store import DERIVED_DIRS, ModelStore, S3Blobs, hash_directory
-from probes.result import Status
 from probes.tiers import check_business
 from tests.rollback_stack import RollbackStack, VersionSource, rollback_stack, write_model
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3, closed_port, shared_seaweed
-from workflows.context import context_from_settings
 from workflows.rollback import TemplateOptions, build_rollback_template
+from workflows.steps.context import context_from_settings
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from healer.embedded import EmbeddedTriton
-from probes.result import Status
+from healer.core.results import Status
+from healer.edges.embedded import EmbeddedTriton
 from probes.tiers import check_business
 from tests.rollback_stack import RollbackStack
 
@@ -42,7 +42,7 @@ def test_a_tampered_staged_stable_version_is_never_loaded(fs_stack_factory) -> N
     in full, refuses it and fetches v2 from the store again: Triton only ever loads the ledger's bytes."""
     import os
 
-    from healer.store import DISPLACED_DIR
+    from healer.edges.store import DISPLACED_DIR
 
     with fs_stack_factory(
         "linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "wrong_weights")}, stable=[1, 2]
@@ -102,7 +102,7 @@ def test_stable_version_that_answers_wrongly_fails_verify_and_escalates(fs_stack
     ) as stack:
         stack: RollbackStack
         # A bad ledger entry: v2 recorded stable by hand (as a careless operator could), with true hashes.
-        from healer.ledger import StableRecord
+        from healer.core.ledger import StableRecord
 
         v1 = stack.store.ledger(stack.model).stable_record("1")
         assert v1 is not None
@@ -197,12 +197,12 @@ def test_one_rollback_heals_every_replica(fs_stack_factory, tmp_path: Path) -> N
     """Two real Tritons read one live repository (a shared volume); one workflow restores both."""
     import shutil
 
+    from healer.edges.triton import TritonHttp
     from healer.engines.local import LocalEngine
-    from healer.triton import TritonHttp
     from tests.rollback_stack import version_source
-    from workflows.context import context_from_settings
     from workflows.plan import ReplicaTarget
     from workflows.rollback import build_rollback_template
+    from workflows.steps.context import context_from_settings
 
     with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, stable=[1, 2]) as stack:
         stack: RollbackStack
@@ -243,8 +243,8 @@ def _engine_with(stack: RollbackStack, tmp_path: Path, **rollback: object) -> ob
     """A LocalEngine for the stack with other rollback settings (e.g. the order) or replica targets."""
 
     from healer.engines.local import LocalEngine
-    from workflows.context import context_from_settings
     from workflows.rollback import build_rollback_template
+    from workflows.steps.context import context_from_settings
 
     targets = rollback.pop("targets", None)
     settings = dataclasses.replace(stack.settings, rollback=dataclasses.replace(stack.settings.rollback, **rollback))
@@ -273,7 +273,7 @@ def test_no_stable_version_leaves_the_served_model_loaded_and_escalates(fs_stack
 
 def test_a_failed_swap_keeps_the_old_version_serving(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Triton's reload keeps the loaded version when the new one fails to load: nothing is absent."""
-    from healer.ledger import StableRecord
+    from healer.core.ledger import StableRecord
 
     with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "nan")}, stable=[1]) as stack:
         stack: RollbackStack
@@ -309,7 +309,7 @@ def test_unload_first_order_restores_too(fs_stack_factory, tmp_path: Path) -> No
 def test_a_failure_on_one_replica_leaves_the_others_serving(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Replica A is restored; replica B cannot load the stable version (its repository lacks it):
     B keeps serving what it served, A stays restored, a terminating pod is skipped and reported."""
-    from healer.triton import TritonHttp
+    from healer.edges.triton import TritonHttp
     from tests.rollback_stack import write_model
     from workflows.plan import ReplicaTarget
 
@@ -349,7 +349,7 @@ def test_a_canary_that_cannot_serve_the_stable_version_stops_before_any_other_re
 ) -> None:
     """The first replica (the canary) cannot load the stable version (its repository lacks it): the
     rollback stops there; the canary keeps serving what it served and the other replica is never touched."""
-    from healer.triton import TritonHttp
+    from healer.edges.triton import TritonHttp
     from tests.rollback_stack import write_model
     from workflows.plan import ReplicaTarget
 
@@ -378,7 +378,7 @@ def test_a_replica_failing_mid_wave_stops_after_its_wave_and_leaves_it_serving( 
     """Three replicas: the canary is restored, then B and C in one wave; B cannot load the stable
     version. C is still restored (a wave finishes), B keeps serving what it served, and the error
     names B and counts what was restored."""
-    from healer.triton import TritonHttp
+    from healer.edges.triton import TritonHttp
     from tests.rollback_stack import write_model
     from workflows.plan import ReplicaTarget
 
@@ -414,7 +414,7 @@ def test_a_replica_failing_mid_wave_stops_after_its_wave_and_leaves_it_serving( 
 def test_a_restarted_triton_serves_the_stable_version_not_the_quarantined_one(  # type: ignore[no-untyped-def]
     fs_stack_factory, tmp_path: Path
 ) -> None:
-    from healer.triton import TritonHttp
+    from healer.edges.triton import TritonHttp
 
     with fs_stack_factory(
         "linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "wrong_weights")}, stable=[1, 2]
@@ -439,8 +439,8 @@ def test_two_engines_never_heal_one_model_at_once(fs_stack_factory, tmp_path: Pa
     the pod); the store lease is what both see. Two engines with separate lock folders stand for
     them here: the second run waits for the lease, then finds the model already restored."""
     from healer.engines.local import LocalEngine
-    from workflows.context import context_from_settings
     from workflows.rollback import build_rollback_template
+    from workflows.steps.context import context_from_settings
 
     with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
         stack: RollbackStack

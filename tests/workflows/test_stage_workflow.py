@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 import yaml
 
-from healer.ledger import StableRecord
-from healer.store import FilesystemBlobs, ModelStore, stamped_hashes
+from healer.core.ledger import StableRecord
+from healer.edges.store import FilesystemBlobs, ModelStore, stamped_hashes
 from workflows.render import render_all
 from workflows.stage import STAGE_CRON, STAGE_TEMPLATE, stage_step
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from healer.embedded import EmbeddedTriton
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.store import FilesystemBlobs, ModelStore, StoreFull
 from healer.settings import Settings, StoreSettings
-from healer.store import FilesystemBlobs, ModelStore, StoreFull
 from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack
 from workflows import steps
-from workflows.context import context_from_settings
+from workflows.steps.context import context_from_settings
 
 pytestmark = pytest.mark.triton
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from healer.ledger import StableRecord
+from healer.core.ledger import StableRecord
+from healer.edges.store import FilesystemBlobs, ModelStore
+from healer.edges.triton import IndexEntry, OutputTensor, TritonRejected
 from healer.settings import Settings
-from healer.store import FilesystemBlobs, ModelStore
-from healer.triton import IndexEntry, OutputTensor, TritonRejected
 from healer.vocabulary import RollbackRequest
 from tests.sidecar_fleet import golden_metadata
 from workflows import steps

@@ -1,0 +1,193 @@
+"""Alertmanager-compatible alerts: built purely, sent with a timeout; the one way an escalation tells a
+person (``escalate_to_people``), from the sidecar (healer/sidecar/notify.py) and from the rollback's
+escalate step (workflows/steps.py)."""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from healer.core.labels import diagnosis_annotations
+from healer.edges.logs import iso_utc
+from healer.edges.tracing import trace_id_of, trace_url
+from healer.settings import AlertSettings
+from healer.vocabulary import RollbackRequest
+
+ALERT_NAME = "HealerRollbackEscalated"
+
+
+def build_alert(
+    request: RollbackRequest, *, failure: str, timeline: Sequence[str], runbook_url: str, workflow: str = ""
+) -> dict[str, Any]:
+    """An Alertmanager v2 postable alert: who, what, what was tried, and where to look (the incident's
+    trace, when it was traced: its id, and its page when ``tracing.ui_link_template`` is set)."""
+    trace_id = trace_id_of(request.traceparent)
+    traced = {"trace_id": trace_id, **({"trace_url": url} if (url := trace_url(trace_id)) else {})} if trace_id else {}
+    description = "\n".join(
+        [
+            f"Rollback of {request.model} from v{request.from_version} did not complete: {failure}",
+            f"Detected: {request.reason} {request.detail}".rstrip(),
+            "Tried:",
+            *(f"  {line}" for line in timeline or ["nothing (failed before the first step)"]),
+            "The pod is kept for diagnosis and stays drained (readiness false).",
+        ]
+    )
+    return {
+        "labels": {
+            "alertname": ALERT_NAME,
+            "severity": "critical",
+            "model": request.model,
+            "version": request.from_version,
+            "incident": request.incident,
+            "pod": request.pod or "unknown",
+        },
+        "annotations": {
+            "summary": f"healer could not restore {request.model} (v{request.from_version} is broken)",
+            "description": description,
+            "runbook_url": runbook_url,
+            "workflow": workflow,
+            **traced,
+        },
+        "startsAt": iso_utc(time.time()),
+    }
+
+
+def post_alerts(base_url: str, alerts: list[dict[str, Any]], timeout_s: float) -> None:
+    """POST to Alertmanager's /api/v2/alerts."""
+    url = base_url.rstrip("/") + "/api/v2/alerts"
+    request = urllib.request.Request(  # noqa: S310 - the operator's configured Alertmanager
+        url, data=json.dumps(alerts).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
+        response.read()
+
+
+PostAlerts = Callable[[str, list[dict[str, Any]], float], None]
+PodMarker = Callable[[str, Mapping[str, str]], None]  # (pod "namespace/name", annotations): annotate it
+NO_WEBHOOK = "no rollback.alert.webhook_url configured"
+
+
+class DeliveryStatus(enum.Enum):
+    SENT = "sent"
+    NO_WEBHOOK = "no_webhook"  # nowhere to send it: not a failure to report
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What became of one alert: sent, not sent because no webhook is configured, or failed (``error``)."""
+
+    status: DeliveryStatus
+    error: str = ""  # FAILED: the exception, one line
+
+    @property
+    def sent(self) -> bool:
+        return self.status is DeliveryStatus.SENT
+
+    @property
+    def why_not(self) -> str:
+        """ "" when sent, else why not in words (the escalate step's outcome records it)."""
+        return NO_WEBHOOK if self.status is DeliveryStatus.NO_WEBHOOK else self.error
+
+
+def deliver_alert(post: PostAlerts, webhook_url: str | None, alert: dict[str, Any], timeout_s: float) -> Delivery:
+    """Send one alert through ``post`` (``post_alerts`` in production). Never raises: a bad reply from
+    Alertmanager must not stop the other channels."""
+    if not webhook_url:
+        return Delivery(DeliveryStatus.NO_WEBHOOK)
+    try:
+        post(webhook_url, [alert], timeout_s)
+    except Exception as exc:  # any failure to alert is reported; the escalation goes on
+        return Delivery(DeliveryStatus.FAILED, f"{type(exc).__name__}: {exc}")
+    return Delivery(DeliveryStatus.SENT)
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """An escalation as people meet it: the alert (and whether it went out), the pod marked for diagnosis."""
+
+    alert: dict[str, Any]
+    delivery: Delivery
+    pod_marked: bool = False
+    pod_error: Exception | None = None  # marking the pod failed (the Kubernetes API, a bad pod name)
+
+
+def escalate_to_people(
+    request: RollbackRequest,
+    *,
+    failure: str,
+    timeline: Sequence[str],
+    workflow: str,
+    config: AlertSettings,
+    post: PostAlerts,
+    mark_pod: PodMarker | None,
+) -> Escalation:
+    """The one assembly of an escalation, the sidecar's and the rollback's escalate step's: the alert
+    (``build_alert``) sent once, and the request's pod marked to be kept for diagnosis (``mark_pod``,
+    when given and the request names a pod). Best effort on each channel: one failing never stops the
+    other, and nothing raises. What differs stays with the callers (the step records an outcome and a
+    quarantine; the sidecar keeps the alert firing until the model serves again)."""
+    alert = build_alert(request, failure=failure, timeline=timeline, runbook_url=config.runbook_url, workflow=workflow)
+    delivery = deliver_alert(post, config.webhook_url, alert, config.timeout_s)
+    if mark_pod is None or not request.pod:
+        return Escalation(alert, delivery)
+    try:
+        mark_pod(request.pod, diagnosis_annotations(request.incident, trace_id_of(request.traceparent)))
+    except Exception as exc:  # the Kubernetes API failing must not stop the escalation
+        return Escalation(alert, delivery, pod_error=exc)
+    return Escalation(alert, delivery, pod_marked=True)
+
+
+RELEASE_ALERT_NAME = "HealerReleaseStopped"
+
+
+def build_release_alert(
+    model: str,
+    version: str,
+    release: str,
+    *,
+    failure: str,
+    outcome: Mapping[str, Any],
+    workflow: str,
+    runbook_url: str,
+) -> dict[str, Any]:
+    """A stopped release as an Alertmanager alert (pure): what failed, and where every replica is now."""
+    replicas = outcome.get("replicas") or {}
+    where = [f"  {url}: {r.get('action', '?')} ({r.get('why', '')})" for url, r in replicas.items()]
+    skipped = [f"  {name}: skipped ({why})" for name, why in (outcome.get("skipped") or {}).items()]
+    put_back = outcome.get("put_back_error")
+    description = "\n".join(
+        [
+            f"The release of {model} v{version} was stopped: {failure}",
+            (
+                f"NOT every replica could be put back on the stable version: {put_back}"
+                if put_back
+                else str(outcome["left"])
+                if outcome.get("left")
+                else f"Every replica that answered serves the stable v{outcome.get('stable', '?')} again."
+            ),
+            *(["Replicas:", *where, *skipped] if where or skipped else []),
+            f"v{version} quarantined: {'yes' if outcome.get('quarantined') else 'no (nothing was learnt against it)'}",
+        ]
+    )
+    return {
+        "labels": {
+            "alertname": RELEASE_ALERT_NAME,
+            "severity": "critical" if put_back else "warning",
+            "model": model,
+            "version": version,
+            "incident": release,
+        },
+        "annotations": {
+            "summary": f"healer stopped the release of {model} v{version}",
+            "description": description,
+            "runbook_url": runbook_url,
+            "workflow": workflow,
+        },
+        "startsAt": iso_utc(time.time()),
+    }

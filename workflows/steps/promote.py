@@ -1,0 +1,91 @@
+"""Promote a model version to *stable*: only after it answers its golden request on a running Triton."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from healer.core.ledger import Ledger, StableRecord
+from healer.core.results import Status
+from healer.edges.logs import iso_utc
+from healer.edges.store import ModelStore, StoreIntegrityError, verify_version
+from healer.edges.triton import TritonAPI, TritonError
+from healer.settings import Settings
+from probes.tiers import check_after_load
+
+
+def _config_file(store: ModelStore, live: Path | None, model: str) -> str:
+    """The model's config.pbtxt as Triton reads it: the live repository's, else the store's ("" if none)."""
+    if live is not None:
+        try:
+            return (live / model / "config.pbtxt").read_text()
+        except FileNotFoundError:
+            pass
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PromotionRefused(f"{live / model / 'config.pbtxt'}: cannot read the model's config: {exc}") from exc
+    try:
+        return store.blobs.read(f"{model}/config.pbtxt").decode()
+    except FileNotFoundError:
+        return ""
+    except UnicodeDecodeError as exc:
+        raise PromotionRefused(f"{store.location}/{model}/config.pbtxt: not text: {exc}") from exc
+
+
+class PromotionRefused(Exception):
+    """The version may not be promoted; the message says why."""
+
+
+def promote(
+    settings: Settings, triton: TritonAPI, store: ModelStore, model: str, version: str, *, by: str
+) -> StableRecord:
+    try:
+        golden = settings.model(model).golden
+    except KeyError:
+        raise PromotionRefused(f"{model} has no golden request in {settings.source}") from None
+    ledger = store.ledger(model)
+    if ledger.is_quarantined(version):
+        incidents = ", ".join(q.incident for q in ledger.quarantined if q.version == version)
+        raise PromotionRefused(f"{model} v{version} is quarantined (incident {incidents}); it is not promoted")
+    files = store.version_files(model, version)
+    if not files:
+        raise PromotionRefused(f"{model} v{version} is not in the store {store.location}")
+    live = settings.live_repository_path
+    if live is not None:
+        if not (live / model / version).is_dir():
+            raise PromotionRefused(
+                f"{model} v{version} is not in the live repository {live}: promote from where Triton's files are"
+            )
+        try:
+            # Read in full, and stamped: a rollback to this version then checks it without hashing it.
+            verify_version(live / model / version, files, where=str(live / model / version), trust_stamp=False)
+        except StoreIntegrityError:
+            raise PromotionRefused(
+                f"{model} v{version}: the files Triton reads in {live} differ from the store's; "
+                "promote only what the store holds"
+            ) from None
+    try:
+        if not triton.model_version_ready(model, version):
+            raise PromotionRefused(f"{model} v{version} is not ready on Triton {triton.url}; load it first")
+        result = check_after_load(triton, model, version, golden)
+        if result.status is not Status.PASS:
+            raise PromotionRefused(f"{model} v{version} did not pass its golden request: {result.reason}")
+        config = triton.model_config(model)
+    except TritonError as exc:
+        raise PromotionRefused(f"Triton {triton.url}: {exc}") from exc
+    record = StableRecord(
+        version=version,
+        files=files,
+        promoted_at=iso_utc(time.time()),
+        promoted_by=by,
+        config=config,
+        config_file=_config_file(store, live, model),
+    )
+
+    def promote_unless_quarantined(current: Ledger) -> Ledger:
+        # Checked again inside the update: a quarantine written meanwhile wins.
+        if current.is_quarantined(version):
+            raise PromotionRefused(f"{model} v{version} was quarantined while it was being promoted")
+        return current.with_stable(record)
+
+    store.update_ledger(model, promote_unless_quarantined)
+    return record
