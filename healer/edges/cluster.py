@@ -121,7 +121,7 @@ def api_failure(access: ClusterAccess, what: str, exc: BaseException) -> Cluster
     from kubernetes.client.exceptions import ApiException
 
     if isinstance(exc, ApiException):
-        message = _status_message(exc.body) or (exc.reason or "")
+        message = status_message(exc.body) or (exc.reason or "")
         who = f" as {access.user}" if access.user else ""
         hint = ""
         if exc.status == 401:
@@ -134,7 +134,7 @@ def api_failure(access: ClusterAccess, what: str, exc: BaseException) -> Cluster
     return ClusterError(f"{access.host} unreachable to {what} ({access.source}): {type(exc).__name__}: {exc}")
 
 
-def _status_message(body: Any) -> str:
+def status_message(body: Any) -> str:
     if isinstance(body, bytes):
         body = body.decode(errors="replace")
     if not body:

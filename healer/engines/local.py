@@ -38,12 +38,12 @@ from healer.core.labels import ENGINE_ANNOTATION, ENGINE_GONE_ANNOTATION, ENGINE
 from healer.engines import MAX_EARLIER_OCCURRENCES, EngineNotFound, EngineRejected, EngineUnavailable, join_or_step_past
 from healer.engines.records import (
     RunRecords,
-    _owner_alive,
     epoch,
     mark_orphaned_runs,
     new_record,
     new_release_record,
     now_text,
+    owner_alive,
     process_instance,
     resume_suspended,
 )
@@ -479,7 +479,7 @@ def _orphaned(record: dict[str, Any]) -> bool:
     host, _, pid = str(annotations.get(ENGINE_ANNOTATION, "")).partition("/")
     if host != socket.gethostname() or not pid.isdigit():
         return False  # another host's run: nothing here can tell whether its engine lives
-    return not _owner_alive(int(pid), str(annotations.get(ENGINE_INSTANCE_ANNOTATION, "")))
+    return not owner_alive(int(pid), str(annotations.get(ENGINE_INSTANCE_ANNOTATION, "")))
 
 
 def _run_parameters(record: dict[str, Any]) -> dict[str, str]:

@@ -256,7 +256,7 @@ def mark_orphaned_runs(state_dir: Path, *, prefix: str = TEMPLATE_NAME) -> list[
             host, _, pid = annotations.get(ENGINE_ANNOTATION, "").partition("/")
             if host != here or not pid.isdigit():
                 continue  # another host's run: nothing here can tell whether its engine lives
-            if _owner_alive(int(pid), annotations.get(ENGINE_INSTANCE_ANNOTATION, "")):
+            if owner_alive(int(pid), annotations.get(ENGINE_INSTANCE_ANNOTATION, "")):
                 continue
             record["status"].update(
                 phase="Error", message=f"engine process {pid} ended before the run finished", finishedAt=now_text()
@@ -279,7 +279,7 @@ def orphaned_by(record: dict[str, Any], *, here: str | None = None) -> str | Non
         host, _, pid = str(annotations.get(ENGINE_ANNOTATION, "")).partition("/")
         if host != (here if here is not None else socket.gethostname()) or not pid.isdigit():
             return None
-        return None if _owner_alive(int(pid), str(annotations.get(ENGINE_INSTANCE_ANNOTATION, ""))) else pid
+        return None if owner_alive(int(pid), str(annotations.get(ENGINE_INSTANCE_ANNOTATION, ""))) else pid
     except (KeyError, TypeError, AttributeError):
         return None
 
@@ -336,7 +336,7 @@ def process_instance(pid: int) -> str | None:
     return f"{boot_id}/{fields[19]}" if len(fields) > 19 else None  # field 22: starttime, in clock ticks
 
 
-def _owner_alive(pid: int, instance: str) -> bool:
+def owner_alive(pid: int, instance: str) -> bool:
     if not instance:  # a record written before instances were kept, or where /proc could not tell
         return _alive(pid)
     current = process_instance(pid)

@@ -11,16 +11,16 @@ from typing import Any
 from healer.edges.logs import iso_utc
 from healer.edges.store.base import StoreBase
 from healer.edges.store.errors import StoreConflict
-from healer.edges.store.layout import META_DIR, _check_name, _safe_part
+from healer.edges.store.layout import META_DIR, check_name, safe_part
 
 
 class AuditTrail(StoreBase):
     """The audit part of the ModelStore."""
 
     def append_audit(self, model: str, record: Mapping[str, Any]) -> str:
-        _check_name(model)
+        check_name(model)
         # The incident becomes part of a key: no "/" (or anything odd) may steer it out of the audit folder.
-        incident = _safe_part(str(record.get("incident", "none")), limit=200)
+        incident = safe_part(str(record.get("incident", "none")), limit=200)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         data = (json.dumps({"model": model, "at": iso_utc(time.time()), **record}, sort_keys=True) + "\n").encode()
         for n in range(100):
@@ -30,14 +30,14 @@ class AuditTrail(StoreBase):
         raise StoreConflict(f"{self.location}: could not append an audit record for {model!r}")
 
     def audit(self, model: str) -> list[dict[str, Any]]:
-        _check_name(model)
+        check_name(model)
         return [json.loads(self.blobs.read(k)) for k in self.blobs.keys(f"{META_DIR}/{model}/audit")]
 
     def audit_of(self, model: str, incident: str) -> list[dict[str, Any]]:
         """The model's audit records of one incident (or release), oldest first: only their keys are
         listed and only theirs read (the incident is part of each key)."""
-        _check_name(model)
-        part = _safe_part(incident, limit=200)
+        check_name(model)
+        part = safe_part(incident, limit=200)
         records = []
         for key in sorted(self.blobs.keys(f"{META_DIR}/{model}/audit")):
             name = key.rsplit("/", 1)[-1].removesuffix(".json")

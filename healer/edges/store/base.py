@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from healer.edges.store.blobs import Blobs
-from healer.edges.store.layout import _is_generation
+from healer.edges.store.layout import is_generation
 
 
 class StoreBase:
@@ -24,5 +24,5 @@ class StoreBase:
         return sorted(
             (int(PurePosixPath(k).stem), k)
             for k in self.blobs.keys(prefix)
-            if k.endswith(".json") and _is_generation(PurePosixPath(k).stem)
+            if k.endswith(".json") and is_generation(PurePosixPath(k).stem)
         )

@@ -53,7 +53,7 @@ PERMANENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOS
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
-def _filesystem_error(what: str, exc: OSError) -> StoreError:
+def filesystem_error(what: str, exc: OSError) -> StoreError:
     """An OSError from a filesystem store, classified: permissions, a read-only mount or a full disk
     are permanent (and say so, with the owner and mode of the path); anything else may pass."""
     if exc.errno in PERMANENT_ERRNOS:
@@ -88,7 +88,7 @@ class FilesystemBlobs:
                 return []
             return sorted(str(PurePosixPath(p.relative_to(self.root))) for p in base.rglob("*") if p.is_file())
         except OSError as exc:
-            raise _filesystem_error(f"{self.location}: cannot list {prefix!r}", exc) from exc
+            raise filesystem_error(f"{self.location}: cannot list {prefix!r}", exc) from exc
 
     def read(self, key: str) -> bytes:
         try:
@@ -96,7 +96,7 @@ class FilesystemBlobs:
         except FileNotFoundError:
             raise
         except OSError as exc:
-            raise _filesystem_error(f"{self.location}: cannot read {key!r}", exc) from exc
+            raise filesystem_error(f"{self.location}: cannot read {key!r}", exc) from exc
 
     def create(self, key: str, data: bytes) -> bool:
         target = self.root / key
@@ -122,13 +122,13 @@ class FilesystemBlobs:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
         except OSError as exc:
-            raise _filesystem_error(f"{self.location}: cannot write {key!r}", exc) from exc
+            raise filesystem_error(f"{self.location}: cannot write {key!r}", exc) from exc
 
     def delete(self, key: str) -> None:
         try:
             (self.root / key).unlink(missing_ok=True)
         except OSError as exc:
-            raise _filesystem_error(f"{self.location}: cannot delete {key!r}", exc) from exc
+            raise filesystem_error(f"{self.location}: cannot delete {key!r}", exc) from exc
 
     def modified_at(self, key: str) -> float:
         # The file's mtime: set by the NFS server on an NFS share (by this machine's clock on a local disk).
@@ -137,7 +137,7 @@ class FilesystemBlobs:
         except FileNotFoundError:
             raise
         except OSError as exc:
-            raise _filesystem_error(f"{self.location}: cannot stat {key!r}", exc) from exc
+            raise filesystem_error(f"{self.location}: cannot stat {key!r}", exc) from exc
 
     def open_stream(self, key: str) -> Iterator[bytes]:
         try:
@@ -145,7 +145,7 @@ class FilesystemBlobs:
                 while chunk := handle.read(CHUNK):
                     yield chunk
         except OSError as exc:
-            raise _filesystem_error(f"{self.location}: cannot read {key!r}", exc) from exc
+            raise filesystem_error(f"{self.location}: cannot read {key!r}", exc) from exc
 
 
 class S3Blobs:

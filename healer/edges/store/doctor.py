@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from healer.core.ledger import LeaseSnapshot, Ledger, LedgerFormatError, wall_time
-from healer.edges.store.blobs import _filesystem_error
+from healer.edges.store.blobs import filesystem_error
 from healer.edges.store.errors import LeaseHeld, StoreConflict, StoreError
 from healer.edges.store.hashing import is_derived
-from healer.edges.store.layout import MAX_LEDGER_ATTEMPTS, _check_name, _safe_part
+from healer.edges.store.layout import MAX_LEDGER_ATTEMPTS, check_name, safe_part
 from healer.edges.store.lease import Leases
 from healer.edges.store.ledger import Ledgers
 from healer.edges.store.live import live_bytecode
@@ -102,7 +102,7 @@ class Doctor(Ledgers, Leases):
         """The ledger's and the lease's newest snapshots, each read as healer reads it, and every
         unreadable snapshot from the newest back to the newest readable one (a repair copies that
         one forward). Never raises for a bad snapshot: that is what it reports."""
-        _check_name(model)
+        check_name(model)
         problems: list[tuple[str, str]] = []
 
         def newest_readable(prefix: str, read: Callable[[int, str], Any]) -> tuple[int, int, Any]:
@@ -136,7 +136,7 @@ class Doctor(Ledgers, Leases):
         """Each stable version's files as the store lists them (no hashing: a listing per version), and
         the bytecode caches in the live repository, against ``ledger`` (``diagnose``'s). Raises StoreError
         when the store or the live repository cannot be read."""
-        _check_name(model)
+        check_name(model)
         if ledger is None:
             return Findings()
         listed = {}
@@ -148,7 +148,7 @@ class Doctor(Ledgers, Leases):
         try:
             bytecode = live_bytecode(live_repository, model) if live_repository is not None else {}
         except OSError as exc:
-            raise _filesystem_error(f"{live_repository}/{model}: cannot read the live repository", exc) from exc
+            raise filesystem_error(f"{live_repository}/{model}: cannot read the live repository", exc) from exc
         return ledger_findings(ledger, listed, where=self.location, bytecode=bytecode, live=str(live_repository or ""))
 
     def release_lease_by_hand(
@@ -168,7 +168,7 @@ class Doctor(Ledgers, Leases):
         carry over from the newest readable snapshot unless ``clear_put_back`` (a replica that is
         gone for good). Also frees a lease whose newest snapshot is unreadable. Returns the
         snapshot written."""
-        _check_name(model)
+        check_name(model)
         for _attempt in range(MAX_LEDGER_ATTEMPTS):
             diagnosis = self.diagnose(model)
             newest_readable = diagnosis.lease_readable_generation == diagnosis.lease_generation
@@ -188,7 +188,7 @@ class Doctor(Ledgers, Leases):
                     expires_at=previous.effective_expires_at,
                 )
             snapshot = LeaseSnapshot(
-                holder=f"healer-doctor/{_safe_part(by)}",
+                holder=f"healer-doctor/{safe_part(by)}",
                 expires_at=released_at,
                 released=True,
                 at=wall_time(released_at),

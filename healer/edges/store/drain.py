@@ -13,7 +13,7 @@ from urllib.parse import quote, unquote
 from healer.edges.logs import get_logger, iso_utc
 from healer.edges.store.base import StoreBase
 from healer.edges.store.errors import StoreConflict, StoreError
-from healer.edges.store.layout import MAX_LEDGER_ATTEMPTS, META_DIR, _is_generation
+from healer.edges.store.layout import MAX_LEDGER_ATTEMPTS, META_DIR, is_generation
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class DrainSets(StoreBase):
         snapshots, wishes = [], set()
         for key in self.blobs.keys(self._drain_prefix(name)):
             path = PurePosixPath(key)
-            if path.parent.name == name and key.endswith(".json") and _is_generation(path.stem):
+            if path.parent.name == name and key.endswith(".json") and is_generation(path.stem):
                 snapshots.append((int(path.stem), key))
             elif path.parent.name == WISH_DIR and path.parent.parent.name == name and key.endswith(WISH_SUFFIX):
                 wishes.add(unquote(path.name[: -len(WISH_SUFFIX)]))

@@ -10,7 +10,7 @@ from pathlib import Path
 from healer.edges.store.layout import DIR_MODE, FILE_MODE
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -36,7 +36,8 @@ def is_derived(parts: tuple[str, ...] | list[str]) -> bool:
     return any(part in DERIVED_DIRS or part.startswith(INERT_BYTECODE_PREFIX) for part in parts)
 
 
-def _hash_tree(root: Path) -> dict[str, str]:
+def hash_directory(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` (relative POSIX paths), e.g. a version in the live repository."""
     hashes = {}
     files = (p for p in root.rglob("*") if p.is_file() and not is_derived(p.relative_to(root).parts))
     for path in sorted(files):
@@ -46,8 +47,3 @@ def _hash_tree(root: Path) -> dict[str, str]:
                 digest.update(chunk)
         hashes[str(PurePosixPath(path.relative_to(root)))] = digest.hexdigest()
     return hashes
-
-
-def hash_directory(root: Path) -> dict[str, str]:
-    """sha256 of every file under ``root`` (relative POSIX paths), e.g. a version in the live repository."""
-    return _hash_tree(root)

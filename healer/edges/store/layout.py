@@ -16,22 +16,18 @@ FILE_MODE = 0o644  # world-readable: Triton (or an NFS server squashing root) re
 DIR_MODE = 0o755
 
 
-def _is_generation(stem: str) -> bool:
+def is_generation(stem: str) -> bool:
     """A snapshot's name: ASCII digits only (not str.isdigit(): '²' is a digit to it, not to int())."""
     return re.fullmatch(r"[0-9]{1,18}", stem) is not None
 
 
-def check_name(model: str, version: str | None = None) -> None:
-    """Raise ValueError for a model name or version that is not a plain name (it could escape the root)."""
-    _check_name(model, version)
-
-
-def _safe_part(text: str, limit: int = 100) -> str:
+def safe_part(text: str, limit: int = 100) -> str:
     # Free text (an incident id) that becomes part of a key or a file name: nothing that can steer it.
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:limit]
 
 
-def _check_name(model: str, version: str | None = None) -> None:
+def check_name(model: str, version: str | None = None) -> None:
+    """Raise ValueError for a model name or version that is not a plain name (it could escape the root)."""
     # Names become paths and keys: refuse anything that could escape the root.
     if not MODEL_NAME_PATTERN.match(model) or ".." in model:
         raise ValueError(f"invalid model name {model!r}")

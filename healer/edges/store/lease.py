@@ -11,7 +11,7 @@ from healer.core.ledger import LeaseSnapshot, LedgerFormatError, PutBack, decide
 from healer.edges.logs import get_logger
 from healer.edges.store.base import StoreBase
 from healer.edges.store.errors import LeaseHeld, StoreConflict, StoreError, StoreUnavailable
-from healer.edges.store.layout import MAX_LEDGER_ATTEMPTS, META_DIR, _check_name
+from healer.edges.store.layout import MAX_LEDGER_ATTEMPTS, META_DIR, check_name
 
 # Lease snapshots kept per model when older ones are pruned: far more than a holder can fall behind
 # between its read and its write (the check after every write catches even that).
@@ -91,7 +91,7 @@ class Leases(StoreBase):
         ``run_is_dead``: asked about a holding run of the same incident only when it would otherwise wait:
         a run known to have died with its engine is taken over at once (see decide_lease).
         """
-        _check_name(model)
+        check_name(model)
         if not isinstance(holder, str) or not holder.strip():
             raise ValueError(f"invalid lease holder {holder!r} (a non-empty name)")
         if not math.isfinite(ttl_s) or ttl_s <= 0:
@@ -150,7 +150,7 @@ class Leases(StoreBase):
         so they pile up: a full disk must not stop the next rollback's lease). A writer that read an
         older generation and creates a pruned name is caught by ``_superseded``. Returns how many were
         deleted; a snapshot that cannot be deleted is left (logged), the others still go."""
-        _check_name(model)
+        check_name(model)
         snapshots = self._snapshots(self._lease_prefix(model))
         deleted = 0
         for _generation, key in snapshots[: max(0, len(snapshots) - max(1, keep))]:
@@ -164,7 +164,7 @@ class Leases(StoreBase):
     def lease_snapshot(self, model: str) -> tuple[int, LeaseSnapshot | None]:
         """The newest lease snapshot and its generation (0, None if never taken). Raises
         LedgerFormatError for an unreadable snapshot (healer store doctor repairs it)."""
-        _check_name(model)
+        check_name(model)
         return self._newest_lease(model)
 
     def release_lease(self, lease: Lease, *, now: Callable[[], float] = time.time) -> None:
@@ -172,7 +172,7 @@ class Leases(StoreBase):
         over after expiry, extended by a later acquire, already released) do nothing. Never raises
         a store failure: it is logged, and the TTL frees the lease anyway. Put-back duties stay
         in the released snapshot for the next holder."""
-        _check_name(lease.model)
+        check_name(lease.model)
         log = get_logger("healer.store").bind(store=self.location, model=lease.model, holder=lease.holder)
         try:
             generation, newest = self._newest_lease(lease.model)

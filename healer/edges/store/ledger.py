@@ -8,7 +8,7 @@ from collections.abc import Callable
 from healer.core.ledger import Ledger, LedgerFormatError
 from healer.edges.store.base import StoreBase
 from healer.edges.store.errors import StoreConflict
-from healer.edges.store.layout import MAX_LEDGER_ATTEMPTS, META_DIR, _check_name
+from healer.edges.store.layout import MAX_LEDGER_ATTEMPTS, META_DIR, check_name
 
 
 class Ledgers(StoreBase):
@@ -28,7 +28,7 @@ class Ledgers(StoreBase):
         return ledger
 
     def ledger(self, model: str) -> Ledger:
-        _check_name(model)
+        check_name(model)
         snapshots = self._snapshots(self._ledger_prefix(model))
         if not snapshots:
             return Ledger(model=model)

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from healer.edges.logs import get_logger
-from healer.edges.store.files import _write_atomic, make_dirs
+from healer.edges.store.files import make_dirs, write_atomic
 from healer.edges.store.hashing import DERIVED_DIRS, INERT_BYTECODE_PREFIX
-from healer.edges.store.layout import DISPLACED_DIR, QUARANTINE_DIR, _check_name, _safe_part
+from healer.edges.store.layout import DISPLACED_DIR, QUARANTINE_DIR, check_name, safe_part
 from healer.settings import VERSION_PATTERN
 
 # ---- quarantine in a live repository ---------------------------------------------------------------
@@ -41,14 +41,14 @@ def quarantine_live_version(live_repository: Path, model: str, version: str, *, 
     Returns the new path, or None if there is no such version directory (already moved:
     idempotent). Raises ValueError for bad names, OSError (naming the paths) if the move fails.
     """
-    _check_name(model, version)
+    check_name(model, version)
     _require_live(live_repository)
     source = live_repository / model / version
     if not os.path.lexists(source):
         return None
     folder = _quarantine_dir(live_repository, model)
     make_dirs(folder)
-    stem = f"{version}-{_safe_part(incident)}"
+    stem = f"{version}-{safe_part(incident)}"
     for attempt in range(QUARANTINE_ATTEMPTS):
         destination = folder / (stem if attempt == 0 else f"{stem}-{uuid.uuid4().hex[:8]}")
         if os.path.lexists(destination):
@@ -72,7 +72,7 @@ def quarantine_live_version(live_repository: Path, model: str, version: str, *, 
 
 def quarantined_copies(live_repository: Path, model: str, version: str) -> list[Path]:
     """The quarantined copies of a version in a live repository, oldest first."""
-    _check_name(model, version)
+    check_name(model, version)
     folder = _quarantine_dir(live_repository, model)
     if not folder.is_dir():
         return []
@@ -85,7 +85,7 @@ def restore_quarantined_version(live_repository: Path, model: str, version: str)
 
     Returns the restored path; None when there is no quarantined copy, or when the slot is
     occupied (then both are left alone). Never deletes."""
-    _check_name(model, version)
+    check_name(model, version)
     _require_live(live_repository)
     copies = quarantined_copies(live_repository, model, version)
     target = live_repository / model / version
@@ -112,7 +112,7 @@ def prune_aside(live_repository: Path, model: str, *, keep: int, removable: Call
     is then a copy, never the version itself. An entry named after no version (a displaced
     config.pbtxt, a staging leftover) is removable. Returns the entries removed (relative to the model's
     folder); one that cannot be removed is left and logged."""
-    _check_name(model)
+    check_name(model)
     removed: list[str] = []
     log = get_logger("healer.store").bind(model=model)
     for folder_name in (QUARANTINE_DIR, DISPLACED_DIR):
@@ -168,7 +168,7 @@ def write_live_config(live_repository: Path, model: str, text: str) -> Path | No
 
     Returns the displaced copy, or None when the file already held ``text`` (idempotent). Raises
     ValueError for a bad name or a symlink, OSError (naming the path) if a write fails."""
-    _check_name(model)
+    check_name(model)
     _require_live(live_repository)
     model_dir = live_repository / model
     target = model_dir / "config.pbtxt"
@@ -187,14 +187,14 @@ def write_live_config(live_repository: Path, model: str, text: str) -> Path | No
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         displaced = model_dir / DISPLACED_DIR / f"config.pbtxt-{stamp}-{uuid.uuid4().hex[:8]}"
         make_dirs(displaced.parent)
-        _write_atomic(displaced, current)
+        write_atomic(displaced, current)
     try:
         now = target.read_bytes()
     except FileNotFoundError:
         now = None
     if now != current:
         raise OSError(errno.EAGAIN, "config.pbtxt changed while it was being restored: the newer one kept", str(target))
-    _write_atomic(target, data)
+    write_atomic(target, data)
     return displaced
 
 
@@ -221,7 +221,7 @@ def bytecode_caches(version_dir: Path) -> list[Path]:
 def live_bytecode(live_repository: Path, model: str) -> dict[str, list[str]]:
     """Each version directory of ``<live>/<model>`` that holds bytecode caches → their paths, relative
     to the version directory (``store doctor`` reports them). Only numeric folders: what Triton loads."""
-    _check_name(model)
+    check_name(model)
     model_dir = live_repository / model
     if not model_dir.is_dir():
         return {}
@@ -240,7 +240,7 @@ def move_bytecode_aside(live_repository: Path, model: str, version: str) -> list
     rollback's and the release's stage_version). Returns the relative paths moved ([] when none, or no
     such directory). Raises OSError naming the path when one cannot be moved (e.g. a cache another
     user owns): the version must not be loaded then."""
-    _check_name(model, version)
+    check_name(model, version)
     version_dir = live_repository / model / version
     caches = bytecode_caches(version_dir)
     if not caches:
@@ -287,7 +287,7 @@ def sweep_staging(live_repository: Path, model: str) -> list[str]:
     wins, so a version directory is never emptied by the sweep. Never touches a version, the
     quarantine or the displaced copies. Returns the names removed; one that cannot be removed is
     left and logged (a sweep never fails a rollback)."""
-    _check_name(model)
+    check_name(model)
     model_dir = live_repository / model
     removed: list[str] = []
     try:

@@ -26,9 +26,9 @@ from pathlib import Path, PurePosixPath
 
 import structlog
 
-from healer.edges.store.blobs import _filesystem_error
-from healer.edges.store.files import _write_atomic, make_dirs
-from healer.edges.store.hashing import _hash_tree, check_hashes, is_derived
+from healer.edges.store.blobs import filesystem_error
+from healer.edges.store.files import make_dirs, write_atomic
+from healer.edges.store.hashing import check_hashes, hash_directory, is_derived
 
 log = structlog.get_logger("healer.store")
 
@@ -53,7 +53,7 @@ RACY_S = 2.0
 
 
 def identities(root: Path) -> dict[str, FileIdentity]:
-    """Each file under ``root`` (the files _hash_tree hashes) → its identity, from stat alone."""
+    """Each file under ``root`` (the files hash_directory hashes) → its identity, from stat alone."""
     found = {}
     for path in root.rglob("*"):
         relative = path.relative_to(root)
@@ -97,9 +97,9 @@ def verify_version(version_dir: Path, expected: Mapping[str, str], *, where: str
         return "stamp"
     try:
         before = identities(version_dir)
-        hashes = _hash_tree(version_dir)
+        hashes = hash_directory(version_dir)
     except OSError as exc:  # an I/O error or a vanished file: classified as the filesystem store does
-        raise _filesystem_error(f"{where}: cannot read", exc) from exc
+        raise filesystem_error(f"{where}: cannot read", exc) from exc
     try:
         check_hashes(expected, hashes, where=where)
     except Exception:
@@ -133,7 +133,7 @@ def record(version_dir: Path, hashes: Mapping[str, str], seen: Mapping[str, File
         }
         path = stamp_path(version_dir)
         make_dirs(path.parent)
-        _write_atomic(path, json.dumps(stamp, indent=1).encode())
+        write_atomic(path, json.dumps(stamp, indent=1).encode())
         return True
     except OSError as exc:
         log.warning("stamp_not_written", version_dir=str(version_dir), error=str(exc))

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from healer.edges.store.base import StoreBase
 from healer.edges.store.errors import StoreIntegrityError
-from healer.edges.store.files import _write_atomic, make_dirs
+from healer.edges.store.files import make_dirs, write_atomic
 from healer.edges.store.hashing import check_hashes, is_derived
-from healer.edges.store.layout import DIR_MODE, DISPLACED_DIR, FILE_MODE, META_DIR, _check_name
+from healer.edges.store.layout import DIR_MODE, DISPLACED_DIR, FILE_MODE, META_DIR, check_name
 from healer.edges.store.live import move_bytecode_aside
 from healer.edges.store.stamps import record as record_stamp
 from healer.edges.store.stamps import verify_version
@@ -42,7 +42,7 @@ class Versions(StoreBase):
         return sorted(n for n in names if n != META_DIR and MODEL_NAME_PATTERN.match(n))
 
     def versions(self, model: str) -> list[str]:
-        _check_name(model)
+        check_name(model)
         found = {key.split("/")[1] for key in self.blobs.keys(model) if key.count("/") >= 2}
         return sorted((v for v in found if VERSION_PATTERN.match(v)), key=int)
 
@@ -51,7 +51,7 @@ class Versions(StoreBase):
 
     def version_files(self, model: str, version: str) -> dict[str, str]:
         """sha256 of every file of a version, keyed by the path relative to the version directory."""
-        _check_name(model, version)
+        check_name(model, version)
         prefix = f"{model}/{version}/"
         hashes = {}
         for key in self._version_keys(model, version):
@@ -70,7 +70,7 @@ class Versions(StoreBase):
         ``expected`` (the ledger's record) before anything is renamed into place. A copy already
         there that matches is kept, its bytecode caches moved aside (live.move_bytecode_aside): the
         version returned holds exactly the ledger's files."""
-        _check_name(model, version)
+        check_name(model, version)
         model_dir = live_repository / model
         target = model_dir / version
         if target.is_dir():
@@ -130,4 +130,4 @@ class Versions(StoreBase):
         config = model_dir / "config.pbtxt"
         if not config.exists():
             with contextlib.suppress(FileNotFoundError):
-                _write_atomic(config, self.blobs.read(f"{model}/config.pbtxt"))
+                write_atomic(config, self.blobs.read(f"{model}/config.pbtxt"))
