@@ -122,9 +122,10 @@ build kubernetes "$KUBERNETES_VERSION" "$k8s_ldflags" "" kube-apiserver=k8s.io/k
 # embeds (ui/embed.go: //go:embed dist/app) and the module ships unbuilt. Built as upstream's `make
 # ui/dist/app/index.html` does (yarn 1, Argo's own yarn.lock, the npm registry), with Node.js >= 20
 # (ui/package.json's engines). Its one dependency no registry serves, argo-ui (a git URL in
-# package.json), is the copy in e2e/argo/argo-ui (see e2e/argo/README.md), installed with `file:`.
+# package.json), is the copy in e2e/vendor/argo-ui (see its README), installed with `file:`.
 # Cached in $cache/argo-ui-<version>/app, keyed by a stamp; sets argo_ui_app and argo_ui_stamp.
 argo_ui_commit="54f36c723d9a0e5d3386689298cbb9c27767fa00"
+argo_ui_vendored="$here/vendor/argo-ui" # that commit's files (e2e/vendor/README.md)
 yarn_version="1.22.22"
 build_argo_ui() { # ARGO_MODULE_DIR
   local module="$1" dest="$cache/argo-ui-$ARGO_VERSION" node_version
@@ -140,7 +141,7 @@ build_argo_ui() { # ARGO_MODULE_DIR
   fi
   argo_ui_stamp="$({
     cat "$module/ui/package.json" "$module/ui/yarn.lock"
-    (cd "$here/argo/argo-ui" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+    (cd "$argo_ui_vendored" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
     printf '%s\n' "$ARGO_VERSION" "$node_version" "$yarn_version"
     declare -f build_argo_ui
   } | sha256sum | cut -d' ' -f1)"
@@ -158,7 +159,7 @@ build_argo_ui() { # ARGO_MODULE_DIR
   fi
   local spec="git+https://github.com/argoproj/argo-ui.git#$argo_ui_commit"
   if ! grep -qF "\"argo-ui\": \"$spec\"" "$module/ui/package.json"; then
-    log "Argo $ARGO_VERSION's ui/package.json does not pin argo-ui at $argo_ui_commit: update e2e/argo/argo-ui"
+    log "Argo $ARGO_VERSION's ui/package.json does not pin argo-ui at $argo_ui_commit: update e2e/vendor/argo-ui"
     exit 1
   fi
   local started=$SECONDS work yarn="$cache/.tools/yarn-$yarn_version/node_modules/.bin/yarn"
@@ -171,10 +172,10 @@ build_argo_ui() { # ARGO_MODULE_DIR
   cp -R "$module/ui" "$module/api" "$work/"
   chmod -R u+w "$work"
   local vendored
-  vendored="$(realpath --relative-to="$work/ui" "$here/argo/argo-ui")" # as yarn writes file: keys
+  vendored="$(realpath --relative-to="$work/ui" "$argo_ui_vendored")" # as yarn writes file: keys
   sed -i "s|\"$spec\"|\"file:$vendored\"|" "$work/ui/package.json"
   sed -i -e "s|^\"argo-ui@$spec\":\$|\"argo-ui@file:$vendored\":|" -e "\|^  resolved \"$spec\"\$|d" "$work/ui/yarn.lock"
-  grep -qF "\"argo-ui@file:$vendored\":" "$work/ui/yarn.lock" || { log "could not point yarn.lock at e2e/argo/argo-ui"; exit 1; }
+  grep -qF "\"argo-ui@file:$vendored\":" "$work/ui/yarn.lock" || { log "could not point yarn.lock at e2e/vendor/argo-ui"; exit 1; }
   log "argo-ui $ARGO_VERSION: yarn install and webpack (first run only; nice -n 19; log in $work/yarn.log)"
   # ui/.yarnrc keeps --frozen-lockfile: yarn.lock decides every version. yarn's cache stays for the
   # next build. webpack fits in Node's default heap (peak memory: see the README).
