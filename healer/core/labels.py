@@ -40,6 +40,16 @@ INJECT = "healer.io/inject"  # label (or annotation) "true": inject the sidecar
 INJECTED = "healer.io/injected"  # set by the webhook: what it injected, for idempotence and people
 READINESS = "healer.io/readiness"  # "sidecar": Triton's readinessProbe on the sidecar's /readyz
 TRITON_CONTAINER = "healer.io/triton-container"  # which container is Triton (default "triton")
+# Written by the webhook on the pods it mutates. INJECTION is the evidence that a container is healer's
+# own: its name, port and a digest of the fields the webhook wrote and the API server never rewrites
+# (name, image, args, port names and numbers). A container is never taken for the sidecar by its name.
+INJECTION = "healer.io/injection"
+# Written on a pod admitted without the sidecar (a clash it cannot resolve): why. The admission warning
+# goes to whoever created the pod, which for a Deployment is the ReplicaSet controller: nobody reads
+# it, so the reason is kept on the pod (`kubectl get pod -o yaml`), where an operator looks.
+NOT_INJECTED = "healer.io/not-injected"
+# On a rollback workflow stopped without an argo-server (annotation): the stop's message, for people.
+STOPPED_ANNOTATION = "healer.io/stopped"
 
 
 def request_labels(request: RollbackRequest) -> dict[str, str]:

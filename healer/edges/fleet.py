@@ -12,9 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from healer.core.labels import INCIDENT_LABEL, MODEL_LABEL
-
-SIDECAR_CONTAINER = "healer"  # the injected container's name (healer/webhook.py)
+from healer.core.labels import DIAGNOSIS_ANNOTATION, INCIDENT_LABEL, MODEL_LABEL
+from healer.core.pod_contract import SIDECAR_CONTAINER
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ def pod_from_api(pod: Mapping[str, Any]) -> FleetPod | None:
         node=str(spec.get("nodeName", "")),
         sidecar_port=int(port) if port else None,
         terminating=bool(meta.get("deletionTimestamp")),
-        kept_for_diagnosis=str(annotations.get(INCIDENT_LABEL, "")) if annotations.get("healer.io/diagnosis") else "",
+        kept_for_diagnosis=str(annotations.get(INCIDENT_LABEL, "")) if annotations.get(DIAGNOSIS_ANNOTATION) else "",
     )
 
 

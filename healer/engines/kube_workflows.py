@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from healer.edges.cluster import ClusterAccess, _status_message
+from healer.core.labels import STOPPED_ANNOTATION
+from healer.edges.cluster import ClusterAccess, status_message
 from healer.engines.argo import ArgoEngine, WorkflowApiError
 from healer.vocabulary import TEMPLATE_NAME
 
@@ -78,7 +79,7 @@ class KubeWorkflows:
         # exit handler (spec.shutdown). The message goes on an annotation, for people.
         patch = {
             "spec": {"shutdown": "Stop"},
-            "metadata": {"annotations": {"healer.io/stopped": request.message or ""}},
+            "metadata": {"annotations": {STOPPED_ANNOTATION: request.message or ""}},
         }
         return _workflow(self._call("stop", lambda **kw: self._api.patch_namespaced_custom_object_with_http_info(
             GROUP, VERSION, self.access.namespace, PLURAL, name, patch, **kw)))  # fmt: skip
@@ -106,7 +107,7 @@ class KubeWorkflows:
         except ApiException as exc:
             if exc.status in (0, None):  # the client's own failure before an answer: TLS, a bad URL
                 raise WorkflowApiError(f"{exc.reason or exc}", status=None, maybe_delivered=False) from exc
-            message = _status_message(exc.body) or exc.reason or ""
+            message = status_message(exc.body) or exc.reason or ""
             who = f" as {self.access.user}" if self.access.user else ""
             raise WorkflowApiError(f"{message}{who}", status=exc.status) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
