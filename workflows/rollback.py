@@ -32,6 +32,7 @@ from healer.core.labels import (
     TO_VERSION_LABEL,
     TRACE_ID_LABEL,
 )
+from healer.core.pod_contract import CONFIG_MAP, HEALER_UID
 from healer.edges import tracing
 from healer.vocabulary import TEMPLATE_NAME, RollbackRequest
 
@@ -39,7 +40,6 @@ EXIT_TRANSIENT = 75  # EX_TEMPFAIL: retried by the retry strategy
 EXIT_KILLED = 137  # 128 + SIGKILL: the step was killed halfway; retried too
 EXIT_PERMANENT = 1
 ESCALATE_DEADLINE_S = 60
-HEALER_UID = 10001  # the healer image's user; the sidecar runs as it too (deploy/kubernetes/)
 PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod", "triton-url", "traceparent")
 # Labels set from parameters whose values are always label-safe (versions, reason codes, incident ids).
 LABELS_FROM_PARAMETERS = {
@@ -69,7 +69,7 @@ class TemplateOptions:
     namespace: str = "ml"
     service_account: str = "healer-rollback"
     deadline_s: int = 90
-    config_map: str = "healer-config"  # holds healer.yaml, mounted at /etc/healer
+    config_map: str = CONFIG_MAP  # holds healer.yaml, mounted at /etc/healer
     retry_limit: int = 2
     # The live repository, shared with the Triton pods (ReadWriteMany: NFS and the like); None: no mount.
     models_claim: str | None = "triton-models"
