@@ -6,12 +6,10 @@
 # (healer.core.trace_tree). What README's and docs/tracing.md's drill trace were made with:
 #   bash e2e/trace-drill.sh [SCENARIO ...]
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-# shellcheck source=versions.env
-source "$root/e2e/versions.env"
-python="${PYTHON:-$root/.venv/bin/python}"
+# shellcheck source=common.sh
+source "$(dirname "$0")/common.sh" # versions.env, root, python, cache
 bash "$root/e2e/build.sh" >/dev/null
-collector="${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}/otelcol-$OTELCOL_VERSION/bin/otelcol-healer"
+collector="$cache/otelcol-$OTELCOL_VERSION/bin/otelcol-healer"
 work="$(mktemp -d)"
 port="$("$python" -c 'from healer.edges.processes import free_port; print(free_port())')"
 cat >"$work/otelcol.yaml" <<YAML

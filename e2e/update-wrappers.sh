@@ -3,8 +3,8 @@
 # version, then commit the result: e2e/build.sh builds only from the committed, checksummed files.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=versions.env
-source "$here/versions.env"
+# shellcheck source=common.sh
+source "$here/common.sh"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 go_line="go 1.26.5"  # Argo v4.1.4 needs 1.26.5; Kubernetes v1.37 and etcd v3.7 need 1.26.0
 
@@ -83,7 +83,7 @@ MOD
 # the checksum database does not know every pseudo-version they pin), and tidy keeps what is used.
 seed() { # component module@version
   local dir
-  dir="$(go mod download -json "$2" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  dir="$(go_module_dir "$2")"
   cp "$dir/go.sum" "$here/$1/go.sum"
   chmod u+w "$here/$1/go.sum"
 }

@@ -8,18 +8,17 @@
 #   VULNDB_VERSION=v0.0.0-... e2e/vulncheck.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=versions.env
-source "$here/versions.env"
+# shellcheck source=common.sh
+source "$here/common.sh"
 vulndb_version="${VULNDB_VERSION:-v0.0.0-20261105234957-e22db6528018}"
 govulncheck_version="${GOVULNCHECK_VERSION:-v1.9.0}"
-work="${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}/vulncheck-$vulndb_version"
+work="$cache/vulncheck-$vulndb_version"
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 
 if [ ! -x "$work/bin/govulncheck" ] || [ ! -f "$work/db/index/db.json" ]; then
   mkdir -p "$work/tools"
   GOBIN="$work/bin" nice -n 19 go install "golang.org/x/vuln/cmd/govulncheck@$govulncheck_version"
-  vulndb_dir="$(cd "$work/tools" && GOFLAGS=-mod=mod go mod download -json "golang.org/x/vulndb@$vulndb_version" |
-    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  vulndb_dir="$(cd "$work/tools" && GOFLAGS=-mod=mod go_module_dir "golang.org/x/vulndb@$vulndb_version")"
   printf 'module vulntools\n\ngo 1.26.5\n\nrequire golang.org/x/vulndb %s\n' "$vulndb_version" >"$work/tools/go.mod"
   cp "$vulndb_dir/go.sum" "$work/tools/go.sum"
   chmod u+w "$work/tools/go.sum"
@@ -30,7 +29,7 @@ fi
 
 # Binary mode, on the binaries e2e/build.sh cached: seconds and little memory. (Source mode gives call
 # traces, but on kube-apiserver it needs more than 23 GB: it was killed for memory on a 24 GB machine.)
-bin_root="${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}"
+bin_root="$cache"
 status=0
 check() { # component version binaries...
   local component="$1" version="$2" binary

@@ -3,8 +3,6 @@
 # their pods) or start (scaled to 1, waits until its Service answers). Usage: argo-server.sh stop|start.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
 case "${1:-}" in

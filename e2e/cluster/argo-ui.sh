@@ -4,35 +4,17 @@
 # argo-server's UI. HEALER_UPDATE_SCREENSHOTS=1 writes the pictures into docs/screenshots/.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
-[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
+require_node_up
 command -v chromium >/dev/null || die "missing chromium (apt-get install chromium)"
-python="${PYTHON:-$root/.venv/bin/python}"
-kubectl apply -f - >&2 <<'YAML'
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: operator, namespace: ml}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: workflow-reader, namespace: ml}
-rules:
+operator_account workflow-reader operator-reads-workflows <<'YAML'
   - apiGroups: [argoproj.io]
     resources: [workflows, workflowtemplates, cronworkflows, workflowtaskresults]
     verbs: [get, list, watch]
   - apiGroups: [""]
     resources: [pods, pods/log, events]
     verbs: [get, list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: operator-reads-workflows, namespace: ml}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: workflow-reader}
-subjects: [{kind: ServiceAccount, name: operator, namespace: ml}]
 YAML
 token="$(kubectl -n ml create token operator --duration=1h)"
 kubectl -n ml get workflows -o json >"$BASE/workflows.json"

@@ -13,17 +13,13 @@
 # Then healer's UI columns and links merged into Argo's ConfigMap, as the README's step 1 does.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
-[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
+require_node_up
 for archive in $(bash "$here/build-argo-images.sh"); do
   ctr images import --all-platforms "$archive" >>"$BASE/logs/images.log" 2>&1
 done
-module_dir="$(cd "$here/argoexec" && GOFLAGS=-mod=readonly go mod download -json \
-  "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+module_dir="$(cd "$here/argoexec" && GOFLAGS=-mod=readonly go_module_dir "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION")"
 [ -d "$module_dir/manifests/cluster-install" ] || die "no manifests/cluster-install in the Argo module ($module_dir)"
 rm -rf "$BASE/argo"
 mkdir -p "$BASE/argo/overlay"

@@ -9,8 +9,6 @@
 # Cached by version in $HEALER_E2E_CACHE/argoexec-<version>/. Prints the archives' paths, one a line.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
 dest="$cache/argoexec-$ARGO_VERSION"
@@ -25,8 +23,7 @@ if [ ! -x "$dest/bin/argoexec" ]; then
   # symlink to signal_darwin.go, and Go module zips leave symlinks out, so the linux build fails
   # "undefined: Setpgid". A copy of the module with that file written as the symlink's target, used
   # through a replace (as e2e/build.sh does for Argo's UI).
-  module_dir="$(cd "$here/argoexec" && go mod download -json "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION" |
-    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  module_dir="$(cd "$here/argoexec" && go_module_dir "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION")"
   [ -n "$module_dir" ] || die "could not download github.com/argoproj/argo-workflows/v4@$ARGO_VERSION"
   source_dir="$cache/.argoexec-source-$ARGO_VERSION"
   rm -rf "$source_dir" "$source_dir.tmp"

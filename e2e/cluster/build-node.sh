@@ -9,20 +9,12 @@
 # touch e2e/build.sh's components.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
-cache="${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}"
+# shellcheck source=SCRIPTDIR/common.sh
+source "$here/common.sh"
 dest="$cache/kubernetes-node-$KUBERNETES_VERSION"
 export GOFLAGS="-mod=readonly -buildvcs=false -trimpath"
 export CGO_ENABLED=0
-
-k8s_minor="${KUBERNETES_VERSION#v1.}"
-k8s_minor="${k8s_minor%%.*}"
-ldflags="-s -w"
-for package in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-  ldflags+=" -X $package.gitVersion=$KUBERNETES_VERSION -X $package.gitMajor=1 -X $package.gitMinor=$k8s_minor"
-  ldflags+=" -X $package.gitTreeState=clean -X $package.buildDate=1970-01-01T00:00:00Z"
-done
+ldflags="$(kubernetes_ldflags)"
 
 components=("$@")
 if [ "${#components[@]}" = 0 ]; then
@@ -40,8 +32,6 @@ for name in "${components[@]}"; do
   echo "build-node: $name built in $((SECONDS - started)) s" >&2
 done
 # CoreDNS, from the wrapper module e2e/cluster/coredns (its own main.go: seven plugins)
-# shellcheck source=SCRIPTDIR/common.sh
-source "$here/common.sh"
 coredns_dest="$(dirname "$COREDNS_BIN")"
 if [ -x "$COREDNS_BIN" ]; then
   echo "build-node: coredns cached in $coredns_dest" >&2

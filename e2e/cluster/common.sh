@@ -1,6 +1,12 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # the settings are used by the scripts that source this file
-# Shared settings and helpers for node-up.sh and node-down.sh (sourced; needs versions.env first).
+# Shared settings and helpers for the scripts in e2e/cluster (sourced). Each of them starts
+#   set -euo pipefail
+#   here="$(cd "$(dirname "$0")" && pwd)"
+#   source "$here/common.sh"
+# and the ones that need the node up then call require_node_up.
+# shellcheck source=SCRIPTDIR/../common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh" # versions.env, root, python, cache
 BASE="${HEALER_NODE_DIR:-/tmp/healer-node}"
 NETNS="${HEALER_NODE_NETNS:-healer-node}"
 NODE_NAME="healer-node"
@@ -20,12 +26,12 @@ CONTAINERD_SOCK="$BASE/containerd/containerd.sock"
 PAUSE_IMAGE="registry.k8s.io/pause:3.10.2" # kubeadm's PauseVersion for 1.37 (images.sh builds it)
 # tmpfs inside the node's mount namespace (see node-up.sh)
 NODE_TMPFS_DIRS="/run/containerd /run/netns /var/lib/kubelet /var/lib/cni /var/log/containers /var/log/pods"
-cache="${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}"
 ETCD="$cache/etcd-$ETCD_VERSION/bin/etcd"
 APISERVER="$cache/kubernetes-$KUBERNETES_VERSION/bin/kube-apiserver"
 NODE_BIN="${HEALER_NODE_BIN:-$cache/kubernetes-node-$KUBERNETES_VERSION/bin}"
 # CoreDNS is built from our own main.go (its plugin list): cached by version and that file's hash
 COREDNS_BIN="$cache/coredns-$COREDNS_VERSION-$(sha256sum "$(dirname "${BASH_SOURCE[0]}")/coredns/main.go" | cut -c1-12)/bin/coredns"
+HELM="$cache/helm-$HELM_VERSION/bin/helm" # e2e/build.sh's
 
 
 # docker_archive TARBALL REPO:TAG ROOTFS_DIR ENTRYPOINT_JSON [USER]: a one-layer image for
@@ -55,10 +61,12 @@ leaf() {
 
 log() { printf 'e2e/cluster: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
+require_node_up() { [ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"; }
 
 in_netns() { nsenter --net="/run/netns/$NETNS" -- "$@"; }
 in_netns_quiet() { nsenter --net="/run/netns/$NETNS" -- "$@" >/dev/null 2>&1; }
 kubectl() { in_netns "$NODE_BIN/kubectl" --kubeconfig="$BASE/admin.kubeconfig" "$@"; }
+helm() { in_netns "$HELM" --kubeconfig="$BASE/admin.kubeconfig" "$@"; }
 ctr() { command ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
 
 # start NAME COMMAND...: in the netns, in its own session, logs in $BASE/logs, pid in $BASE/pids
@@ -103,6 +111,31 @@ egress_rule_first() {
     die "the egress rule is not first in FORWARD: $(in_netns iptables -w -S FORWARD | tr '\n' ';')"
   [ "$(in_netns iptables -w -S "$EGRESS_CHAIN" | tr '\n' ';')" = "-N $EGRESS_CHAIN;-A $EGRESS_CHAIN -d $POD_CIDR -j RETURN;-A $EGRESS_CHAIN -j DROP;" ] ||
     die "the egress chain is not as written: $(in_netns iptables -w -S "$EGRESS_CHAIN" | tr '\n' ';')"
+}
+
+# operator_account ROLE BINDING <<RULES: the ServiceAccount operator in ml (an operator's identity, for
+# its token), with the Role ROLE in ml, whose rules (YAML list items, indented two spaces) are read from
+# stdin, bound to it by the RoleBinding BINDING
+operator_account() {
+  local rules
+  rules="$(cat)"
+  kubectl apply -f - >&2 <<YAML
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: operator, namespace: ml}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: $1, namespace: ml}
+rules:
+$rules
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: $2, namespace: ml}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: $1}
+subjects: [{kind: ServiceAccount, name: operator, namespace: ml}]
+YAML
 }
 
 # argo_server_answers: argo-server's Service answers (client auth mode: a request without a token is

@@ -6,13 +6,9 @@
 # from Prometheus). The result's JSON is the last line of stdout, also kept in $BASE/drill-argo.json.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
-[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
-python="${PYTHON:-$root/.venv/bin/python}"
+require_node_up
 [ -x "$python" ] || python="$(command -v python3)"
 status=0
 ARGO_DEFAULT_REQUEUE_TIME="${ARGO_DEFAULT_REQUEUE_TIME:-}" KUBECTL="$NODE_BIN/kubectl" HEALER_NODE_DIR="$BASE" HEALER_NODE_NETNS="$NETNS" "$python" "$here/drill_argo.py" "${@:-1}" |

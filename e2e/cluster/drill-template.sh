@@ -10,14 +10,10 @@
 # Usage: drill-template.sh [SCENARIO] (default wrong-weights). After healer-up.sh.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
-[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
+require_node_up
 scenario="${1:-wrong-weights}"
-python="${PYTHON:-$root/.venv/bin/python}"
 broken="$BASE/models/.healer-drills/broken"
 if [ ! -d "$broken" ]; then
   mkdir -p "$broken"
@@ -28,27 +24,13 @@ fi
 # An operator's machine: a ServiceAccount that may run drills in ml (create workflows from the
 # templates, read them), its token, and the chart's own healer.yaml with rollback.argo pointed at
 # argo-server's address from here (the node's namespace, without the cluster's DNS) and its CA.
-kubectl apply -f - >&2 <<'YAML'
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: operator, namespace: ml}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: drill-runner, namespace: ml}
-rules:
+operator_account drill-runner operator-runs-drills <<'YAML'
   - apiGroups: [argoproj.io]
     resources: [workflows]
     verbs: [create, get, list, watch, patch] # patch: argo stop, when a drill runs past its time
   - apiGroups: [argoproj.io]
     resources: [workflowtemplates]
     verbs: [get, list]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: operator-runs-drills, namespace: ml}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: drill-runner}
-subjects: [{kind: ServiceAccount, name: operator, namespace: ml}]
 YAML
 operator="$BASE/operator"
 mkdir -p "$operator"

@@ -13,15 +13,10 @@
 # Prints the seconds each step took.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
-[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
-HELM="$cache/helm-$HELM_VERSION/bin/helm"
+require_node_up
 [ -x "$HELM" ] || die "missing $HELM: run e2e/build.sh"
-helm() { in_netns "$HELM" --kubeconfig="$BASE/admin.kubeconfig" "$@"; }
 images="${HEALER_IMAGES_DIR:-$HOME/.cache/healer-e2e/images}"
 for archive in healer triton; do
   ctr images import --all-platforms "$images/$archive.docker.tar" >>"$BASE/logs/images.log" 2>&1

@@ -9,15 +9,12 @@
 # Usage: images.sh OUTDIR   (writes OUTDIR/{pause,busybox,coredns}.tar; prints the image names)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
 out="${1:?usage: images.sh OUTDIR}"
 mkdir -p "$out"
 
-module_dir="$(cd "$here/node" && GOFLAGS=-mod=readonly go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" |
-  sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+module_dir="$(cd "$here/node" && GOFLAGS=-mod=readonly go_module_dir "k8s.io/kubernetes@$KUBERNETES_VERSION")"
 pause_version="$(sed -n 's/^[[:space:]]*PauseVersion = "\(.*\)"/\1/p' "$module_dir/cmd/kubeadm/app/constants/constants.go")"
 [ -n "$pause_version" ] || { echo "images: no PauseVersion in kubeadm's constants" >&2; exit 1; }
 

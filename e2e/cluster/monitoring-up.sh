@@ -8,17 +8,12 @@
 # Not the Operator's kind of discovery: see discover.sh below.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
-[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
+require_node_up
 for tool in prometheus prometheus-alertmanager; do
   command -v "$tool" >/dev/null || die "missing $tool (apt-get install prometheus prometheus-alertmanager)"
 done
-HELM="$cache/helm-$HELM_VERSION/bin/helm"
-python="${PYTHON:-$root/.venv/bin/python}"
 mkdir -p "$BASE/prometheus" "$BASE/alertmanager"
 "$HELM" template healer "$root/deploy/helm/healer" -n healer -f "$here/values-cluster.yaml" \
   --set certificates.caBundle=unused --set monitoring.podMonitor.enabled=true \

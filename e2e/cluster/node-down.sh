@@ -4,8 +4,6 @@
 # Safe to run twice, or after a node-up.sh that failed half way. Exit 1 if anything is left.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
 [ "$(id -u)" = 0 ] || die "needs root"

@@ -15,8 +15,6 @@
 # Needs root. Binaries: e2e/build.sh (etcd, kube-apiserver) and e2e/cluster/build-node.sh.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
 

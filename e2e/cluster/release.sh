@@ -6,12 +6,9 @@
 # The last step: it changes the stable version the other drills assume (release_cluster.py).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
-[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
-python="${PYTHON:-$here/../../.venv/bin/python}"
+require_node_up
 kubectl -n ml get workflowtemplate healer-release >/dev/null || die "the chart did not install healer-release"
 started=$SECONDS
 in_netns env KUBECTL="$NODE_BIN/kubectl" HEALER_NODE_DIR="$BASE" HEALER_NODE_NETNS="$NETNS" \

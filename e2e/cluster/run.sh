@@ -41,7 +41,7 @@ echo "cluster: binaries and images ready after $((SECONDS - started)) s" >&2
 # What a failed step leaves to read before node-down.sh removes it: the pods and events, the node's
 # tmpfs and disk use, the kubelet's and containerd's last lines.
 diagnose() {
-  bash -c 'source e2e/versions.env && source e2e/cluster/common.sh
+  bash -c 'source e2e/cluster/common.sh
     kubectl get pods -A -o wide
     kubectl get events -A --sort-by=.lastTimestamp | tail -n 40
     nsenter --mount="/proc/$(cat "$BASE/pids/mount-holder")/ns/mnt" -- df -h $NODE_TMPFS_DIRS
@@ -75,7 +75,7 @@ for step in "${steps[@]}"; do
   fi
   # the smoke's pods are done with: their Triton would go on using a core
   if [ "$step" = smoke-healer.sh ]; then
-    bash -c 'source e2e/versions.env && source e2e/cluster/common.sh &&
+    bash -c 'source e2e/cluster/common.sh &&
       kubectl delete pod triton-0 healer-version hello --wait=false' >/dev/null 2>&1 || true
   fi
 done

@@ -11,12 +11,10 @@
 # removes everything.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
 images="${HEALER_IMAGES_DIR:-$HOME/.cache/healer-e2e/images}"
-[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
+require_node_up
 for archive in healer triton; do
   [ -f "$images/$archive.docker.tar" ] || die "missing $images/$archive.docker.tar: run e2e/images/build-$archive.sh"
   ctr images import --all-platforms "$images/$archive.docker.tar" >>"$BASE/logs/images.log" 2>&1

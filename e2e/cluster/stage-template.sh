@@ -7,12 +7,9 @@
 # were written by it. After healer-up.sh (version 2 promoted).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
-[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
-python="${PYTHON:-$here/../../.venv/bin/python}"
+require_node_up
 [ "$(kubectl -n ml get cronworkflow healer-stage-hourly -o jsonpath='{.spec.suspend}')" = true ] ||
   die "healer-stage-hourly is not suspended in this tier (values-cluster.yaml): it could fire during a drill"
 before=$(date +%s)

@@ -8,18 +8,13 @@
 # Triton replicas, linear_scorer healthy and in service on each, every tier ok. After healer-up.sh.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
-[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
-python="${PYTHON:-$root/.venv/bin/python}"
-HELM="$cache/helm-$HELM_VERSION/bin/helm"
+require_node_up
 started=$SECONDS
 # (helm test --logs reads the release's namespace; the test pod runs in Triton's, beside the sidecars)
 test_status=0
-in_netns "$HELM" --kubeconfig="$BASE/admin.kubeconfig" test healer -n healer --timeout 3m >"$BASE/helm-test.log" 2>&1 ||
+helm test healer -n healer --timeout 3m >"$BASE/helm-test.log" 2>&1 ||
   test_status=$?
 kubectl -n ml logs healer-check >>"$BASE/helm-test.log" 2>&1 || true
 cat "$BASE/helm-test.log" >&2

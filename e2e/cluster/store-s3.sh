@@ -13,15 +13,9 @@
 # The live repository stays the claim (what Triton reads); only the store moves to S3.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-# shellcheck source=SCRIPTDIR/../versions.env
-source "$here/../versions.env"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
-[ -e "$BASE/up" ] || die "the node is not up: run node-up.sh first"
-python="${PYTHON:-$root/.venv/bin/python}"
-HELM="$cache/helm-$HELM_VERSION/bin/helm"
-helm() { in_netns "$HELM" --kubeconfig="$BASE/admin.kubeconfig" "$@"; }
+require_node_up
 started=$SECONDS
 BUCKET=healer-models
 
@@ -100,7 +94,7 @@ for path in sorted(model_dir.rglob("*")):
 print(sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]))
 PY
 }
-# SeaweedFS answers on 8333 a moment before it can store (tests/s3_server.py waits the same way)
+# SeaweedFS answers on 8333 a moment before it can store (tests/support/s3_server.py waits the same way)
 wait_for "SeaweedFS storing objects in bucket $BUCKET" 60 fill_bucket
 fill_bucket >&2 # what is in it
 log "s3: SeaweedFS up and the bucket filled after $((SECONDS - started)) s"
