@@ -1,10 +1,10 @@
 """An HTTP listener slow clients cannot starve: the sidecar's endpoints (healer/sidecar/views.py) and the
-webhook's /mutate (healer/webhook.py) are served on it.
+webhook's /mutate (healer/webhook/) are served on it.
 
 The listener is reachable from the pod network (the kubelet's probes and Prometheus come from outside
 the pod), and Triton's readinessProbe goes through ``/readyz``: a listener that a few slow clients can
 fill would take every Triton pod out of the Service at once, whatever the draining rule says. The
-webhook (healer/webhook.py) serves on the same listener, where an unanswered AdmissionReview is a
+webhook (healer/webhook/) serves on the same listener, where an unanswered AdmissionReview is a
 Triton pod created without its sidecar. So:
 
 * one asyncio event loop on a daemon thread accepts and reads every connection; a connection costs a
