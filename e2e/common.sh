@@ -8,6 +8,14 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)" # the repository
 python="${PYTHON:-$root/.venv/bin/python}"
 cache="${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}"
 
+# go_build_env: the Go settings of every build of upstream code here (e2e/build.sh, e2e/cluster/build-node.sh,
+# e2e/cluster/build-argo-images.sh), exported: reproducible and hermetic enough (only the committed go.sum,
+# no VCS stamping, no cgo, no paths), and one set for all, so they share Go's build cache.
+go_build_env() {
+  export GOFLAGS="-mod=readonly -buildvcs=false -trimpath"
+  export CGO_ENABLED=0
+}
+
 # go_module_dir MODULE@VERSION...: download the modules (go mod download, in the current directory's
 # wrapper module and with the caller's GOFLAGS) and print their directories in the module cache, one a line
 go_module_dir() {

@@ -6,7 +6,7 @@
 # (healer.core.trace_tree). What README's and docs/tracing.md's drill trace were made with:
 #   bash e2e/trace-drill.sh [SCENARIO ...]
 set -euo pipefail
-# shellcheck source=common.sh
+# shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh" # versions.env, root, python, cache
 bash "$root/e2e/build.sh" >/dev/null
 collector="$cache/otelcol-$OTELCOL_VERSION/bin/otelcol-healer"

@@ -3,7 +3,7 @@
 # version, then commit the result: e2e/build.sh builds only from the committed, checksummed files.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=common.sh
+# shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 go_line="go 1.26.5"  # Argo v4.1.4 needs 1.26.5; Kubernetes v1.37 and etcd v3.7 need 1.26.0

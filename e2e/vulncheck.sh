@@ -8,7 +8,7 @@
 #   VULNDB_VERSION=v0.0.0-... e2e/vulncheck.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=common.sh
+# shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
 vulndb_version="${VULNDB_VERSION:-v0.0.0-20261105234957-e22db6528018}"
 govulncheck_version="${GOVULNCHECK_VERSION:-v1.9.0}"

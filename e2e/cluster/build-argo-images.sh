@@ -12,8 +12,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
 dest="$cache/argoexec-$ARGO_VERSION"
-export GOFLAGS="-mod=readonly -buildvcs=false -trimpath"
-export CGO_ENABLED=0
+go_build_env
 ldflags="-s -w -X github.com/argoproj/argo-workflows/v4.version=$ARGO_VERSION"
 ldflags+=" -X github.com/argoproj/argo-workflows/v4.buildDate=1970-01-01T00:00:00Z"
 mkdir -p "$dest/bin"

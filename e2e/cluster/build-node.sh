@@ -12,8 +12,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=SCRIPTDIR/common.sh
 source "$here/common.sh"
 dest="$cache/kubernetes-node-$KUBERNETES_VERSION"
-export GOFLAGS="-mod=readonly -buildvcs=false -trimpath"
-export CGO_ENABLED=0
+go_build_env
 ldflags="$(kubernetes_ldflags)"
 
 components=("$@")
