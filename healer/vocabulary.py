@@ -1,8 +1,9 @@
-"""The words every layer shares, written once: the rollback request and its run's status, the failure
-codes, the rollback template's name.
+"""The words every layer shares, written once: model names, versions and datatypes, the rollback
+request and its run's status, the failure codes, the rollback template's name.
 
-The bottom of the stack beside the settings: the probes, the workflows' steps, the engines and the
-sidecar all speak it, and it imports nothing of theirs (the layers contract in pyproject.toml).
+The bottom of the stack, under the settings: the settings, the probes, the workflows' steps, the
+engines and the sidecar all speak it, and it imports nothing of theirs (the layers contract in
+pyproject.toml).
 """
 
 from __future__ import annotations
@@ -13,8 +14,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from healer import settings as declared
-from healer.settings import UNKNOWN_VERSION, VERSION_PATTERN
+import numpy as np
+import numpy.typing as npt
+
+# Model names and versions become file paths, S3 keys and URL segments: keep them boring.
+MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+# Triton's version directories are positive integers.
+VERSION_PATTERN = re.compile(r"^[1-9][0-9]{0,18}\Z")
+# The version a rollback names when the failing one was never seen (a model failing before any version
+# answered, healer/core/state.py): it is healed, but it is no Triton version (no files move for it).
+UNKNOWN_VERSION = "unknown"
+
+# KServe v2 / Triton datatypes and the numpy dtype each one travels as.
+DATATYPES: Mapping[str, npt.DTypeLike] = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "BYTES": np.object_,
+}
 
 TEMPLATE_NAME = "healer-rollback"
 DONE_PHASES = frozenset({"Succeeded", "Failed", "Error"})
@@ -141,9 +167,10 @@ class RunStatus:
 # ---- releases ----------------------------------------------------------------------------------------
 RELEASE_TEMPLATE_NAME = "healer-release"
 # The whole release, staging to promoted, a person's approval included; past it the put-back runs. The
-# bake's bound is declared with release.bake_s (healer/settings): one fact for the config and --bake.
-RELEASE_DEADLINE_S = declared.RELEASE_DEADLINE_S
-MAX_BAKE_S = declared.MAX_BAKE_S
+# bake, from release.bake_s (healer/settings, its bound) or `healer release --bake`, leaves the other
+# half for the loads and a person: one fact for the config and --bake.
+RELEASE_DEADLINE_S = 3600
+MAX_BAKE_S = RELEASE_DEADLINE_S // 2
 
 
 @dataclass(frozen=True)

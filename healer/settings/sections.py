@@ -1,0 +1,578 @@
+"""The sections of healer.yaml: one frozen dataclass per mapping, each key declared once on the field
+that holds it (``setting(...)``, healer/settings/schema.py). ``Settings`` is the whole file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from healer.settings.schema import setting
+from healer.vocabulary import DATATYPES, MAX_BAKE_S, RELEASE_DEADLINE_S
+
+
+@dataclass(frozen=True)
+class TritonSettings:
+    """Where the Triton server's HTTP endpoint is and how long a probe may wait for it."""
+
+    url: str = field(
+        default="127.0.0.1:8000", metadata=setting("Triton's HTTP endpoint (no scheme, no path)", form="address")
+    )
+    timeout_s: float = field(
+        default=2.0, metadata=setting("connect + read timeout of the liveness and readiness calls", minimum=0.001)
+    )
+
+
+@dataclass(frozen=True)
+class EmbeddedSettings:
+    """The embedded default: a real tritonserver started by healer on this machine."""
+
+    model_repository: Path = field(metadata=setting("the model repository the embedded Triton serves"))
+    startup_timeout_s: float = field(
+        default=60.0, metadata=setting("how long the embedded Triton may take to become ready", minimum=1)
+    )
+    tritonserver: Path | None = field(
+        default=None,
+        metadata=setting("the tritonserver binary", default_doc="$TRITONSERVER, then the nvidia-pytriton wheel's"),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class TensorSpec:
+    """One golden input or expected output: name, datatype, shape and values."""
+
+    name: str = field(metadata=setting("the tensor's name, unique within the request's inputs or outputs"))
+    datatype: str = field(metadata=setting("its KServe v2 / Triton datatype", choices=tuple(DATATYPES)))
+    shape: tuple[int, ...] = field(metadata=setting("its shape", minimum=0, min_items=1))
+    values: npt.NDArray[Any] = field(
+        metadata=setting(
+            "exactly one of data or file; the values must fit the datatype without loss",
+            alternatives=(
+                ("data", object, 'the values inline, nested as the shape (NaN/Inf: .nan, .inf or "nan", "inf")'),
+                ("file", Path, "a .npy or .json file holding them"),
+            ),
+        )
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class ExpectedOutput:
+    tensor: TensorSpec = field(metadata=setting("the expected tensor", inline=True))
+    atol: float = field(
+        default=1e-6,
+        metadata=setting(
+            "absolute tolerance: pass when |actual - expected| <= atol + rtol * |expected|",
+            minimum=0,
+            default_doc="1e-06; 0 for BOOL, integer and BYTES outputs (they compare exactly)",
+        ),
+    )
+    rtol: float = field(
+        default=1e-5,
+        metadata=setting(
+            "relative tolerance (see atol)",
+            minimum=0,
+            default_doc="1e-05; 0 for BOOL, integer and BYTES outputs (they compare exactly)",
+        ),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class GoldenRequest:
+    """A request with a known answer: the business tier's evidence that a model is right."""
+
+    inputs: tuple[TensorSpec, ...] = field(metadata=setting("the request's input tensors", min_items=1))
+    outputs: tuple[ExpectedOutput, ...] = field(
+        metadata=setting("the expected output tensors, matched by name; datatype and shape must match", min_items=1)
+    )
+    latency_slo_ms: float = field(
+        metadata=setting("a correct answer slower than this fails the business tier", minimum=0.001)
+    )
+    timeout_s: float = field(
+        default=5.0,
+        metadata=setting(
+            "no answer within this fails the probe; at least the latency SLO, and a small multiple of it "
+            "(a hang is detected in failure_threshold x timeout_s)",
+            minimum=0.001,
+        ),
+    )
+    input_hash: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_hash", hash_inputs(self.inputs))
+
+
+@dataclass(frozen=True, eq=False)
+class ModelSettings:
+    name: str = field(metadata=setting("the model's name in Triton, unique in the file", form="model-name"))
+    golden: GoldenRequest = field(metadata=setting("the request with a known answer the business tier sends"))
+    # None: probe every version Triton currently serves (follows rollbacks).
+    version: str | None = field(
+        default=None,
+        metadata=setting(
+            "pin one version", form="version", default_doc="every version Triton serves now (follows rollbacks)"
+        ),
+    )
+    # A required model failing, healing or escalated makes the pod not ready (drains it).
+    required: bool = field(
+        default=True, metadata=setting("whether this model failing, healing or escalated makes the pod not ready")
+    )
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    bucket: str = field(metadata=setting("the bucket holding every version healer can restore and its ledger"))
+    prefix: str = field(
+        default="",
+        metadata=setting("a key prefix inside the bucket (slashes at either end dropped)", blank_is_default=True),
+    )
+    endpoint_url: str | None = field(
+        default=None,
+        metadata=setting("the S3 endpoint, for MinIO, SeaweedFS, Ceph...", form="url", default_doc="AWS S3"),
+    )  # None: AWS; set for MinIO, SeaweedFS, Ceph...
+    region: str = field(default="us-east-1", metadata=setting("the bucket's region"))
+    connect_timeout_s: float = field(default=3.0, metadata=setting("S3 connect timeout", minimum=0.001))
+    read_timeout_s: float = field(default=10.0, metadata=setting("S3 read timeout", minimum=0.001))
+    # Credentials come from the usual AWS_* environment variables or the pod's IAM role, never from this file.
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """Where model versions and the stable ledger live: a filesystem/NFS path or S3."""
+
+    filesystem: Path | None = field(
+        default=None, metadata=setting("a filesystem or NFS store: its root directory", under="root")
+    )
+    s3: S3Settings | None = field(
+        default=None, metadata=setting("an S3 store (credentials: AWS_* variables or the pod's role, never here)")
+    )
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    webhook_url: str | None = field(
+        default=None,
+        metadata=setting(
+            "Alertmanager's base URL; alerts go to <url>/api/v2/alerts", form="url", default_doc="no alerts sent"
+        ),
+    )
+    timeout_s: float = field(default=5.0, metadata=setting("timeout of one alert's delivery", minimum=0.001))
+    runbook_url: str = field(
+        default="https://github.com/healer-dev/healer/blob/main/runbooks/rollback-escalated.md",
+        metadata=setting("the runbook an escalation alert links to", form="url"),
+    )
+
+
+@dataclass(frozen=True)
+class ArgoSettings:
+    host: str = field(default="https://argo-server.argo:2746", metadata=setting("argo-server's URL", form="url"))
+    namespace: str = field(
+        default="ml",
+        metadata=setting("where the healer-rollback WorkflowTemplate is installed: the Triton namespace"),
+    )
+    token_file: Path | None = field(
+        default=None,
+        metadata=setting(
+            "the bearer token sent to argo-server, e.g. a projected service-account token",
+            blank_is_default=True,
+            default_doc="no token",
+        ),
+    )
+    verify_ssl: bool = field(default=True, metadata=setting("verify argo-server's TLS certificate"))
+    request_timeout_s: float = field(default=5.0, metadata=setting("timeout of one argo-server call", minimum=0.001))
+    # The CA that signed argo-server's certificate (Argo's default one is self-signed); None: the
+    # system's CAs. Ignored when verify_ssl is false.
+    ca_file: Path | None = field(
+        default=None,
+        metadata=setting(
+            "the CA that signed argo-server's certificate (Argo's default one is self-signed); "
+            "ignored when verify_ssl is false",
+            blank_is_default=True,
+            default_doc="the system's CAs",
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ReplicaSettings:
+    """Every Triton a rollback must heal: the Running pods matching a label selector (Kubernetes API)."""
+
+    namespace: str = field(metadata=setting("the Triton pods' namespace"))
+    selector: str = field(metadata=setting("their label selector, e.g. app.kubernetes.io/name=triton"))
+    port: int = field(default=8000, metadata=setting("Triton's HTTP port in those pods", minimum=1, maximum=65535))
+
+
+ROLLBACK_ORDERS = ("swap", "unload-first")
+ROLLBACK_ENGINES = ("local", "argo")
+# rollback.deadline_s at most: the budget is 90 s by design, and the deadline also sizes the rollback's
+# lease (deadline + unload + 2 x load + margin, workflows/steps.py) and its workflow's
+# activeDeadlineSeconds. A deadline of hours is a typo or a misunderstanding; it would keep a dead
+# rollback's lease, and with it every later rollback of that model, for as long. An hour is generous.
+MAX_DEADLINE_S = 3600
+
+
+@dataclass(frozen=True)
+class RollbackSettings:
+    deadline_s: float = field(
+        default=90.0,
+        metadata=setting(
+            "the whole rollback, lease to verified on every replica; past it: escalate",
+            minimum=1,
+            maximum=MAX_DEADLINE_S,
+            above_maximum=(
+                f"must be at most {MAX_DEADLINE_S} s (a rollback's budget is 90 s by design; its lease and its "
+                "workflow last about this long)"
+            ),
+        ),
+    )
+    unload_timeout_s: float = field(
+        default=30.0, metadata=setting("one replica's unload, at most deadline_s", minimum=0.1)
+    )
+    load_timeout_s: float = field(default=60.0, metadata=setting("one replica's load, at most deadline_s", minimum=0.1))
+    poll_interval_s: float = field(
+        default=0.05, metadata=setting("how often a load or unload in progress is checked", minimum=0.001)
+    )
+    engine: str = field(
+        default="local", metadata=setting("where rollbacks run: in this process or on Argo", choices=ROLLBACK_ENGINES)
+    )
+    # LocalEngine's run records. A relative path resolves against the config file's folder, which
+    # in a pod is a read-only ConfigMap: the default is absolute and writable.
+    state_dir: Path = field(
+        default=Path("/tmp/healer/runs"),  # noqa: S108 - a per-pod scratch directory
+        metadata=setting("the LocalEngine's run records (writable)", blank_is_default=True),
+    )
+    argo: ArgoSettings = field(default_factory=ArgoSettings, metadata=setting("the Argo engine's argo-server"))
+    alert: AlertSettings = field(default_factory=AlertSettings, metadata=setting("where an escalation is sent"))
+    # None: heal the Triton the request names (the submitting pod's), or triton.url.
+    replicas: ReplicaSettings | None = field(
+        default=None,
+        metadata=setting(
+            "heal every replica: the Running pods matching a selector (Kubernetes API)",
+            default_doc="the Triton the request names (the submitting pod's), or triton.url",
+        ),
+    )
+    # Restore in waves: one replica first (the canary: if the stable version fails there, nothing else
+    # was touched), then waves that start at `parallelism` and double while the store keeps up.
+    # Concurrent loads read one shared repository, so more is not always faster:
+    # benchmarks/scale_restore.py measures it. From about 74 at once, a 1 GB model on a 10 Gbit/s store
+    # runs past load_timeout_s, so the first wave is 50 and each next one grows only when the last
+    # one's slowest load took under half of load_timeout_s; 1000 at once made the verifies themselves
+    # slow on 2 cores, hence the ceiling (docs/scale.md).
+    parallelism: int = field(
+        default=50,
+        metadata=setting(
+            "replicas restored at once in the first wave after the canary (the first replica, restored and "
+            "verified alone); the swap order only (unload-first restores one at a time: the model is absent "
+            "on each replica it unloads)",
+            minimum=1,
+        ),
+    )
+    max_parallelism: int = field(
+        default=200,
+        metadata=setting(
+            "the largest wave: each wave doubles the last while its slowest load took under half of "
+            "load_timeout_s (and halves it over three quarters), up to this many at once",
+            minimum=1,
+        ),
+    )
+    # swap: load the stable version over the broken one (Triton loads the new version, then releases
+    # the old; a failed load keeps the old): the model is never absent. unload-first: for models too
+    # large to be resident twice; the model is absent between unload and load.
+    order: str = field(
+        default="swap",
+        metadata=setting(
+            "swap: the stable version loaded over the broken one (never absent); unload-first: for models "
+            "too large to be resident twice",
+            choices=ROLLBACK_ORDERS,
+        ),
+    )
+    # Quarantined and displaced copies pile up in the live repository (each rollback adds one): past
+    # this many per model and folder the oldest go, but only a copy the store still holds, never a
+    # stable version's, and never when the store is the live repository (the copy is the version then).
+    keep_aside: int = field(
+        default=5,
+        metadata=setting(
+            "copies kept per model in <live>/<model>/.healer-quarantine and .healer-displaced (each): older ones "
+            "are removed after a rollback, only if the store holds that version too and it is not stable",
+            minimum=1,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ReleaseSettings:
+    """`healer release`: a new version on one replica first (the canary), baked, then everywhere."""
+
+    # The canary serves the new version beside the stable one for this long, its golden request
+    # checked every check_interval_s, before any other replica gets it.
+    bake_s: float = field(
+        default=60.0,
+        metadata=setting(
+            "how long the canary serves the new version (beside the stable one) before the others get it",
+            minimum=0,
+            maximum=MAX_BAKE_S,
+            above_maximum=f"must be at most {MAX_BAKE_S} s (half the release's {RELEASE_DEADLINE_S} s deadline)",
+        ),
+    )
+    check_interval_s: float = field(
+        default=2.0,
+        metadata=setting("how often the golden request is sent to the canary during the bake", minimum=0.01),
+    )
+    # Inconclusive checks (Triton did not answer) prove nothing about the version: this many in a row
+    # stop the release (every replica back on the stable version) without quarantining the version.
+    inconclusive_limit: int = field(
+        default=3,
+        metadata=setting(
+            "this many inconclusive checks in a row stop the release (the version is not quarantined)", minimum=1
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class TierThresholds:
+    failure_threshold: int = field(metadata=setting("results in a row that make the tier fail", minimum=1))
+    success_threshold: int = field(metadata=setting("results in a row that make it pass again", minimum=1))
+
+
+@dataclass(frozen=True)
+class DrainPeers:
+    """The pods of this sidecar's replica set (Kubernetes API): its own pod among them."""
+
+    namespace: str = field(metadata=setting("the replica set's namespace"))
+    selector: str = field(metadata=setting("its pods' label selector, e.g. app.kubernetes.io/name=triton"))
+
+
+# Names the store uses for itself beside the drain sets (.healer/<name>/).
+RESERVED_SET_NAMES = frozenset({"ledger", "audit", "lease"})
+
+
+@dataclass(frozen=True)
+class DrainSettings:
+    """Draining never empties the Service (healer/core/decisions.py ``drain_plan``): the pods that drain
+    are admitted one at a time through a drain set in the store (compare-and-swap), so at least
+    ``min_ready`` pods stay serving. Exactly one peers source (who is Ready, who is terminating):
+    ``peers`` (the Kubernetes API) or ``peer_urls`` (the sidecars' base URLs, this one's included)."""
+
+    # Keys older files may still carry: accepted with a warning naming the file and the key, then ignored.
+    deprecated_keys: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {"settle_s": "no longer used (the drain set orders admissions): remove it"}
+    )
+
+    min_ready: int = field(
+        default=1, metadata=setting("pods that must stay ready and serving, whatever is broken", minimum=1)
+    )
+    peers: DrainPeers | None = field(
+        default=None, metadata=setting("the replica set's pods, from the Kubernetes API (or peer_urls)")
+    )
+    peer_urls: tuple[str, ...] = field(
+        default=(),
+        metadata=setting("the replica set's sidecars' base URLs, this one's included (or peers)", form="url"),
+    )
+    keep_decision_s: float = field(
+        default=60.0, metadata=setting("peers or drain set unreadable: keep a drain this long, then serve", minimum=0)
+    )
+    timeout_s: float = field(
+        default=2.0, metadata=setting("one peer /status read (peer_urls; read in parallel)", minimum=0.001)
+    )
+    # The drain set's name in the store, shared by the pods of one replica set and by no other set
+    # (None: derived from peers' namespace and selector; with peer_urls a file must give it, see
+    # _build_drain, and only settings built in code, e.g. a drill's scratch set, fall back to "default").
+    set_name: str | None = field(
+        default=None,
+        metadata=setting(
+            "the drain set's name in the store: the same in every pod of the replica set, different in every "
+            "other set sharing the store",
+            key="set",
+            form="set-name",
+            default_doc="derived from peers; required with peer_urls",
+        ),
+    )
+    store_timeout_s: float = field(
+        default=5.0,
+        metadata=setting("the longest one read-decide-write of the drain set may hold the probe loop", minimum=0.01),
+    )
+
+    @property
+    def drain_set(self) -> str:
+        if self.set_name:
+            return self.set_name
+        if self.peers is not None:
+            raw = f"{self.peers.namespace}.{self.peers.selector}"
+            name = re.sub(r"[^A-Za-z0-9_.-]|\.\.+", "_", raw).strip("._-")
+            if len(name) > 100:
+                # Cut: a digest of the whole identity keeps two long selectors that differ only past
+                # the cut apart. (Names that fit are kept as they were: a new name would split a set
+                # in two during a rolling upgrade.)
+                digest = hashlib.sha256(raw.encode()).hexdigest()[:10]
+                name = f"{name[:89].rstrip('._-')}-{digest}"
+            return name if name and name not in RESERVED_SET_NAMES else "default"
+        return "default"
+
+
+@dataclass(frozen=True)
+class SidecarSettings:
+    """The probe sidecar. Production default period: 5 s (a detection in ~15 s with threshold 3)."""
+
+    listen: str = field(
+        default="0.0.0.0:8088",  # the pod's probes and Prometheus reach it from outside
+        metadata=setting("where /livez, /readyz, /metrics and /status listen; not Triton's port", form="address"),
+    )
+    period_s: float = field(default=5.0, metadata=setting("how often every model is probed", minimum=0.05))
+    # Fast confirmation: after a wrong answer, re-probe that model this often (not every period) until
+    # business.failure_threshold wrong answers in a row confirm it or a good answer clears it. The rule
+    # is unchanged (that many consecutive wrong answers); only the wait between them shrinks. 0: off.
+    confirm_interval_s: float = field(
+        default=0.2,
+        metadata=setting(
+            "after a wrong answer, re-probe that model this often until it is confirmed or cleared; "
+            "0 (off) or 0.05 to period_s",
+            minimum=0,
+        ),
+    )
+    # Each model is probed on its own worker, so a hung model holds one worker for its golden timeout
+    # and never the others' probes. Triton does the work; the sidecar's threads only wait on sockets.
+    probe_concurrency: int = field(
+        default=8,
+        metadata=setting("models probed at once against this pod's Triton (1: one after another)", minimum=1),
+    )
+    readiness: TierThresholds = field(
+        default=TierThresholds(failure_threshold=2, success_threshold=1),
+        metadata=setting("the readiness tier's thresholds"),
+    )
+    business: TierThresholds = field(
+        default=TierThresholds(failure_threshold=3, success_threshold=2),
+        metadata=setting("the business tier's (golden request's) thresholds"),
+    )
+    max_rollbacks: int = field(
+        default=3, metadata=setting("circuit breaker: rollbacks per model per window_s", minimum=1)
+    )
+    window_s: float = field(default=3600.0, metadata=setting("the circuit breaker's window", minimum=1))
+    # If the Argo engine cannot take the rollback within this, run it in the pod (LocalEngine).
+    argo_submit_timeout_s: float = field(
+        default=5.0, metadata=setting("Argo not taking a rollback within this: run it in the pod", minimum=0.1)
+    )
+    fallback_to_local: bool = field(
+        default=True, metadata=setting("run a rollback in the pod when Argo cannot take it")
+    )
+    # The longest one engine call (build, submit-or-join, status) may hold the probe loop; past it the
+    # call is left to its thread and counted as "maybe delivered" (healer/sidecar.py BoundedCalls).
+    engine_call_timeout_s: float = field(
+        default=15.0,
+        metadata=setting("the longest one engine call (submit, status) may hold the probe loop", minimum=0.01),
+    )
+    # None: drain on every failing model, as on a single machine; set it for a replica set.
+    drain: DrainSettings | None = field(
+        default=None,
+        metadata=setting(
+            "drain a replica set without ever emptying its Service", default_doc="every failing pod drains"
+        ),
+    )
+    # The pod's terminationGracePeriodSeconds: after SIGTERM, an in-pod rollback gets part of it to
+    # finish, then is cancelled so that it stops cleanly and its exit handler alerts within it.
+    termination_grace_s: float = field(
+        default=30.0,
+        metadata=setting(
+            "the pod's terminationGracePeriodSeconds: an in-pod rollback is cancelled within it", minimum=1
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class TracingSettings:
+    """OpenTelemetry traces, one per incident (docs/tracing.md): the sidecar's decision and submission,
+    the rollback's phases and replicas. Off by default: then nothing is imported, made or sent."""
+
+    enabled: bool = field(default=False, metadata=setting("send one OpenTelemetry trace per incident to otlp_endpoint"))
+    otlp_endpoint: str | None = field(
+        default=None,
+        metadata=setting(
+            "the OTLP/HTTP traces endpoint of a Collector, Jaeger or Tempo, e.g. http://collector:4318/v1/traces "
+            "(headers such as credentials: OTEL_EXPORTER_OTLP_TRACES_HEADERS in the environment, never here)",
+            form="url",
+            default_doc="none; required when enabled",
+        ),
+    )
+    service_name: str = field(
+        default="healer", metadata=setting("the service.name the spans carry (the sidecar's and the steps' alike)")
+    )
+    timeout_s: float = field(
+        default=2.0,
+        metadata=setting(
+            "timeout of one export; a rollback step waits at most this long for its spans to leave", minimum=0.001
+        ),
+    )
+    ui_link_template: str | None = field(
+        default=None,
+        metadata=setting(
+            "a trace's page in your trace UI, with {trace_id} where its id goes, e.g. "
+            "https://jaeger.example.com/trace/{trace_id}: the alerts link to it",
+            form="url",
+            default_doc="no trace links",
+        ),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Settings:
+    source: str  # the file the settings were read from (not a key)
+    triton: TritonSettings = field(metadata=setting("the Triton this healer watches"))
+    models: tuple[ModelSettings, ...] = field(
+        metadata=setting("the models to check, each with its golden request", min_items=1)
+    )
+    embedded: EmbeddedSettings | None = field(
+        default=None, metadata=setting("only for `healer demo`: a real tritonserver on free ports")
+    )
+    store: StoreSettings | None = field(
+        default=None,
+        metadata=setting("where versions and the stable ledger live: exactly one of filesystem or s3"),
+    )
+    # The directory Triton reads (its --model-repository). None: the filesystem store itself.
+    live_repository: Path | None = field(
+        default=None,
+        metadata=setting(
+            "the directory Triton reads (its --model-repository); required with an S3 store",
+            default_doc="the filesystem store's root",
+        ),
+    )
+    rollback: RollbackSettings = field(default_factory=RollbackSettings, metadata=setting("how a rollback runs"))
+    release: ReleaseSettings = field(
+        default_factory=ReleaseSettings, metadata=setting("how `healer release` rolls a new version out")
+    )
+    sidecar: SidecarSettings = field(default_factory=SidecarSettings, metadata=setting("the probe sidecar"))
+    tracing: TracingSettings = field(
+        default_factory=TracingSettings, metadata=setting("OpenTelemetry traces, one per incident; off by default")
+    )
+
+    @property
+    def live_repository_path(self) -> Path | None:
+        if self.live_repository is not None:
+            return self.live_repository
+        return self.store.filesystem if self.store is not None else None
+
+    def model(self, name: str) -> ModelSettings:
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise KeyError(name)
+
+
+def hash_inputs(inputs: Sequence[TensorSpec]) -> str:
+    """sha256 over the request inputs (name, datatype, shape, values), stable across runs and hosts."""
+    digest = hashlib.sha256()
+    for tensor in inputs:
+        header = json.dumps([tensor.name, tensor.datatype, list(tensor.shape)], separators=(",", ":"))
+        digest.update(header.encode())
+        if tensor.datatype == "BYTES":
+            for item in tensor.values.reshape(-1):
+                raw = item if isinstance(item, bytes) else str(item).encode()
+                digest.update(len(raw).to_bytes(8, "little") + raw)
+        else:
+            digest.update(np.ascontiguousarray(tensor.values).astype(tensor.values.dtype.newbyteorder("<")).tobytes())
+    return digest.hexdigest()
