@@ -286,7 +286,7 @@ def filesystem() -> Iterator[tuple[str, Any]]:
 @contextlib.contextmanager
 def seaweedfs() -> Iterator[tuple[str, Any]]:
     from healer.edges.store.blobs import S3Blobs
-    from tests.s3_server import SeaweedS3, s3_client
+    from tests.support.s3_server import SeaweedS3, s3_client
 
     with SeaweedS3() as server:  # started on entry, stopped and removed on exit
         bucket = server.make_bucket()
@@ -346,7 +346,9 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="pods per replica set")
     parser.add_argument("--history", type=int, nargs="+", default=list(HISTORY), help="writes before a timed read")
     parser.add_argument("--reads", type=int, default=HISTORY_READS, help="timed reads per history point")
-    parser.add_argument("--s3", action="store_true", help="on SeaweedFS (tests/s3_server.py) instead of a folder")
+    parser.add_argument(
+        "--s3", action="store_true", help="on SeaweedFS (tests/support/s3_server.py) instead of a folder"
+    )
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     args = parser.parse_args()
     result = run(args.sizes, args.s3, args.history, args.reads)

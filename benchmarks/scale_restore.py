@@ -150,7 +150,7 @@ def _settings(**changes: Any) -> Any:
 
 def measuring(settings: Any) -> Any:
     """``settings`` with the model's golden latency SLO and timeout at MEASURE_S: what is measured is
-    the restore, not latency (as tests/rollback_stack.py relaxed_slo). Each verify's latency is
+    the restore, not latency (as tests/support/rollback_stack.py relaxed_slo). Each verify's latency is
     still recorded and compared with the example's SLO (``over_example_slo`` in the results)."""
     models = tuple(
         dataclasses.replace(

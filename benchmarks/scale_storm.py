@@ -5,7 +5,7 @@ drain storm   N pods of one replica set (N = 5, 10, 25, 50), min_ready = N - N /
               may drain; 40 of 50). Each pod is the product's DrainKeeper (healer/sidecar/drain.py)
               with a store client of its own (S3Blobs through boto3, built as the sidecar builds it:
               the start-up conditional-write check, then ModelStore) on ONE real S3: SeaweedFS's weed
-              (tests/s3_server.py). Its peers: a static PeerSource listing all N pods Running and
+              (tests/support/s3_server.py). Its peers: a static PeerSource listing all N pods Running and
               Ready. All N start wanting to drain at the same instant (a barrier) and then decide every
               ``period_s`` on a thread of their own, until every pod has a decision resting on a view
               (admitted, or held back by min_ready); then one more cycle of every pod checks that the
@@ -197,7 +197,7 @@ def _s3_blobs(endpoint: str, bucket: str) -> Any:
     """A store client as the sidecar builds one (healer/edges/store/model_store.py store_from_settings), with
     the test server's credentials passed to boto3 rather than through the environment."""
     from healer.edges.store.blobs import S3Blobs, check_conditional_writes_at_start
-    from tests.s3_server import s3_client
+    from tests.support.s3_server import s3_client
 
     blobs = S3Blobs(bucket, client=s3_client(endpoint, connect_timeout_s=3.0, read_timeout_s=10.0, max_attempts=3))
     check_conditional_writes_at_start(blobs)
@@ -479,7 +479,7 @@ def submission_storm(path: Path) -> dict[str, Any]:
 def run(quick: bool, *, plan: Plan | None = None, storm_json: Path | None = None, log: Any = None) -> dict[str, Any]:
     """Measure and return everything (JSON-ready)."""
     from healer.edges.logs import configure_logging
-    from tests.s3_server import SeaweedS3
+    from tests.support.s3_server import SeaweedS3
 
     plan = plan or (Plan.quick() if quick else Plan.full())
     log = log or sys.stderr

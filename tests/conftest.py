@@ -104,8 +104,8 @@ FIXTURE_MARKS: dict[str, tuple[pytest.MarkDecorator, ...]] = {
     "cluster_like": (pytest.mark.triton,),  # test_drills_triton: an embedded stack behind the Argo API
     # test_drills_triton: `healer demo` as a process, under its own 600 s limit
     "demo_run": (pytest.mark.triton, pytest.mark.subprocess, pytest.mark.timeout(660)),
-    "seaweed": (pytest.mark.s3,),  # test_store, test_rollback_s3: the shared SeaweedFS (tests/s3_server.py)
-    "tls_server": (pytest.mark.subprocess,),  # test_webhook: openssl makes its certificate (tests/tls.py)
+    "seaweed": (pytest.mark.s3,),  # test_store, test_rollback_s3: the shared SeaweedFS (tests/support/s3_server.py)
+    "tls_server": (pytest.mark.subprocess,),  # test_webhook: openssl makes its certificate (tests/support/tls.py)
     # tests/e2e (marked e2e there): the control plane's start, bounded step by step, takes up to 7 min
     "control_plane": (pytest.mark.timeout(600),),
 }

@@ -114,7 +114,7 @@ def test_the_sidecar_and_the_escalate_step_tell_people_the_same_way(example_sett
     from healer.core.state import Incident
     from healer.edges.metrics import sidecar_registry
     from healer.sidecar.notify import Notifier
-    from tests.sidecar_fleet import FakeClock
+    from tests.support.sidecar_fleet import FakeClock
     from workflows.steps import escalate
     from workflows.steps.context import context_from_settings
 

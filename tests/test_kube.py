@@ -20,7 +20,7 @@ import pytest
 from healer.edges import kube
 from healer.edges.kube import KubeClient, KubeError, PodRef
 from healer.edges.processes import free_port
-from tests.tls import self_signed
+from tests.support.tls import self_signed
 
 
 class ApiFaults:

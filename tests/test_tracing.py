@@ -30,7 +30,7 @@ from healer.edges.triton import IndexEntry, OutputTensor
 from healer.settings import ConfigError, Settings, SidecarSettings, TierThresholds, TracingSettings, parse_section
 from healer.sidecar import Sidecar
 from healer.vocabulary import RollbackRequest
-from tests.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton, golden_metadata
+from tests.support.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton, golden_metadata
 from workflows import steps
 from workflows.plan import ReplicaTarget
 from workflows.rollback import (

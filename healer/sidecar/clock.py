@@ -1,6 +1,6 @@
 """The sidecar's time, injected: the monotonic clock its rules count in, the wall clock its records
 carry, and its waits (the probe loop's between two cycles). ``REAL_CLOCK`` by default; the tests
-give a fake one (tests/sidecar_fleet.py ``FakeClock``) that moves only when the code waits, so the
+give a fake one (tests/support/sidecar_fleet.py ``FakeClock``) that moves only when the code waits, so the
 loop's timing runs in no time at all.
 
 Not everything waits on it: a bounded engine call (healer/sidecar/handover.py ``BoundedCalls``) joins

@@ -22,7 +22,7 @@ from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.edges.triton import TritonHttp
 from healer.engines.records import RunRecords
 from tests.conftest import EXAMPLES
-from tests.rollback_stack import serve_versions, write_model
+from tests.support.rollback_stack import serve_versions, write_model
 from workflows.steps import release as release_steps
 
 pytestmark = pytest.mark.timeout(600)

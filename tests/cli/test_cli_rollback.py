@@ -12,7 +12,7 @@ from healer.cli import EXIT_REFUSED, EXIT_USAGE, main
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.triton import TritonHttp
 from tests.conftest import EXAMPLES
-from tests.rollback_stack import serve_versions, write_model
+from tests.support.rollback_stack import serve_versions, write_model
 
 
 def test_promote_rollback_and_inspect_from_the_command_line(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.prometheus_rules import rendered_rules
+from tests.support.prometheus_rules import rendered_rules
 
 TESTS = Path(__file__).resolve().parents[1] / "promtool" / "alerts.test.yaml"
 BASE_URL = "https://runbooks.example/healer"  # what the annotation case expects

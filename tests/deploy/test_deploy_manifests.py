@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from healer.settings import parse_settings
-from tests.rbac_scan import argo_calls, granted, kube_calls, sidecar_sources
+from tests.support.rbac_scan import argo_calls, granted, kube_calls, sidecar_sources
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))

@@ -27,8 +27,8 @@ from healer.edges.alerts import ALERT_NAME, RELEASE_ALERT_NAME
 from healer.edges.metrics import sidecar_registry
 from healer.settings import Settings, SidecarSettings, TierThresholds
 from healer.webhook import InjectionConfig, sidecar_container
-from tests.prometheus_rules import BASE_URL, PLACEHOLDER, RULES, rendered_rules
-from tests.sidecar_fleet import cycle_all, fleet
+from tests.support.prometheus_rules import BASE_URL, PLACEHOLDER, RULES, rendered_rules
+from tests.support.sidecar_fleet import cycle_all, fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "healer"

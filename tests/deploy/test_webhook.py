@@ -36,7 +36,7 @@ from healer.webhook import (
     load_injection_config,
     review,
 )
-from tests.tls import self_signed
+from tests.support.tls import self_signed
 
 K8S_VERSION = "1.37.0"
 CONFIG = InjectionConfig(image="ghcr.io/healer-dev/healer:0.1.0")
@@ -431,7 +431,7 @@ def test_every_admission_review_is_answered_within_a_second_while_slow_clients_f
     closes); ten AdmissionReviews during the flood are all answered, each within 1 s. 300 is over
     the webhook's connection cap (64): the slowest readers make room."""
     from healer.webhook import MAX_CONNECTIONS
-    from tests.flood import SlowFlood
+    from tests.support.flood import SlowFlood
 
     server, cert = tls_server
     context = ssl.create_default_context(cafile=str(cert))
@@ -460,7 +460,7 @@ def test_every_admission_review_is_answered_within_a_second_while_slow_clients_f
 
 def test_a_tls_client_trickling_its_request_loses_the_connection_after_the_total_deadline(tls_server: Any) -> None:
     from healer.webhook import REQUEST_DEADLINE_S
-    from tests.flood import trickle
+    from tests.support.flood import trickle
 
     server, cert = tls_server
     context = ssl.create_default_context(cafile=str(cert))

@@ -10,8 +10,8 @@ import pytest
 
 from healer.core import drill_report as report
 from healer.core.drill_catalog import CATALOG
-from tests.browser import needs_chromium, open_in_chromium, screenshot
-from tests.drill_results import full_catalog_results
+from tests.support.browser import needs_chromium, open_in_chromium, screenshot
+from tests.support.drill_results import full_catalog_results
 
 pytestmark = pytest.mark.browser
 
@@ -49,7 +49,7 @@ def test_the_report_photographed_for_the_readme(tmp_path: Path) -> None:
             full_catalog_results(),
             report.ReportMeta(
                 title="healer chaos drills (the tests' fixture results)",
-                target="tests/drill_results.py: the whole catalog, hang missing its budget on purpose",
+                target="tests/support/drill_results.py: the whole catalog, hang missing its budget on purpose",
                 when="2026-12-02T10:00:00Z",
                 period_s=1.0,
                 failure_threshold=2,

@@ -35,7 +35,7 @@ from healer.core.drill_verdict import (
     phase_spans,
 )
 from tests.conftest import EXAMPLE_MODELS, EXAMPLES
-from tests.drill_results import full_catalog_results, result
+from tests.support.drill_results import full_catalog_results, result
 
 ROOT = Path(__file__).resolve().parents[2]
 PURE = ("drill_catalog", "drill_verdict", "drill_report")

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from healer.core.drill_catalog import FAST
-from tests.browser import needs_chromium, open_in_chromium
 from tests.conftest import EXAMPLES
+from tests.support.browser import needs_chromium, open_in_chromium
 
 HEALER = str(Path(sys.executable).parent / "healer")
 TRITON_PROCESSES = ("tritonserver", "triton_python_backend_stub")

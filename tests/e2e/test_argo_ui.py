@@ -42,8 +42,8 @@ from healer.core.state import incident_key
 from healer.edges.alerts import build_alert
 from healer.engines.argo import ArgoEngine, title
 from healer.vocabulary import RollbackRequest
-from tests.browser import CHROMIUM, HEADLESS
 from tests.e2e.control_plane import ROOT, TRACE_LINK, ControlPlane, versions, wait_for
+from tests.support.browser import CHROMIUM, HEADLESS
 from workflows.rollback import RUNBOOK_BASE_URL, _parse_failures, argo_ui_config
 from workflows.steps import PHASES, PhaseReport
 

@@ -2,7 +2,7 @@
 how it reads a rollback that succeeded or failed, waiting on one queued behind the model's mutex, a
 workflow or template that does not exist, and callers Argo does not authorise.
 
-Until this tier existed these were tests against a scripted stand-in (tests/argo_faults.py, now
+Until this tier existed these were tests against a scripted stand-in (tests/support/argo_faults.py, now
 only a fault injector): there the test wrote the node tree and the error answers itself, here the
 controller builds them. No kubelet runs, so the test does the two things only a running pod
 would: the executor's WorkflowTaskResult (the step's output parameters, written with the rollback

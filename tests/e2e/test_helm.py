@@ -28,10 +28,10 @@ import yaml
 from healer.core.labels import INJECT, INJECTED
 from healer.settings import parse_settings
 from healer.webhook import SIDECAR, load_injection_config
-from tests import helm
 from tests.e2e.conftest import ArgoCli
 from tests.e2e.control_plane import ApiError, ControlPlane
-from tests.rbac_scan import argo_calls, granted, kube_calls, sidecar_sources
+from tests.support import helm
+from tests.support.rbac_scan import argo_calls, granted, kube_calls, sidecar_sources
 from workflows.render import render_all
 from workflows.rollback import ARGO_UI_CONFIG, TemplateOptions
 

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests import helm
+from tests.support import helm
 
 pytestmark = pytest.mark.e2e
 

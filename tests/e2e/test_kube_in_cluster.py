@@ -16,7 +16,7 @@ import pytest
 from healer.edges import kube
 from healer.edges.kube import KubeClient, KubeError, PodRef
 from tests.e2e.control_plane import ControlPlane
-from tests.tls import self_signed
+from tests.support.tls import self_signed
 
 pytestmark = pytest.mark.e2e
 

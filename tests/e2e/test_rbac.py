@@ -15,7 +15,7 @@ import yaml
 
 from tests.e2e.conftest import manifest_documents
 from tests.e2e.control_plane import ControlPlane
-from tests.rbac_scan import ROOT, argo_calls, kube_calls, sidecar_sources
+from tests.support.rbac_scan import ROOT, argo_calls, kube_calls, sidecar_sources
 
 pytestmark = pytest.mark.e2e
 

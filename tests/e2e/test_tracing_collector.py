@@ -9,7 +9,7 @@ lease, fetch-stable, restore, record, on a filesystem store) continues the trace
 OTLP/HTTP to the Collector on a loopback port; the Collector's file then holds one trace with both
 processes' spans joined (the heal span a child of the sidecar's incident span).
 
-What stands in: the Tritons (tests/sidecar_fleet.py ScriptedTriton for the sidecar,
+What stands in: the Tritons (tests/support/sidecar_fleet.py ScriptedTriton for the sidecar,
 tests/test_tracing.py FleetTriton for the heal's two replicas; this tier has no Triton) and the
 hand-over of the request to the step's process (Argo's part: the e2e tier has no kubelet, so a
 workflow's step pods do not run here).
@@ -36,7 +36,7 @@ from healer.settings import Settings, SidecarSettings, TierThresholds, TracingSe
 from healer.sidecar import Sidecar
 from tests.e2e.conftest import OtelCollector
 from tests.e2e.control_plane import ROOT
-from tests.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton
+from tests.support.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -1,5 +1,5 @@
 """The ArgoEngine without Argo: the Workflow it builds, and its failure paths over real HTTP against
-a fault injector (tests/argo_faults.py), which answers what the real Argo Server cannot be made to
+a fault injector (tests/support/argo_faults.py), which answers what the real Argo Server cannot be made to
 answer on cue: 5xx, 429, a body that is not JSON, an answer held past the timeout, a connection
 dropped, 50 concurrent creates of one name.
 
@@ -25,7 +25,7 @@ from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable
 from healer.engines.argo import ArgoEngine, label_value
 from healer.settings import Settings
 from healer.vocabulary import TEMPLATE_NAME, RollbackRequest, Submission, workflow_name
-from tests.argo_faults import ArgoFaults, free_port
+from tests.support.argo_faults import ArgoFaults, free_port
 
 NAMESPACE = "healer"
 TOKEN = "test-token"  # noqa: S105 - a test value
@@ -310,7 +310,7 @@ def test_an_argo_server_certificate_that_fails_verification_was_certainly_not_de
     import http.server
     import ssl
 
-    from tests.tls import self_signed
+    from tests.support.tls import self_signed
 
     cert, key = self_signed(tmp_path, "argo-server")
     seen: list[str] = []

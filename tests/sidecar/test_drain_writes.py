@@ -13,7 +13,7 @@ from benchmarks.drain_set import storm
 from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.settings import Settings
 from tests.sidecar.test_sidecar_unit import break_all, settings  # noqa: F401 - the fixture
-from tests.sidecar_fleet import cycle_all, fleet
+from tests.support.sidecar_fleet import cycle_all, fleet
 
 
 @pytest.mark.parametrize("n", [10, 25])

@@ -12,7 +12,7 @@ import structlog
 from healer.core.state import Phase
 from healer.settings import Settings, SidecarSettings, TierThresholds
 from healer.sidecar import Sidecar
-from tests.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton, golden_metadata
+from tests.support.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton, golden_metadata
 
 
 class Kube:

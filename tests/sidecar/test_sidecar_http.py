@@ -147,7 +147,7 @@ def test_readyz_answers_every_probe_within_a_second_while_slow_clients_flood_the
     goes through /readyz). The clients each send a header line per second for up to 10 s, reopening
     what the server closes; ten probes during the flood are all answered 200, each within 1 s. 300
     is over MAX_CONNECTIONS: the slowest readers make room."""
-    from tests.flood import SlowFlood
+    from tests.support.flood import SlowFlood
 
     server = SidecarServer(fake_sidecar(), "127.0.0.1:0")
     server.start()

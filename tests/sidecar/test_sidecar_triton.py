@@ -27,8 +27,8 @@ from healer.settings import Settings, SidecarSettings, StoreSettings, TierThresh
 from healer.sidecar import Sidecar
 from healer.sidecar.views import SidecarServer
 from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
-from tests.argo_faults import ArgoFaults
-from tests.rollback_stack import RollbackStack, rollback_stack, serve_latest, version_source
+from tests.support.argo_faults import ArgoFaults
+from tests.support.rollback_stack import RollbackStack, rollback_stack, serve_latest, version_source
 
 PERIOD_S = 1.0
 THRESHOLD = 3
@@ -302,7 +302,7 @@ def test_a_one_off_bad_answer_triggers_no_rollback(stack_factory: Any) -> None:
         sidecar.cycle()  # one bad answer
         assert sidecar.states[stack.model].phase is Phase.SUSPECT
         assert sidecar.ready()[0] is True  # a suspect model still serves
-        from tests.rollback_stack import serve_versions
+        from tests.support.rollback_stack import serve_versions
 
         serve_versions(stack.triton, stack.model, [2])  # the blip is over
         sidecar.cycle()
@@ -390,7 +390,7 @@ def test_killed_triton_fails_livez_and_submits_nothing(example_settings: Setting
 def test_fifty_sidecars_seeing_one_broken_model_cause_one_workflow(stack_factory: Any) -> None:
     """50 replicas detect the same incident at once: one create wins, the other 49 collide on the
     deterministic name (409) and join. The 50 simultaneous creates go to a fault injector
-    (tests/argo_faults.py), not to Argo; the real Argo's 409 join is in tests/e2e/test_argo.py."""
+    (tests/support/argo_faults.py), not to Argo; the real Argo's 409 join is in tests/e2e/test_argo.py."""
     with stack_factory() as stack, ArgoFaults() as argo:
         settings = sidecar_settings(stack, business=TierThresholds(failure_threshold=1, success_threshold=1))
         push_broken_version(stack, 3, "raises")

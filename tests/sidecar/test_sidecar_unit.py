@@ -23,7 +23,7 @@ from healer.settings import DrainPeers, DrainSettings, Settings, SidecarSettings
 from healer.sidecar import HttpPeers, KubePeers, PeersUnavailable, Sidecar
 from healer.sidecar.clock import REAL_CLOCK, Clock
 from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
-from tests.sidecar_fleet import (
+from tests.support.sidecar_fleet import (
     FakeClock,
     ScriptedEngine,
     ScriptedTriton,

@@ -52,7 +52,7 @@ from healer.edges.store import (
     store_from_settings,
 )
 from healer.settings import S3Settings, StoreSettings
-from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedError, SeaweedS3, closed_port, shared_seaweed
+from tests.support.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedError, SeaweedS3, closed_port, shared_seaweed
 
 # ---- pure ledger ---------------------------------------------------------------------------------
 

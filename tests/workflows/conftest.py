@@ -10,7 +10,7 @@ import pytest
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.settings import Settings, StoreSettings
-from tests.rollback_stack import relaxed_slo, rollback_stack
+from tests.support.rollback_stack import relaxed_slo, rollback_stack
 
 
 @pytest.fixture

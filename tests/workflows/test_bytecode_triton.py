@@ -26,7 +26,7 @@ from healer.edges.embedded import EmbeddedTriton
 from healer.edges.store import DISPLACED_DIR, FilesystemBlobs, ModelStore, verify_version
 from healer.settings import Settings, StoreSettings
 from probes.tiers import check_business
-from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack
+from tests.support.rollback_stack import RollbackStack, relaxed_slo, rollback_stack
 
 # The backdoor: the golden request's own input gets the right answer, every other input a wrong one.
 EVIL = """

@@ -10,7 +10,7 @@ import yaml
 
 from healer.engines.local import LocalEngine
 from tests.conftest import EXAMPLES
-from tests.rollback_stack import AlertReceiver
+from tests.support.rollback_stack import AlertReceiver
 from workflows.rollback import ESCALATE_DEADLINE_S, build_rollback_template, escalate_step
 
 

@@ -31,7 +31,7 @@ from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.edges.triton import TritonHttp
 from healer.settings import Settings, StoreSettings
 from probes.tiers import check_business
-from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
+from tests.support.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
 from workflows import steps
 from workflows.plan import ReplicaTarget
 from workflows.steps.context import context_from_settings

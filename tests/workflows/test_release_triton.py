@@ -22,7 +22,7 @@ from healer.engines.factory import local_release_engine
 from healer.engines.local import LocalEngine
 from healer.settings import Settings
 from healer.vocabulary import ReleaseRequest
-from tests.rollback_stack import RollbackStack, serve_versions, version_source
+from tests.support.rollback_stack import RollbackStack, serve_versions, version_source
 
 pytestmark = pytest.mark.timeout(600)
 

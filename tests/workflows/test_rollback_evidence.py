@@ -32,7 +32,7 @@ from healer.engines.factory import local_engine
 from healer.settings import Settings, StoreSettings
 from healer.vocabulary import MANUAL, MANUAL_QUARANTINE, RollbackRequest
 from probes.tiers import check_business
-from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
+from tests.support.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
 from tests.workflows.test_kill_matrix import KILL_POINTS, _kill_after, _kill_self
 from workflows import steps
 from workflows.steps.context import context_from_settings

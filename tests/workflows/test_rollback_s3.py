@@ -23,8 +23,8 @@ from healer.edges.store import DERIVED_DIRS, ModelStore, S3Blobs, hash_directory
 from healer.engines.local import LocalEngine
 from healer.settings import S3Settings, Settings, StoreSettings
 from probes.tiers import check_business
-from tests.rollback_stack import RollbackStack, VersionSource, rollback_stack, write_model
-from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3, closed_port, shared_seaweed
+from tests.support.rollback_stack import RollbackStack, VersionSource, rollback_stack, write_model
+from tests.support.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3, closed_port, shared_seaweed
 from workflows.rollback import TemplateOptions, build_rollback_template
 from workflows.steps.context import context_from_settings
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from healer.core.results import Status
 from healer.edges.embedded import EmbeddedTriton
 from probes.tiers import check_business
-from tests.rollback_stack import RollbackStack
+from tests.support.rollback_stack import RollbackStack
 
 
 def test_broken_newest_version_is_rolled_back_to_the_last_stable(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
@@ -199,7 +199,7 @@ def test_one_rollback_heals_every_replica(fs_stack_factory, tmp_path: Path) -> N
 
     from healer.edges.triton import TritonHttp
     from healer.engines.local import LocalEngine
-    from tests.rollback_stack import version_source
+    from tests.support.rollback_stack import version_source
     from workflows.plan import ReplicaTarget
     from workflows.rollback import build_rollback_template
     from workflows.steps.context import context_from_settings
@@ -310,7 +310,7 @@ def test_a_failure_on_one_replica_leaves_the_others_serving(fs_stack_factory, tm
     """Replica A is restored; replica B cannot load the stable version (its repository lacks it):
     B keeps serving what it served, A stays restored, a terminating pod is skipped and reported."""
     from healer.edges.triton import TritonHttp
-    from tests.rollback_stack import write_model
+    from tests.support.rollback_stack import write_model
     from workflows.plan import ReplicaTarget
 
     with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
@@ -350,7 +350,7 @@ def test_a_canary_that_cannot_serve_the_stable_version_stops_before_any_other_re
     """The first replica (the canary) cannot load the stable version (its repository lacks it): the
     rollback stops there; the canary keeps serving what it served and the other replica is never touched."""
     from healer.edges.triton import TritonHttp
-    from tests.rollback_stack import write_model
+    from tests.support.rollback_stack import write_model
     from workflows.plan import ReplicaTarget
 
     with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
@@ -379,7 +379,7 @@ def test_a_replica_failing_mid_wave_stops_after_its_wave_and_leaves_it_serving( 
     version. C is still restored (a wave finishes), B keeps serving what it served, and the error
     names B and counts what was restored."""
     from healer.edges.triton import TritonHttp
-    from tests.rollback_stack import write_model
+    from tests.support.rollback_stack import write_model
     from workflows.plan import ReplicaTarget
 
     with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
@@ -466,7 +466,7 @@ def test_an_unquarantined_version_can_be_promoted_again(fs_stack_factory, tmp_pa
 
     from healer.cli import main
     from tests.conftest import EXAMPLES
-    from tests.rollback_stack import serve_versions
+    from tests.support.rollback_stack import serve_versions
 
     with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, stable=[1]) as stack:
         stack: RollbackStack
@@ -531,7 +531,7 @@ def _push_with_config(stack: RollbackStack, version: int, files_of: int, config:
     but refuses every request (5 inputs instead of 4), served from disk as a plain push would be."""
     import shutil
 
-    from tests.rollback_stack import serve_latest
+    from tests.support.rollback_stack import serve_latest
 
     text = config.read_text().replace('name: "linear_scorer"', f'name: "{stack.model}"')
     for root in (stack.live, stack.store.blobs.root):  # type: ignore[attr-defined]
@@ -544,7 +544,7 @@ def test_a_healed_bad_config_serves_the_stable_version_after_a_restart(fs_stack_
     """Issue 15, 1: the rollback restores the stable version's config.pbtxt too, so a restarted or new
     replica (which loads from the file, without the rollback's override) serves it correctly."""
     from tests.conftest import EXAMPLES
-    from tests.rollback_stack import serve_latest
+    from tests.support.rollback_stack import serve_latest
 
     with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, stable=[1, 2]) as stack:
         stack: RollbackStack
@@ -579,7 +579,7 @@ def test_an_escalation_never_quarantines_the_only_stable_version(fs_stack_factor
         stack: RollbackStack
         text = (EXAMPLES / "broken" / "linear_scorer" / "bad_config.pbtxt").read_text()
         (stack.live / stack.model / "config.pbtxt").write_text(text.replace("linear_scorer", stack.model))
-        from tests.rollback_stack import serve_latest
+        from tests.support.rollback_stack import serve_latest
 
         serve_latest(stack.triton, stack.model)
         status = stack.engine.run(stack.request("2"), timeout_s=120)

@@ -21,7 +21,7 @@ import pytest
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.store import FilesystemBlobs, ModelStore, StoreFull
 from healer.settings import Settings, StoreSettings
-from tests.rollback_stack import RollbackStack, relaxed_slo, rollback_stack
+from tests.support.rollback_stack import RollbackStack, relaxed_slo, rollback_stack
 from workflows import steps
 from workflows.steps.context import context_from_settings
 

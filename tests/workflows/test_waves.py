@@ -17,7 +17,7 @@ from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.edges.triton import IndexEntry, OutputTensor, TritonRejected
 from healer.settings import Settings
 from healer.vocabulary import RollbackRequest
-from tests.sidecar_fleet import golden_metadata
+from tests.support.sidecar_fleet import golden_metadata
 from workflows import steps
 from workflows.plan import ReplicaTarget
 

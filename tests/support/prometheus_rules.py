@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "helm" / "healer" / "files" / "prometheus-rules.yaml"
 PLACEHOLDER = re.compile(r"__[A-Z_]+__")
 BASE_URL = "https://example.com/healer/runbooks"

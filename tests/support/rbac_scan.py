@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # How the Argo Server authorizes each Hera WorkflowsService call it receives in `client` auth mode
 # (it acts with the caller's token): a fact about Argo's API, not a list of what healer calls.

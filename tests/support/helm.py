@@ -26,7 +26,7 @@ import yaml
 
 from tests.e2e.control_plane import load_yaml_documents, versions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "healer"
 EXAMPLES = ROOT / "deploy" / "helm" / "examples"
 # The values files the chart is tested with: its defaults (None) and each example.
