@@ -1,15 +1,15 @@
-"""The chart's README is generated from values.yaml (healer/settings/chart_readme.py): it is current,
+"""The chart's README is generated from values.yaml (tools/chart_readme.py): it is current,
 and a value added without a comment or a schema description fails the check."""
 
 from __future__ import annotations
 
 import json
 
-from healer.settings import chart_readme
+from tools import chart_readme
 
 
 def test_the_committed_chart_readme_is_current() -> None:
-    assert chart_readme.main(["--check"]) == 0, "run `python -m healer.settings.chart_readme`"
+    assert chart_readme.main(["--check"]) == 0, "run `python -m tools.chart_readme`"
 
 
 def test_a_value_without_a_description_fails_the_check() -> None:

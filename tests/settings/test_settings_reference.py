@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from healer.settings import FORMS, SETTING, ConfigError, Settings, parse_section, parse_settings, setting
-from healer.settings.reference import (
+from tools.settings_reference import (
     CHART_DERIVED,
     CHART_SCHEMA,
     CHART_VALUES,
@@ -53,7 +53,7 @@ def test_the_committed_file_is_what_the_declarations_generate(path: Path) -> Non
 
 
 def test_the_check_mode_names_a_stale_file(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from healer.settings import reference as module
+    from tools import settings_reference as module
 
     assert module.main(["--check"]) == 0
     monkeypatch.setattr(module, "reference", lambda: "stale\n")
@@ -268,8 +268,8 @@ def test_the_settings_module_stays_free_of_clients() -> None:
     import subprocess
     import sys
 
-    code = "import sys, healer.settings, healer.settings.reference; print(sorted(sys.modules))"
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code = "import sys, healer.settings, tools.settings_reference; print(sorted(sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     for client in ("kubernetes", "boto3", "botocore", "tritonclient", "hera", "urllib3"):
         assert f"'{client}'" not in loaded, client
 

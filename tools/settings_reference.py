@@ -1,9 +1,10 @@
 """What the settings' declarations (healer/settings) generate: the configuration reference,
 docs/configuration.md, and the schema of the Helm chart's ``config`` value (healer.yaml) in
 deploy/helm/healer/values.schema.json, with the chart's own values that restate a healer default.
+A development tool, not shipped; from the repository's root:
 
-    python -m healer.settings.reference           # rewrite both files
-    python -m healer.settings.reference --check   # exit 1 naming each file that differs
+    python -m tools.settings_reference           # rewrite both files
+    python -m tools.settings_reference --check   # exit 1 naming each file that differs
 
 tests/settings/test_settings_reference.py fails when a committed file is not what this generates.
 """
@@ -20,10 +21,10 @@ from typing import Any
 
 from healer.settings import DeclaredKey, Settings, declared_keys, is_section
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "configuration.md"
 CHART_SCHEMA = ROOT / "deploy" / "helm" / "healer" / "values.schema.json"
-REGENERATE = "python -m healer.settings.reference"
+REGENERATE = "python -m tools.settings_reference"
 
 # healer.yaml keys the chart writes itself from its other values (templates/_helpers.tpl,
 # "healer.config") and refuses in .Values.config. The schema lets them through there, unchecked, so
@@ -281,7 +282,7 @@ def _key_schema(d: DeclaredKey, key: str, value: Any, path: str, derived: Mappin
                 "required": [d.spec.under],
                 "additionalProperties": False,
             }
-    # null stands for the default where the loader says so (healer.settings._takes_default).
+    # null stands for the default where the loader says so (healer/settings/loader.py, _takes_default).
     if value is not MISSING and (d.optional or d.spec.blank_is_default or d.kind is tuple or is_section(d.kind)):
         schema = _or_null(schema, blank=d.spec.blank_is_default)
     return {"description": d.spec.doc, **schema}
@@ -334,8 +335,8 @@ def chart_schema(current: Mapping[str, Any]) -> dict[str, Any]:
 
 def _describe_from_values(schema: dict[str, Any]) -> None:
     """Give every chart value without a description in the schema the comment values.yaml has for it
-    (healer/settings/chart_readme.py reads them), so editors and `helm` show what each value does."""
-    from healer.settings.chart_readme import CHART, read_values
+    (tools/chart_readme.py reads them), so editors and `helm` show what each value does."""
+    from tools.chart_readme import CHART, read_values
 
     comments = {v.path: v.description for v in read_values((CHART / "values.yaml").read_text()) if v.description}
     for path, text in comments.items():
