@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from healer.cli import EXIT_CODES, EXIT_REFUSED, EXIT_USAGE, _parser, main
+from healer.cli import _parser, main
+from healer.cli.output import EXIT_CODES, EXIT_REFUSED, EXIT_USAGE
 from healer.edges.embedded import EmbeddedTriton, free_port
 from healer.settings import ModelSettings
 from tests.conftest import EXAMPLE_CONFIG, EXAMPLES, example_config_document
@@ -506,7 +507,8 @@ def test_people_get_results_and_logs_only_when_asked(
 
 
 def test_the_daemons_log_at_info_by_default() -> None:
-    from healer.cli import _parser, log_level_for
+    from healer.cli import _parser
+    from healer.cli.common import log_level_for
 
     parser, _ = _parser()
     assert log_level_for(parser.parse_args(["sidecar", "--config", "x"])) == "info"

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healer.cli import EXIT_USAGE, NAMED_ARGUMENTS, _parser, main
+from healer.cli import _parser, main
+from healer.cli.common import NAMED_ARGUMENTS
+from healer.cli.output import EXIT_USAGE
 from healer.edges.embedded import free_port
 from tests.conftest import EXAMPLES, example_config_document
 

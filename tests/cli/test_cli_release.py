@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from healer.cli import EXIT_REFUSED, EXIT_USAGE, main
+from healer.cli import main
+from healer.cli.output import EXIT_REFUSED, EXIT_USAGE
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.edges.triton import TritonHttp

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healer.cli import EXIT_REFUSED, EXIT_USAGE, main
+from healer.cli import main
+from healer.cli.output import EXIT_REFUSED, EXIT_USAGE
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.triton import TritonHttp
 from tests.conftest import EXAMPLES

@@ -112,7 +112,7 @@ def test_rollback_workflows_are_the_labelled_ones_newest_first() -> None:
 
 
 def test_watch_prints_each_round_and_a_failure_in_place_of_the_view(capsys: pytest.CaptureFixture[str]) -> None:
-    from healer.cli.cluster import _watch
+    from healer.cli.cluster import watch
     from healer.edges.cluster import ClusterError
 
     answers = iter(["view one", ClusterError("api down")])
@@ -123,7 +123,7 @@ def test_watch_prints_each_round_and_a_failure_in_place_of_the_view(capsys: pyte
             raise answer
         return answer
 
-    assert _watch(render, period_s=0.0, rounds=2) == 0
+    assert watch(render, period_s=0.0, rounds=2) == 0
     out = capsys.readouterr().out
     assert "view one" in out and "healer: api down" in out
 

@@ -169,7 +169,8 @@ def test_drill_json_reports_every_field_and_the_target_ends_on_its_stable_versio
 
 
 def test_unknown_scenarios_and_argo_on_the_embedded_stack_are_usage_errors(tmp_path: Path) -> None:
-    from healer.cli import EXIT_USAGE, main
+    from healer.cli import main
+    from healer.cli.output import EXIT_USAGE
 
     config = str(drill_config(tmp_path))
     assert main(["drill", "--config", config, "no-such"]) == EXIT_USAGE

@@ -958,7 +958,8 @@ def test_a_drain_set_name_that_is_not_a_plain_name_is_refused(tmp_path: Path, na
 def test_the_sidecar_command_refuses_a_drain_without_a_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from healer.cli import EXIT_USAGE, main
+    from healer.cli import main
+    from healer.cli.output import EXIT_USAGE
 
     drain = {"peer_urls": ["http://127.0.0.1:9"], "set": "triton"}
     config = write_config(tmp_path, {"drain": drain, "fallback_to_local": False}, store=False)

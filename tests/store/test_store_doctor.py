@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healer.cli import EXIT_REFUSED, EXIT_USAGE, main
+from healer.cli import main
+from healer.cli.output import EXIT_REFUSED, EXIT_USAGE
 from healer.core.ledger import LedgerFormatError, StableRecord
 from healer.edges.embedded import free_port
 from healer.edges.store import FilesystemBlobs, LeaseHeld, ModelStore

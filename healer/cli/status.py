@@ -1,0 +1,90 @@
+"""`healer status`: what healer is doing across the fleet now, through the Kubernetes API: every pod with a
+healer sidecar × model, its tiers, state, drain, incident and rollback."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from healer.cli.cluster import access, add_cluster_flags, engine, fail, watch
+from healer.cli.common import Command
+from healer.cli.output import add_output, print_data
+from healer.core.labels import MODEL_LABEL
+from healer.edges.cluster import ClusterError, list_pods, sidecar_status
+from healer.edges.fleet import fleet_view, format_fleet, pod_from_api
+
+SIDECAR_READS_AT_ONCE = 16  # /status reads in flight: N pods take about N / 16 × one read, not N ×
+
+
+EXAMPLES = (
+    "healer status                                  (the kubeconfig's current context and namespace)",
+    "healer status -n ml --context prod -o wide",
+    "healer status -n ml -w",
+    "healer status -n ml -l app.kubernetes.io/name=triton -o json",
+)
+
+
+def register(command: Command) -> None:
+    status = command(
+        "status",
+        "what healer is doing across the fleet now: every pod with a healer sidecar × model, its tiers, state, "
+        "drain, incident and rollback, through the Kubernetes API (like `kubectl argo rollouts get`)",
+        EXAMPLES,
+        config=False,
+    )
+    add_cluster_flags(status)
+    status.add_argument(
+        "-l", "--selector", help="only pods matching this label selector (default: every pod with a sidecar)"
+    )
+    status.add_argument("-w", "--watch", action="store_true", help="print the view again every 2 s until Ctrl-C")
+    add_output(
+        status,
+        "a table, one row per pod × model; wide adds the circuit breaker",
+        choices=("text", "wide", "json", "yaml"),
+    )
+
+
+def run_on_cluster(args: argparse.Namespace) -> int:
+    """Every pod with a healer sidecar × model: tiers, state, drain, incident and its rollback."""
+    try:
+        cluster = access(args)
+    except ClusterError as exc:
+        return fail(exc)
+
+    def view() -> Any:
+        pods = [p for p in (pod_from_api(raw) for raw in list_pods(cluster, args.selector or "")) if p is not None]
+
+        def read(pod: Any) -> dict[str, Any] | str:
+            if pod.sidecar_port and pod.phase == "Running":
+                return sidecar_status(cluster, pod.namespace, pod.name, pod.sidecar_port)
+            return f"pod {pod.phase}" + ("" if pod.sidecar_port else ", the sidecar declares no port")
+
+        # Each read is bounded by the client's timeout (no retries): all of them by about
+        # ceil(pods / SIDECAR_READS_AT_ONCE) timeouts.
+        with ThreadPoolExecutor(max_workers=max(1, min(SIDECAR_READS_AT_ONCE, len(pods)))) as pool:
+            statuses = dict(zip((f"{p.namespace}/{p.name}" for p in pods), pool.map(read, pods), strict=True))
+        try:
+            workflows = engine(cluster, 90.0).list(label_selector=MODEL_LABEL)
+        except Exception as exc:  # no right to read workflows: the pods' view still helps
+            workflows = []
+            statuses = dict(statuses)
+            print(f"healer: warning: rollback workflows not read: {exc}", file=sys.stderr)
+        return fleet_view(pods, statuses, workflows)
+
+    try:
+        if args.watch:
+            return watch(lambda: format_fleet(view(), wide=args.output == "wide"))
+        current = view()
+    except ClusterError as exc:
+        return fail(exc)
+    if not current.rows:
+        # Nothing was learnt (a wrong -n or -l, or no sidecar injected): never "all healthy".
+        print(f"healer: no pods with a healer sidecar in {cluster.namespace} ({cluster.source})", file=sys.stderr)
+        return 1
+    if args.output in ("json", "yaml"):
+        print_data(current.to_dict(), args.output)
+    else:
+        print(format_fleet(current, wide=args.output == "wide"))
+    return 0 if current.healthy == len(current.rows) else 1
