@@ -6,12 +6,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
-from healer.cli.common import Command, open_store
+from healer.cli.common import Command
 from healer.cli.output import EXIT_REFUSED, EXIT_USAGE, add_output, print_data, run_status
 from healer.settings import Settings
 
@@ -99,6 +97,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 def _submit_release(settings: Settings, request: Any, *, local: bool) -> tuple[Any, str, str]:
     """(the engine, the run's name, "submitted" | "joined")."""
+    from healer.compose import finish_orphaned_releases
     from healer.engines import EngineRejected
     from healer.vocabulary import RELEASE_TEMPLATE_NAME, release_workflow_name
 
@@ -122,115 +121,6 @@ def _submit_release(settings: Settings, request: Any, *, local: bool) -> tuple[A
     finish_orphaned_releases(settings, model=None, engine=engine)
     submission = engine.submit_release(request)
     return engine, submission.name, "submitted" if submission.created else "joined"
-
-
-def finish_orphaned_releases_in_background(
-    settings: Settings, *, finish: Callable[..., list[str]] | None = None
-) -> threading.Thread | None:
-    """A daemon thread finishing or putting back the orphaned releases of the configured models (the
-    sidecar's start-up); None when there are none. Killed meanwhile, the next start finds them again."""
-    from healer.engines.local import orphaned_releases
-
-    models = [m.name for m in settings.models if orphaned_releases(settings.rollback.state_dir, model=m.name)]
-    if not models:
-        return None
-    run = finish or finish_orphaned_releases
-
-    def finish_all() -> None:
-        for model in models:
-            try:
-                run(settings, model=model)
-            except Exception:  # a bug must not kill the sidecar: said, and the next start tries again
-                from healer.edges.logs import get_logger
-
-                get_logger("healer.sidecar").exception("orphaned_releases_not_finished", model=model)
-
-    thread = threading.Thread(target=finish_all, name="orphaned-releases", daemon=True)
-    thread.start()
-    return thread
-
-
-def finish_orphaned_releases(settings: Settings, *, model: str | None, engine: Any = None) -> list[str]:
-    """Finish or put back the releases this host started in a process that has since died (of
-    ``model``, or every model's): each run's own exit handler, the put-back, run here (it takes the dead
-    process's lease over at once: the run's record says its engine died), then one line per run on
-    stderr saying what it did, read from
-    its outcome and the ledger (returned too). Never fails the command: a release that could not be
-    finished is said so."""
-    from healer.engines import EngineError
-    from healer.engines.local import orphaned_releases
-
-    names = orphaned_releases(settings.rollback.state_dir, model=model)
-    lines: list[str] = []
-    if not names:
-        return lines
-    if engine is None:
-        from healer.engines.factory import local_release_engine
-
-        try:
-            engine = local_release_engine(settings)
-        except (EngineError, ValueError, OSError) as exc:
-            lines.append(f"healer: warning: {', '.join(names)} left running by a process that ended: {exc}")
-            print(lines[-1], file=sys.stderr)
-            return lines
-    for name in names:
-        print(
-            f"healer: {name} was left running by a process that ended: running its put-back here",
-            file=sys.stderr,
-            flush=True,
-        )
-        try:
-            status = engine.finish_orphaned_release(name)
-            parameters = {p["name"]: p.get("value", "") for p in engine.get(name)["spec"]["arguments"]["parameters"]}
-        except (EngineError, OSError, KeyError, TypeError) as exc:
-            lines.append(f"healer: warning: {name} could not be finished here: {exc}")
-            print(lines[-1], file=sys.stderr)
-            continue
-        if status is None:
-            lines.append(f"healer: {name}: another process is finishing it, or has")
-            print(lines[-1], file=sys.stderr)
-            continue
-        model_, version = parameters.get("model", "?"), parameters.get("version", "?")
-        try:
-            ledger: Any = open_store(settings).ledger(model_)
-        except Exception as exc:  # the line still says what the put-back did
-            ledger = None
-            print(f"healer: warning: the ledger of {model_} could not be read: {exc}", file=sys.stderr)
-        lines.append(orphan_release_line(name, model_, version, status, ledger))
-        print(lines[-1], file=sys.stderr, flush=True)
-    return lines
-
-
-def orphan_release_line(name: str, model: str, version: str, status: Any, ledger: Any) -> str:
-    """What finishing an orphaned release did, from its put-back's outcome and the ledger (None:
-    unreadable). It never advises a rollback: the put-back is the rollback of a release, and a version
-    the ledger lists stable must stay."""
-    import json
-
-    try:
-        put_back = json.loads(status.outputs.get("put-back") or "{}")
-    except ValueError:
-        put_back = {}
-    promoted = ledger is not None and ledger.stable_record(version) is not None
-    quarantined = ledger is not None and ledger.is_quarantined(version)
-    if status.succeeded:
-        return (
-            f"healer: {name}: finished: {model} v{version} was promoted stable before its process ended; left serving"
-        )
-    if put_back.get("nothing"):
-        return f"healer: {name}: nothing to put back: {put_back['nothing']}"
-    if put_back.get("stable") and not put_back.get("put_back_error"):  # "stable" is there once it put back
-        state = "quarantined" if quarantined else "not quarantined (nothing was learnt against it)"
-        return (
-            f"healer: {name}: put back: every replica serves the stable {model} v{put_back['stable']} again; "
-            f"v{version} {state}"
-        )
-    if promoted:  # stable in the ledger: whatever the put-back said, v{version} stays
-        return f"healer: warning: {name}: {status.message}; {model} v{version} is stable in the ledger: leave it"
-    return (
-        f"healer: warning: {name}: {status.message}; a replica may still serve {model} v{version} "
-        "(healer status); runbooks/release-stopped.md"
-    )
 
 
 def _report_release(args: argparse.Namespace, status: Any, release_id: str) -> int:

@@ -13,7 +13,6 @@ from healer.cli.cluster import access, add_cluster_flags
 from healer.cli.cluster import engine as cluster_engine
 from healer.cli.common import Command
 from healer.cli.output import EXIT_REFUSED, EXIT_USAGE, add_output, print_data, run_status
-from healer.cli.release import finish_orphaned_releases
 from healer.edges.cluster import ClusterError
 from healer.engines import EngineError
 from healer.settings import Settings
@@ -50,6 +49,7 @@ def register(command: Command) -> None:
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
+    from healer.compose import finish_orphaned_releases
     from healer.engines import EngineError
     from healer.engines.factory import engine_from_settings
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from healer.cli.common import open_store
 from healer.cli.output import EXIT_REFUSED, EXIT_USAGE, add_output, print_data
-from healer.cli.release import finish_orphaned_releases
 from healer.settings import ConfigError, Settings
 
 
@@ -92,6 +91,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 def _act(settings: Settings, store: Any, args: argparse.Namespace, reason: str, done: list[str]) -> None:
     """--repair, then --release-lease: each recorded in ``done`` and the audit trail as it is done."""
+    from healer.compose import finish_orphaned_releases
+
     who = os.environ.get("USER") or "cli"
 
     def audit(what: str) -> None:  # after each action: a later one failing must not lose its record

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from healer.cli.release import orphan_release_line
+from healer.compose import orphan_release_line
 from healer.core.ledger import Ledger, QuarantineRecord, StableRecord
 from healer.engines.local import orphan_outcome, orphaned_releases
 from healer.engines.records import RunRecords, new_record, new_release_record, process_instance
@@ -131,7 +131,7 @@ def test_the_sidecar_finishes_its_models_orphaned_releases_beside_its_probe_loop
     Tritons: tests/workflows/test_release_killed.py); none: no thread."""
     import dataclasses
 
-    from healer.cli.release import finish_orphaned_releases_in_background
+    from healer.compose import finish_orphaned_releases_in_background
 
     settings = dataclasses.replace(
         example_settings, rollback=dataclasses.replace(example_settings.rollback, state_dir=tmp_path / "runs")

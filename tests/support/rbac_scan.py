@@ -39,11 +39,11 @@ def called_attributes(*paths: Path) -> set[str]:
 
 def sidecar_sources() -> list[Path]:
     """The code a sidecar pod runs that may call the Kubernetes API: the sidecar package, its
-    composition root and the CLI that starts it."""
+    composition root (which wires it: healer/compose.py) and the command that starts it."""
     return [
         *sorted((ROOT / "healer" / "sidecar").glob("*.py")),
         ROOT / "healer" / "compose.py",
-        *sorted((ROOT / "healer" / "cli").rglob("*.py")),
+        ROOT / "healer" / "cli" / "sidecar.py",
     ]
 
 
