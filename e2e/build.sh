@@ -12,14 +12,11 @@
 # Prints the bin directories on the last line as KEY=PATH pairs. Exit 3: Go is missing or too old.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=versions.env
-source "$here/versions.env"
-cache="${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}"
+# shellcheck source=SCRIPTDIR/common.sh
+source "$here/common.sh" # versions.env, cache, go_build_env, go_module_dir, kubernetes_ldflags
 min_go="1.26.5" # the wrappers' go line (Argo v4.1.4 needs 1.26.5)
 
-# Reproducible and hermetic enough: only the committed go.sum, no VCS stamping, no cgo, no paths.
-export GOFLAGS="-mod=readonly -buildvcs=false -trimpath"
-export CGO_ENABLED=0
+go_build_env # reproducible and hermetic enough (e2e/common.sh)
 
 log() { printf 'e2e/build: %s\n' "$*" >&2; }
 
@@ -109,14 +106,7 @@ total_started=$SECONDS
 
 build etcd "$ETCD_VERSION" "-s -w" "" etcd=healer.e2e/etcd
 
-k8s_minor="${KUBERNETES_VERSION#v1.}"
-k8s_minor="${k8s_minor%%.*}"
-k8s_ldflags="-s -w"
-for package in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-  k8s_ldflags+=" -X $package.gitVersion=$KUBERNETES_VERSION -X $package.gitMajor=1 -X $package.gitMinor=$k8s_minor"
-  k8s_ldflags+=" -X $package.gitTreeState=clean -X $package.buildDate=1970-01-01T00:00:00Z"
-done
-build kubernetes "$KUBERNETES_VERSION" "$k8s_ldflags" "" kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver
+build kubernetes "$KUBERNETES_VERSION" "$(kubernetes_ldflags)" "" kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver
 
 # Argo's web UI: ui/ in Argo's module (React and TypeScript, bundled by webpack), which argo-server
 # embeds (ui/embed.go: //go:embed dist/app) and the module ships unbuilt. Built as upstream's `make
@@ -208,8 +198,7 @@ argo_modfile="$cache/.argo-build-$ARGO_VERSION/go.mod"
 argo_ui_stamp=""
 if ! { [ -x "$argo_dest/bin/argo" ] && [ -x "$argo_dest/bin/workflow-controller" ]; } || have_go; then
   need_go
-  argo_dir="$(cd "$here/argo" && go mod download -json "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION" |
-    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  argo_dir="$(cd "$here/argo" && go_module_dir "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION")"
   [ -n "$argo_dir" ] || { log "could not download github.com/argoproj/argo-workflows/v4@$ARGO_VERSION"; exit 1; }
   if ! command -v node >/dev/null 2>&1 && [ -f "$cache/argo-ui-$ARGO_VERSION/app/index.html" ]; then
     argo_ui_app="$cache/argo-ui-$ARGO_VERSION/app" # built before: usable without Node.js
@@ -261,9 +250,8 @@ build otelcol "$OTELCOL_VERSION" "-s -w" "" otelcol-healer=healer.e2e/otelcol
 crds_dest="$cache/crds-cert-manager-$CERT_MANAGER_VERSION-prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
 if [ ! -f "$crds_dest/.complete" ]; then
   need_go
-  crds_dirs="$(cd "$here/crds" && go mod download -json "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION" \
-    "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" |
-    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  crds_dirs="$(cd "$here/crds" && go_module_dir "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION" \
+    "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")"
   cert_manager_dir="$(printf '%s\n' "$crds_dirs" | grep '/cert-manager@')"
   operator_dir="$(printf '%s\n' "$crds_dirs" | grep '/prometheus-operator@')"
   [ -n "$cert_manager_dir" ] && [ -n "$operator_dir" ] || { log "could not download the CRD modules"; exit 1; }
