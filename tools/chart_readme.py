@@ -1,6 +1,6 @@
 """The Helm chart's README (deploy/helm/healer/README.md), generated from its values.yaml: every value
 with its default and the comment above it or beside it (else the schema's description), in the file's
-order. `config` (healer.yaml) is documented by docs/configuration.md, generated from the settings.
+order. `config` (healer.yaml) is documented by docs/configuration-reference.md, generated from the settings.
 
 A development tool, not shipped; from the repository's root:
 
@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "healer"
 README = CHART / "README.md"
 DOCUMENTED_ELSEWHERE = {
-    "config": "healer.yaml itself: every key in [docs/configuration.md](../../../docs/configuration.md)"
+    "config": "healer.yaml itself: every key in "
+    "[docs/configuration-reference.md](../../../docs/configuration-reference.md)"
 }
 
 _KEY = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z0-9_.-]+):(?P<rest>.*)$")

@@ -1,9 +1,10 @@
 """What the settings' declarations (healer/settings) generate: the configuration reference,
-docs/configuration.md, and the schema of the Helm chart's ``config`` value (healer.yaml) in
-deploy/helm/healer/values.schema.json, with the chart's own values that restate a healer default.
-A development tool, not shipped; from the repository's root:
+docs/configuration-reference.md; the schema of the Helm chart's ``config`` value (healer.yaml) in
+deploy/helm/healer/values.schema.json, with the chart's own values that restate a healer default; and
+in the guide, docs/configuration-guide.md, each key's own rules and its examples copied from
+examples/configuration/. A development tool, not shipped; from the repository's root:
 
-    python -m tools.settings_reference           # rewrite both files
+    python -m tools.settings_reference           # rewrite the three files
     python -m tools.settings_reference --check   # exit 1 naming each file that differs
 
 tests/settings/test_settings_reference.py fails when a committed file is not what this generates.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING
@@ -22,7 +24,8 @@ from typing import Any
 from healer.settings import DeclaredKey, Settings, declared_keys, is_section
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT / "docs" / "configuration.md"
+REFERENCE = ROOT / "docs" / "configuration-reference.md"
+GUIDE = ROOT / "docs" / "configuration-guide.md"
 CHART_SCHEMA = ROOT / "deploy" / "helm" / "healer" / "values.schema.json"
 REGENERATE = "python -m tools.settings_reference"
 
@@ -130,7 +133,7 @@ def reference(root: type[Any] = Settings) -> str:
         "Every key of `healer.yaml`, as the loader ([`healer/settings`](../healer/settings/__init__.py)) reads it.",
         "Unknown keys are rejected; a key whose default is *required* must be given; relative paths resolve",
         "against the config file's folder; every error names the file, the key path and the problem. The rules",
-        "that tie keys together are in [configuring.md](configuring.md#rules-the-loader-enforces).",
+        "that tie keys together are in [configuration-guide.md](configuration-guide.md#rules-the-loader-enforces).",
     ]
     for path, doc, cls, default in sections(root):
         title = f"`{path}`" if path else "Top level"
@@ -321,7 +324,7 @@ def chart_schema(current: Mapping[str, Any]) -> dict[str, Any]:
     the declarations say; everything else is the chart's own, kept as it is."""
     schema: dict[str, Any] = json.loads(json.dumps(current))
     config = config_schema()
-    config["description"] = "healer.yaml (docs/configuration.md), rendered into the healer-config ConfigMap"
+    config["description"] = "healer.yaml (docs/configuration-reference.md), rendered into the healer-config ConfigMap"
     schema["properties"]["config"] = config
     for value_path, key_path in CHART_VALUES.items():
         *parents, name = value_path.split(".")
@@ -373,13 +376,61 @@ def declared_default(key_path: str) -> Any:
     return getattr(default, d.name) if default is not None else d.default
 
 
+# ---- the guide: each key's own rules, and its examples as the files are -------------------------------
+
+# What each form of text must be (healer/settings/loader.py, _read_form, checks it).
+FORM_RULES: Mapping[str, str] = {
+    "model-name": "1–128 of `A-Z a-z 0-9 _ . -`, not starting with `.` or `-`, no `..` (it becomes a path, "
+    "an S3 key and a URL)",
+    "version": "a positive integer (Triton's version directories are numbers)",
+    "address": "`host:port` without a scheme or path: a host, a port from 1 to 65535",
+    "url": "an `http://` or `https://` URL: a host, a port (when given) from 1 to 65535, and no `user:password@` "
+    "(refused, and never repeated in the error)",
+    "set-name": "1–100 of `A-Z a-z 0-9 _ . -`, no `..`, not `ledger`, `audit` or `lease`",
+}
+EXAMPLE = re.compile(r"(<!-- example: (?P<path>\S+) -->\n)```yaml\n.*?```\n", re.S)
+RULES = re.compile(r"(<!-- rules: [^\n]* -->\n).*?(<!-- rules: end -->)", re.S)
+
+
+def key_rules(root: type[Any] = Settings) -> list[str]:
+    """The guide's list of each key's own rules, from the declarations: forms, choices, exactly-one
+    alternatives and the maxima that say why."""
+    forms: dict[str, list[str]] = {form: [] for form in FORM_WORDS}
+    lines: list[str] = []
+    for path, _, cls, default in sections(root):
+        alternatives: set[str] = set()
+        for key, d, _ in rows(cls, default):
+            full = f"`{path}.{key}`" if path else f"`{key}`"
+            if d.spec.alternatives:
+                alternatives.add(" or ".join(f"`{name}`" for name, _, _ in d.spec.alternatives))
+            elif d.spec.form is not None:
+                forms[d.spec.form].append(full)
+            elif d.spec.choices:
+                lines.append(f"- {full}: {_scalar_words(d, d.kind)};")
+            elif d.spec.above_maximum is not None:
+                lines.append(f"- {full}: {d.spec.above_maximum};")
+        lines += [f"- `{path}`: exactly one of {names};" for names in sorted(alternatives)]
+    lines[:0] = [f"- {', '.join(keys)}: {FORM_RULES[form]};" for form, keys in forms.items() if keys]
+    return [*lines[:-1], lines[-1].rstrip(";") + "."]
+
+
+def guide(text: str) -> str:
+    """The guide ``text`` with its examples as the files are and its list of each key's own rules."""
+    text = EXAMPLE.sub(lambda m: m[1] + "```yaml\n" + (ROOT / m["path"]).read_text(encoding="utf-8") + "```\n", text)
+    return RULES.sub(lambda m: m[1] + "\n".join(key_rules()) + "\n" + m[2], text)
+
+
 # ---- writing and checking ------------------------------------------------------------------------------
 
 
 def generated() -> dict[Path, str]:
     """Each generated file and the text it must have."""
     current = json.loads(CHART_SCHEMA.read_text(encoding="utf-8"))
-    return {REFERENCE: reference(), CHART_SCHEMA: json.dumps(chart_schema(current), indent=2, ensure_ascii=False)}
+    return {
+        REFERENCE: reference(),
+        CHART_SCHEMA: json.dumps(chart_schema(current), indent=2, ensure_ascii=False),
+        GUIDE: guide(GUIDE.read_text(encoding="utf-8")),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

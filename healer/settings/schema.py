@@ -41,7 +41,7 @@ class Setting:
     ``timeout_s: float = field(default=2.0, metadata=setting("...", minimum=0.001))``.
 
     The field gives the key's name, type and default; this gives the rest. The loader's checks (unknown
-    keys, types, bounds), the configuration reference (docs/configuration.md) and the chart's
+    keys, types, bounds), the configuration reference (docs/configuration-reference.md) and the chart's
     values.schema.json are all made from these declarations. Rules that tie several keys together
     (exactly one of two keys, a timeout within the deadline) are code, in the section's ``_BUILD`` step.
     """

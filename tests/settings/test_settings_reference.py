@@ -1,5 +1,5 @@
 """Each setting is declared once (healer/settings): the loader, the configuration reference
-(docs/configuration.md) and the Helm chart's schema and defaults all follow that declaration."""
+(docs/configuration-reference.md) and the Helm chart's schema and defaults all follow that declaration."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tools.settings_reference import (
     CHART_VALUES,
     FORM_SCHEMAS,
     FORM_WORDS,
+    GUIDE,
     REFERENCE,
     REGENERATE,
     config_schema,
@@ -44,7 +45,7 @@ CHART_CHOICES = {"rollback.alert.webhook_url"}
 # ---- the generated files are committed as generated ----------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [REFERENCE, CHART_SCHEMA], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [REFERENCE, CHART_SCHEMA, GUIDE], ids=lambda p: p.name)
 def test_the_committed_file_is_what_the_declarations_generate(path: Path) -> None:
     expected = generated()[path]
     assert path.read_text(encoding="utf-8") == expected, (
@@ -58,7 +59,9 @@ def test_the_check_mode_names_a_stale_file(capsys: pytest.CaptureFixture[str], m
     assert module.main(["--check"]) == 0
     monkeypatch.setattr(module, "reference", lambda: "stale\n")
     assert module.main(["--check"]) == 1
-    assert f"docs/configuration.md differs from the declarations: run `{REGENERATE}`" in capsys.readouterr().err
+    assert (
+        f"docs/configuration-reference.md differs from the declarations: run `{REGENERATE}`" in capsys.readouterr().err
+    )
 
 
 # ---- one declaration, three readers --------------------------------------------------------------------
