@@ -2,7 +2,7 @@
 
 The sidecar (healer/sidecar/) gathers values at its edges (probe results, clocks, what an engine
 or the peers answered), asks these functions what to do, and does it. Nothing here does I/O or
-reads a clock, so every rule is a table test (tests/test_decisions.py).
+reads a clock, so every rule is a table test (tests/core/test_decisions.py).
 """
 
 from __future__ import annotations

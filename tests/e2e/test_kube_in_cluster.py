@@ -4,7 +4,7 @@ projected token is re-read on every call, so a token rotated under a running sid
 
 The service-account folder is a temporary one (``kube.SERVICE_ACCOUNT_DIR`` pointed at it), so this
 runs with or without e2e/run.sh's private /run. It replaces the HTTPS stand-in test that did the
-same against a local server (tests/test_kube.py keeps only fault injection).
+same against a local server (tests/edges/test_kube.py keeps only fault injection).
 """
 
 from __future__ import annotations
