@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,6 +23,14 @@ def write_atomic(path: Path, data: bytes) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
+
+
+def remove_path(path: Path) -> None:
+    """Remove a file, a link (never what it points to) or a whole directory tree; OSError when it cannot."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def make_dirs(path: Path) -> None:

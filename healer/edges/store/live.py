@@ -7,14 +7,13 @@ import contextlib
 import datetime as dt
 import errno
 import os
-import shutil
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from healer.edges.logs import get_logger
-from healer.edges.store.files import make_dirs, write_atomic
+from healer.edges.store.files import make_dirs, remove_path, write_atomic
 from healer.edges.store.hashing import DERIVED_DIRS, INERT_BYTECODE_PREFIX
 from healer.edges.store.layout import DISPLACED_DIR, QUARANTINE_DIR, check_name, safe_part
 from healer.settings import VERSION_PATTERN
@@ -129,10 +128,7 @@ def prune_aside(live_repository: Path, model: str, *, keep: int, removable: Call
             if VERSION_PATTERN.match(version) and not derived and not removable(version):
                 continue
             try:
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry)
-                else:
-                    entry.unlink()
+                remove_path(entry)
             except OSError as exc:
                 log.warning("aside_copy_not_removed", path=str(entry), error=str(exc))
                 continue
@@ -306,10 +302,7 @@ def sweep_staging(live_repository: Path, model: str) -> list[str]:
             get_logger("healer.store").warning("staging_sweep_failed", model=model, path=str(entry), error=str(exc))
             continue
         try:
-            if trash.is_dir() and not trash.is_symlink():
-                shutil.rmtree(trash)
-            else:
-                trash.unlink()
+            remove_path(trash)
             removed.append(entry.name)
         except OSError as exc:
             get_logger("healer.store").warning("staging_sweep_failed", model=model, path=str(trash), error=str(exc))
