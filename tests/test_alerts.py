@@ -1,6 +1,6 @@
 """One escalation (healer/edges/alerts.py ``escalate_to_people``): the alert and the pod kept for diagnosis,
 assembled once for the sidecar (healer/sidecar/notify.py) and the rollback's escalate step
-(workflows/steps.py); an alert's delivery is a typed result, not a string to compare."""
+(workflows/steps/rollback.py); an alert's delivery is a typed result, not a string to compare."""
 
 from __future__ import annotations
 

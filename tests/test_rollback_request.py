@@ -24,7 +24,7 @@ def test_a_to_version_that_is_neither_auto_nor_a_version_number_is_refused(versi
 @pytest.mark.parametrize(("from_version", "to_version"), [("3", AUTO), ("12", "2"), ("unknown", AUTO)])
 def test_version_numbers_auto_and_the_sidecars_unknown_version_are_accepted(from_version: str, to_version: str) -> None:
     """ "unknown": a model failing before any version was seen (healer/core/state.py): it is healed, and
-    the heal step moves no files for it (workflows/steps.py quarantine_files)."""
+    the heal step moves no files for it (workflows/steps/records.py quarantine_files)."""
     request = RollbackRequest(model="m", from_version=from_version, incident="inc-1", to_version=to_version)
     assert request.parameters()["from-version"] == from_version
 

@@ -41,7 +41,7 @@ from workflows.rollback import (
     build_rollback_template,
     heal_step,
 )
-from workflows.steps import context
+from workflows.steps import context, replicas
 
 MODEL = "linear_scorer"
 ON = TracingSettings(enabled=True, otlp_endpoint="http://127.0.0.1:9/v1/traces", ui_link_template=None)
@@ -356,7 +356,7 @@ def heal_context(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyP
     store.update_ledger(MODEL, lambda ledger: ledger.with_stable(record))
     golden = settings.model(MODEL).golden
     tritons = {url: FleetTriton(url, ["3"], golden) for url in ("10.0.0.1:8000", "10.0.0.2:8000")}
-    monkeypatch.setattr(steps, "_triton_for", lambda ctx, url: tritons[url])
+    monkeypatch.setattr(replicas, "_triton_for", lambda ctx, url: tritons[url])
     return steps.StepContext(
         settings=settings,
         triton=FleetTriton("local:1", [], golden),

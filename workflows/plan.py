@@ -1,6 +1,6 @@
 """The rollback's decisions, pure: which replicas to heal and what to do on each.
 
-No I/O and no clock here: ``workflows/steps.py`` reads Triton and the Kubernetes API, asks these
+No I/O and no clock here: ``workflows/steps/`` reads Triton and the Kubernetes API, asks these
 functions, and acts. Every rule is table-tested in tests/workflows/test_plan.py.
 
 Rules that keep a rollback from doing harm:

@@ -280,7 +280,7 @@ class LeaseSnapshot:
     given up on and which, were it still alive, loses the lease at its next renewal (fencing by
     holder). Any other holder waits: two runs of one incident (one per pod, with the in-pod engine)
     heal different replicas and must not act together. The TTL is short and renewed while the holder
-    works, so a dead holder's lease frees itself in seconds (``workflows/steps.py`` LEASE_TTL_S).
+    works, so a dead holder's lease frees itself in seconds (``workflows/steps/lease.py`` LEASE_TTL_S).
 
     Clock skew: ``expires_at`` is written by the holder from its own wall clock, so on its own a
     holder whose clock runs fast and then dies would block the model until a person forces the

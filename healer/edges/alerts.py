@@ -1,6 +1,6 @@
 """Alertmanager-compatible alerts: built purely, sent with a timeout; the one way an escalation tells a
 person (``escalate_to_people``), from the sidecar (healer/sidecar/notify.py) and from the rollback's
-escalate step (workflows/steps.py)."""
+escalate step (workflows/steps/rollback.py)."""
 
 from __future__ import annotations
 

@@ -318,7 +318,7 @@ def trace_url(trace_id: str) -> str:
 
 
 def record_phases(phases: Sequence[Mapping[str, Any]]) -> None:
-    """Each phase report (workflows/steps.py PhaseReport, as a mapping) as a child span of the current
+    """Each phase report (workflows/steps/rollback.py PhaseReport, as a mapping) as a child span of the current
     span, at the phase's own start and duration; the restore phase's replicas as children of it, a
     span for each replica's swap (its load) and one for its verification. A replica's report holds
     durations, not start times: its spans are placed by the order of the waves (attribute

@@ -212,7 +212,7 @@ class ReplicaSettings:
 ROLLBACK_ORDERS = ("swap", "unload-first")
 ROLLBACK_ENGINES = ("local", "argo")
 # rollback.deadline_s at most: the budget is 90 s by design, and the deadline also sizes the rollback's
-# lease (deadline + unload + 2 x load + margin, workflows/steps.py) and its workflow's
+# lease (deadline + unload + 2 x load + margin, workflows/steps/lease.py) and its workflow's
 # activeDeadlineSeconds. A deadline of hours is a typo or a misunderstanding; it would keep a dead
 # rollback's lease, and with it every later rollback of that model, for as long. An hour is generous.
 MAX_DEADLINE_S = 3600

@@ -34,6 +34,8 @@ from probes.tiers import check_business
 from tests.support.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
 from workflows import steps
 from workflows.plan import ReplicaTarget
+from workflows.steps import replicas
+from workflows.steps import rollback as rollback_steps
 from workflows.steps.context import context_from_settings
 
 pytestmark = pytest.mark.triton
@@ -72,14 +74,15 @@ KILL_POINTS: dict[str, Callable[[], None]] = {
     # fetch_version has written the staging copy and is about to check it: a .fetch-* is left behind.
     # (Patched where fetch_version looks check_hashes up: healer/edges/store/versions.py.)
     "mid-staging": lambda: _kill_before(importlib.import_module("healer.edges.store.versions"), "check_hashes"),
-    "after-staging": lambda: _kill_before(steps, "restore_replicas"),
-    "after-replica-1-of-2": lambda: _kill_after(steps, "restore_replica"),
+    "after-staging": lambda: _kill_before(rollback_steps, "restore_replicas"),
+    "after-replica-1-of-2": lambda: _kill_after(replicas, "restore_replica"),
     # Triton goes on unloading after the kill: the retry finds the model UNLOADING, not yet gone.
     "during-unload": lambda: _kill_after(importlib.import_module("healer.edges.triton").TritonHttp, "unload_model"),
-    "between-unload-and-load": lambda: _kill_after(steps, "unload"),
-    "before-record": lambda: _kill_before(steps, "record"),
+    "between-unload-and-load": lambda: _kill_after(replicas, "unload"),
+    "before-record": lambda: _kill_before(rollback_steps, "record"),
     "after-ledger-write": lambda: _kill_before(ModelStore, "append_audit"),
-    # (workflows/steps.py imports quarantine_live_version from healer.edges.store when it calls it: patched there.)
+    # (workflows/steps/records.py imports quarantine_live_version from healer.edges.store when it calls it:
+    # patched there.)
     "after-quarantine-rename": lambda: _kill_after(
         importlib.import_module("healer.edges.store"), "quarantine_live_version"
     ),

@@ -1,4 +1,4 @@
-"""The heal's hold on the model's lease (workflows/steps.py LeaseKeeper): renewed in the background
+"""The heal's hold on the model's lease (workflows/steps/lease.py LeaseKeeper): renewed in the background
 while the holder works, so a short TTL frees a dead holder's lease quickly without letting another
 incident in while a live one is mid-swap; a retry of the same run takes it over, and the earlier
 attempt is fenced off. Real filesystem store in tmp_path; the TTL shortened for the test."""
@@ -16,6 +16,7 @@ from healer.engines.local import in_pod_run
 from healer.settings import Settings
 from healer.vocabulary import RollbackRequest, workflow_name
 from workflows import steps
+from workflows.steps import lease
 
 MODEL = "linear_scorer"
 
@@ -33,8 +34,8 @@ def _ctx(example_settings: Settings, tmp_path: Path, run: str = "wf-1") -> steps
 
 @pytest.fixture
 def short_lease(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(steps, "LEASE_TTL_S", 1.0)
-    monkeypatch.setattr(steps, "LEASE_RENEW_EVERY_S", 0.1)
+    monkeypatch.setattr(lease, "LEASE_TTL_S", 1.0)
+    monkeypatch.setattr(lease, "LEASE_RENEW_EVERY_S", 0.1)
 
 
 @pytest.mark.usefixtures("short_lease")

@@ -1,4 +1,4 @@
-"""The put-back duty (workflows/steps.py put_back_unloaded) when the killed attempt's unload is still
+"""The put-back duty (workflows/steps/replicas.py put_back_unloaded) when the killed attempt's unload is still
 going on in Triton: the index says UNLOADING, the model is neither served nor gone. The duty must wait
 for it to settle and load the versions back, never drop it as "never hosted the model". A scripted
 Triton (its index moves on with each read); the lease in a real filesystem store."""

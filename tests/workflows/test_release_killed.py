@@ -33,8 +33,8 @@ from healer.settings import Settings
 from healer.vocabulary import ReleaseRequest, release_workflow_name
 from tests.workflows.test_kill_matrix import _kill_after, _kill_self
 from tests.workflows.test_release_triton import _nodes, fleet, second_triton
-from workflows import steps
 from workflows.steps import release as release_steps
+from workflows.steps import replicas
 
 __all__ = ["second_triton"]  # the module's second replica (a fixture), shared by this module's tests
 
@@ -71,13 +71,13 @@ def _kill_during(target: Any, name: str, *, after_s: float = 0.2) -> None:
 # kill point -> how the child arms it (in the child only), and what the fleet serves once it is dead.
 KILL_POINTS: dict[str, tuple[Callable[[], None], list[tuple[str, ...]]]] = {
     # Inside the canary's load: Triton finishes the load nobody waits for any more; v2 serves beside v1.
-    "inside-canary-load": (lambda: _kill_during(release_steps, "_load_pinned"), [("1",), ("1", "2")]),
+    "inside-canary-load": (lambda: _kill_during(release_steps, "load_pinned"), [("1",), ("1", "2")]),
     # The canary's load was sent and done, its golden request never asked: v2 serves beside v1, unverified.
     "canary-loaded": (lambda: _kill_before(release_steps, "verify"), [("1",), ("1", "2")]),
     # In the bake, after its second check: the canary serves v1 and v2 (the bake holds no lease).
     "bake": (lambda: _kill_after(release_steps, "_bake_check", calls=2), [("1",), ("1", "2")]),
     # The roll-out's first replica swapped to v2 alone, the other still on v1: the fleet is split.
-    "between-waves": (lambda: _kill_after(steps, "restore_replica"), [("1",), ("2",)]),
+    "between-waves": (lambda: _kill_after(replicas, "restore_replica"), [("1",), ("2",)]),
     # Every replica swapped to v2 and verified, not promoted.
     "after-last-wave": (
         lambda: _kill_before(importlib.import_module("workflows.steps.promote"), "promote"),

@@ -35,6 +35,7 @@ from probes.tiers import check_business
 from tests.support.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
 from tests.workflows.test_kill_matrix import KILL_POINTS, _kill_after, _kill_self
 from workflows import steps
+from workflows.steps import replicas
 from workflows.steps.context import context_from_settings
 
 pytestmark = pytest.mark.triton
@@ -157,19 +158,19 @@ def _engine_child(settings: Settings, urls: list[str], request: RollbackRequest,
     if kill_point == "inside-load":  # the first swap's load sent; Triton finishes it with nobody waiting
         import threading
 
-        original_load = steps._load_pinned
+        original_load = replicas.load_pinned
 
         def load_then_die(*args: Any, **kwargs: Any) -> Any:
             threading.Timer(0.2, _kill_self).start()
             return original_load(*args, **kwargs)
 
-        steps._load_pinned = load_then_die  # type: ignore[assignment]
+        replicas.load_pinned = load_then_die  # type: ignore[assignment]
     elif kill_point == "after-replica-1":
-        _kill_after(steps, "restore_replica")
+        _kill_after(replicas, "restore_replica")
     elif kill_point in MATRIX_POINTS:  # the heal's kill matrix, armed the same way here
         MATRIX_POINTS[kill_point]()
     else:  # between-unload-and-load: the replica is left serving nothing
-        _kill_after(steps, "unload")
+        _kill_after(replicas, "unload")
     try:
         local_engine(settings, replicas=urls).run(request, timeout_s=120)
     finally:

@@ -20,6 +20,7 @@ from healer.vocabulary import RollbackRequest
 from tests.support.sidecar_fleet import golden_metadata
 from workflows import steps
 from workflows.plan import ReplicaTarget
+from workflows.steps import replicas
 
 MODEL = "linear_scorer"
 
@@ -104,7 +105,7 @@ def fleet(example_settings: Settings, tmp_path: Path, monkeypatch: pytest.Monkey
             f"10.0.0.{i}:8000": FakeTriton(f"10.0.0.{i}:8000", serves, golden, refuses=i in refuses, load_s=load_s)
             for i, serves in enumerate(serving)
         }
-        monkeypatch.setattr(steps, "_triton_for", lambda ctx, url: tritons[url])
+        monkeypatch.setattr(replicas, "_triton_for", lambda ctx, url: tritons[url])
         settings = dataclasses.replace(
             example_settings,
             rollback=dataclasses.replace(

@@ -10,12 +10,13 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from healer.core.pod_contract import CONFIG_PATH
 from healer.edges.alerts import PodMarker
 from healer.settings import Settings, load_settings
 from workflows.plan import ReplicaTarget, replica_targets
-from workflows.steps import StepContext
+from workflows.steps.base import StepContext
 
-DEFAULT_CONFIG = "/etc/healer/healer.yaml"  # mounted from a ConfigMap in the healer image's pods
+DEFAULT_CONFIG = CONFIG_PATH  # mounted from a ConfigMap in the healer image's pods
 DEFAULT_OUTPUT_DIR = "/tmp/healer-outputs"  # noqa: S108 - Argo reads output parameters from files in the pod
 WORKFLOW_NAME_ENV = "HEALER_WORKFLOW_NAME"  # set to {{workflow.name}} in the rendered templates
 

@@ -229,7 +229,7 @@ def load_everywhere(
 
 def pinned(record: StableRecord, model: str, versions: Sequence[int]) -> dict[str, object]:
     """The stable version's config (from the ledger) serving exactly ``versions``, as a rollback pins it."""
-    from workflows.steps import pinned_config
+    from workflows.steps.versions import pinned_config
 
     return pinned_config(record, model, list(versions))
 

@@ -1,4 +1,4 @@
-"""A release's steps as plain functions over a StepContext (the rollback's, workflows/steps.py):
+"""A release's steps as plain functions over a StepContext (the rollback's, workflows/steps/):
 
 canary    the checks (workflows/release_plan.py), the model's lease, the way back checked first (the
           stable version staged, every file's sha256 checked, as a rollback would), the new version
@@ -53,26 +53,26 @@ from workflows.release_plan import (
     choose_canary,
     fallback_for,
 )
-from workflows.steps import (
+from workflows.steps.base import (
     GoldenFailed,
-    LeaseKeeper,
     PermanentStepError,
     StepContext,
     StepError,
     TransientStepError,
-    _golden_request,
-    _live,
-    _load_pinned,
-    _served,
-    fetch_stable,
+    store_errors,
+)
+from workflows.steps.lease import LeaseKeeper
+from workflows.steps.records import quarantine_files
+from workflows.steps.replicas import (
     on_replica,
+    put_back_unloaded,
     replica_targets_for,
     restore_replica,
-    stage_version,
-    store_errors,
+    served_versions,
     swap_replicas,
-    verify,
+    triton_live,
 )
+from workflows.steps.versions import fetch_stable, golden_request, load_pinned, stage_version, verify
 
 log = structlog.get_logger(__name__)
 
@@ -91,7 +91,7 @@ def plan(
     """(the stable version to fall back to, the new version as a record to load): refused with a
     PermanentStepError saying why when the release may not go on. ``baked``: the file hashes the
     canary served; the store's copy must still be exactly that."""
-    _golden_request(ctx, request.model)  # a model healer cannot verify is never released
+    golden_request(ctx, request.model)  # a model healer cannot verify is never released
     if ctx.settings.rollback.order == "unload-first":
         raise PermanentStepError(
             f"release of {request.model} refused: rollback.order is unload-first (the model is too large to be "
@@ -121,8 +121,6 @@ def holding_lease(ctx: StepContext, request: ReleaseRequest, *, run: str = "") -
     """``ctx`` holding the model's lease for the release (its incident: the release id), released on
     the way out. ``run``: the lease's run, when not the step's (the put-back: a run of its own). An
     earlier holder's put-back duties (an unload-first swap cut off) are done first, as a rollback does."""
-    from workflows.steps import put_back_unloaded
-
     if run:
         ctx = dataclasses.replace(ctx, workflow_name=run)
     holder = f"{request.release}/{ctx.workflow_name or 'local'}/{socket.gethostname()}/{uuid.uuid4().hex[:8]}"
@@ -150,7 +148,7 @@ def what_replicas_serve(ctx: StepContext, model: str) -> list[ReplicaServes]:
             continue
         with on_replica(ctx, target.url) as replica:
             try:
-                served = tuple(_served(replica, model)) if _live(replica) else None
+                served = tuple(served_versions(replica, model)) if triton_live(replica) else None
             except TransientStepError:
                 served = None
         seen.append(ReplicaServes(target.url, served))
@@ -192,7 +190,7 @@ def canary(ctx: StepContext, request: ReleaseRequest) -> dict[str, Any]:
         audit(leased, request, CANARY_EVENT, {"canary": url, "stable": stable.version, "files": dict(candidate.files)})
         with on_replica(leased, url) as replica:
             both = sorted(int(v) for v in (stable.version, request.version))
-            loaded = _load_pinned(replica, request.model, candidate, both)
+            loaded = load_pinned(replica, request.model, candidate, both)
             try:
                 checked = verify(replica, request.model, request.version, stable=stable)
             except GoldenFailed as exc:
@@ -216,7 +214,7 @@ def bake(ctx: StepContext, request: ReleaseRequest) -> dict[str, Any]:
     canary_url = str(record_["canary"])
     settings = ctx.settings.release
     bake_s = settings.bake_s if request.bake_s is None else request.bake_s
-    golden = _golden_request(ctx, request.model)
+    golden = golden_request(ctx, request.model)
     tally, started, slowest_ms = BakeTally(), ctx.clock(), 0.0
     # Bounded: every pass either returns, raises, or sleeps toward bake_s; each check has its own
     # timeout, and inconclusive ones end it after inconclusive_limit in a row.
@@ -330,7 +328,6 @@ def put_back(ctx: StepContext, request: ReleaseRequest, *, failure: str) -> dict
     sight, the failure recorded. Only if this release loaded a canary: a release refused or stopped
     before that touched nothing, and must not undo another's. Run it again: it converges."""
     from healer.core.ledger import choose_restore_version
-    from workflows.steps import quarantine_files
 
     if canary_record(ctx, request) is None:
         return {"nothing": "the release loaded nothing (refused or stopped before its canary): nothing to put back"}

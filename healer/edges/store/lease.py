@@ -28,7 +28,7 @@ class Lease:
     expires_at: float  # unix wall-clock seconds
     incident: str = ""
     # Replicas whose model an earlier holder unloaded and may not have loaded again: the holder's
-    # first duty (workflows/steps.py put_back_unloaded), carried into every snapshot until done.
+    # first duty (workflows/steps/replicas.py put_back_unloaded), carried into every snapshot until done.
     put_back: tuple[PutBack, ...] = ()
     taken_from: str = ""  # the earlier holder whose unexpired lease this one took over ("" if none)
 

@@ -1,0 +1,226 @@
+"""What a rollback writes in the store and the live repository (the failing version's quarantine and
+the audit record, the evidence of a failed confirmation, why a version is not quarantined), and the
+live repository's files set right after a restore (the failing version moved aside, the stable config
+file, old copies pruned)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+
+from healer.core.ledger import QuarantineRecord, StableRecord
+from healer.edges.logs import iso_utc
+from healer.edges.store import StoreError
+from healer.vocabulary import AUTO, MANUAL, MANUAL_QUARANTINE, RollbackRequest
+from workflows.steps.base import PermanentStepError, StepContext, TransientStepError, store_errors
+
+log = structlog.get_logger(__name__)
+
+
+ACTOR = "healer-rollback"
+
+
+def record(
+    ctx: StepContext,
+    request: RollbackRequest,
+    restored_version: str | None,
+    outcome: str,
+    *,
+    not_quarantined: str = "",
+    confirmed: bool = False,
+) -> dict[str, Any]:
+    """Quarantine the failing version (a record; no file is touched) and append an audit record.
+    ``not_quarantined``: why the failing version must not be quarantined (the version being restored,
+    no evidence against it); then only the audit record is written, saying so. A version the ledger
+    lists stable is quarantined only on ``confirmed`` evidence (a check in this incident saw it answer
+    wrong) or when a person asked (``healer rollback --quarantine``): decided in the same
+    compare-and-swap that would write the quarantine, so a promotion meanwhile counts."""
+    quarantine = QuarantineRecord(
+        version=request.from_version,
+        reason=f"{request.reason}: {request.detail}".strip(": "),
+        incident=request.incident,
+        at=iso_utc(time.time()),
+        by=ACTOR,
+    )
+    held: list[str] = [not_quarantined] if not_quarantined else []
+
+    def quarantined_unless_stable(current: Any) -> Any:
+        held[:] = []
+        stable_kept = not confirmed and request.reason != MANUAL_QUARANTINE
+        if current.stable_record(request.from_version) is not None and stable_kept:
+            held.append(stable_not_quarantined(request.from_version))
+            return current
+        return current.with_quarantine(quarantine)
+
+    with store_errors(ctx, f"record in {ctx.store.location}"):
+        if not_quarantined:
+            ledger = ctx.store.ledger(request.model)
+        else:
+            ledger = ctx.store.update_ledger(request.model, quarantined_unless_stable)
+        not_quarantined = held[0] if held else ""
+        audit_key = ctx.store.append_audit(
+            request.model,
+            {
+                "incident": request.incident,
+                "event": outcome,
+                "from_version": request.from_version,
+                "to_version": restored_version,
+                "reason": request.reason,
+                "detail": request.detail,
+                "pod": request.pod,
+                "workflow": ctx.workflow_name,
+                **({"not_quarantined": not_quarantined} if not_quarantined else {}),
+            },
+        )
+    return {
+        "quarantined": None if not_quarantined else request.from_version,
+        "ledger_generation": ledger.generation,
+        "audit": audit_key,
+    }
+
+
+def stable_not_quarantined(version: str) -> str:
+    return (
+        f"v{version} is stable in the ledger and no check in this incident saw it answer wrong: not quarantined "
+        "without a person "
+        "(healer rollback --quarantine; runbooks/rollback-escalated.md)"
+    )
+
+
+def why_not_quarantined(  # noqa: PLR0911 (a decision table: one return per case)
+    ctx: StepContext, request: RollbackRequest, phases: list[dict[str, Any]]
+) -> str:
+    """Why an escalation must not quarantine the failing version ("" when it may): the ledger
+    records it as stable (a stable version that fails is a fault around it, a config or the
+    node, until a person says otherwise; quarantining it would leave nothing to restore), or it
+    is the version the run was restoring. An unreadable ledger: not quarantined either (never
+    act on "nothing was learnt")."""
+    from healer.settings import UNKNOWN_VERSION
+
+    version = request.from_version
+    if version == UNKNOWN_VERSION:
+        return "no version was seen failing: nothing to quarantine"
+    if not is_configured(ctx, request.model):
+        return f"{request.model} is not a model of {ctx.settings.source}: nothing is written for it"
+    restoring = {
+        str(p["outputs"]["version"]) for p in phases if isinstance(p.get("outputs"), dict) and "version" in p["outputs"]
+    }
+    if request.to_version != AUTO:
+        restoring.add(request.to_version)
+    if version in restoring:
+        return f"v{version} is the version this rollback was restoring"
+    try:
+        ledger = ctx.store.ledger(request.model)
+    except (StoreError, ValueError, OSError) as exc:
+        return f"the ledger could not be read ({exc}): not quarantined without it"
+    if request.reason == MANUAL_QUARANTINE:
+        return ""
+    # A check in this incident saw it answer wrong (the rollback's confirmation, in the audit trail).
+    confirmed = failed_earlier(ctx, request)
+    if ledger.stable_record(version) is not None and not confirmed:
+        return stable_not_quarantined(version)
+    if request.reason == MANUAL and not confirmed:
+        return f"a person asked for the rollback of v{version}, not its quarantine (healer rollback --quarantine)"
+    return ""
+
+
+def is_configured(ctx: StepContext, model: str) -> bool:
+    return any(m.name == model for m in ctx.settings.models)
+
+
+CONFIRMED_FAILING = "confirmed-failing"  # the audit record of a failed confirmation: evidence for a rerun
+
+
+def remember_failed(ctx: StepContext, request: RollbackRequest, where: str) -> None:
+    """The evidence, written before anything is touched: a run of this incident killed before its
+    record leaves it to the run that finishes its work (which may find the version served nowhere).
+    Best effort: without it that run quarantines only on its own check (or the sidecar's)."""
+    try:
+        ctx.store.append_audit(
+            request.model,
+            {
+                "incident": request.incident,
+                "event": CONFIRMED_FAILING,
+                "version": request.from_version,
+                "where": where,
+                "workflow": ctx.workflow_name,
+            },
+        )
+    except (StoreError, OSError) as exc:
+        log.warning("evidence_not_recorded", model=request.model, version=request.from_version, error=str(exc))
+
+
+def failed_earlier(ctx: StepContext, request: RollbackRequest) -> bool:
+    try:
+        records = ctx.store.audit_of(request.model, request.incident)
+    except (StoreError, ValueError, OSError) as exc:
+        log.warning("evidence_not_read", model=request.model, version=request.from_version, error=str(exc))
+        return False
+    return any(r.get("event") == CONFIRMED_FAILING and r.get("version") == request.from_version for r in records)
+
+
+def quarantine_files(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
+    """Move the failing version's directory out of what Triton reads (never deleted): after a
+    Triton restart or on a new replica, Triton's default version policy must not load it again."""
+    from healer.edges.store import PERMANENT_ERRNOS, quarantine_live_version
+    from healer.settings import VERSION_PATTERN
+
+    if not VERSION_PATTERN.match(request.from_version):
+        return {"moved_aside": None}
+    try:
+        moved = quarantine_live_version(
+            ctx.live_repository, request.model, request.from_version, incident=request.incident
+        )
+    except (PermissionError, ValueError) as exc:  # a retry will not change permissions or a bad name
+        raise PermanentStepError(f"move {request.model} v{request.from_version} aside: {exc}") from exc
+    except OSError as exc:
+        if exc.errno in PERMANENT_ERRNOS:
+            raise PermanentStepError(f"move {request.model} v{request.from_version} aside: {exc}") from exc
+        raise TransientStepError(f"move {request.model} v{request.from_version} aside: {exc}") from exc
+    return {"moved_aside": str(moved) if moved is not None else None}
+
+
+def prune_copies_aside(ctx: StepContext, model: str) -> dict[str, Any]:
+    """Bound the quarantined and displaced copies the live repository keeps for ``model`` (they only
+    pile up, and a full disk stops the next rollback): ``rollback.keep_aside`` per folder, older ones
+    removed only if the store holds that version and it is not stable; nothing when the store is the
+    live repository (a quarantined copy is then the version itself). Best effort, under the lease."""
+    from healer.edges.store import prune_aside
+
+    if ctx.store_is_live:
+        return {}
+    try:
+        ledger = ctx.store.ledger(model)
+        in_store = set(ctx.store.versions(model))
+        removed = prune_aside(
+            ctx.live_repository,
+            model,
+            keep=ctx.settings.rollback.keep_aside,
+            removable=lambda v: v in in_store and ledger.stable_record(v) is None,
+        )
+    except (StoreError, ValueError, OSError) as exc:
+        log.warning("aside_copies_not_pruned", model=model, error=str(exc))
+        return {}
+    return {"removed_aside": removed} if removed else {}
+
+
+def restore_config_file(ctx: StepContext, model: str, stable: StableRecord) -> dict[str, Any]:
+    """Make the live repository's ``<model>/config.pbtxt`` the one the stable version was promoted
+    with (the ledger keeps its text), so that a restarted or new replica, which loads from the file
+    without the rollback's override, serves the stable version as it was verified. The replaced
+    file is kept in ``.healer-displaced/``. Best effort: the replicas are healed already, so a file
+    that cannot be written is reported (outputs, log), never a reason to escalate."""
+    from healer.edges.store import write_live_config
+
+    if not stable.config_file:
+        return {"config_file": f"left alone: v{stable.version} was promoted before healer recorded config files"}
+    try:
+        displaced = write_live_config(ctx.live_repository, model, stable.config_file)
+    except (OSError, ValueError) as exc:
+        log.warning("config_file_not_written", model=model, version=stable.version, error=str(exc))
+        return {"config_file": f"not written: {exc}"}
+    if displaced is None:
+        return {"config_file": f"already v{stable.version}'s"}
+    return {"config_file": f"v{stable.version}'s from the ledger", "config_displaced": str(displaced)}
