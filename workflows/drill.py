@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from healer.core.labels import DRILL_LABEL
-from workflows.rollback import TemplateOptions, runner_script, scheduled, step_pod_security, step_volumes
+from workflows.kit import TemplateOptions, runner_script, scheduled, step_pod_security, step_volumes
 
 DRILL_TEMPLATE = "healer-drill"
 DRILL_CRON = "healer-drill-weekly"

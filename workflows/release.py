@@ -25,17 +25,17 @@ from typing import Any
 from healer.core.labels import INCIDENT_LABEL, MODEL_LABEL, TO_VERSION_LABEL
 from healer.edges import tracing
 from healer.vocabulary import RELEASE_DEADLINE_S, RELEASE_TEMPLATE_NAME, ReleaseRequest
-from workflows.rollback import (
+from workflows.kit import (
     EXIT_PERMANENT,
     EXIT_TRANSIENT,
     TemplateOptions,
-    _parse_failures,
-    _stop_on_sigterm,
     exit_failure,
+    parse_failures,
     runner_script,
     step_pod_security,
     step_retry,
     step_volumes,
+    stop_on_sigterm,
 )
 
 PARAMETERS = ("model", "version", "release", "bake-s", "approve", "traceparent")
@@ -91,7 +91,7 @@ def _run(phase: str, request: ReleaseRequest, action: Any) -> dict[str, Any]:
 
     ctx = context.current()
     tracing.configure(ctx.settings.tracing)
-    _stop_on_sigterm(ctx.cancelled)
+    stop_on_sigterm(ctx.cancelled)
     try:
         with (
             tracing.continue_from(request.traceparent),
@@ -148,7 +148,7 @@ def put_back_step(
     from workflows.steps import context
     from workflows.steps import release as release_steps
 
-    failure = exit_failure(workflow_status, _parse_failures(failures))
+    failure = exit_failure(workflow_status, parse_failures(failures))
     request = _request(model, version, release, traceparent=traceparent)
     ctx = context.current()
     tracing.configure(ctx.settings.tracing)

@@ -7,8 +7,9 @@ import yaml
 
 from healer.vocabulary import TEMPLATE_NAME
 from workflows.drill import render_drills
+from workflows.kit import TemplateOptions
 from workflows.release import render_release
-from workflows.rollback import ARGO_UI_CONFIG, TemplateOptions, argo_ui_config, build_rollback_template
+from workflows.rollback import ARGO_UI_CONFIG, argo_ui_config, build_rollback_template
 from workflows.stage import render_stage
 
 

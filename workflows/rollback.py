@@ -17,11 +17,7 @@ the deadline, the mutex, the retry strategy and the exit handler from it).
 # No `from __future__ import annotations` here: Hera reads the step functions' annotations as types.
 import json
 import re
-import signal
 import sys
-import threading
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from healer.core.labels import (
@@ -32,14 +28,23 @@ from healer.core.labels import (
     TO_VERSION_LABEL,
     TRACE_ID_LABEL,
 )
-from healer.core.pod_contract import CONFIG_MAP, HEALER_UID
 from healer.edges import tracing
 from healer.vocabulary import TEMPLATE_NAME, RollbackRequest
+from workflows.kit import (
+    EXIT_PERMANENT,
+    EXIT_TRANSIENT,
+    exit_failure,
+    parse_failures,
+    runner_script,
+    step_pod_security,
+    step_retry,
+    step_volumes,
+    stop_on_sigterm,
+)
+from workflows.kit import TemplateOptions as TemplateOptions  # noqa: PLC0414 - callers import it from here
 
-EXIT_TRANSIENT = 75  # EX_TEMPFAIL: retried by the retry strategy
-EXIT_KILLED = 137  # 128 + SIGKILL: the step was killed halfway; retried too
-EXIT_PERMANENT = 1
 ESCALATE_DEADLINE_S = 60
+DEFAULT_OPTIONS = TemplateOptions()  # what deploy/argo/ is rendered with
 PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod", "triton-url", "traceparent")
 # Labels set from parameters whose values are always label-safe (versions, reason codes, incident ids).
 LABELS_FROM_PARAMETERS = {
@@ -60,25 +65,6 @@ TRACE_ID_EXPRESSION = (
 )
 
 
-@dataclass(frozen=True)
-class TemplateOptions:
-    """What differs between clusters; the defaults are what deploy/argo/ is rendered with."""
-
-    image: str = "ghcr.io/healer-dev/healer:0.1.0"
-    # The Triton namespace: the rollback's pods mount the same model repository claim and ConfigMap.
-    namespace: str = "ml"
-    service_account: str = "healer-rollback"
-    deadline_s: int = 90
-    config_map: str = CONFIG_MAP  # holds healer.yaml, mounted at /etc/healer
-    retry_limit: int = 2
-    # The live repository, shared with the Triton pods (ReadWriteMany: NFS and the like); None: no mount.
-    models_claim: str | None = "triton-models"
-    models_mount_path: str = "/models"
-    # The trace UI's page of a trace, with {trace_id} where the id goes (tracing.ui_link_template):
-    # a "Trace" link on each rollback's page in the Argo UI; "": none.
-    trace_link_template: str = ""
-
-
 # ---- what the pods run (through `python -m hera.workflows.runner -e workflows.rollback:<fn>`) ----------
 
 
@@ -93,7 +79,7 @@ def heal_step(
     triton_url: str = "",
     traceparent: str = "",
 ) -> dict[str, Any]:
-    """lease → fetch-stable → restore → record (workflows/steps.py:heal), reporting every phase; with
+    """lease → fetch-stable → restore → record (workflows/steps/rollback.py:heal), reporting every phase; with
     tracing on, a ``heal`` span in the incident's trace (``traceparent``) with a child span per phase."""
     from workflows import steps
     from workflows.steps import context
@@ -113,7 +99,7 @@ def heal_step(
         traceparent=traceparent,
     )
     out = context.output_dir()
-    _stop_on_sigterm(ctx.cancelled)
+    stop_on_sigterm(ctx.cancelled)
     attributes = {"healer.model": model, "healer.version": from_version, "healer.incident": incident}
     try:
         with tracing.continue_from(traceparent), tracing.span("heal", attributes) as span:
@@ -163,7 +149,7 @@ def escalate_step(
     from workflows.steps import context
 
     traceparent = tracing.checked(traceparent)
-    parsed = _parse_failures(failures)
+    parsed = parse_failures(failures)
     failure = exit_failure(workflow_status, parsed)
     try:
         request = RollbackRequest(
@@ -232,164 +218,30 @@ def _alert_without_context(request: RollbackRequest, failure: str) -> None:
         print(json.dumps({"alert_not_sent": f"{type(exc).__name__}: {exc}"}), file=sys.stderr)
 
 
-def _stop_on_sigterm(cancelled: threading.Event) -> None:
-    """In a pod, Argo stops a step past activeDeadlineSeconds with SIGTERM (then SIGKILL after the
-    grace period): turn it into the same cancellation the LocalEngine uses, so the step stops at its
-    next check and an unload-first rollback puts back what it unloaded. Only the main thread may set
-    signal handlers; the LocalEngine runs steps on worker threads and cancels them itself."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda _signum, _frame: cancelled.set())
-
-
-_CHILD_FAILED = re.compile(r"child '[^']*' failed")
-
-
-def exit_failure(workflow_status: str, parsed: list[dict[str, Any]]) -> str:
-    """What an exit handler says went wrong: the run's status, then each failed step and its message."""
-    failure = f"workflow {workflow_status}"
-    if parsed:
-        failure += ": " + "; ".join(f"{f.get('displayName', '?')}: {f.get('message', '')}" for f in parsed)
-    return failure
-
-
-def _parse_failures(failures: str) -> list[dict[str, Any]]:
-    # Argo's {{workflow.failures}} is a JSON list of {displayName, message, templateName, phase, ...};
-    # Argo v4.1.4 hands it to a step's input encoded once more, as a JSON string of that list (seen in
-    # tests/e2e/test_argo_ui.py); the LocalEngine passes the list itself.
-    try:
-        parsed = json.loads(failures) if failures else []
-        if isinstance(parsed, str):
-            parsed = json.loads(parsed)
-    except ValueError:
-        return [{"displayName": "workflow", "message": failures}]
-    if not isinstance(parsed, list):
-        return []
-    # A group's "child '<node>' failed" only points at a failure listed in its own right.
-    return [p for p in parsed if isinstance(p, dict) and not _CHILD_FAILED.fullmatch(str(p.get("message", "")))]
-
-
 # ---- the Hera definition -------------------------------------------------------------------------------
 
 
-def step_volumes(options: TemplateOptions) -> list[Any]:
-    """The rollback's and the drill's step pods: healer.yaml, and the model repository's claim if any."""
+def _workflow_metadata() -> Any:
+    """The labels every rollback run gets: its component, and the model, versions, reason, incident
+    and trace id from its parameters (the Argo UI's columns and links read them)."""
     from hera.workflows import models as m
 
-    volumes = [m.Volume(name="healer-config", config_map=m.ConfigMapVolumeSource(name=options.config_map))]
-    if options.models_claim:
-        claim = m.PersistentVolumeClaimVolumeSource(claim_name=options.models_claim)
-        volumes.append(m.Volume(name="models", persistent_volume_claim=claim))
-    return volumes
+    from healer.core.labels import label_value_expression
 
-
-def scheduled(
-    options: TemplateOptions,
-    *,
-    name: str,
-    template: str,
-    schedule: str,
-    component: str,
-    description: str,
-    keep_succeeded: int,
-    suspended: bool = False,
-    arguments: Any = None,
-) -> Any:
-    """A CronWorkflow that runs one of healer's WorkflowTemplates (the weekly drill, the hourly
-    staging): never two at once, a start missed by more than 10 minutes skipped, 8 failed runs kept."""
-    from hera.workflows import CronWorkflow
-    from hera.workflows import models as m
-
-    return CronWorkflow(
-        name=name,
-        namespace=options.namespace,
-        schedules=[schedule],
-        # The CronWorkflow's own spec.suspend (Hera's `suspend` is the workflow's); unset when not.
-        cron_suspend=True if suspended else None,
-        concurrency_policy="Forbid",
-        starting_deadline_seconds=600,
-        successful_jobs_history_limit=keep_succeeded,
-        failed_jobs_history_limit=8,
-        labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": component},
-        annotations={"workflows.argoproj.io/description": description},
-        workflow_template_ref=m.WorkflowTemplateRef(name=template),
-        arguments=arguments,
+    return m.WorkflowMetadata(
+        labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "rollback"},
+        labels_from={
+            MODEL_LABEL: m.LabelValueFrom(expression=label_value_expression("workflow.parameters.model")),
+            **{
+                label: m.LabelValueFrom(expression=f"workflow.parameters['{p}']")
+                for label, p in LABELS_FROM_PARAMETERS.items()
+            },
+            TRACE_ID_LABEL: m.LabelValueFrom(expression=TRACE_ID_EXPRESSION),
+        },
     )
 
 
-def step_retry(options: TemplateOptions) -> Any:
-    """A step's retries (the rollback's heal, the release's steps): on the step's "transient" exit code
-    (Triton or the store did not answer), and 137: the pod was SIGKILLed (OOM, eviction, a node lost)
-    halfway. A retry of the same incident takes the lease over at once and converges
-    (tests/workflows/test_kill_matrix.py); a permanent failure is not retried."""
-    from hera.workflows import RetryStrategy
-    from hera.workflows import models as m
-
-    return RetryStrategy(
-        limit=str(options.retry_limit),
-        retry_policy="Always",
-        expression=f"asInt(lastRetry.exitCode) == {EXIT_TRANSIENT} || asInt(lastRetry.exitCode) == {EXIT_KILLED}",
-        backoff=m.Backoff(duration="2s", factor=m.IntOrString("2"), max_duration="20s"),
-    )
-
-
-def step_pod_security() -> Any:
-    """The rollback's and the drill's step pods: the healer image's non-root uid (the sidecar's too)."""
-    from hera.workflows import models as m
-
-    return m.PodSecurityContext(
-        run_as_non_root=True,
-        run_as_user=HEALER_UID,
-        run_as_group=HEALER_UID,
-        fs_group=HEALER_UID,
-        # Only the volume root's owner is checked: a recursive chown of a large model repository
-        # on every pod start (where the volume driver applies fsGroup) would eat the deadline.
-        fs_group_change_policy="OnRootMismatch",
-        seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
-    )
-
-
-def runner_script(
-    options: TemplateOptions, name: str, source: Any, outputs: list[str], deadline_s: int | None = None
-) -> Any:
-    """A script step run by Hera's runner in the healer image, with the config, the live repository,
-    the output folder and the resources every healer step pod gets (the rollback's and the drill's)."""
-    from hera.workflows import Env, Parameter, Script
-    from hera.workflows import models as m
-    from hera.workflows.script import RunnerScriptConstructor
-
-    from workflows.steps.context import DEFAULT_CONFIG, DEFAULT_OUTPUT_DIR, WORKFLOW_NAME_ENV
-
-    return Script(
-        name=name,
-        # Int-or-string in Argo's schema (a string there, like retryStrategy.limit).
-        active_deadline_seconds=None if deadline_s is None else str(deadline_s),
-        source=source,
-        constructor=RunnerScriptConstructor(),
-        image=options.image,
-        image_pull_policy="IfNotPresent",
-        volume_mounts=[
-            m.VolumeMount(name="healer-config", mount_path=str(Path(DEFAULT_CONFIG).parent)),
-            *([m.VolumeMount(name="models", mount_path=options.models_mount_path)] if options.models_claim else []),
-        ],
-        env=[
-            Env(name="HEALER_CONFIG", value=DEFAULT_CONFIG),
-            Env(name="HEALER_OUTPUT_DIR", value=DEFAULT_OUTPUT_DIR),
-            # The run's name: the lease lets a retry of the same workflow take over at once.
-            Env(name=WORKFLOW_NAME_ENV, value="{{workflow.name}}"),
-            Env(name="PYTHONUNBUFFERED", value="1"),
-        ],
-        outputs=[
-            Parameter(name=out, value_from=m.ValueFrom(path=f"{DEFAULT_OUTPUT_DIR}/{out}", default=""))
-            for out in outputs
-        ],
-        resources=m.ResourceRequirements(
-            requests={"cpu": m.Quantity("100m"), "memory": m.Quantity("128Mi")},
-            limits={"memory": m.Quantity("512Mi")},
-        ),
-    )
-
-
-def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any:
+def build_rollback_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
     """The WorkflowTemplate as Hera objects."""
     from hera.workflows import (
         Parameter,
@@ -398,8 +250,6 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
         WorkflowTemplate,
     )
     from hera.workflows import models as m
-
-    from healer.core.labels import label_value_expression
 
     param = "{{{{workflow.parameters.{}}}}}".format
     with WorkflowTemplate(
@@ -411,17 +261,7 @@ def build_rollback_template(options: TemplateOptions = TemplateOptions()) -> Any
         active_deadline_seconds=options.deadline_s,
         arguments=[Parameter(name=p, value="auto" if p == "to-version" else "") for p in PARAMETERS],
         synchronization=m.Synchronization(mutexes=[m.Mutex(name="healer-rollback-{{workflow.parameters.model}}")]),
-        workflow_metadata=m.WorkflowMetadata(
-            labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "rollback"},
-            labels_from={
-                MODEL_LABEL: m.LabelValueFrom(expression=label_value_expression("workflow.parameters.model")),
-                **{
-                    label: m.LabelValueFrom(expression=f"workflow.parameters['{p}']")
-                    for label, p in LABELS_FROM_PARAMETERS.items()
-                },
-                TRACE_ID_LABEL: m.LabelValueFrom(expression=TRACE_ID_EXPRESSION),
-            },
-        ),
+        workflow_metadata=_workflow_metadata(),
         labels={"app.kubernetes.io/name": "healer"},
         annotations={
             "workflows.argoproj.io/description": (

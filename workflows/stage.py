@@ -18,7 +18,7 @@ the ledger is moved aside and fetched again, as `healer store stage` does) and t
 import dataclasses
 from typing import Any
 
-from workflows.rollback import TemplateOptions, runner_script, scheduled, step_pod_security, step_volumes
+from workflows.kit import TemplateOptions, runner_script, scheduled, step_pod_security, step_volumes
 
 STAGE_TEMPLATE = "healer-stage"
 STAGE_CRON = "healer-stage-hourly"

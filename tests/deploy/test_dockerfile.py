@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from workflows.rollback import HEALER_UID, TemplateOptions
+from healer.core.pod_contract import HEALER_UID
+from workflows.rollback import TemplateOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"

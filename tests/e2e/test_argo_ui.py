@@ -44,7 +44,8 @@ from healer.engines.argo import ArgoEngine, title
 from healer.vocabulary import RollbackRequest
 from tests.e2e.control_plane import ROOT, TRACE_LINK, ControlPlane, versions, wait_for
 from tests.support.browser import CHROMIUM, HEADLESS
-from workflows.rollback import RUNBOOK_BASE_URL, _parse_failures, argo_ui_config
+from workflows.kit import parse_failures
+from workflows.rollback import RUNBOOK_BASE_URL, argo_ui_config
 from workflows.steps import PHASES, PhaseReport
 
 pytestmark = [
@@ -207,7 +208,7 @@ def escalate_failure(plane: ControlPlane, name: str) -> str:
     node = node_named(plane, name, "escalate")
     assert node is not None
     inputs = {p["name"]: p.get("value", "") for p in node["inputs"]["parameters"]}
-    failures = _parse_failures(inputs["failures"])
+    failures = parse_failures(inputs["failures"])
     steps = "; ".join(f"{f.get('displayName', '?')}: {f.get('message', '')}" for f in failures)
     return f"workflow {inputs['workflow_status']}" + (f": {steps}" if steps else "")
 

@@ -54,14 +54,14 @@ def test_the_failures_argo_passes_are_read_in_both_encodings() -> None:
     string of it (seen against the real controller in tests/e2e/test_argo_ui.py)."""
     import json
 
-    from workflows.rollback import _parse_failures
+    from workflows.kit import parse_failures
 
     failures = [{"displayName": "heal(0)", "message": "Step exceeded its deadline", "phase": "Failed"}]
     group = {"displayName": "[0]", "message": "child 'healer-rollback-x-1' failed", "phase": "Failed"}
-    assert _parse_failures(json.dumps([group, *failures])) == failures  # the group only points at it
-    assert _parse_failures(json.dumps(json.dumps([group, *failures]))) == failures
-    assert _parse_failures("not json") == [{"displayName": "workflow", "message": "not json"}]
-    assert _parse_failures("") == []
+    assert parse_failures(json.dumps([group, *failures])) == failures  # the group only points at it
+    assert parse_failures(json.dumps(json.dumps([group, *failures]))) == failures
+    assert parse_failures("not json") == [{"displayName": "workflow", "message": "not json"}]
+    assert parse_failures("") == []
 
 
 def test_escalate_with_parameters_healer_never_sends_alerts_and_records_nothing(
