@@ -32,24 +32,15 @@ def check_liveness(triton: TritonAPI, *, clock: Clock = time.perf_counter) -> Pr
     started = clock()
     try:
         live = triton.server_live()
-    except TritonUnavailable as exc:
+    except (TritonUnavailable, TritonRejected) as exc:
+        said = f"not answering: {exc}" if isinstance(exc, TritonUnavailable) else f"answered {exc}"
         return _result(
             Tier.LIVENESS,
             Status.FAIL,
             None,
             None,
             clock() - started,
-            f"Triton at {triton.url} not answering: {exc}",
-            {"url": triton.url},
-        )
-    except TritonRejected as exc:
-        return _result(
-            Tier.LIVENESS,
-            Status.FAIL,
-            None,
-            None,
-            clock() - started,
-            f"Triton at {triton.url} answered {exc}",
+            f"Triton at {triton.url} {said}",
             {"url": triton.url},
         )
     elapsed = clock() - started

@@ -57,14 +57,6 @@ class DrainKeeper:
         self.settings: DrainSettings | None = settings.sidecar.drain
         self.peers = peers if self.settings is not None else None
         # The drain set lives in the store (built on first use, within the drain's own bound).
-        if store_factory is None and settings.store is not None:
-            store_settings = settings.store
-
-            def store_factory() -> Any:
-                from healer.edges.store import store_from_settings
-
-                return store_from_settings(store_settings)
-
         self._store_factory = store_factory
         self._store: Any = None
         self._calls = BoundedCalls(self.settings.store_timeout_s if self.settings else 5.0)

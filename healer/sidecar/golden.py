@@ -40,14 +40,6 @@ class GoldenWatch:
         event: Callable[[str, str, str], None],
         clock: Clock,
     ) -> None:
-        if store_factory is None and settings.store is not None:
-            store_settings = settings.store
-
-            def store_factory() -> Any:
-                from healer.edges.store import store_from_settings
-
-                return store_from_settings(store_settings)
-
         self._store_factory = store_factory
         self._store: Any = None
         self._store_lock = threading.Lock()

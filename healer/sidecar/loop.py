@@ -79,6 +79,20 @@ MAX_TRACED_INCIDENTS = 64  # incidents whose traceparent is kept (one per model 
 # ---- the sidecar -----------------------------------------------------------------------------------------
 
 
+def lazy_store(settings: Settings) -> Callable[[], Any] | None:
+    """Opens the configured store when first called (None: no store configured)."""
+    if settings.store is None:
+        return None
+    store_settings = settings.store
+
+    def open_store() -> Any:
+        from healer.edges.store import store_from_settings
+
+        return store_from_settings(store_settings)
+
+    return open_store
+
+
 class Sidecar:
     def __init__(
         self,
@@ -118,6 +132,8 @@ class Sidecar:
             clock=clock,
         )
         self.notify = Notifier(settings, metrics=self.metrics, pod=pod, kube=kube, send_alert=send_alert, clock=clock)
+        # The store the drain set and the golden fit read, opened on first use (within their own bounds).
+        drain_store = drain_store if drain_store is not None else lazy_store(settings)
         self.drain_keeper = DrainKeeper(settings, peers, store_factory=drain_store, metrics=self.metrics, clock=clock)
         # Whether each golden request fits the version served (healer/sidecar/golden.py): a configuration
         # error is told loudly and never acted on.
