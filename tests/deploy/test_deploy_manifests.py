@@ -180,7 +180,7 @@ def test_the_call_scan_sees_a_call_added_to_the_code(tmp_path: Path) -> None:
 
 def test_the_sidecar_and_the_rollback_pods_write_as_one_user() -> None:
     """Both write the live repository and the ledger: one uid, so neither locks the other out."""
-    from workflows.rollback import HEALER_UID
+    from healer.core.pod_contract import HEALER_UID
 
     pod = next(d for d in documents() if d["kind"] == "Deployment")["spec"]["template"]["spec"]
     healer = next(c for c in pod["containers"] if c["name"] == "healer")
@@ -226,7 +226,7 @@ def test_the_chart_is_versioned_with_the_package_and_defaults_to_the_rendered_im
 def test_the_chart_and_the_image_run_as_the_user_the_workflows_run_as() -> None:
     import re
 
-    from workflows.rollback import HEALER_UID
+    from healer.core.pod_contract import HEALER_UID
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["runAsUser"] == HEALER_UID  # the default; null hands the choice to the platform
@@ -249,7 +249,7 @@ def test_the_webhook_calls_no_kubernetes_api() -> None:
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert loaded.stdout.strip() == ""
-    webhook_sources = [ROOT / "healer" / "webhook.py", ROOT / "healer" / "edges" / "http_listener.py"]
+    webhook_sources = [*(ROOT / "healer" / "webhook").glob("*.py"), ROOT / "healer" / "edges" / "http_listener.py"]
     assert kube_calls(*webhook_sources) == set()
 
 
