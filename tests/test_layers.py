@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import grimp
 
@@ -39,3 +41,22 @@ def test_no_import_cycles_between_modules() -> None:
         if b != a and graph.chain_exists(importer=b, imported=a)
     ]
     assert cycles == [], f"imports that close a cycle (module -> module): {cycles}"
+
+
+def _tool(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"tools_{name}", ROOT / "tools" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_floors_in_docs_architecture_are_drawn_from_the_code() -> None:
+    """docs/architecture.md's table of floors is generated from the contracts and the docstrings."""
+    assert _tool("architecture").main(["--check"]) == 0, "run `python tools/architecture.py`"
+
+
+def test_the_structure_keeps_its_limits() -> None:
+    """No file over 600 lines, function over 80, class over 400; no private name imported across modules
+    (`python tools/structure.py --check` names each)."""
+    assert _tool("structure").main(["--check"]) == 0
