@@ -12,7 +12,7 @@ import pytest
 from benchmarks.drain_set import storm
 from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.settings import Settings
-from tests.sidecar.test_sidecar_unit import break_all, settings  # noqa: F401 - the fixture
+from tests.sidecar.conftest import break_all
 from tests.support.sidecar_fleet import cycle_all, fleet
 
 
@@ -27,7 +27,7 @@ def test_n_pods_wanting_at_once_cost_one_snapshot_create_and_one_wish_each(tmp_p
 
 
 def test_a_pod_admitted_by_another_drains_on_its_next_cycle_without_writing(
-    settings: Settings,  # noqa: F811
+    settings: Settings,
     tmp_path: Path,
 ) -> None:
     board, members, clock = fleet(settings, tmp_path, 4, min_ready=2)
