@@ -126,28 +126,14 @@ def check_business(
     details = {**base_details, "outputs": [c.to_dict() for c in comparisons]}
     wrong = [c for c in comparisons if not c.ok]
     if wrong:
-        return _result(
-            Tier.BUSINESS,
-            Status.FAIL,
-            model,
-            version,
-            elapsed,
-            "; ".join(c.reason for c in wrong),
-            details,
-            code=wrong_answer_code(c.worst.actual for c in wrong if c.worst is not None),
-        )
-    if latency_ms > golden.latency_slo_ms:
-        return _result(
-            Tier.BUSINESS,
-            Status.FAIL,
-            model,
-            version,
-            elapsed,
-            f"correct answer but slow: {latency_ms:.1f} ms > SLO {golden.latency_slo_ms:g} ms",
-            details,
-            code=SLOW,
-        )
-    return _result(Tier.BUSINESS, Status.PASS, model, version, elapsed, "", details)
+        reason = "; ".join(c.reason for c in wrong)
+        code = wrong_answer_code(c.worst.actual for c in wrong if c.worst is not None)
+    elif latency_ms > golden.latency_slo_ms:
+        reason = f"correct answer but slow: {latency_ms:.1f} ms > SLO {golden.latency_slo_ms:g} ms"
+        code = SLOW
+    else:
+        return _result(Tier.BUSINESS, Status.PASS, model, version, elapsed, "", details)
+    return _result(Tier.BUSINESS, Status.FAIL, model, version, elapsed, reason, details, code=code)
 
 
 def _no_answer(
