@@ -329,7 +329,9 @@ def test_killed_triton_fails_liveness_and_errors_the_other_tiers(
         server.start()
         clients = [make(server.url, timeout_s=1.0) for make in CLIENTS.values()]
         settings = settings_for(example_settings, model, url=server.url)
-        assert [exit_code(probe_all(settings, client)) for client in clients] == [EXIT_OK, EXIT_OK]
+        # Healthy first, judged as `healer probe` judges (a cold first answer on a busy machine may miss the SLO).
+        healthy = [exit_code(probe_all(settings, client, best_of=ONE_SHOT_BEST_OF)) for client in clients]
+        assert healthy == [EXIT_OK, EXIT_OK]
         server.kill()
         for client in clients:
             # The tiers directly, without the runner's short-cut: readiness and business must not say "fail".
