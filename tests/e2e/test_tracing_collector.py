@@ -10,7 +10,7 @@ OTLP/HTTP to the Collector on a loopback port; the Collector's file then holds o
 processes' spans joined (the heal span a child of the sidecar's incident span).
 
 What stands in: the Tritons (tests/support/sidecar_fleet.py ScriptedTriton for the sidecar,
-tests/test_tracing.py FleetTriton for the heal's two replicas; this tier has no Triton) and the
+tests/edges/test_tracing.py FleetTriton for the heal's two replicas; this tier has no Triton) and the
 hand-over of the request to the step's process (Argo's part: the e2e tier has no kubelet, so a
 workflow's step pods do not run here).
 
@@ -162,7 +162,7 @@ def _heal_in_this_process(request_json: str, workdir: Path) -> int:
     settings from HEALER_CONFIG (tracing on) over two stand-in replicas and a filesystem store."""
     from healer.engines.local import LocalEngine
     from healer.vocabulary import RollbackRequest
-    from tests.test_tracing import heal_context
+    from tests.edges.test_tracing import heal_context
     from workflows.rollback import build_rollback_template
 
     settings = load_settings(os.environ["HEALER_CONFIG"])

@@ -156,7 +156,7 @@ def test_fields_the_design_relies_on_are_present() -> None:
     assert spec["synchronization"] == {"mutexes": [{"name": "healer-rollback-{{workflow.parameters.model}}"}]}
     assert [p["name"] for p in spec["arguments"]["parameters"]] == list(PARAMETERS)
     labels_from = spec["workflowMetadata"]["labelsFrom"]
-    # (healer.io/trace-id: the trace id in the traceparent parameter, tests/test_tracing.py)
+    # (healer.io/trace-id: the trace id in the traceparent parameter, tests/edges/test_tracing.py)
     assert set(labels_from) == {*LABELS_FROM_PARAMETERS, "healer.io/model", "healer.io/trace-id"}
     # The model name made label-safe by the ArgoEngine's own rule (checked in Argo's expr below).
     assert labels_from["healer.io/model"] == {"expression": label_value_expression("workflow.parameters.model")}

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from healer.edges import tracing
 from healer.settings import Settings
 from healer.vocabulary import ReleaseRequest
-from tests.test_tracing import ON, TRACE_ID, TRACEPARENT, by_name, run_step, trace_hex
+from tests.edges.test_tracing import ON, TRACE_ID, TRACEPARENT, by_name, run_step, trace_hex
 from workflows import release, steps
 from workflows.steps import release as release_steps
 
