@@ -462,7 +462,7 @@ class SidecarSettings:
         default=True, metadata=setting("run a rollback in the pod when Argo cannot take it")
     )
     # The longest one engine call (build, submit-or-join, status) may hold the probe loop; past it the
-    # call is left to its thread and counted as "maybe delivered" (healer/sidecar.py BoundedCalls).
+    # call is left to its thread and counted as "maybe delivered" (healer/sidecar/handover.py BoundedCalls).
     engine_call_timeout_s: float = field(
         default=15.0,
         metadata=setting("the longest one engine call (submit, status) may hold the probe loop", minimum=0.01),
