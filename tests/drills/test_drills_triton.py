@@ -187,6 +187,22 @@ def test_drill_list_shows_the_catalog(tmp_path: Path, capsys: pytest.CaptureFixt
     assert [line.split()[:2] for line in lines] == [[s.name, s.expect.outcome.value] for s in CATALOG]
 
 
+def target_config(target: Any, tmp_path: Path, *, sidecar: dict[str, Any]) -> Path:
+    """tmp_path/healer.yaml: the example config's first model on an embedded stack started by the test
+    (its first replica, store and live repository), with this sidecar section."""
+    document = yaml.safe_load((EXAMPLES / "healer.yaml").read_text())
+    document.pop("embedded")
+    document["models"] = [document["models"][0]]
+    document["triton"]["url"] = target.replicas[0]
+    document["store"] = {"filesystem": {"root": str(target.store_root)}}
+    document["live_repository"] = str(target.live)
+    document["rollback"]["state_dir"] = str(tmp_path / "runs")
+    document["sidecar"] = sidecar
+    config = tmp_path / "healer.yaml"
+    config.write_text(yaml.safe_dump(document))
+    return config
+
+
 @pytest.mark.triton
 def test_drill_against_the_configured_target(
     example_settings: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -200,16 +216,7 @@ def test_drill_against_the_configured_target(
 
     configure_logging(level="warning")  # stdout carries the JSON results only
     with EmbeddedStack(example_settings, model="linear_scorer", broken=EXAMPLES / "broken") as target:
-        document = yaml.safe_load((EXAMPLES / "healer.yaml").read_text())
-        document.pop("embedded")
-        document["models"] = [document["models"][0]]
-        document["triton"]["url"] = target.replicas[0]
-        document["store"] = {"filesystem": {"root": str(target.store_root)}}
-        document["live_repository"] = str(target.live)
-        document["rollback"]["state_dir"] = str(tmp_path / "runs")
-        document["sidecar"] = {"period_s": 0.5}
-        config = tmp_path / "healer.yaml"
-        config.write_text(yaml.safe_dump(document))
+        config = target_config(target, tmp_path, sidecar={"period_s": 0.5})
         argv = ["drill", "--config", str(config), "--target", "config", "--broken", str(EXAMPLES / "broken")]
         code = main([*argv, "wrong-weights", "storm", "-o", "json", "--log-file", str(tmp_path / "log")])
         results = {r["scenario"]: r for r in json.loads(capsys.readouterr().out)}
@@ -236,16 +243,7 @@ def cluster_like(example_settings: Any, tmp_path: Path, monkeypatch: pytest.Monk
 
     with EmbeddedStack(example_settings, model="linear_scorer", broken=EXAMPLES / "broken") as target:
         port = free_port()
-        document = yaml.safe_load((EXAMPLES / "healer.yaml").read_text())
-        document.pop("embedded")
-        document["models"] = [document["models"][0]]
-        document["triton"]["url"] = target.replicas[0]
-        document["store"] = {"filesystem": {"root": str(target.store_root)}}
-        document["live_repository"] = str(target.live)
-        document["rollback"]["state_dir"] = str(tmp_path / "runs")
-        document["sidecar"] = {"listen": f"127.0.0.1:{port}", "period_s": 0.5}
-        config = tmp_path / "healer.yaml"
-        config.write_text(yaml.safe_dump(document))
+        config = target_config(target, tmp_path, sidecar={"listen": f"127.0.0.1:{port}", "period_s": 0.5})
         settings = load_settings(config)
         sidecar = Sidecar(
             settings, TritonHttp(settings.triton.url, timeout_s=2), engine_factory=lambda: local_engine(settings)

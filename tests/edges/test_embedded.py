@@ -96,13 +96,19 @@ def test_tritonserver_env_that_is_not_executable(tmp_path: Path, monkeypatch: py
         find_tritonserver()
 
 
-@pytest.mark.subprocess  # a stand-in tritonserver script
-def test_server_that_exits_during_start_up_reports_its_log(tmp_path: Path) -> None:
+def fake_tritonserver(tmp_path: Path, script: str) -> Path:
+    """A stand-in tritonserver (a shell script) in tmp_path/bin, with the backends folder beside it."""
     fake = tmp_path / "bin" / "tritonserver"
     fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\necho 'error: simulated start-up failure' >&2\nexit 3\n")
+    fake.write_text(script)
     fake.chmod(0o755)
     (tmp_path / "backends").mkdir()
+    return fake
+
+
+@pytest.mark.subprocess  # a stand-in tritonserver script
+def test_server_that_exits_during_start_up_reports_its_log(tmp_path: Path) -> None:
+    fake = fake_tritonserver(tmp_path, "#!/bin/sh\necho 'error: simulated start-up failure' >&2\nexit 3\n")
     server = EmbeddedTriton(EXAMPLES / "model_repository", tritonserver=fake, workdir=tmp_path / "work")
     with pytest.raises(EmbeddedTritonError, match=r"exited with 3 during start-up(.|\n)*simulated start-up failure"):
         server.start()
@@ -111,11 +117,7 @@ def test_server_that_exits_during_start_up_reports_its_log(tmp_path: Path) -> No
 
 @pytest.mark.subprocess  # a stand-in tritonserver script
 def test_start_up_deadline_is_enforced(tmp_path: Path) -> None:
-    fake = tmp_path / "bin" / "tritonserver"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\nsleep 30\n")
-    fake.chmod(0o755)
-    (tmp_path / "backends").mkdir()
+    fake = fake_tritonserver(tmp_path, "#!/bin/sh\nsleep 30\n")
     server = EmbeddedTriton(
         EXAMPLES / "model_repository", tritonserver=fake, workdir=tmp_path / "work", startup_timeout_s=1
     )

@@ -11,7 +11,7 @@ import importlib.abc
 import json
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from healer.edges.triton import IndexEntry, OutputTensor
 from healer.settings import ConfigError, Settings, SidecarSettings, TierThresholds, TracingSettings, parse_section
 from healer.sidecar import Sidecar
 from healer.vocabulary import RollbackRequest
+from tests.edges.conftest import ON
 from tests.support.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton, golden_metadata
 from workflows import steps
 from workflows.plan import ReplicaTarget
@@ -44,25 +45,11 @@ from workflows.rollback import (
 from workflows.steps import context, replicas
 
 MODEL = "linear_scorer"
-ON = TracingSettings(enabled=True, otlp_endpoint="http://127.0.0.1:9/v1/traces", ui_link_template=None)
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
-@pytest.fixture(autouse=True)
-def _tracing_reset() -> Iterator[None]:
-    tracing.reset()
-    yield
-    tracing.reset()
-
-
-@pytest.fixture
-def spans() -> InMemorySpanExporter:
-    """Tracing on, its spans kept in memory (ended spans are exported at once)."""
-    exporter = InMemorySpanExporter()
-    tracing.use_exporter(exporter)
-    tracing.configure(ON)
-    return exporter
+pytestmark = pytest.mark.usefixtures("tracing_reset")  # tests/edges/conftest.py
 
 
 def by_name(finished: Sequence[ReadableSpan], name: str) -> list[ReadableSpan]:
@@ -576,84 +563,19 @@ def test_the_trace_id_expression_reads_like_the_python_parse() -> None:
     assert not re.search(pattern.group(1), "") and not re.search(pattern.group(1), "garbage")
 
 
-GO_TRACE_MAIN = """package main
-
-import (
-\t"encoding/json"
-\t"os"
-
-\tsprig "github.com/Masterminds/sprig/v3"
-\t"github.com/expr-lang/expr"
-)
-
-func main() {
-\tvar request struct {
-\t\tExpression string   `json:"expression"`
-\t\tValues     []string `json:"values"`
-\t}
-\tif err := json.NewDecoder(os.Stdin).Decode(&request); err != nil {
-\t\tpanic(err)
-\t}
-\tfuncs := sprig.GenericFuncMap()
-\tdelete(funcs, "env")
-\tdelete(funcs, "expandenv")
-\tlabels := []any{}
-\tfor _, value := range request.Values {
-\t\tparameters := map[string]any{"traceparent": value}
-\t\tenv := map[string]any{"workflow": map[string]any{"parameters": parameters}, "sprig": funcs}
-\t\tprogram, err := expr.Compile(request.Expression, expr.Env(env))
-\t\tif err != nil {
-\t\t\tpanic(err)
-\t\t}
-\t\tlabel, err := expr.Run(program, env)
-\t\tif err != nil {
-\t\t\tpanic(err)
-\t\t}
-\t\tlabels = append(labels, label)
-\t}
-\tif err := json.NewEncoder(os.Stdout).Encode(labels); err != nil {
-\t\tpanic(err)
-\t}
-}
-"""
-
-
 @pytest.mark.subprocess
 @pytest.mark.timeout(660)  # go mod tidy, then go run: 300 s each at most
 def test_the_trace_id_label_expression_in_argos_own_expr(tmp_path: Path) -> None:
     """The committed template's healer.io/trace-id expression, run by the expr and sprig versions Argo
     v4.1.2 uses (as tests/workflows/test_workflow_template.py runs the model label's): the trace id for
     a traceparent, "" (a valid label) for none or garbage, never an error that would fail the run."""
-    import os
-    import shutil
-    import subprocess
-
     import yaml
 
-    from tests.workflows.test_workflow_template import COMMITTED, GO_MOD
+    from tests.support.argo_expr import argo_expr
+    from tests.workflows.test_workflow_template import COMMITTED
 
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("no Go toolchain: the expression is not evaluated")
     committed = yaml.safe_load((COMMITTED / "healer-rollback.yaml").read_text())
     expression = committed["spec"]["workflowMetadata"]["labelsFrom"][TRACE_ID_LABEL]["expression"]
-    (tmp_path / "go.mod").write_text(GO_MOD)
-    (tmp_path / "main.go").write_text(GO_TRACE_MAIN)
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "GOWORK": "off"}
-    tidy = subprocess.run(
-        [go, "mod", "tidy"], check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    if tidy.returncode != 0:
-        pytest.skip(f"Go modules not available (go mod tidy): {tidy.stderr.strip()[-500:]}")
     values = [TRACEPARENT, "", "garbage", TRACEPARENT.upper(), TRACEPARENT + "-extra", "x" * 300]
-    run = subprocess.run(
-        [go, "run", "."],
-        cwd=tmp_path,
-        env=env,
-        input=json.dumps({"expression": expression, "values": values}),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    assert json.loads(run.stdout) == [TRACE_ID, "", "", "", "", ""]
+    labels = argo_expr(tmp_path, expression, [{"traceparent": value} for value in values])
+    assert labels == [TRACE_ID, "", "", "", "", ""]

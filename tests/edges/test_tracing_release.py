@@ -8,7 +8,6 @@ what is tested is the tracing around it, with the SDK's in-memory exporter (no p
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +18,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from healer.edges import tracing
 from healer.settings import Settings
 from healer.vocabulary import ReleaseRequest
-from tests.edges.test_tracing import ON, TRACE_ID, TRACEPARENT, by_name, run_step, trace_hex
+from tests.edges.conftest import ON
+from tests.edges.test_tracing import TRACE_ID, TRACEPARENT, by_name, run_step, trace_hex
 from workflows import release, steps
 from workflows.steps import release as release_steps
 
 MODEL = "linear_scorer"
 
 
-@pytest.fixture(autouse=True)
-def _tracing_reset() -> Iterator[None]:
-    tracing.reset()
-    yield
-    tracing.reset()
-
-
-@pytest.fixture
-def spans() -> InMemorySpanExporter:
-    exporter = InMemorySpanExporter()
-    tracing.use_exporter(exporter)
-    tracing.configure(ON)
-    return exporter
+pytestmark = pytest.mark.usefixtures("tracing_reset")  # tests/edges/conftest.py
 
 
 @pytest.fixture

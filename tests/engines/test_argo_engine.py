@@ -131,27 +131,34 @@ def test_odd_model_names_become_valid_distinct_labels() -> None:
 # -- concurrency: one create wins, the others get 409 and join -------------------------------------
 
 
-@pytest.mark.parametrize("shared", [True, False], ids=["one-engine", "engine-per-thread"])
-def test_concurrent_submits_create_exactly_one(server: ArgoFaults, shared: bool) -> None:
-    threads = 50
-    engines = [ArgoEngine(server.url, NAMESPACE, request_timeout_s=5.0) for _ in range(1 if shared else threads)]
+def submit_at_once(engines: list[ArgoEngine], threads: int, *, join_s: float) -> list[Submission | BaseException]:
+    """``threads`` submits of REQUEST released together, thread i on engines[i] (or all on the one engine);
+    what each returned or raised, the engines closed after."""
     barrier = threading.Barrier(threads)
     results: list[Submission | BaseException] = []
 
     def submit(index: int) -> None:
         barrier.wait()
         try:
-            results.append(engines[0 if shared else index].submit(REQUEST))
-        except BaseException as exc:  # collected, asserted below
+            results.append(engines[index % len(engines)].submit(REQUEST))
+        except BaseException as exc:  # collected, asserted by the caller
             results.append(exc)
 
     workers = [threading.Thread(target=submit, args=(i,)) for i in range(threads)]
     for worker in workers:
         worker.start()
     for worker in workers:
-        worker.join(timeout=10)
+        worker.join(timeout=join_s)
     for engine in engines:
         engine.close()
+    return results
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one-engine", "engine-per-thread"])
+def test_concurrent_submits_create_exactly_one(server: ArgoFaults, shared: bool) -> None:
+    threads = 50
+    engines = [ArgoEngine(server.url, NAMESPACE, request_timeout_s=5.0) for _ in range(1 if shared else threads)]
+    results = submit_at_once(engines, threads, join_s=10)
 
     assert all(isinstance(r, Submission) for r in results), results
     assert len(results) == threads
@@ -478,23 +485,7 @@ def test_concurrent_replicas_of_a_new_occurrence_start_one_run(server: ArgoFault
     server_time.now += 3 * DAYS
     threads = 20
     engines = [ArgoEngine(server.url, NAMESPACE, request_timeout_s=5.0) for _ in range(threads)]
-    barrier = threading.Barrier(threads)
-    results: list[Submission | BaseException] = []
-
-    def submit(index: int) -> None:
-        barrier.wait()
-        try:
-            results.append(engines[index].submit(REQUEST))
-        except BaseException as exc:  # collected, asserted below
-            results.append(exc)
-
-    workers = [threading.Thread(target=submit, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=20)
-    for each in engines:
-        each.close()
+    results = submit_at_once(engines, threads, join_s=20)
 
     assert all(isinstance(r, Submission) for r in results), results
     submissions = [r for r in results if isinstance(r, Submission)]

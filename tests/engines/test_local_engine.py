@@ -20,25 +20,12 @@ from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable
 from healer.engines.local import LocalEngine, in_pod_run
 from healer.settings import Settings
 from healer.vocabulary import RollbackRequest, Submission
+from tests.support.step_context import FakeContext
 from workflows import rollback
 from workflows.rollback import EXIT_TRANSIENT, build_rollback_template
 from workflows.steps import context as step_context
 
 REQUEST = RollbackRequest(model="m", from_version="2", incident="inc-1")
-
-
-@dataclass
-class FakeContext:
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    workflow_name: str = ""
-    triton: Any = None
-
-    def __post_init__(self) -> None:
-        class _Closable:
-            def close(self) -> None:
-                pass
-
-        self.triton = _Closable()
 
 
 @dataclass

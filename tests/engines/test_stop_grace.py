@@ -19,23 +19,12 @@ from healer.engines import template_runner
 from healer.engines.records import RunRecords
 from healer.engines.template_reader import read_template
 from healer.engines.template_runner import Cancellation, TemplateRunner
+from tests.support.step_context import FakeContext
 from workflows.release import build_release_template
 from workflows.steps import context as step_context
 
 RUN = "release-m-2-abcde"
 PARAMETERS = {"model": "m", "version": "2", "release": "r-1", "traceparent": "", "bake-s": "0", "approve": "false"}
-
-
-class FakeContext:
-    def __init__(self) -> None:
-        self.cancelled = threading.Event()
-        self.workflow_name = ""
-
-        class _Closable:
-            def close(self) -> None:
-                pass
-
-        self.triton = _Closable()
 
 
 def runner_with(

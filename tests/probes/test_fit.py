@@ -11,7 +11,7 @@ from healer.core.ledger import StableRecord
 from healer.edges.triton import TritonRejected
 from healer.settings import Settings
 from probes.contract import Fit
-from probes.fit import GoldenFit
+from probes.fit import FitVerdict, GoldenFit
 from tests.probes.test_contract import CONFIG, METADATA
 
 RENAMED = {**METADATA, "inputs": [{"name": "FEATURES_V3", "datatype": "FP32", "shape": [-1, 4]}]}
@@ -64,28 +64,27 @@ def test_a_fitting_version_costs_one_metadata_call_and_never_reads_the_stable_ve
     assert triton.calls == ["3"] and read == []
 
 
-def test_a_changed_contract_is_told_from_a_configuration_error_by_the_stable_version(
-    example_settings: Settings,
-) -> None:
-    golden = example_settings.model("linear_scorer").golden
-    stable = record("2", CONFIG)
-    changed = GoldenFit(example_settings, stable_of=lambda model: stable).check(
+def renamed_v3_against(settings: Settings, stable: StableRecord) -> FitVerdict | None:
+    """GoldenFit's verdict on linear_scorer v3 with its input renamed, the ledger's stable version given."""
+    return GoldenFit(settings, stable_of=lambda model: stable).check(
         MetadataTriton(RENAMED),  # type: ignore[arg-type]
         "linear_scorer",
         "3",
-        golden,
+        settings.model("linear_scorer").golden,
     )
+
+
+def test_a_changed_contract_is_told_from_a_configuration_error_by_the_stable_version(
+    example_settings: Settings,
+) -> None:
+    stable = record("2", CONFIG)
+    changed = renamed_v3_against(example_settings, stable)
     assert changed is not None and changed.fit is Fit.CONTRACT_CHANGE
     assert changed.findings[0] == (
         "models[0].golden.inputs[0].name: linear_scorer v3 has no input 'FEATURES'; its inputs: FEATURES_V3"
     )
     renamed_stable = record("2", {**CONFIG, "input": [{"name": "OTHER", "data_type": "TYPE_FP32", "dims": [4]}]})
-    neither = GoldenFit(example_settings, stable_of=lambda model: renamed_stable).check(
-        MetadataTriton(RENAMED),  # type: ignore[arg-type]
-        "linear_scorer",
-        "3",
-        golden,
-    )
+    neither = renamed_v3_against(example_settings, renamed_stable)
     assert neither is not None and neither.fit is Fit.CONFIG_ERROR
     assert neither.why == "the golden request fits neither v3 nor stable v2"
 

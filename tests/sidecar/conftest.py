@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from healer.edges.triton import OutputTensor
-from healer.settings import Settings, SidecarSettings, TensorSpec, TierThresholds
+from healer.settings import GoldenRequest, Settings, SidecarSettings, TensorSpec, TierThresholds
 from healer.sidecar import Sidecar
 from tests.support.sidecar_fleet import (
     FakeClock,
@@ -52,6 +52,17 @@ def break_all(members: list[tuple[Sidecar, ScriptedTriton]]) -> None:
         triton.wrong = True
 
 
+def golden_outputs(golden: GoldenRequest, *, wrong: bool) -> dict[str, OutputTensor]:
+    """The golden request's expected outputs as Triton would answer them, or 100 off each when ``wrong``."""
+    outputs = {}
+    for expected in golden.outputs:
+        values = np.array(expected.tensor.values, copy=True)
+        if wrong:
+            values = values + 100
+        outputs[expected.tensor.name] = OutputTensor(expected.tensor.name, expected.tensor.datatype, values)
+    return outputs
+
+
 class TwoModelTriton(ScriptedTriton):
     """Both example models; ``wrong`` and ``raises`` name the models that answer wrongly or make probing raise."""
 
@@ -66,13 +77,7 @@ class TwoModelTriton(ScriptedTriton):
     ) -> dict[str, OutputTensor]:
         if model in self.raises:
             raise ValueError("cannot convert the answer to a numpy array")
-        outputs = {}
-        for expected in self.goldens[model].outputs:
-            values = np.array(expected.tensor.values, copy=True)
-            if model in self.wrong_models:
-                values = values + 100
-            outputs[expected.tensor.name] = OutputTensor(expected.tensor.name, expected.tensor.datatype, values)
-        return outputs
+        return golden_outputs(self.goldens[model], wrong=model in self.wrong_models)
 
 
 @pytest.fixture

@@ -13,9 +13,13 @@ import pytest
 from healer.core.decisions import Peer
 from healer.core.state import Phase
 from healer.settings import DrainPeers, DrainSettings, Settings, SidecarSettings
+from healer.sidecar import Sidecar
 from tests.sidecar.conftest import break_all, make, write_config
 from tests.support.sidecar_fleet import (
+    Board,
+    FakeClock,
     ScriptedEngine,
+    ScriptedTriton,
     cycle_all,
     fleet,
 )
@@ -76,7 +80,10 @@ def test_all_wanting_pods_out_of_the_service_come_back(settings: Settings, tmp_p
     assert len(board.ready_pods()) == 1 and len(board.drained()) == 1
 
 
-def test_a_blip_on_the_held_pod_brings_the_drained_pod_back(settings: Settings, tmp_path: Path) -> None:
+def one_drained_one_held(
+    settings: Settings, tmp_path: Path
+) -> tuple[Board, list[tuple[Sidecar, ScriptedTriton]], FakeClock, str, str]:
+    """Two pods, the model broken on both, settled: one drained, the other held back serving."""
     board, members, clock = fleet(settings, tmp_path, 2)
     cycle_all(members, clock, board)
     break_all(members)
@@ -84,6 +91,11 @@ def test_a_blip_on_the_held_pod_brings_the_drained_pod_back(settings: Settings, 
         cycle_all(members, clock, board)
     [drained] = board.drained()
     [held] = board.ready_pods()
+    return board, members, clock, drained, held
+
+
+def test_a_blip_on_the_held_pod_brings_the_drained_pod_back(settings: Settings, tmp_path: Path) -> None:
+    board, members, clock, drained, held = one_drained_one_held(settings, tmp_path)
     board.not_ready = {held}  # one failed readinessProbe on the pod that serves
     clock.now += 1
     board.sidecars[drained].cycle()
@@ -95,13 +107,7 @@ def test_a_blip_on_the_held_pod_brings_the_drained_pod_back(settings: Settings, 
 
 
 def test_when_the_serving_pod_is_deleted_the_drained_pod_serves_again(settings: Settings, tmp_path: Path) -> None:
-    board, members, clock = fleet(settings, tmp_path, 2)
-    cycle_all(members, clock, board)
-    break_all(members)
-    for _ in range(2):
-        cycle_all(members, clock, board)
-    [drained] = board.drained()
-    [held] = board.ready_pods()
+    board, members, clock, drained, held = one_drained_one_held(settings, tmp_path)
     board.terminating = {held}
     clock.now += 1
     board.sidecars[drained].cycle()

@@ -9,14 +9,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from healer.core.state import Phase
 from healer.edges.triton import OutputTensor
 from healer.settings import Settings, SidecarSettings, TensorSpec, TierThresholds
 from healer.sidecar import Sidecar
-from tests.sidecar.conftest import TwoModelTriton, make, write_config
+from tests.sidecar.conftest import TwoModelTriton, golden_outputs, make, write_config
 from tests.support.sidecar_fleet import (
     FakeClock,
     ScriptedEngine,
@@ -233,13 +232,7 @@ class ConfirmTriton(CountingTriton):
         self, model: str, version: str, inputs: Sequence[TensorSpec], output_names: Sequence[str], timeout_s: float
     ) -> dict[str, OutputTensor]:
         self.asked.append(model)
-        outputs = {}
-        for expected in self.golden_by_model[model].outputs:
-            values = np.array(expected.tensor.values, copy=True)
-            if model in self.broken:
-                values = values + 100
-            outputs[expected.tensor.name] = OutputTensor(expected.tensor.name, expected.tensor.datatype, values)
-        return outputs
+        return golden_outputs(self.golden_by_model[model], wrong=model in self.broken)
 
 
 def test_a_confirmation_cycle_probes_only_the_suspect_model_and_keeps_the_others_results(
