@@ -18,17 +18,16 @@ import structlog
 
 from healer.core.state import Phase
 from healer.edges.embedded import EmbeddedTriton, free_port
-from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.edges.triton import TritonHttp
 from healer.edges.triton_rest import TritonRest
 from healer.engines.argo import ArgoEngine
 from healer.engines.factory import local_engine
-from healer.settings import Settings, SidecarSettings, StoreSettings, TierThresholds
+from healer.settings import Settings, SidecarSettings, TierThresholds
 from healer.sidecar import Sidecar
 from healer.sidecar.views import SidecarServer
 from healer.vocabulary import RollbackRequest, RunStatus, Submission, workflow_name
 from tests.support.argo_faults import ArgoFaults
-from tests.support.rollback_stack import RollbackStack, rollback_stack, serve_latest, version_source
+from tests.support.rollback_stack import RollbackStack, filesystem_stack, serve_latest, version_source
 
 PERIOD_S = 1.0
 THRESHOLD = 3
@@ -68,15 +67,11 @@ def stack_factory(example_settings: Settings, triton_server: EmbeddedTriton, tmp
     store_root.mkdir()
 
     def make(**kw: Any) -> Any:
-        return rollback_stack(
-            base=example_settings,
-            triton_url=triton_server.url,
-            live=triton_server.model_repository,
-            store=ModelStore(FilesystemBlobs(store_root)),
-            store_settings=StoreSettings(filesystem=store_root),
-            store_root_for_files=store_root,
-            tmp=tmp_path,
-            model_base="linear_scorer",
+        return filesystem_stack(
+            example_settings,
+            triton_server,
+            store_root,
+            tmp_path,
             versions={1: ("good", "1"), 2: ("good", "2")},
             stable=[1, 2],
             **kw,

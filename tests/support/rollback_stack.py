@@ -7,13 +7,14 @@ import json
 import shutil
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from healer.edges.store import ModelStore
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.edges.triton import TritonHttp
 from healer.engines.factory import local_engine
 from healer.engines.local import LocalEngine
@@ -210,3 +211,32 @@ def rollback_stack(
             yield RollbackStack(settings, triton, store, live, name, engine, alerts)
         finally:
             triton.close()
+
+
+def filesystem_stack(
+    base: Settings,
+    triton: EmbeddedTriton,
+    store_root: Path,
+    tmp: Path,
+    *,
+    versions: dict[int, VersionSource],
+    stable: list[int],
+    model_base: str = "linear_scorer",
+    store: ModelStore | None = None,
+    **options: Any,
+) -> AbstractContextManager[RollbackStack]:
+    """``rollback_stack`` on the running ``triton`` (its model repository the live one) with a filesystem
+    store in ``store_root``, the versions' files written there too."""
+    return rollback_stack(
+        base=base,
+        triton_url=triton.url,
+        live=triton.model_repository,
+        store=store if store is not None else ModelStore(FilesystemBlobs(store_root)),
+        store_settings=StoreSettings(filesystem=store_root),
+        store_root_for_files=store_root,
+        tmp=tmp,
+        model_base=model_base,
+        versions=versions,
+        stable=stable,
+        **options,
+    )
