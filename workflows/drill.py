@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from healer.core.labels import DRILL_LABEL
-from workflows.kit import TemplateOptions, runner_script, scheduled, step_pod_security, step_volumes
+from workflows.kit import TemplateOptions, runner_script, scheduled, template_pods
 
 DRILL_TEMPLATE = "healer-drill"
 DRILL_CRON = "healer-drill-weekly"
@@ -136,18 +136,15 @@ def build_drill_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
             labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "drill"},
             labels_from={DRILL_LABEL: m.LabelValueFrom(expression="workflow.parameters.scenario")},
         ),
-        labels={"app.kubernetes.io/name": "healer"},
-        annotations={
-            "workflows.argoproj.io/description": (
+        **template_pods(
+            options,
+            (
                 "A chaos drill: break a model on purpose (the scenario), watch the sidecars detect it and the "
                 "rollback heal it, assert the expected outcome within rollback.deadline_s, then restore the "
                 "stable version whatever happened. Scenarios: `healer drill --list`."
             ),
-        },
-        pod_gc=m.PodGC(strategy="OnPodSuccess"),
-        security_context=step_pod_security(),
-        volumes=step_volumes(options),
-        ttl_strategy=m.TTLStrategy(seconds_after_completion=30 * 24 * 3600),
+            m.TTLStrategy(seconds_after_completion=30 * 24 * 3600),
+        ),
     ) as template:
         watch = runner_script(
             options,

@@ -134,8 +134,29 @@ def step_retry(options: TemplateOptions) -> Any:
     )
 
 
+def template_pods(
+    options: TemplateOptions, description: str, ttl: Any, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """What every healer WorkflowTemplate says of itself and its pods (WorkflowTemplate keyword arguments):
+    its labels and description (the Argo UI shows it), pods gone once they succeed, the step pods'
+    security and volumes, and how long a finished run is kept (``ttl``, a TTLStrategy)."""
+    from hera.workflows import models as m
+
+    return {
+        "labels": labels or {"app.kubernetes.io/name": "healer"},
+        "annotations": {"workflows.argoproj.io/description": description},
+        "pod_gc": m.PodGC(strategy="OnPodSuccess"),
+        "security_context": step_pod_security(),
+        "volumes": step_volumes(options),
+        "ttl_strategy": ttl,
+    }
+
+
 def step_pod_security() -> Any:
-    """The rollback's and the drill's step pods: the healer image's non-root uid (the sidecar's too)."""
+    """The rollback's and the drill's step pods: the healer image's non-root uid (the sidecar's too).
+    They write the live repository and the store's ledger, as the sidecar's in-pod fallback does: the
+    same uid, so files one writes the other can replace (an NFS export may squash root, and 0755
+    directories admit one owner)."""
     from hera.workflows import models as m
 
     return m.PodSecurityContext(

@@ -32,10 +32,9 @@ from workflows.kit import (
     exit_failure,
     parse_failures,
     runner_script,
-    step_pod_security,
     step_retry,
-    step_volumes,
     stop_on_sigterm,
+    template_pods,
 )
 
 PARAMETERS = ("model", "version", "release", "bake-s", "approve", "traceparent")
@@ -206,18 +205,15 @@ def build_release_template(options: TemplateOptions | None = None, deadline_s: i
                 INCIDENT_LABEL: m.LabelValueFrom(expression="workflow.parameters['release']"),
             },
         ),
-        labels={"app.kubernetes.io/name": "healer"},
-        annotations={
-            "workflows.argoproj.io/description": (
+        **template_pods(
+            options,
+            (
                 "Release a model version: stage it, serve it on one replica beside the stable version, bake, "
                 "then every replica in waves, verified; any failure puts every replica back on the stable "
                 "version and alerts."
             ),
-        },
-        pod_gc=m.PodGC(strategy="OnPodSuccess"),
-        security_context=step_pod_security(),
-        volumes=step_volumes(options),
-        ttl_strategy=m.TTLStrategy(seconds_after_completion=7 * 24 * 3600),
+            m.TTLStrategy(seconds_after_completion=7 * 24 * 3600),
+        ),
     ) as template:
         canary = runner_script(options, "canary", canary_step, ["canary"])  # its report, as JSON
         bake = runner_script(options, "bake", bake_step, ["bake"])

@@ -36,10 +36,9 @@ from workflows.kit import (
     exit_failure,
     parse_failures,
     runner_script,
-    step_pod_security,
     step_retry,
-    step_volumes,
     stop_on_sigterm,
+    template_pods,
 )
 from workflows.kit import TemplateOptions as TemplateOptions  # noqa: PLC0414 - callers import it from here
 
@@ -262,20 +261,14 @@ def build_rollback_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
         arguments=[Parameter(name=p, value="auto" if p == "to-version" else "") for p in PARAMETERS],
         synchronization=m.Synchronization(mutexes=[m.Mutex(name="healer-rollback-{{workflow.parameters.model}}")]),
         workflow_metadata=_workflow_metadata(),
-        labels={"app.kubernetes.io/name": "healer"},
-        annotations={
-            "workflows.argoproj.io/description": (
+        **template_pods(
+            options,
+            (
                 "Restore the last stable version of a Triton model: check and stage it, swap it in on each "
                 "replica and verify, quarantine the failing version; escalate on failure or deadline."
             ),
-        },
-        pod_gc=m.PodGC(strategy="OnPodSuccess"),
-        # The rollback's pods write the live repository and the store's ledger, as the sidecar's
-        # in-pod fallback does: the same non-root uid (the healer image's), so files one writes the
-        # other can replace (an NFS export may squash root, and 0755 directories admit one owner).
-        security_context=step_pod_security(),
-        volumes=step_volumes(options),
-        ttl_strategy=m.TTLStrategy(seconds_after_completion=7 * 24 * 3600),
+            m.TTLStrategy(seconds_after_completion=7 * 24 * 3600),
+        ),
     ) as template:
         heal = runner_script(options, "heal", heal_step, ["phases", "to-version", "files", "golden"])
         heal.retry_strategy = step_retry(options)

@@ -18,7 +18,7 @@ the ledger is moved aside and fetched again, as `healer store stage` does) and t
 import dataclasses
 from typing import Any
 
-from workflows.kit import TemplateOptions, runner_script, scheduled, step_pod_security, step_volumes
+from workflows.kit import TemplateOptions, runner_script, scheduled, template_pods
 
 STAGE_TEMPLATE = "healer-stage"
 STAGE_CRON = "healer-stage-hourly"
@@ -59,24 +59,22 @@ def build_stage_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
         namespace=options.namespace,
         entrypoint="main",
         arguments=[Parameter(name="model", value="")],  # empty: every model in healer.yaml
-        labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "stage"},
         service_account_name=options.service_account,
         active_deadline_seconds=STAGE_DEADLINE_S,
         workflow_metadata=m.WorkflowMetadata(
             labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "stage"},
         ),
-        annotations={
-            "workflows.argoproj.io/description": (
+        # Two runs would read the same files twice for nothing (the CronWorkflow forbids overlap too).
+        synchronization=m.Synchronization(mutexes=[m.Mutex(name="healer-stage")]),
+        **template_pods(
+            options,
+            (
                 "Stage the stable versions a rollback may restore into the live repository and read them in "
                 "full against the ledger (healer store stage), so that a rollback only checks their stamps."
             ),
-        },
-        # Two runs would read the same files twice for nothing (the CronWorkflow forbids overlap too).
-        synchronization=m.Synchronization(mutexes=[m.Mutex(name="healer-stage")]),
-        pod_gc=m.PodGC(strategy="OnPodSuccess"),
-        security_context=step_pod_security(),
-        volumes=step_volumes(options),
-        ttl_strategy=m.TTLStrategy(seconds_after_success=24 * 3600, seconds_after_failure=7 * 24 * 3600),
+            m.TTLStrategy(seconds_after_success=24 * 3600, seconds_after_failure=7 * 24 * 3600),
+            labels={"app.kubernetes.io/name": "healer", "app.kubernetes.io/component": "stage"},
+        ),
     ) as template:
         stage = runner_script(options, "stage", stage_step, ["staged"], STAGE_DEADLINE_S - 60)
         with Steps(name="main"):
