@@ -99,12 +99,8 @@ def _cmd_store_ls(settings: Settings, args: argparse.Namespace) -> int:
                     "ledger_generation": ledger.generation,
                 }
             )
-    except ConfigError as exc:
-        print(f"healer: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (StoreError, ValueError) as exc:
-        print(f"healer: store {settings.store}: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+    except (ConfigError, StoreError, ValueError) as exc:
+        return _store_failed(exc, settings.store)
     if args.output in ("json", "yaml"):
         print_data(listing, args.output)
         return 0
@@ -152,6 +148,15 @@ def _version_order(version: str) -> tuple[int, str]:
     return (int(version), "") if version.isdigit() else (1 << 63, version)
 
 
+def _store_failed(exc: Exception, location: object) -> int:
+    """A bad configuration is a usage error (exit 2); the store failing, or a bad value in it, a refusal."""
+    if isinstance(exc, ConfigError):
+        print(f"healer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"healer: store {location}: {exc}", file=sys.stderr)
+    return EXIT_REFUSED
+
+
 def _cmd_store_stage(settings: Settings, args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -160,12 +165,8 @@ def _cmd_store_stage(settings: Settings, args: argparse.Namespace) -> int:
 
     try:
         _location, results = stage_configured(settings, args.model)
-    except ConfigError as exc:
-        print(f"healer: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (StoreError, ValueError) as exc:
-        print(f"healer: store {_store_location(settings)}: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+    except (ConfigError, StoreError, ValueError) as exc:
+        return _store_failed(exc, _store_location(settings))
     if args.output in ("json", "yaml"):
         print_data([asdict(r) for r in results], args.output)
     else:
