@@ -10,7 +10,7 @@ OTLP/HTTP to the Collector on a loopback port; the Collector's file then holds o
 processes' spans joined (the heal span a child of the sidecar's incident span).
 
 What stands in: the Tritons (tests/support/sidecar_fleet.py ScriptedTriton for the sidecar,
-tests/edges/test_tracing.py FleetTriton for the heal's two replicas; this tier has no Triton) and the
+tests/support/fleet_triton.py FleetTriton for the heal's two replicas; this tier has no Triton) and the
 hand-over of the request to the step's process (Argo's part: the e2e tier has no kubelet, so a
 workflow's step pods do not run here).
 

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import structlog
 from opentelemetry.sdk.trace import ReadableSpan
@@ -26,12 +25,12 @@ from healer.core.ledger import StableRecord
 from healer.edges import tracing
 from healer.edges.alerts import build_alert, escalate_to_people
 from healer.edges.store import FilesystemBlobs, ModelStore
-from healer.edges.triton import IndexEntry, OutputTensor
 from healer.settings import ConfigError, Settings, SidecarSettings, TierThresholds, TracingSettings, parse_section
 from healer.sidecar import Sidecar
 from healer.vocabulary import RollbackRequest
 from tests.edges.conftest import ON
-from tests.support.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton, golden_metadata
+from tests.support.fleet_triton import FleetTriton
+from tests.support.sidecar_fleet import FakeClock, ScriptedEngine, ScriptedTriton
 from workflows import steps
 from workflows.plan import ReplicaTarget
 from workflows.rollback import (
@@ -282,47 +281,6 @@ def sidecar_settings(example_settings: Settings) -> Settings:
         models=(example_settings.model(MODEL),),
         sidecar=SidecarSettings(period_s=1.0, business=TierThresholds(failure_threshold=1, success_threshold=1)),
     )
-
-
-class FleetTriton:
-    """One replica of a heal: what it serves; loads switch it to the pinned version; golden answers."""
-
-    def __init__(self, url: str, serves: list[str], golden: Any) -> None:
-        self.url, self.serves, self.golden = url, serves, golden
-
-    def server_live(self) -> bool:
-        return True
-
-    def served_versions(self, model: str) -> list[str]:
-        return list(self.serves)
-
-    def repository_index(self) -> list[IndexEntry]:
-        return [IndexEntry(MODEL, v, "READY", "") for v in self.serves]
-
-    def model_config(self, model: str) -> dict[str, Any]:
-        return {"name": MODEL}
-
-    def model_metadata(self, model: str, version: str) -> dict[str, Any]:
-        return golden_metadata(self.golden)
-
-    def model_version_ready(self, model: str, version: str) -> bool:
-        return version in self.serves
-
-    def load_model(self, model: str, *, config: str | None = None, timeout_s: float) -> None:
-        policy = json.loads(config or "{}").get("version_policy", {})
-        self.serves = [str(v) for v in policy.get("specific", {}).get("versions", [])]
-
-    def unload_model(self, model: str) -> None:
-        self.serves = []
-
-    def infer(self, model: str, version: str, inputs: Any, output_names: Any, timeout_s: float) -> dict[str, Any]:
-        return {
-            o.tensor.name: OutputTensor(o.tensor.name, o.tensor.datatype, np.array(o.tensor.values))
-            for o in self.golden.outputs
-        }
-
-    def close(self) -> None:
-        pass
 
 
 def heal_context(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> steps.StepContext:

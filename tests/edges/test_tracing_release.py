@@ -24,6 +24,14 @@ from workflows import release, steps
 from workflows.steps import release as release_steps
 
 MODEL = "linear_scorer"
+# The put-back step's parameters when the release failed.
+PUT_BACK_AFTER_FAILURE = {
+    "model": MODEL,
+    "version": "2",
+    "release": "r-1",
+    "workflow_status": "Failed",
+    "traceparent": TRACEPARENT,
+}
 
 
 pytestmark = pytest.mark.usefixtures("tracing_reset")  # tests/edges/conftest.py
@@ -151,12 +159,7 @@ def test_a_failed_step_is_an_error_span_and_the_step_exits_as_before(
 def test_the_put_back_span_holds_its_alert_in_the_trace(
     spans: InMemorySpanExporter, ctx: steps.StepContext, work: dict[str, Any], tmp_path: Path
 ) -> None:
-    run_step(
-        release.put_back_step,
-        ctx,
-        tmp_path,
-        {"model": MODEL, "version": "2", "release": "r-1", "workflow_status": "Failed", "traceparent": TRACEPARENT},
-    )
+    run_step(release.put_back_step, ctx, tmp_path, PUT_BACK_AFTER_FAILURE)
     [put_back] = spans.get_finished_spans()
     assert put_back.name == "release.put-back" and trace_hex(put_back) == TRACE_ID
     assert put_back.parent is not None and f"{put_back.parent.span_id:016x}" == TRACEPARENT.split("-")[2]
@@ -173,12 +176,7 @@ def test_a_failed_put_back_is_an_error_span_and_still_alerts(
 ) -> None:
     work["fail"]["put-back"] = steps.PermanentStepError("replica 10.0.0.2:8000 refused the load")
     with pytest.raises(SystemExit):
-        run_step(
-            release.put_back_step,
-            ctx,
-            tmp_path,
-            {"model": MODEL, "version": "2", "release": "r-1", "workflow_status": "Failed", "traceparent": TRACEPARENT},
-        )
+        run_step(release.put_back_step, ctx, tmp_path, PUT_BACK_AFTER_FAILURE)
     [put_back] = spans.get_finished_spans()
     assert put_back.status.status_code.name == "ERROR" and work["told"]
 

@@ -33,9 +33,14 @@ def settings(example_settings: Settings) -> Settings:
 
 
 def make(
-    settings: Settings, primary: ScriptedEngine, fallback: ScriptedEngine | None = None
+    settings: Settings,
+    primary: ScriptedEngine,
+    fallback: ScriptedEngine | None = None,
+    *,
+    triton: ScriptedTriton | None = None,
 ) -> tuple[Sidecar, ScriptedTriton, FakeClock]:
-    triton = ScriptedTriton(settings)
+    """A sidecar on ``triton`` (a ScriptedTriton by default) with these engines, on fake time."""
+    triton = triton if triton is not None else ScriptedTriton(settings)
     clock = FakeClock()
     sidecar = Sidecar(
         settings,

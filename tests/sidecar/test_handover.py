@@ -473,14 +473,7 @@ def test_a_hung_call_for_one_model_does_not_block_the_fallback_of_another(two_mo
     primary = HangsForLinear()
     fallback = ScriptedEngine()
     triton = TwoModelTriton(settings)
-    clock = FakeClock()
-    sidecar = Sidecar(
-        settings,
-        triton,
-        engine_factory=lambda: primary,
-        fallback_factory=lambda: fallback,
-        clock=clock,
-    )
+    sidecar, _triton, clock = make(settings, primary, fallback, triton=triton)
     try:
         triton.wrong_models = {"linear_scorer"}
         sidecar.cycle()  # linear_scorer's create hangs: maybe delivered, no fallback

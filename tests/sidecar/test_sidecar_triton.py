@@ -110,17 +110,17 @@ class Running:
         raise AssertionError(f"not reached within {timeout_s} s: {status}")
 
 
+def local_sidecar(settings: Settings, triton: TritonHttp | TritonRest) -> Sidecar:
+    """The sidecar of pod ml/triton-0, rolling back with the in-pod engine."""
+    return Sidecar(settings, triton, engine_factory=lambda: local_engine(settings), pod="ml/triton-0")
+
+
 def test_broken_push_is_detected_drained_rolled_back_and_served_again(stack_factory: Any) -> None:
     with stack_factory() as stack:
         # Every business failure must be v3's: the restored v2's first answer after its load may cross
         # the 100 ms SLO on a busy machine, which is not what this test is about.
         settings = latency_not_under_test(sidecar_settings(stack))
-        sidecar = Sidecar(
-            settings,
-            TritonHttp(stack.settings.triton.url, timeout_s=5),
-            engine_factory=lambda: local_engine(settings),
-            pod="ml/triton-0",
-        )
+        sidecar = local_sidecar(settings, TritonHttp(stack.settings.triton.url, timeout_s=5))
         with structlog.testing.capture_logs() as logs, Running(sidecar) as running:
             model = stack.model
             running.wait_for(lambda s: s["cycles"] >= 2, 10)
@@ -215,12 +215,7 @@ def test_a_version_that_renamed_its_input_is_rolled_back_as_a_failing_one(stack_
     new version changed its contract, a failure of that version, healed as any other."""
     with stack_factory() as stack:
         settings = latency_not_under_test(sidecar_settings(stack))
-        sidecar = Sidecar(
-            settings,
-            TritonRest(stack.settings.triton.url, timeout_s=5),
-            engine_factory=lambda: local_engine(settings),
-            pod="ml/triton-0",
-        )
+        sidecar = local_sidecar(settings, TritonRest(stack.settings.triton.url, timeout_s=5))
         with Running(sidecar) as running:
             model = stack.model
             running.wait_for(lambda s: s["cycles"] >= 1, 10)
@@ -246,12 +241,7 @@ def test_a_hung_model_is_drained_and_rolled_back(stack_factory: Any) -> None:
         )
         # Every business failure must be the hang's: not a slow first answer of the restored v2.
         settings = latency_not_under_test(dataclasses.replace(settings, models=(impatient,)))
-        sidecar = Sidecar(
-            settings,
-            TritonHttp(stack.settings.triton.url, timeout_s=5),
-            engine_factory=lambda: local_engine(settings),
-            pod="ml/triton-0",
-        )
+        sidecar = local_sidecar(settings, TritonHttp(stack.settings.triton.url, timeout_s=5))
         with structlog.testing.capture_logs() as logs, Running(sidecar) as running:
             model = stack.model
             running.wait_for(lambda s: s["cycles"] >= 1, 10)
