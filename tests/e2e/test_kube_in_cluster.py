@@ -23,19 +23,26 @@ pytestmark = pytest.mark.e2e
 SELECTOR = "app.kubernetes.io/name=triton"
 
 
-def test_in_cluster_client_verifies_the_cluster_ca_and_rereads_a_rotated_token(
-    shipped_manifests: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    plane = shipped_manifests
+def in_cluster(plane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, token: str) -> Path:
+    """This process as a pod of the control plane sees itself: its service-account folder (the cluster
+    CA, ``token``) and the API server's address in the environment; the folder, to rotate the token."""
     assert plane.apiserver is not None
     accounts = tmp_path / "serviceaccount"
     accounts.mkdir()
     (accounts / "ca.crt").write_bytes(plane.pki.ca.read_bytes())
-    # First a token the shipped roles give nothing in ml: the API server authenticates it and refuses.
-    (accounts / "token").write_text(plane.token("ml", "default") + "\n")
+    (accounts / "token").write_text(token + "\n")
     monkeypatch.setattr(kube, "SERVICE_ACCOUNT_DIR", accounts)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(plane.apiserver.port))
+    return accounts
+
+
+def test_in_cluster_client_verifies_the_cluster_ca_and_rereads_a_rotated_token(
+    shipped_manifests: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plane = shipped_manifests
+    # First a token the shipped roles give nothing in ml: the API server authenticates it and refuses.
+    accounts = in_cluster(plane, tmp_path, monkeypatch, token=plane.token("ml", "default"))
 
     client = KubeClient.in_cluster(timeout_s=5)
     with pytest.raises(KubeError, match="HTTP 403"):
@@ -58,14 +65,6 @@ def test_in_cluster_client_verifies_the_cluster_ca_and_rereads_a_rotated_token(
 def test_a_token_the_api_server_did_not_issue_is_unauthorised(
     shipped_manifests: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    plane = shipped_manifests
-    assert plane.apiserver is not None
-    accounts = tmp_path / "serviceaccount"
-    accounts.mkdir()
-    (accounts / "ca.crt").write_bytes(plane.pki.ca.read_bytes())
-    (accounts / "token").write_text("not-a-token\n")
-    monkeypatch.setattr(kube, "SERVICE_ACCOUNT_DIR", accounts)
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(plane.apiserver.port))
+    in_cluster(shipped_manifests, tmp_path, monkeypatch, token="not-a-token")  # noqa: S106 - a test value
     with pytest.raises(KubeError, match="HTTP 401"):
         KubeClient.in_cluster(timeout_s=5).annotate_pod(PodRef("ml", "triton-0"), {"healer.io/diagnosis": "keep"})
