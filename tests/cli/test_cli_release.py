@@ -5,13 +5,10 @@ canary, and the command's exit code and output."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -23,6 +20,7 @@ from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.edges.triton import TritonHttp
 from healer.engines.records import RunRecords
 from tests.conftest import EXAMPLES
+from tests.support.kill_points import kill_after, kill_before, kill_in_child
 from tests.support.rollback_stack import serve_versions, write_model
 from workflows.steps import release as release_steps
 
@@ -106,33 +104,12 @@ def test_release_refuses_bad_input_with_a_clear_message(
     assert "bake_s must be between 0 and 1800 s" in capsys.readouterr().err
 
 
-def _kill_self() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _release_killed(argv: list[str], kill_point: str) -> None:
     """`healer release` in a child process, SIGKILLed at ``kill_point`` (as test_kill_matrix.py does)."""
     if kill_point == "bake":  # after the bake's second check: the canary serves v1 and v2
-        check = release_steps._bake_check
-        calls = [0]
-
-        def checked(*args: Any, **kwargs: Any) -> Any:
-            result = check(*args, **kwargs)
-            calls[0] += 1
-            if calls[0] >= 2:
-                _kill_self()
-            return result
-
-        release_steps._bake_check = checked
+        kill_after(release_steps, "_bake_check", calls=2)
     else:  # "after-promotion": promoted stable in the ledger, killed before its `released` record
-        audit = release_steps.audit
-
-        def audited(ctx: Any, request: Any, event: str, details: Any) -> Any:
-            if event == "released":
-                _kill_self()
-            return audit(ctx, request, event, details)
-
-        release_steps.audit = audited
+        kill_before(release_steps, "audit", when=lambda ctx, request, event, details: event == "released")
     try:
         main(argv)
     finally:
@@ -141,15 +118,9 @@ def _release_killed(argv: list[str], kill_point: str) -> None:
 
 def _kill_release(argv: list[str], kill_point: str) -> float:
     """Run ``argv`` in a child killed at ``kill_point``; the moment it was reaped."""
-    # spawn, not fork: the Triton client's gevent hub does not survive a fork of a threaded process.
-    child = multiprocessing.get_context("spawn").Process(target=_release_killed, args=(argv, kill_point), daemon=True)
-    child.start()
-    child.join(timeout=240)
-    killed_at = time.monotonic()
-    if child.is_alive():
-        child.kill()
-        child.join(timeout=10)
-    assert child.exitcode == -signal.SIGKILL, f"healer release was not killed at {kill_point} ({child.exitcode})"
+    killed_at = kill_in_child(
+        _release_killed, (argv, kill_point), join_s=240, what=f"healer release was not killed at {kill_point}"
+    )
     return killed_at
 
 

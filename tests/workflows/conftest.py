@@ -9,8 +9,8 @@ import pytest
 
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.store import FilesystemBlobs, ModelStore
-from healer.settings import Settings, StoreSettings
-from tests.support.rollback_stack import relaxed_slo, rollback_stack
+from healer.settings import Settings
+from tests.support.rollback_stack import filesystem_stack, relaxed_slo
 
 
 @pytest.fixture
@@ -22,17 +22,15 @@ def fs_stack_factory(example_settings: Settings, triton_server: EmbeddedTriton, 
     relaxed = relaxed_slo(example_settings)
 
     def make(model_base: str, versions: dict[int, tuple[str, str]], stable: list[int], **kw: object) -> object:
-        return rollback_stack(
-            base=relaxed,
-            triton_url=triton_server.url,
-            live=triton_server.model_repository,
-            store=store,
-            store_settings=StoreSettings(filesystem=store_root),
-            store_root_for_files=store_root,
-            tmp=tmp_path,
+        return filesystem_stack(
+            relaxed,
+            triton_server,
+            store_root,
+            tmp_path,
             model_base=model_base,
             versions=versions,
             stable=stable,
+            store=store,
             **kw,
         )
 

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import multiprocessing
 import os
 import shutil
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,9 +27,10 @@ from healer.core.results import Status
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.edges.triton import TritonHttp
-from healer.settings import Settings, StoreSettings
+from healer.settings import Settings
 from probes.tiers import check_business
-from tests.support.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
+from tests.support.kill_points import kill_after, kill_before, kill_in_child
+from tests.support.rollback_stack import RollbackStack, filesystem_stack, relaxed_slo, version_source
 from workflows import steps
 from workflows.plan import ReplicaTarget
 from workflows.steps import replicas
@@ -43,47 +42,21 @@ pytestmark = pytest.mark.triton
 BUDGET_S = 90.0
 
 
-def _kill_self() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _kill_after(target: Any, name: str, *, calls: int = 1) -> None:
-    """Replace ``target.name`` by a wrapper that runs the original and SIGKILLs after the n-th call."""
-    original = getattr(target, name)
-    count = [0]
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        count[0] += 1
-        if count[0] >= calls:
-            _kill_self()
-        return result
-
-    setattr(target, name, wrapper)
-
-
-def _kill_before(target: Any, name: str) -> None:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        _kill_self()
-
-    setattr(target, name, wrapper)
-
-
 # kill point -> how the child arms it (run in the child only, after fork).
 KILL_POINTS: dict[str, Callable[[], None]] = {
     # fetch_version has written the staging copy and is about to check it: a .fetch-* is left behind.
     # (Patched where fetch_version looks check_hashes up: healer/edges/store/versions.py.)
-    "mid-staging": lambda: _kill_before(importlib.import_module("healer.edges.store.versions"), "check_hashes"),
-    "after-staging": lambda: _kill_before(rollback_steps, "restore_replicas"),
-    "after-replica-1-of-2": lambda: _kill_after(replicas, "restore_replica"),
+    "mid-staging": lambda: kill_before(importlib.import_module("healer.edges.store.versions"), "check_hashes"),
+    "after-staging": lambda: kill_before(rollback_steps, "restore_replicas"),
+    "after-replica-1-of-2": lambda: kill_after(replicas, "restore_replica"),
     # Triton goes on unloading after the kill: the retry finds the model UNLOADING, not yet gone.
-    "during-unload": lambda: _kill_after(importlib.import_module("healer.edges.triton").TritonHttp, "unload_model"),
-    "between-unload-and-load": lambda: _kill_after(replicas, "unload"),
-    "before-record": lambda: _kill_before(rollback_steps, "record"),
-    "after-ledger-write": lambda: _kill_before(ModelStore, "append_audit"),
+    "during-unload": lambda: kill_after(importlib.import_module("healer.edges.triton").TritonHttp, "unload_model"),
+    "between-unload-and-load": lambda: kill_after(replicas, "unload"),
+    "before-record": lambda: kill_before(rollback_steps, "record"),
+    "after-ledger-write": lambda: kill_before(ModelStore, "append_audit"),
     # (workflows/steps/records.py imports quarantine_live_version from healer.edges.store when it calls it:
     # patched there.)
-    "after-quarantine-rename": lambda: _kill_after(
+    "after-quarantine-rename": lambda: kill_after(
         importlib.import_module("healer.edges.store"), "quarantine_live_version"
     ),
 }
@@ -134,17 +107,14 @@ def test_kill_matrix_converges_on_the_rerun(  # type: ignore[no-untyped-def]
     store_root = tmp_path / "store"
     store_root.mkdir()
     store = ModelStore(FilesystemBlobs(store_root))
-    with rollback_stack(
-        base=relaxed_slo(example_settings),
-        triton_url=triton_server.url,
-        live=triton_server.model_repository,
-        store=store,
-        store_settings=StoreSettings(filesystem=store_root),
-        store_root_for_files=store_root,
-        tmp=tmp_path,
-        model_base="linear_scorer",
+    with filesystem_stack(
+        relaxed_slo(example_settings),
+        triton_server,
+        store_root,
+        tmp_path,
         versions={1: ("good", "1"), 2: ("good", "2")},
         stable=[1, 2],
+        store=store,
     ) as stack:
         stack: RollbackStack
         settings = dataclasses.replace(
@@ -166,17 +136,12 @@ def test_kill_matrix_converges_on_the_rerun(  # type: ignore[no-untyped-def]
                 # Gone (e.g. a new node's empty volume), it is fetched from the store again.
                 shutil.rmtree(stack.live / stack.model / "2")
 
-            # spawn, not fork: the Triton client's gevent hub does not survive a fork of a threaded process.
-            child = multiprocessing.get_context("spawn").Process(
-                target=_child, args=(settings, urls, request, kill_point), daemon=True
+            killed_at = kill_in_child(
+                _child,
+                (settings, urls, request, kill_point),
+                join_s=120,
+                what=f"the heal was not killed at {kill_point}",
             )
-            child.start()
-            child.join(timeout=120)
-            killed_at = time.monotonic()
-            if child.is_alive():
-                child.kill()
-                child.join(timeout=10)
-            assert child.exitcode == -signal.SIGKILL, f"the heal was not killed at {kill_point} ({child.exitcode})"
             model_dir = stack.live / stack.model
             if kill_point == "mid-staging":  # the killed fetch left its staging copy
                 assert [p.name for p in model_dir.iterdir() if p.name.startswith(".fetch-")]

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
-import multiprocessing
 import os
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +29,7 @@ from healer.engines.factory import local_release_engine
 from healer.engines.local import orphaned_releases
 from healer.settings import Settings
 from healer.vocabulary import ReleaseRequest, release_workflow_name
-from tests.workflows.test_kill_matrix import _kill_after, _kill_self
+from tests.support.kill_points import kill_after, kill_before, kill_during, kill_in_child
 from tests.workflows.test_release_triton import _nodes, fleet, second_triton
 from workflows.steps import release as release_steps
 from workflows.steps import replicas
@@ -43,49 +41,24 @@ pytestmark = pytest.mark.timeout(600)
 BUDGET_S = 90.0
 
 
-def _kill_before(target: Any, name: str, when: Callable[..., bool] = lambda *a, **k: True) -> None:
-    original = getattr(target, name)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if when(*args, **kwargs):
-            _kill_self()
-        return original(*args, **kwargs)
-
-    setattr(target, name, wrapper)
-
-
-def _kill_during(target: Any, name: str, *, after_s: float = 0.2) -> None:
-    """``target.name`` is called and, while it waits for its answer, the process is SIGKILLed: a Triton
-    load already sent goes on in Triton without anyone waiting for it."""
-    import threading
-
-    original = getattr(target, name)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        threading.Timer(after_s, _kill_self).start()
-        return original(*args, **kwargs)
-
-    setattr(target, name, wrapper)
-
-
 # kill point -> how the child arms it (in the child only), and what the fleet serves once it is dead.
 KILL_POINTS: dict[str, tuple[Callable[[], None], list[tuple[str, ...]]]] = {
     # Inside the canary's load: Triton finishes the load nobody waits for any more; v2 serves beside v1.
-    "inside-canary-load": (lambda: _kill_during(release_steps, "load_pinned"), [("1",), ("1", "2")]),
+    "inside-canary-load": (lambda: kill_during(release_steps, "load_pinned"), [("1",), ("1", "2")]),
     # The canary's load was sent and done, its golden request never asked: v2 serves beside v1, unverified.
-    "canary-loaded": (lambda: _kill_before(release_steps, "verify"), [("1",), ("1", "2")]),
+    "canary-loaded": (lambda: kill_before(release_steps, "verify"), [("1",), ("1", "2")]),
     # In the bake, after its second check: the canary serves v1 and v2 (the bake holds no lease).
-    "bake": (lambda: _kill_after(release_steps, "_bake_check", calls=2), [("1",), ("1", "2")]),
+    "bake": (lambda: kill_after(release_steps, "_bake_check", calls=2), [("1",), ("1", "2")]),
     # The roll-out's first replica swapped to v2 alone, the other still on v1: the fleet is split.
-    "between-waves": (lambda: _kill_after(replicas, "restore_replica"), [("1",), ("2",)]),
+    "between-waves": (lambda: kill_after(replicas, "restore_replica"), [("1",), ("2",)]),
     # Every replica swapped to v2 and verified, not promoted.
     "after-last-wave": (
-        lambda: _kill_before(importlib.import_module("workflows.steps.promote"), "promote"),
+        lambda: kill_before(importlib.import_module("workflows.steps.promote"), "promote"),
         [("2",), ("2",)],
     ),
     # Promoted stable in the ledger, killed before the `released` audit record.
     "after-promotion": (
-        lambda: _kill_before(release_steps, "audit", lambda _ctx, _req, event, _d: event == "released"),
+        lambda: kill_before(release_steps, "audit", lambda _ctx, _req, event, _d: event == "released"),
         [("2",), ("2",)],
     ),
 }
@@ -108,17 +81,12 @@ def test_a_killed_release_is_finished_or_put_back_by_the_next_command(
         request = f.release("2", bake_s=30.0 if kill_point in ("canary-loaded", "bake") else 0.5)
         name = release_workflow_name(request)
         urls = [r.url for r in f.replicas]
-        # spawn, not fork: the Triton client's gevent hub does not survive a fork of a threaded process.
-        child = multiprocessing.get_context("spawn").Process(
-            target=_child, args=(f.settings, f.state_dir, urls, request, kill_point), daemon=True
+        killed_at = kill_in_child(
+            _child,
+            (f.settings, f.state_dir, urls, request, kill_point),
+            join_s=240,
+            what=f"the release was not killed at {kill_point}",
         )
-        child.start()
-        child.join(timeout=240)
-        killed_at = time.monotonic()
-        if child.is_alive():
-            child.kill()
-            child.join(timeout=10)
-        assert child.exitcode == -signal.SIGKILL, f"the release was not killed at {kill_point} ({child.exitcode})"
         left = KILL_POINTS[kill_point][1]
         settle_by = time.monotonic() + 60  # a load cut off in this process goes on in Triton: let it land
         while sorted(map(tuple, f.served())) != left and time.monotonic() < settle_by:

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import multiprocessing
 import os
 import shutil
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,11 +27,12 @@ from healer.edges.embedded import EmbeddedTriton
 from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.edges.triton import TritonHttp
 from healer.engines.factory import local_engine
-from healer.settings import Settings, StoreSettings
+from healer.settings import Settings
 from healer.vocabulary import MANUAL, MANUAL_QUARANTINE, RollbackRequest
 from probes.tiers import check_business
-from tests.support.rollback_stack import RollbackStack, relaxed_slo, rollback_stack, version_source
-from tests.workflows.test_kill_matrix import KILL_POINTS, _kill_after, _kill_self
+from tests.support.kill_points import kill_after, kill_during, kill_in_child
+from tests.support.rollback_stack import RollbackStack, filesystem_stack, relaxed_slo, version_source
+from tests.workflows.test_kill_matrix import KILL_POINTS
 from workflows import steps
 from workflows.steps import replicas
 from workflows.steps.context import context_from_settings
@@ -156,21 +155,13 @@ def second_triton(triton_server: EmbeddedTriton, tmp_path_factory: pytest.TempPa
 def _engine_child(settings: Settings, urls: list[str], request: RollbackRequest, kill_point: str) -> None:
     """`healer rollback` as a process: a LocalEngine runs the incident's run, SIGKILLed at ``kill_point``."""
     if kill_point == "inside-load":  # the first swap's load sent; Triton finishes it with nobody waiting
-        import threading
-
-        original_load = replicas.load_pinned
-
-        def load_then_die(*args: Any, **kwargs: Any) -> Any:
-            threading.Timer(0.2, _kill_self).start()
-            return original_load(*args, **kwargs)
-
-        replicas.load_pinned = load_then_die  # type: ignore[assignment]
+        kill_during(replicas, "load_pinned")
     elif kill_point == "after-replica-1":
-        _kill_after(replicas, "restore_replica")
+        kill_after(replicas, "restore_replica")
     elif kill_point in MATRIX_POINTS:  # the heal's kill matrix, armed the same way here
         MATRIX_POINTS[kill_point]()
     else:  # between-unload-and-load: the replica is left serving nothing
-        _kill_after(replicas, "unload")
+        kill_after(replicas, "unload")
     try:
         local_engine(settings, replicas=urls).run(request, timeout_s=120)
     finally:
@@ -209,17 +200,14 @@ def test_a_killed_rollback_run_again_finishes_its_work(
     store_root = tmp_path / "store"
     store_root.mkdir()
     store = ModelStore(FilesystemBlobs(store_root))
-    with rollback_stack(
-        base=relaxed_slo(example_settings),
-        triton_url=triton_server.url,
-        live=triton_server.model_repository,
-        store=store,
-        store_settings=StoreSettings(filesystem=store_root),
-        store_root_for_files=store_root,
-        tmp=tmp_path,
-        model_base="linear_scorer",
+    with filesystem_stack(
+        relaxed_slo(example_settings),
+        triton_server,
+        store_root,
+        tmp_path,
         versions={1: ("good", "1")},
         stable=[1],
+        store=store,
     ) as stack:
         stack: RollbackStack
         settings = dataclasses.replace(
@@ -237,16 +225,9 @@ def test_a_killed_rollback_run_again_finishes_its_work(
             if kill_point == "mid-staging":  # v1 not staged where Triton reads it (a new node's volume): fetched
                 shutil.rmtree(stack.live / stack.model / "1")
 
-            child = multiprocessing.get_context("spawn").Process(
-                target=_engine_child, args=(settings, urls, request, kill_point), daemon=True
+            killed_at = kill_in_child(
+                _engine_child, (settings, urls, request, kill_point), join_s=150, what=f"not killed at {kill_point}"
             )
-            child.start()
-            child.join(timeout=150)
-            killed_at = time.monotonic()
-            if child.is_alive():
-                child.kill()
-                child.join(timeout=10)
-            assert child.exitcode == -signal.SIGKILL, f"not killed at {kill_point} ({child.exitcode})"
 
             # The same command again: a new engine finds the dead run, and does not join it.
             engine = local_engine(settings, replicas=urls)

@@ -20,8 +20,8 @@ import pytest
 
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.store import FilesystemBlobs, ModelStore, StoreFull
-from healer.settings import Settings, StoreSettings
-from tests.support.rollback_stack import RollbackStack, relaxed_slo, rollback_stack
+from healer.settings import Settings
+from tests.support.rollback_stack import RollbackStack, filesystem_stack, relaxed_slo
 from workflows import steps
 from workflows.steps.context import context_from_settings
 
@@ -67,17 +67,14 @@ def test_a_full_store_does_not_stop_a_restore_that_needs_no_new_bytes(
     small_disk: Path, example_settings: Settings, triton_server: EmbeddedTriton, tmp_path: Path
 ) -> None:
     store = ModelStore(FilesystemBlobs(small_disk))
-    with rollback_stack(
-        base=relaxed_slo(example_settings),
-        triton_url=triton_server.url,
-        live=triton_server.model_repository,
-        store=store,
-        store_settings=StoreSettings(filesystem=small_disk),
-        store_root_for_files=small_disk,
-        tmp=tmp_path,
-        model_base="linear_scorer",
+    with filesystem_stack(
+        relaxed_slo(example_settings),
+        triton_server,
+        small_disk,
+        tmp_path,
         versions={1: ("good", "1"), 2: ("broken", "wrong_weights")},
         stable=[1],
+        store=store,
     ) as stack:
         stack: RollbackStack
         assert stack.triton.served_versions(stack.model) == ["2"]

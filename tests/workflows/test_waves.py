@@ -4,7 +4,6 @@ which replica is the canary, how many load at once, and what a failure leaves.""
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
 from pathlib import Path
@@ -14,10 +13,10 @@ import pytest
 
 from healer.core.ledger import StableRecord
 from healer.edges.store import FilesystemBlobs, ModelStore
-from healer.edges.triton import IndexEntry, OutputTensor, TritonRejected
+from healer.edges.triton import OutputTensor, TritonRejected
 from healer.settings import Settings
 from healer.vocabulary import RollbackRequest
-from tests.support.sidecar_fleet import golden_metadata
+from tests.support.fleet_triton import FleetTriton
 from workflows import steps
 from workflows.plan import ReplicaTarget
 from workflows.steps import replicas
@@ -25,7 +24,7 @@ from workflows.steps import replicas
 MODEL = "linear_scorer"
 
 
-class FakeTriton:
+class FakeTriton(FleetTriton):
     """One replica: what it serves, loads that take ``load_s``, the golden answer from the settings."""
 
     running = 0
@@ -33,26 +32,9 @@ class FakeTriton:
     lock = threading.Lock()
 
     def __init__(self, url: str, serves: list[str], golden: Any, *, refuses: bool = False, load_s: float = 0.05):
-        self.url, self.serves, self.golden, self.refuses, self.load_s = url, serves, golden, refuses, load_s
+        super().__init__(url, serves, golden)
+        self.refuses, self.load_s = refuses, load_s
         self.loads = 0
-
-    def server_live(self) -> bool:
-        return True
-
-    def served_versions(self, model: str) -> list[str]:
-        return list(self.serves)
-
-    def repository_index(self) -> list[IndexEntry]:
-        return [IndexEntry(MODEL, v, "READY", "") for v in self.serves]
-
-    def model_config(self, model: str) -> dict[str, Any]:
-        return {"name": MODEL}
-
-    def model_metadata(self, model: str, version: str) -> dict[str, Any]:
-        return golden_metadata(self.golden)
-
-    def model_version_ready(self, model: str, version: str) -> bool:
-        return version in self.serves
 
     def load_model(self, model: str, *, config: str | None = None, timeout_s: float) -> None:
         with FakeTriton.lock:
@@ -63,22 +45,15 @@ class FakeTriton:
             if self.refuses:
                 raise TritonRejected(400, "load failed: no such version in this repository")
             self.loads += 1
-            policy = json.loads(config or "{}").get("version_policy", {})
-            self.serves = [str(v) for v in policy.get("specific", {}).get("versions", [])]
+            super().load_model(model, config=config, timeout_s=timeout_s)
         finally:
             with FakeTriton.lock:
                 FakeTriton.running -= 1
-
-    def unload_model(self, model: str) -> None:
-        self.serves = []
 
     def infer(self, model: str, version: str, inputs: Any, output_names: Any, timeout_s: float) -> dict[str, Any]:
         return {
             o.tensor.name: OutputTensor(o.tensor.name, o.tensor.datatype, o.tensor.values) for o in self.golden.outputs
         }
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture

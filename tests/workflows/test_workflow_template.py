@@ -19,6 +19,7 @@ from healer.engines.argo import ArgoEngine, label_value, label_value_expression
 from healer.engines.local import LocalEngine
 from healer.engines.records import process_instance
 from healer.vocabulary import RollbackRequest
+from tests.support.argo_expr import argo_expr
 from workflows.render import render_all
 from workflows.rollback import LABELS_FROM_PARAMETERS, PARAMETERS, TemplateOptions, build_rollback_template
 
@@ -217,92 +218,19 @@ def test_label_value_follows_the_documented_rule() -> None:
         assert len(label_value(name)) <= 63
 
 
-# Argo v4.1.2 evaluates labelsFrom with expr-lang/expr v1.17.8 over sprig v3.3.0's GenericFuncMap less
-# env/expandenv (its go.mod and util/expr/env/env.go), after expanding "workflow.parameters.model"
-# into nested maps; workflow/controller/operator.go compiles with expr.Env(env) and runs it.
-GO_MOD = """module healer.dev/labelcheck
-
-go 1.22
-
-require (
-\tgithub.com/Masterminds/sprig/v3 v3.3.0
-\tgithub.com/expr-lang/expr v1.17.8
-)
-"""
-GO_MAIN = """package main
-
-import (
-\t"encoding/json"
-\t"os"
-
-\tsprig "github.com/Masterminds/sprig/v3"
-\t"github.com/expr-lang/expr"
-)
-
-func main() {
-\tvar request struct {
-\t\tExpression string   `json:"expression"`
-\t\tModels     []string `json:"models"`
-\t}
-\tif err := json.NewDecoder(os.Stdin).Decode(&request); err != nil {
-\t\tpanic(err)
-\t}
-\tfuncs := sprig.GenericFuncMap()
-\tdelete(funcs, "env")
-\tdelete(funcs, "expandenv")
-\tlabels := []any{}
-\tfor _, model := range request.Models {
-\t\tenv := map[string]any{"workflow": map[string]any{"parameters": map[string]any{"model": model}}, "sprig": funcs}
-\t\tprogram, err := expr.Compile(request.Expression, expr.Env(env))
-\t\tif err != nil {
-\t\t\tpanic(err)
-\t\t}
-\t\tlabel, err := expr.Run(program, env)
-\t\tif err != nil {
-\t\t\tpanic(err)
-\t\t}
-\t\tlabels = append(labels, label)
-\t}
-\tif err := json.NewEncoder(os.Stdout).Encode(labels); err != nil {
-\t\tpanic(err)
-\t}
-}
-"""
-
-
 @pytest.mark.subprocess
 @pytest.mark.timeout(660)  # go mod tidy, then go run: 300 s each at most
 def test_model_label_expression_gives_the_argo_engines_label_in_argos_own_expr(tmp_path: Path) -> None:
     """The committed template's expression, run by the expr and sprig versions Argo v4.1.2 uses, gives
     every name the label the ArgoEngine submits with. Argo's controller sets labelsFrom over the labels
     a workflow was submitted with, so this equality is what keeps the engine's label."""
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("no Go toolchain: the expression is not evaluated (the rule is still tested above)")
     committed = COMMITTED / "healer-rollback.yaml"
     expression = yaml.safe_load(committed.read_text())["spec"]["workflowMetadata"]["labelsFrom"]["healer.io/model"][
         "expression"
     ]
-    (tmp_path / "go.mod").write_text(GO_MOD)
-    (tmp_path / "main.go").write_text(GO_MAIN)
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "GOWORK": "off"}
-    tidy = subprocess.run(
-        [go, "mod", "tidy"], check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    if tidy.returncode != 0:
-        pytest.skip(f"Go modules not available (go mod tidy): {tidy.stderr.strip()[-500:]}")
     names = list(MODEL_NAMES)
-    run = subprocess.run(
-        [go, "run", "."],
-        cwd=tmp_path,
-        env=env,
-        input=json.dumps({"expression": expression, "models": names}),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    argo_labels = dict(zip(names, json.loads(run.stdout), strict=True))
+    labels = argo_expr(tmp_path, expression, [{"model": name} for name in names])
+    argo_labels = dict(zip(names, labels, strict=True))
     with ArgoEngine("http://127.0.0.1:9", "ml") as engine:
         for name in names:
             request = RollbackRequest(model=name, from_version="3", incident="inc-1")
@@ -335,25 +263,10 @@ def local_step_sequence(record: dict[str, Any]) -> list[str]:
 def test_local_engine_runs_the_same_step_sequence_as_argo(tmp_path: Path, succeeded: bool) -> None:
     """Same template object, two readers: the YAML Argo receives and the LocalEngine. The step
     functions are replaced by recorders (the engine must call what the template names, in order)."""
-    from dataclasses import dataclass, field
-    from threading import Event
-
+    from tests.support.step_context import FakeContext
     from workflows import rollback
 
     calls: list[str] = []
-
-    @dataclass
-    class FakeContext:
-        cancelled: Event = field(default_factory=Event)
-        workflow_name: str = ""
-        triton: Any = None
-
-        def __post_init__(self) -> None:
-            class _Closable:
-                def close(self) -> None:
-                    pass
-
-            self.triton = _Closable()
 
     def fake_heal(**kwargs: str) -> dict[str, str]:
         calls.append("heal")
@@ -385,7 +298,6 @@ def test_local_engine_runs_the_same_step_sequence_as_argo(tmp_path: Path, succee
 @pytest.mark.subprocess
 def test_runs_left_running_by_a_dead_engine_process_are_marked_error(tmp_path: Path) -> None:
     import socket
-    import subprocess
     import sys
 
     dead = subprocess.run(
