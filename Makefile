@@ -39,12 +39,12 @@ TEST_WORKERS ?= 2
 test: lint typecheck
 	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-# The fast tier, for every edit (under a minute on 2 cores): lint, types and the tests that start no
-# server and no other program (none of the markers in pyproject.toml; not tests/e2e); --no-processes fails
-# an unmarked test that starts one. `make test` runs them all.
+# The fast tier, for every edit (under a minute on 2 cores; its tests in TEST_WORKERS workers): lint,
+# types and the tests that start no server and no other program (none of the markers in pyproject.toml;
+# not tests/e2e); --no-processes fails an unmarked test that starts one. `make test` runs them all.
 FAST_TESTS := not (triton or s3 or browser or promtool or hadolint or subprocess)
 check: lint typecheck
-	$(BIN)/pytest -q -m "$(FAST_TESTS)" --no-processes --ignore=tests/e2e
+	$(BIN)/pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS)) -m "$(FAST_TESTS)" --no-processes --ignore=tests/e2e
 	$(BIN)/pytest -q -m e2e --collect-only tests/e2e >/dev/null  # an e2e module that fails to import fails make test too
 
 # The end-to-end tier (tests/e2e, pytest -m e2e): real etcd, kube-apiserver and Argo, built from the
