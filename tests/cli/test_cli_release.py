@@ -21,7 +21,7 @@ from healer.edges.triton import TritonHttp
 from healer.engines.records import RunRecords
 from tests.conftest import EXAMPLES
 from tests.support.kill_points import kill_after, kill_before, kill_in_child
-from tests.support.rollback_stack import serve_versions, write_model
+from tests.support.rollback_stack import VersionSource, serve_versions, write_model
 from workflows.steps import release as release_steps
 
 pytestmark = pytest.mark.timeout(600)
@@ -42,17 +42,25 @@ def _config(tmp_path: Path, triton_server: EmbeddedTriton, name: str) -> Path:
     return config
 
 
-def test_release_waits_for_a_person_then_rolls_out(
-    tmp_path: Path, triton_server: EmbeddedTriton, triton: TritonHttp, capsys: pytest.CaptureFixture[str]
-) -> None:
-    name = "cli_release"
-    versions = {1: ("good", "1"), 2: ("good", "2")}
+def _promoted_v1(
+    tmp_path: Path, triton_server: EmbeddedTriton, triton: TritonHttp, name: str, versions: dict[int, VersionSource]
+) -> Path:
+    """Model ``name`` with these versions in the store and the live repository, v1 served and promoted
+    stable by alice; its config file."""
     write_model(tmp_path / "store", "linear_scorer", name, versions)
     write_model(triton_server.model_repository, "linear_scorer", name, versions)
     config = _config(tmp_path, triton_server, name)
     triton.load_model(name, timeout_s=60)
     serve_versions(triton, name, [1])
     assert main(["promote", "--config", str(config), name, "1", "--by", "alice"]) == 0
+    return config
+
+
+def test_release_waits_for_a_person_then_rolls_out(
+    tmp_path: Path, triton_server: EmbeddedTriton, triton: TritonHttp, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = "cli_release"
+    config = _promoted_v1(tmp_path, triton_server, triton, name, {1: ("good", "1"), 2: ("good", "2")})
     capsys.readouterr()
 
     # A person resumes it from another command while the release waits at its approval step.
@@ -132,13 +140,9 @@ def test_a_killed_release_is_put_back_or_finished_by_the_next_release(
     on; a promoted v3 stays (finished, not reverted, nothing quarantined), and what it prints never
     advises a rollback."""
     name = "cli_release_killed"
-    versions = {1: ("good", "1"), 2: ("good", "2"), 3: ("good", "2"), 4: ("good", "1")}
-    write_model(tmp_path / "store", "linear_scorer", name, versions)
-    write_model(triton_server.model_repository, "linear_scorer", name, versions)
-    config = _config(tmp_path, triton_server, name)
-    triton.load_model(name, timeout_s=60)
-    serve_versions(triton, name, [1])
-    assert main(["promote", "--config", str(config), name, "1", "--by", "alice"]) == 0
+    config = _promoted_v1(
+        tmp_path, triton_server, triton, name, {1: ("good", "1"), 2: ("good", "2"), 3: ("good", "2"), 4: ("good", "1")}
+    )
     capsys.readouterr()
     records = RunRecords(tmp_path / "runs")
 

@@ -399,14 +399,21 @@ def test_a_failed_run_of_an_earlier_occurrence_is_not_joined(
     assert len(server.workflows()) == 2
 
 
+def first_run_aged(
+    engine: ArgoEngine, server: ArgoFaults, server_time: ServerTime, *, phase: str, after_s: float
+) -> Submission:
+    """REQUEST's first run, in ``phase``, seen ``after_s`` later by the server's clock."""
+    first = engine.submit(REQUEST)
+    server.set_phase(first.name, phase)
+    server_time.now += after_s
+    return first
+
+
 def test_a_failed_run_of_this_occurrence_is_joined(
     server: ArgoFaults, server_time: ServerTime, engine: ArgoEngine
 ) -> None:
     """A replica that detects late, after the first replica's run already failed: it joins (and escalates)."""
-    first = engine.submit(REQUEST)
-    server.set_phase(first.name, "Failed")
-    server_time.now += 60
-
+    first = first_run_aged(engine, server, server_time, phase="Failed", after_s=60)
     assert engine.submit(REQUEST) == Submission(first.name, created=False)
     assert len(server.workflows()) == 1
 
@@ -414,10 +421,7 @@ def test_a_failed_run_of_this_occurrence_is_joined(
 def test_a_run_still_going_is_joined_however_old(
     server: ArgoFaults, server_time: ServerTime, engine: ArgoEngine
 ) -> None:
-    first = engine.submit(REQUEST)
-    server.set_phase(first.name, "Running")
-    server_time.now += 3 * DAYS
-
+    first = first_run_aged(engine, server, server_time, phase="Running", after_s=3 * DAYS)
     assert engine.submit(REQUEST) == Submission(first.name, created=False)
 
 
