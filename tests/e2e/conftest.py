@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from healer.edges.processes import ManagedServer, free_port
-from tests.e2e.control_plane import ROOT, Binaries, ControlPlane, load_yaml_documents, versions
+from tests.e2e.control_plane import ROOT, Binaries, ControlPlane, OnePortServer, load_yaml_documents, versions
 
 E2E_HELP = "the end-to-end tier: the real kube-apiserver, etcd and Argo, built by `make e2e` (needs Go)"
 
@@ -178,7 +177,7 @@ def engine(control_plane: ControlPlane, sidecar_token: str, argo_ca: None) -> It
 # ---- an OpenTelemetry Collector (tests/e2e/test_tracing_collector.py) ----------------------------------
 
 
-class OtelCollector(ManagedServer):
+class OtelCollector(OnePortServer):
     """The Collector e2e/build.sh builds (e2e/otelcol: the OTLP receiver, contrib's file exporter) on a
     free loopback port: OTLP/HTTP only (no gRPC port), its own telemetry off (no :8888), every span it
     receives written as OTLP/JSON lines to ``spans_file``. ``stop()`` shuts it down cleanly (SIGTERM),
@@ -191,16 +190,12 @@ class OtelCollector(ManagedServer):
     def __init__(self, binary: Path, workdir: Path) -> None:
         super().__init__(workdir, prefix="healer-e2e-otelcol-")
         self.binary = binary
-        self.port = 0
         self.spans_file = self.workdir / "spans.jsonl"
         self.config_file = self.workdir / "otelcol.yaml"
 
     @property
     def traces_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1/traces"
-
-    def _allocate_ports(self) -> None:
-        self.port = free_port()
 
     def _launch(self) -> None:
         import yaml

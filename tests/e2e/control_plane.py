@@ -152,6 +152,15 @@ def http_get(url: str, *, context: ssl.SSLContext | None = None, token: str | No
         return body
 
 
+class OnePortServer(ManagedServer):
+    """A server on one free loopback port (``port``), chosen again at each start."""
+
+    port = 0
+
+    def _allocate_ports(self) -> None:
+        self.port = free_port()
+
+
 class Etcd(ManagedServer):
     log_name = "etcd.log"
     start_error = ControlPlaneError
@@ -194,7 +203,7 @@ class Etcd(ManagedServer):
         )
 
 
-class KubeApiServer(ManagedServer):
+class KubeApiServer(OnePortServer):
     log_name = "kube-apiserver.log"
     start_error = ControlPlaneError
 
@@ -203,14 +212,10 @@ class KubeApiServer(ManagedServer):
         self.binary = binary
         self.pki = pki
         self.etcd_url = etcd_url
-        self.port = 0
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
-
-    def _allocate_ports(self) -> None:
-        self.port = free_port()
 
     def _launch(self) -> None:
         pki = self.pki
@@ -285,7 +290,7 @@ class WorkflowController(ManagedServer):
         )
 
 
-class ArgoServer(ManagedServer):
+class ArgoServer(OnePortServer):
     log_name = "argo-server.log"
     start_error = ControlPlaneError
 
@@ -294,14 +299,10 @@ class ArgoServer(ManagedServer):
         self.binary = binary
         self.kubeconfig = kubeconfig
         self.pki = pki
-        self.port = 0
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
-
-    def _allocate_ports(self) -> None:
-        self.port = free_port()
 
     def _launch(self) -> None:
         self._spawn(

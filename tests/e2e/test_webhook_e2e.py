@@ -32,7 +32,6 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from healer.edges.processes import ManagedServer, free_port
 from healer.webhook import (
     INJECT,
     INJECTED,
@@ -44,7 +43,7 @@ from healer.webhook import (
     sidecar_container,
     sidecar_volumes,
 )
-from tests.e2e.control_plane import ApiError, ControlPlane, http_get
+from tests.e2e.control_plane import ApiError, ControlPlane, OnePortServer, http_get
 
 pytestmark = pytest.mark.e2e
 
@@ -102,7 +101,7 @@ def ca_and_serving_cert(directory: Path) -> tuple[Path, Path, Path]:
 # ---- the webhook process, and the two things that are not a working webhook ----------------------
 
 
-class HealerWebhook(ManagedServer):
+class HealerWebhook(OnePortServer):
     """``healer webhook`` as its pod runs it, on a free loopback port; ready when /healthz answers
     over TLS verified against the test CA."""
 
@@ -112,14 +111,10 @@ class HealerWebhook(ManagedServer):
     def __init__(self, workdir: Path, *, ca: Path, cert: Path, key: Path, injection: Path) -> None:
         super().__init__(workdir, prefix="healer-webhook-e2e-")
         self.ca, self.cert, self.key, self.injection = ca, cert, key, injection
-        self.port = 0
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}{MUTATE_PATH}"
-
-    def _allocate_ports(self) -> None:
-        self.port = free_port()
 
     def _launch(self) -> None:
         healer = Path(sys.executable).parent / "healer"
