@@ -36,7 +36,7 @@ LABEL org.opencontainers.image.title="healer" \
       org.opencontainers.image.version="${HEALER_VERSION}" \
       org.opencontainers.image.source="https://github.com/healer-dev/healer" \
       org.opencontainers.image.licenses="Apache-2.0"
-# uid/gid 10001 (workflows/rollback.py HEALER_UID): the sidecar and the rollback's pods run as it and
+# uid/gid 10001 (healer/core/pod_contract.py HEALER_UID): the sidecar and the rollback's pods run as it and
 # write the same model repository and ledger. No home, no login shell.
 RUN groupadd --system --gid 10001 healer \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \

@@ -146,46 +146,26 @@ def _no_answer(
     base_details: dict[str, object],
 ) -> ProbeResult:
     """The golden request got an error instead of outputs: a failure of the model, or nothing learnt."""
+
+    def told(status: Status, reason: str, details: dict[str, object], code: str = "") -> ProbeResult:
+        return _result(Tier.BUSINESS, status, model, version, elapsed, reason, details, code=code)
+
     if isinstance(exc, TritonTimeout):
         status = timeout_status(liveness_passed=serving_confirmed, readiness_passed=serving_confirmed)
         if status is Status.FAIL:
-            return _result(
-                Tier.BUSINESS,
-                Status.FAIL,
-                model,
-                version,
-                elapsed,
+            hangs = (
                 f"no answer within timeout {golden.timeout_s:g} s while Triton is live and the version ready: "
-                f"the model hangs (SLO {golden.latency_slo_ms:g} ms)",
-                {**base_details, "timeout_s": golden.timeout_s, "error": str(exc)},
-                code=TIMEOUT,
+                f"the model hangs (SLO {golden.latency_slo_ms:g} ms)"
             )
+            return told(Status.FAIL, hangs, {**base_details, "timeout_s": golden.timeout_s, "error": str(exc)}, TIMEOUT)
     if isinstance(exc, TritonUnavailable):
-        return _result(
-            Tier.BUSINESS, Status.ERROR, model, version, elapsed, f"golden request got no answer: {exc}", base_details
-        )
+        return told(Status.ERROR, f"golden request got no answer: {exc}", base_details)
     if exc.status == 404:
         # The model or version vanished between readiness and now: the readiness tier owns that fact.
-        return _result(
-            Tier.BUSINESS,
-            Status.ERROR,
-            model,
-            version,
-            elapsed,
-            f"not probed, model not served: {exc.message}",
-            base_details,
-        )
+        return told(Status.ERROR, f"not probed, model not served: {exc.message}", base_details)
     # 400/500 with Triton's message: the model refused or raised on a request it must answer.
-    return _result(
-        Tier.BUSINESS,
-        Status.FAIL,
-        model,
-        version,
-        elapsed,
-        f"model failed the golden request (HTTP {exc.status}): {_first_line(exc.message)}",
-        {**base_details, "http_status": exc.status, "error": exc.message},
-        code=MODEL_ERROR,
-    )
+    refused = f"model failed the golden request (HTTP {exc.status}): {_first_line(exc.message)}"
+    return told(Status.FAIL, refused, {**base_details, "http_status": exc.status, "error": exc.message}, MODEL_ERROR)
 
 
 def _first_line(text: str) -> str:

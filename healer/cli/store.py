@@ -149,7 +149,7 @@ def _version_order(version: str) -> tuple[int, str]:
 
 
 def _store_failed(exc: Exception, location: object) -> int:
-    """A bad configuration is a usage error (exit 2); the store failing, or a bad value in it, a refusal."""
+    """A bad configuration is a usage error (EXIT_USAGE); the store failing, or a bad value in it, a refusal."""
     if isinstance(exc, ConfigError):
         print(f"healer: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -43,7 +43,8 @@ def short_error(exc: BaseException) -> str:
 
 class DrainKeeper:
     """The drain decision /readyz follows when ``sidecar.drain`` is set (``rule``); without it there is
-    nothing to keep: a pod that wants to drain does."""
+    nothing to keep: a pod that wants to drain does. ``store_factory`` opens the store the drain set
+    lives in (the Sidecar passes the configured one, healer/sidecar/loop.py lazy_store); None: no store."""
 
     def __init__(
         self,

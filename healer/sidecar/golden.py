@@ -31,6 +31,10 @@ MISFIT_GAUGE = "healer_golden_request_misfit"
 
 
 class GoldenWatch:
+    """Whether each model's golden request fits the version Triton serves, as the sidecar sees it.
+    ``store_factory`` opens the store whose ledger names the stable version (the Sidecar passes the
+    configured one, healer/sidecar/loop.py lazy_store); None: no store, the stable version unknown."""
+
     def __init__(
         self,
         settings: Settings,

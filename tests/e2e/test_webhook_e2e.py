@@ -48,7 +48,7 @@ from tests.e2e.control_plane import ApiError, ControlPlane, OnePortServer, http_
 pytestmark = pytest.mark.e2e
 
 NAMESPACE = "webhook-e2e"
-MUTATE_PATH = "/mutate"  # the path healer/webhook.py serves AdmissionReviews on
+MUTATE_PATH = "/mutate"  # the path healer/webhook/server.py serves AdmissionReviews on
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 K8S_SCHEMA_VERSION = "1.37.0"  # kubernetes-validate's schema for the tier's kube-apiserver (v1.37.x)
 

@@ -2,7 +2,7 @@
 Shared names and labels. Objects are named after the release (the monitoring templates use
 <release>-webhook for the webhook Deployment). healer-config, healer-rollback and the claim keep the
 names the WorkflowTemplates and the injected sidecar refer to (workflows/rollback.py TemplateOptions,
-healer/webhook.py InjectionConfig).
+healer/webhook/config.py InjectionConfig).
 */}}
 
 {{/* nameOverride: the app.kubernetes.io/name label (default healer). */}}
@@ -133,7 +133,7 @@ loader) reads as a string: give such exponents a fraction (1.0e-07). Quoted stri
 {{- regexReplaceAll "(?m)((?:^|: |- )[ ]*)(-?[0-9]+)(e[-+]?[0-9]+)$" (toYaml $config) "${1}${2}.0${3}" -}}
 {{- end }}
 
-{{/* The image's user (Dockerfile USER, workflows/rollback.py HEALER_UID): the sidecar, the rollback's
+{{/* The image's user (Dockerfile USER, healer/core/pod_contract.py HEALER_UID): the sidecar, the rollback's
 pods and the webhook run as it; the sidecar and the rollback's pods write the same files. */}}
 {{- define "healer.uid" -}}
 {{- if .Values.runAsUser }}{{ int .Values.runAsUser }}{{ end -}}
