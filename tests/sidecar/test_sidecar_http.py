@@ -175,7 +175,7 @@ def test_a_client_sending_one_byte_every_half_second_loses_its_connection_at_the
     """A per-read timeout lets a client that sends one byte every half second keep its slot forever;
     the request has a total deadline (REQUEST_DEADLINE_S) however the bytes trickle in. On the
     listener's fake time: each byte is read before the time moves on, and the connection ends at the
-    deadline. (The webhook's test trickles on the real clock, TLS included: tests/deploy/test_webhook.py.)"""
+    deadline. (The webhook's test trickles on the real clock, TLS included: tests/webhook/test_webhook.py.)"""
     clock = LoopTime()
     server = SidecarServer(fake_sidecar(), "127.0.0.1:0", clock=clock)
     server.start()

@@ -10,7 +10,7 @@ import pytest
 
 from healer.edges.store import FilesystemBlobs, ModelStore, StoreUnavailable
 from healer.edges.store.drain import DRAIN_SNAPSHOTS_KEPT
-from tests.store.test_store import Backend, backend, s3_bucket, seaweed  # noqa: F401 - fixtures
+from tests.edges.store.test_store import Backend, backend, s3_bucket, seaweed  # noqa: F401 - fixtures
 
 PREFIX = ".healer/drain/triton"
 

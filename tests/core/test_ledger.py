@@ -1,4 +1,4 @@
-"""Pure parts of healer/core/ledger.py not covered in tests/store/test_store.py: the lease, lifting a quarantine."""
+"""Pure parts of healer/core/ledger.py not in tests/edges/store/test_store.py: the lease, lifting a quarantine."""
 
 from __future__ import annotations
 
