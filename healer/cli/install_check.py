@@ -78,16 +78,20 @@ def _replicas(settings: Settings) -> Check:
     replicas = settings.rollback.replicas
     if replicas is None:
         return Check("kubernetes-api", True, "not used (rollback.replicas unset)")
+    query = replicas.pod_query
+    if query is None:
+        return Check(
+            "kubernetes-api", True, f"not used (rollback.replicas.addresses: {len(replicas.addresses)} Tritons)"
+        )
+    namespace, selector = query
     if not kube.in_cluster():
         return Check("kubernetes-api", False, "not in a pod: no service account to list the replicas with")
     try:
-        pods = kube.KubeClient.in_cluster().pod_readiness(replicas.namespace, replicas.selector)
+        pods = kube.KubeClient.in_cluster().pod_readiness(namespace, selector)
     except (kube.KubeError, OSError) as exc:
-        return Check("kubernetes-api", False, f"list pods {replicas.selector} in {replicas.namespace}: {exc}")
+        return Check("kubernetes-api", False, f"list pods {selector} in {namespace}: {exc}")
     ready = sum(1 for p in pods if p.ready)
-    return Check(
-        "kubernetes-api", True, f"{len(pods)} replica pod(s) {replicas.selector} in {replicas.namespace}, {ready} Ready"
-    )
+    return Check("kubernetes-api", True, f"{len(pods)} replica pod(s) {selector} in {namespace}, {ready} Ready")
 
 
 def _golden_requests(settings: Settings) -> list[Check]:

@@ -30,7 +30,7 @@ from healer.core.drill_verdict import DrillResult, Observation, finished, judge,
 from healer.edges.logs import iso_utc
 from healer.edges.processes import free_port
 from healer.engines import RollbackEngine
-from healer.settings import DrainSettings, Settings
+from healer.settings import DrainSettings, ReplicaSettings, Settings
 from workflows.steps.drill_inject import (
     DrillTarget,
     Injected,
@@ -232,14 +232,11 @@ class DrillRunner:
 
         assert injected.version is not None
         version, model = injected.version, self.target.model
+        aimed = _aimed_at(self.settings, replicas)
         settings = dataclasses.replace(
-            self.settings,
-            triton=dataclasses.replace(self.settings.triton, url=replicas[0]),
-            release=dataclasses.replace(self.settings.release, check_interval_s=min(0.5, self.period_s)),
+            aimed, release=dataclasses.replace(aimed.release, check_interval_s=min(0.5, self.period_s))
         )
-        releases = local_release_engine(
-            settings, state_dir=self.scratch / "releases" / scenario.name, replicas=replicas
-        )
+        releases = local_release_engine(settings, state_dir=self.scratch / "releases" / scenario.name)
         request = ReleaseRequest(
             model=model, version=version, release=f"drill-{scenario.name}-{int(time.time())}", bake_s=scenario.bake_s
         )
@@ -337,12 +334,12 @@ class DrillRunner:
 
     def _engine(self, scenario: Scenario, replicas: list[str]) -> RollbackEngine:
         """One engine for the whole replica set (as Argo is): it heals every replica of the scenario."""
-        settings = dataclasses.replace(self.settings, triton=dataclasses.replace(self.settings.triton, url=replicas[0]))
         from healer.engines.factory import argo_engine, local_engine
 
         if self.engine_kind == "argo":
-            return argo_engine(settings)
-        return local_engine(settings, state_dir=self.scratch / "runs" / scenario.name, replicas=replicas)
+            # The cluster's own healer.yaml lists its replicas (the Kubernetes API) for Argo's heal pod.
+            return argo_engine(self.settings)
+        return local_engine(_aimed_at(self.settings, replicas), state_dir=self.scratch / "runs" / scenario.name)
 
     def _sidecars(self, scenario: Scenario, replicas: list[str], engine: RollbackEngine) -> list[_Running]:
         from healer.compose import build_sidecar
@@ -358,7 +355,10 @@ class DrillRunner:
         running = []
         for i, (url, port) in enumerate(zip(replicas, ports, strict=True)):
             settings = _sidecar_settings(
-                self.settings, url=url, listen=f"127.0.0.1:{port}", max_rollbacks=scenario.max_rollbacks
+                _aimed_at(self.settings, replicas),
+                url=url,
+                listen=f"127.0.0.1:{port}",
+                max_rollbacks=scenario.max_rollbacks,
             )
             peers = None
             if scenario.drain_rule:
@@ -550,6 +550,17 @@ class _Extra:
     def kill(self) -> None:
         self.killed = True
         self.server.kill()
+
+
+def _aimed_at(settings: Settings, replicas: list[str]) -> Settings:
+    """The drill's settings aimed at its replica set, as a healer.yaml without Kubernetes says it:
+    triton.url the first replica, rollback.replicas.addresses every one (a rollback and a release
+    heal them all through that setting)."""
+    return dataclasses.replace(
+        settings,
+        triton=dataclasses.replace(settings.triton, url=replicas[0]),
+        rollback=dataclasses.replace(settings.rollback, replicas=ReplicaSettings(addresses=tuple(replicas))),
+    )
 
 
 def _sidecar_settings(settings: Settings, *, url: str, listen: str, max_rollbacks: int | None) -> Settings:

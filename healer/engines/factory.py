@@ -22,7 +22,8 @@ def local_engine(
     """The LocalEngine over the same template Argo runs, with this config's deadline.
 
     ``state_dir``: where its run records go (default ``rollback.state_dir``); ``replicas``: the Triton
-    URLs every rollback heals (default: what ``rollback.replicas`` finds; a drill's own replica set)."""
+    URLs every rollback heals, overriding ``rollback.replicas`` (its selector's pods or its addresses,
+    which is how the drills give theirs): for a test that injects a replica set of its own."""
     from healer.engines.local import LocalEngine
     from workflows.rollback import TemplateOptions, build_rollback_template
 

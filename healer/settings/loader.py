@@ -21,6 +21,7 @@ from healer.settings.sections import (
     DrainSettings,
     ExpectedOutput,
     GoldenRequest,
+    ReplicaSettings,
     RollbackSettings,
     S3Settings,
     Settings,
@@ -49,7 +50,9 @@ def check_listen(settings: Settings, listen: str | None = None) -> None:
     metrics port of Triton: there is nothing else to compare with."""
     listen = settings.sidecar.listen if listen is None else listen
     triton_url = settings.triton.url
-    replicas_port = settings.rollback.replicas.port if settings.rollback.replicas is not None else None
+    replicas = settings.rollback.replicas
+    # With addresses each Triton's port is in its address, and no sidecar runs beside it in a pod of ours.
+    replicas_port = replicas.port if replicas is not None and replicas.pod_query is not None else None
     host, port = parse_address(listen, url=False)
     triton_host, triton_port = parse_address(triton_url, url=False)
     local = triton_host in _WILDCARD_HOSTS or triton_host in _LOOPBACK_HOSTS or triton_host.startswith("127.")
@@ -275,6 +278,29 @@ def _build_drain(reader: Reader, key: str, data: dict[str, Any], values: dict[st
     return DrainSettings(**values)
 
 
+def _check_replicas(reader: Reader, key: str, data: dict[str, Any]) -> None:
+    if (data.get("selector") is None) == (data.get("addresses") is None):
+        raise reader.fail(key, "needs exactly one of 'selector' (Kubernetes pods) or 'addresses' (a list of Tritons)")
+    if data.get("selector") is not None and data.get("namespace") is None:
+        raise reader.fail(f"{key}.namespace", "is required with selector (the namespace the pods are listed in)")
+    for name in ("namespace", "port"):
+        if data.get("addresses") is not None and name in data:
+            raise reader.fail(
+                f"{key}.{name}", "applies to selector only: with addresses each Triton is given as host:port"
+            )
+
+
+def _build_replicas(reader: Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> ReplicaSettings:
+    seen: dict[tuple[str, int | None], int] = {}
+    for i, address in enumerate(values["addresses"]):
+        host, port = parse_address(address, url=False)
+        same = (host.lower(), port)  # one Triton listed twice would be restored twice, in one wave
+        if same in seen:
+            raise reader.fail(f"{key}.addresses[{i}]", f"duplicate Triton {address!r} (also addresses[{seen[same]}])")
+        seen[same] = i
+    return ReplicaSettings(**values)
+
+
 def _check_store(reader: Reader, key: str, data: dict[str, Any]) -> None:
     if ("filesystem" in data) == ("s3" in data):  # given, even as null: each then says what it lacks
         raise reader.fail(key, "needs exactly one of 'filesystem' or 's3'")
@@ -362,6 +388,7 @@ def _build_tensor(reader: Reader, key: str, data: dict[str, Any], values: dict[s
 
 _CHECK: Mapping[type, Callable[[Reader, str, dict[str, Any]], None]] = {
     DrainSettings: _check_drain,
+    ReplicaSettings: _check_replicas,
     StoreSettings: _check_store,
 }
 _BUILD: Mapping[type, Callable[[Reader, str, dict[str, Any], dict[str, Any]], Any]] = {
@@ -370,6 +397,7 @@ _BUILD: Mapping[type, Callable[[Reader, str, dict[str, Any], dict[str, Any]], An
     DrainSettings: _build_drain,
     S3Settings: _build_s3,
     RollbackSettings: _build_rollback,
+    ReplicaSettings: _build_replicas,
     TracingSettings: _build_tracing,
     GoldenRequest: _build_golden,
     ExpectedOutput: _build_output,

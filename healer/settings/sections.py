@@ -202,11 +202,42 @@ class ArgoSettings:
 
 @dataclass(frozen=True)
 class ReplicaSettings:
-    """Every Triton a rollback must heal: the Running pods matching a label selector (Kubernetes API)."""
+    """Every Triton a rollback or a release must heal: the Running pods matching a label selector
+    (the Kubernetes API), or a fixed list of Triton addresses (VMs, bare metal, the embedded drills:
+    no Kubernetes). Exactly one of ``selector`` or ``addresses`` (healer/settings/loader.py)."""
 
-    namespace: str = field(metadata=setting("the Triton pods' namespace"))
-    selector: str = field(metadata=setting("their label selector, e.g. app.kubernetes.io/name=triton"))
-    port: int = field(default=8000, metadata=setting("Triton's HTTP port in those pods", minimum=1, maximum=65535))
+    namespace: str | None = field(
+        default=None,
+        metadata=setting("the Triton pods' namespace (with selector)", default_doc="required with selector"),
+    )
+    selector: str | None = field(
+        default=None,
+        metadata=setting(
+            "their label selector, e.g. app.kubernetes.io/name=triton (or addresses)", default_doc="or addresses"
+        ),
+    )
+    port: int = field(
+        default=8000,
+        metadata=setting("Triton's HTTP port in those pods (with selector)", minimum=1, maximum=65535),
+    )
+    # Strings for now: every replica shares the one live_repository (and the store). How each entry's
+    # repository is reached, where that differs, is issue 29's per-pod and object-store modes.
+    addresses: tuple[str, ...] = field(
+        default=(),
+        metadata=setting(
+            "every Triton's HTTP host:port, e.g. 10.0.0.5:8000 (or selector); all share live_repository",
+            form="address",
+            min_items=1,
+            default_doc="or selector",
+        ),
+    )
+
+    @property
+    def pod_query(self) -> tuple[str, str] | None:
+        """(namespace, selector) of the pods to list through the Kubernetes API; None: ``addresses``."""
+        if self.selector is None:
+            return None
+        return (self.namespace or "default", self.selector)
 
 
 ROLLBACK_ORDERS = ("swap", "unload-first")
@@ -254,7 +285,7 @@ class RollbackSettings:
     replicas: ReplicaSettings | None = field(
         default=None,
         metadata=setting(
-            "heal every replica: the Running pods matching a selector (Kubernetes API)",
+            "heal every replica: the Running pods matching a selector (Kubernetes API), or a list of addresses",
             default_doc="the Triton the request names (the submitting pod's), or triton.url",
         ),
     )

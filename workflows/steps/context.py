@@ -96,22 +96,29 @@ def context_from_settings(settings: Settings) -> StepContext:
         store=store_from_settings(settings.store),
         live_repository=live,
         mark_pod=_pod_marker(),
-        list_replicas=_replica_lister(settings),
+        list_replicas=replica_lister(settings),
         workflow_name=os.environ.get(WORKFLOW_NAME_ENV, ""),  # Argo's pods; the LocalEngine sets it itself
     )
 
 
-def _replica_lister(settings: Settings) -> Callable[[], list[ReplicaTarget]] | None:
-    """Every Triton pod the rollback must heal (rollback.replicas), with those to skip, listed when needed."""
+def replica_lister(settings: Settings) -> Callable[[], list[ReplicaTarget]] | None:
+    """Every Triton the rollback must heal (rollback.replicas), with those to skip, listed when needed:
+    the pods of a selector through the Kubernetes API, or the addresses as written. None: unset."""
     replicas = settings.rollback.replicas
     if replicas is None:
         return None
+    query = replicas.pod_query
+    if query is None:
+        # A fixed list: nothing to ask; whether each Triton answers is checked right before it is acted on.
+        addresses = replicas.addresses
+        return lambda: [ReplicaTarget(address) for address in addresses]
+    namespace, selector = query
 
     def list_replicas() -> list[ReplicaTarget]:
         from healer.edges import kube
 
         client = kube.KubeClient.in_cluster()
-        return replica_targets(client.triton_pods(replicas.namespace, replicas.selector), replicas.port)
+        return replica_targets(client.triton_pods(namespace, selector), replicas.port)
 
     return list_replicas
 

@@ -67,9 +67,10 @@ def cluster_scenario(name: str) -> Scenario:
 
 
 def cluster_target(settings: Settings, model: str, broken: Path) -> ClusterTarget:
-    """The replicas (rollback.replicas through the Kubernetes API, else triton.url) and their sidecars
+    """The replicas (rollback.replicas: the Kubernetes API or its addresses; else triton.url) and their sidecars
     (sidecar.drain.peer_urls, else each replica's address on the sidecar's listen port)."""
     from healer.edges.store import store_from_settings
+    from workflows.steps.context import replica_lister
 
     if not model:
         model = next((m.name for m in settings.models if (broken / m.name).is_dir()), settings.models[0].name)
@@ -82,15 +83,8 @@ def cluster_target(settings: Settings, model: str, broken: Path) -> ClusterTarge
     if store_settings is None or live is None:
         raise DrillStepError(f"{settings.source}: store: and live_repository: are required to drill")
     port = settings.sidecar.listen.rpartition(":")[2]
-    replicas = settings.rollback.replicas
-    if replicas is not None:
-        from healer.edges import kube
-        from workflows.plan import replica_targets
-
-        pods = kube.KubeClient.in_cluster().triton_pods(replicas.namespace, replicas.selector)
-        urls = [t.url for t in replica_targets(pods, replicas.port) if not t.skip]
-    else:
-        urls = [settings.triton.url]
+    list_replicas = replica_lister(settings)
+    urls = [t.url for t in list_replicas() if not t.skip] if list_replicas is not None else [settings.triton.url]
     drain = settings.sidecar.drain
     if drain is not None and drain.peer_urls:
         sidecars = list(drain.peer_urls)
