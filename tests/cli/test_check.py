@@ -13,7 +13,7 @@ import yaml
 from healer.cli import main
 from healer.cli.install_check import run_checks
 from healer.edges.embedded import EmbeddedTriton
-from healer.settings import Settings
+from healer.settings import ReplicaSettings, Settings
 from tests.conftest import example_config_document
 
 
@@ -34,6 +34,15 @@ def test_an_unreachable_argo_server_fails_naming_host_and_ca(example_settings: S
     [argo_check] = [c for c in run_checks(settings) if c.name == "argo-server"]
     assert not argo_check.ok
     assert f"127.0.0.1:{port}" in argo_check.detail and str(ca) in argo_check.detail
+
+
+def test_replicas_given_as_addresses_need_no_kubernetes_api(example_settings: Settings) -> None:
+    replicas = ReplicaSettings(addresses=("10.0.0.5:8000", "10.0.0.6:8000"))
+    settings = dataclasses.replace(
+        example_settings, rollback=dataclasses.replace(example_settings.rollback, replicas=replicas)
+    )
+    [kube] = [c for c in run_checks(settings) if c.name == "kubernetes-api"]
+    assert kube.ok and kube.detail == "not used (rollback.replicas.addresses: 2 Tritons)"
 
 
 def test_the_command_prints_a_line_per_check(capsys: pytest.CaptureFixture[str]) -> None:
