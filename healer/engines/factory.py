@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,14 +16,11 @@ if TYPE_CHECKING:
     from healer.engines.local import LocalEngine
 
 
-def local_engine(
-    settings: Settings, *, state_dir: Path | None = None, replicas: Sequence[str] | None = None
-) -> LocalEngine:
+def local_engine(settings: Settings, *, state_dir: Path | None = None) -> LocalEngine:
     """The LocalEngine over the same template Argo runs, with this config's deadline.
 
-    ``state_dir``: where its run records go (default ``rollback.state_dir``); ``replicas``: the Triton
-    URLs every rollback heals, overriding ``rollback.replicas`` (its selector's pods or its addresses,
-    which is how the drills give theirs): for a test that injects a replica set of its own."""
+    ``state_dir``: where its run records go (default ``rollback.state_dir``). Every rollback heals what
+    ``rollback.replicas`` lists: its selector's pods, or its addresses (the drills' replica sets)."""
     from healer.engines.local import LocalEngine
     from workflows.rollback import TemplateOptions, build_rollback_template
 
@@ -31,38 +28,32 @@ def local_engine(
     runs = state_dir if state_dir is not None else settings.rollback.state_dir
     return LocalEngine(
         build_rollback_template(options),
-        _step_context(settings, replicas, runs),
+        _step_context(settings, runs),
         runs,
         join_window_s=same_occurrence_window_s(settings.rollback.deadline_s),
     )
 
 
-def local_release_engine(
-    settings: Settings, *, state_dir: Path | None = None, replicas: Sequence[str] | None = None
-) -> LocalEngine:
+def local_release_engine(settings: Settings, *, state_dir: Path | None = None) -> LocalEngine:
     """The LocalEngine over the healer-release template (the one Argo runs), as ``local_engine``."""
     from healer.engines.local import LocalEngine
     from workflows.release import build_release_template
     from workflows.rollback import TemplateOptions
 
     runs = state_dir if state_dir is not None else settings.rollback.state_dir
-    return LocalEngine(build_release_template(TemplateOptions()), _step_context(settings, replicas, runs), runs)
+    return LocalEngine(build_release_template(TemplateOptions()), _step_context(settings, runs), runs)
 
 
-def _step_context(settings: Settings, replicas: Sequence[str] | None, state_dir: Path) -> Callable[[], Any]:
-    """A fresh step context per attempt; with ``replicas``, aimed at those Tritons. A lease held by a
-    run of ``state_dir`` that died with its engine is taken over at once by the run finishing its work."""
+def _step_context(settings: Settings, state_dir: Path) -> Callable[[], Any]:
+    """A fresh step context per attempt. A lease held by a run of ``state_dir`` that died with its
+    engine is taken over at once by the run finishing its work."""
     from healer.engines.records import died_with_engine
-    from workflows.plan import ReplicaTarget
     from workflows.steps.context import context_from_settings
 
     def context() -> Any:
-        ctx = dataclasses.replace(
+        return dataclasses.replace(
             context_from_settings(settings), run_is_dead=lambda run: died_with_engine(state_dir, run)
         )
-        if replicas is None:
-            return ctx
-        return dataclasses.replace(ctx, list_replicas=lambda: [ReplicaTarget(url) for url in replicas])
 
     return context
 

@@ -18,7 +18,7 @@ from healer.edges.store import FilesystemBlobs, ModelStore
 from healer.edges.triton import TritonHttp
 from healer.engines.factory import local_engine
 from healer.engines.local import LocalEngine
-from healer.settings import AlertSettings, ModelSettings, RollbackSettings, Settings, StoreSettings
+from healer.settings import AlertSettings, ModelSettings, ReplicaSettings, RollbackSettings, Settings, StoreSettings
 from healer.vocabulary import RollbackRequest
 from tests.conftest import EXAMPLES
 from workflows.steps.promote import promote
@@ -43,6 +43,12 @@ def relaxed_slo(settings: Settings) -> Settings:
             for m in settings.models
         ),
     )
+
+
+def with_replicas(settings: Settings, urls: list[str]) -> Settings:
+    """``settings`` healing these Tritons, as a healer.yaml without Kubernetes lists them
+    (rollback.replicas.addresses)."""
+    return replace(settings, rollback=replace(settings.rollback, replicas=ReplicaSettings(addresses=tuple(urls))))
 
 
 def version_source(base: str, source: VersionSource) -> Path:

@@ -64,10 +64,10 @@ KILL_POINTS: dict[str, tuple[Callable[[], None], list[tuple[str, ...]]]] = {
 }
 
 
-def _child(settings: Settings, state_dir: Path, urls: list[str], request: ReleaseRequest, kill_point: str) -> None:
+def _child(settings: Settings, state_dir: Path, request: ReleaseRequest, kill_point: str) -> None:
     KILL_POINTS[kill_point][0]()
     try:
-        engine = local_release_engine(settings, state_dir=state_dir, replicas=urls)
+        engine = local_release_engine(settings, state_dir=state_dir)
         engine.wait(engine.submit_release(request).name, timeout_s=300)
     finally:
         os._exit(3)  # reached only if the kill point never was: the parent fails the case
@@ -80,10 +80,9 @@ def test_a_killed_release_is_finished_or_put_back_by_the_next_command(
     with fleet(fs_stack_factory, second_triton, tmp_path, ("good", "2")) as f:
         request = f.release("2", bake_s=30.0 if kill_point in ("canary-loaded", "bake") else 0.5)
         name = release_workflow_name(request)
-        urls = [r.url for r in f.replicas]
         killed_at = kill_in_child(
             _child,
-            (f.settings, f.state_dir, urls, request, kill_point),
+            (f.settings, f.state_dir, request, kill_point),
             join_s=240,
             what=f"the release was not killed at {kill_point}",
         )

@@ -22,7 +22,7 @@ from healer.engines.factory import local_release_engine
 from healer.engines.local import LocalEngine
 from healer.settings import Settings
 from healer.vocabulary import ReleaseRequest
-from tests.support.rollback_stack import RollbackStack, serve_versions, version_source
+from tests.support.rollback_stack import RollbackStack, serve_versions, version_source, with_replicas
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -32,7 +32,7 @@ class Fleet:
     stack: RollbackStack
     replicas: list[TritonHttp]
     engine: LocalEngine
-    settings: Settings  # the engine's: the release's checks every 0.2 s
+    settings: Settings  # the engine's: the release's checks every 0.2 s, both replicas' addresses
     state_dir: Path  # the engine's run records
 
     @property
@@ -69,13 +69,13 @@ def fleet(
         replica = TritonHttp(second.url, timeout_s=5)
         try:
             _load_v1(replica, stack)
-            settings = dataclasses.replace(
+            # The replicas as a healer.yaml without Kubernetes lists them: rollback.replicas.addresses.
+            released = dataclasses.replace(
                 stack.settings,
                 release=dataclasses.replace(stack.settings.release, check_interval_s=0.2, **release),
             )
-            engine = local_release_engine(
-                settings, state_dir=tmp_path / "releases", replicas=[stack.settings.triton.url, second.url]
-            )
+            settings = with_replicas(released, [stack.settings.triton.url, second.url])
+            engine = local_release_engine(settings, state_dir=tmp_path / "releases")
             yield Fleet(stack, [stack.triton, replica], engine, settings, tmp_path / "releases")
         finally:
             replica.close()
@@ -148,12 +148,8 @@ def test_a_version_that_slows_down_is_stopped_in_the_bake(
         # The fixture's SLO is relaxed to 2 s, which the variant's 250 ms would pass: 150 ms here.
         slo = dataclasses.replace(f.stack.settings.models[0].golden, latency_slo_ms=150.0)
         model = dataclasses.replace(f.stack.settings.models[0], golden=slo)
-        settings = dataclasses.replace(
-            f.stack.settings,
-            models=(model,),
-            release=dataclasses.replace(f.stack.settings.release, check_interval_s=0.2),
-        )
-        engine = local_release_engine(settings, state_dir=tmp_path / "slow", replicas=[r.url for r in f.replicas])
+        settings = dataclasses.replace(f.settings, models=(model,))
+        engine = local_release_engine(settings, state_dir=tmp_path / "slow")
         submission = engine.submit_release(f.release("2", bake_s=30.0))
         status = engine.wait(submission.name, timeout_s=300)
         assert status.phase == "Failed"

@@ -31,7 +31,7 @@ from healer.settings import Settings
 from healer.vocabulary import MANUAL, MANUAL_QUARANTINE, RollbackRequest
 from probes.tiers import check_business
 from tests.support.kill_points import kill_after, kill_during, kill_in_child
-from tests.support.rollback_stack import RollbackStack, filesystem_stack, relaxed_slo, version_source
+from tests.support.rollback_stack import RollbackStack, filesystem_stack, relaxed_slo, version_source, with_replicas
 from tests.workflows.test_kill_matrix import KILL_POINTS
 from workflows import steps
 from workflows.steps import replicas
@@ -152,7 +152,7 @@ def second_triton(triton_server: EmbeddedTriton, tmp_path_factory: pytest.TempPa
         yield server
 
 
-def _engine_child(settings: Settings, urls: list[str], request: RollbackRequest, kill_point: str) -> None:
+def _engine_child(settings: Settings, request: RollbackRequest, kill_point: str) -> None:
     """`healer rollback` as a process: a LocalEngine runs the incident's run, SIGKILLed at ``kill_point``."""
     if kill_point == "inside-load":  # the first swap's load sent; Triton finishes it with nobody waiting
         kill_during(replicas, "load_pinned")
@@ -163,7 +163,7 @@ def _engine_child(settings: Settings, urls: list[str], request: RollbackRequest,
     else:  # between-unload-and-load: the replica is left serving nothing
         kill_after(replicas, "unload")
     try:
-        local_engine(settings, replicas=urls).run(request, timeout_s=120)
+        local_engine(settings).run(request, timeout_s=120)
     finally:
         os._exit(3)  # reached only if the kill point never was
 
@@ -210,13 +210,13 @@ def test_a_killed_rollback_run_again_finishes_its_work(
         store=store,
     ) as stack:
         stack: RollbackStack
-        settings = dataclasses.replace(
+        ordered = dataclasses.replace(
             stack.settings, rollback=dataclasses.replace(stack.settings.rollback, order=order)
         )
+        settings = with_replicas(ordered, [triton_server.url, second_triton.url])
         for root in (stack.live, store_root):  # the wrong push: v2, served by both replicas
             shutil.copytree(version_source("linear_scorer", ("broken", "wrong_weights")), root / stack.model / "2")
         second = TritonHttp(second_triton.url, timeout_s=5.0)
-        urls = [triton_server.url, second_triton.url]
         try:
             stack.triton.load_model(stack.model, timeout_s=120)
             second.load_model(stack.model, timeout_s=120)
@@ -226,11 +226,11 @@ def test_a_killed_rollback_run_again_finishes_its_work(
                 shutil.rmtree(stack.live / stack.model / "1")
 
             killed_at = kill_in_child(
-                _engine_child, (settings, urls, request, kill_point), join_s=150, what=f"not killed at {kill_point}"
+                _engine_child, (settings, request, kill_point), join_s=150, what=f"not killed at {kill_point}"
             )
 
             # The same command again: a new engine finds the dead run, and does not join it.
-            engine = local_engine(settings, replicas=urls)
+            engine = local_engine(settings)
             [dead] = engine.orphaned
             status = engine.run(request, timeout_s=150)
             converge_s = time.monotonic() - killed_at
