@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -78,4 +81,47 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             output=args.output if args.output in ("json", "yaml") else None,
         ),
     )
+    if drilled != EXIT_USAGE and args.output not in ("json", "yaml", "name"):
+        for line in closing_lines(settings, args.config or settings.source, args.report):
+            print(line)
     return drilled if drilled == EXIT_USAGE else max(code, drilled)
+
+
+def invoked_as(argv0: str | None = None) -> str:
+    """How to type healer again: ``healer`` when that name on PATH is this program, else the path it was
+    started by, relative to the working directory when under it (``.venv/bin/healer`` after `make demo`)."""
+    argv0 = argv0 if argv0 is not None else sys.argv[0]
+    on_path = shutil.which("healer")
+    if on_path and os.path.exists(argv0) and os.path.samefile(on_path, argv0):
+        return "healer"
+    if os.path.basename(argv0) != "healer" or not os.path.exists(argv0):  # python -m healer.cli, a test
+        return "healer" if on_path else f"{shlex.quote(sys.executable)} -m healer.cli"
+    path = os.path.abspath(argv0)
+    relative = os.path.relpath(path)
+    return shlex.quote(path if relative.startswith("..") else relative)
+
+
+def closing_lines(settings: Settings, config: str, report: str | None, *, healer: str | None = None) -> list[str]:
+    """The demo's last lines: the commands that open what it kept, typed as they will work here."""
+    from healer.drills.command import default_log_file, shown_path
+
+    healer = healer or invoked_as()
+    config = shlex.quote(config)
+    lines = [
+        "",
+        "Next: the runs above are kept.",
+        f"  {healer} runs list --config {config}",
+        f"  {healer} runs get NAME --config {config}    # one of them, step by step",
+    ]
+    if report:
+        lines.append(f"  the report: {shlex.quote(report)} (open it in a browser)")
+    if healer != "healer" and os.path.basename(healer) == "healer":
+        activate = shlex.quote(os.path.join(os.path.dirname(healer), "activate"))
+        lines.append(f"  source {activate}    # then type `healer ...` as in the README")
+    kept = [Path(os.path.abspath(settings.rollback.state_dir)), Path(os.path.abspath(default_log_file(settings)))]
+    kept += [Path(os.path.abspath(report))] if report else []
+    folder = kept[0].parent
+    if folder != Path.cwd() and all(path.is_relative_to(folder) for path in kept):
+        kept = [folder]
+    lines.append(f"Clean up: rm -rf {' '.join(shlex.quote(shown_path(path)) for path in kept)}")
+    return lines

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import json
 import os
 import sys
@@ -102,17 +103,15 @@ def run_drills(settings: Settings, options: DrillOptions, *, out: TextIO | None 
 
                 say(report.header())
 
-                def progress(what: str, scenario: Scenario, result: DrillResult | None) -> None:
-                    if what == "start":
-                        say(report.starting(scenario))
-                    elif result is not None:
-                        say(report.row(result))
-                        for line in report.explain(result):
-                            say(line)
+                scratch = stack.workdir if stack is not None else _scratch(log_file)
+                kept: list[str] = []
+                progress = _progress(
+                    say, keep=lambda s: kept.extend(keep_runs(scratch, s, settings.rollback.state_dir))
+                )
 
                 runner = DrillRunner(
                     target,
-                    scratch=stack.workdir if stack is not None else _scratch(log_file),
+                    scratch=scratch,
                     engine=engine,
                     start_replica=stack.start_replica if stack is not None else None,
                     stop_replica=stack.stop_replica if stack is not None else None,
@@ -124,6 +123,8 @@ def run_drills(settings: Settings, options: DrillOptions, *, out: TextIO | None 
                 results.sort(key=lambda r: [s.name for s in scenarios].index(r.scenario.name))
                 elapsed = time.monotonic() - started
                 say(report.summary(results, elapsed))
+                if kept:
+                    say(f"runs: {len(kept)} rollbacks and releases kept in {shown_path(settings.rollback.state_dir)}")
                 sidecar = target.settings.sidecar
                 meta = report.ReportMeta(
                     target=description,
@@ -316,6 +317,55 @@ def _target(
         yield target, description, stack
     finally:
         stack.close()
+
+
+def _progress(say: Callable[[str], None], *, keep: Callable[[str], object]) -> Callable[..., None]:
+    """A line as a scenario starts; as it ends, its runs kept (``keep``), its row and why it missed."""
+
+    def progress(what: str, scenario: Scenario, result: DrillResult | None) -> None:
+        if what == "start":
+            say(report.starting(scenario))
+            return
+        keep(scenario.name)
+        if result is not None:
+            say(report.row(result))
+            for line in report.explain(result):
+                say(line)
+
+    return progress
+
+
+def keep_runs(scratch: Path, scenario: str, state_dir: Path) -> list[str]:
+    """Copy a scenario's run records (its rollbacks and its release) from the drill's scratch folder,
+    which is deleted afterwards, into ``state_dir`` (``rollback.state_dir``), where ``healer runs
+    list/get --config`` reads them. A name already there is kept as it is. Returns the names copied."""
+    from healer.engines.records import RunRecords, write_record
+    from healer.vocabulary import RELEASE_TEMPLATE_NAME, TEMPLATE_NAME
+
+    copied = []
+    folders = (scratch / "runs" / scenario, scratch / "releases" / scenario)
+    for folder, prefix in itertools.product(folders, (TEMPLATE_NAME, RELEASE_TEMPLATE_NAME)):
+        for path in sorted(folder.glob(f"{prefix}-*.json")):
+            target = Path(state_dir) / path.name
+            if target.exists():
+                continue
+            try:
+                record = RunRecords(folder).get(path.stem)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_record(target, record)
+            except Exception:  # noqa: S112 - a record not readable or not writable is not kept; the drill stands
+                continue
+            copied.append(path.stem)
+    return copied
+
+
+def shown_path(path: Path) -> str:
+    """``path`` relative to the working directory when it is under it (as a user would type it)."""
+    path = Path(os.path.abspath(path))
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _scratch(log_file: Path) -> Path:
