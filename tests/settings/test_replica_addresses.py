@@ -3,6 +3,7 @@ and every bad entry failing with the file and the key."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 import yaml
 
 from healer.settings import ConfigError, ReplicaSettings, Settings, load_settings
+from tests.conftest import EXAMPLES
 from workflows.plan import ReplicaTarget
 from workflows.steps.context import replica_lister
 
@@ -130,3 +132,17 @@ def test_the_sidecar_may_listen_on_a_port_only_the_selector_would_name(tmp_path:
     }
     path.write_text(yaml.safe_dump(document), encoding="utf-8")
     assert load_settings(path).sidecar.listen == "0.0.0.0:8000"
+
+
+def test_the_argo_drill_watches_every_address_and_the_sidecar_beside_each(example_settings: Settings) -> None:
+    """The drill's inject-and-wait step (workflows/steps/drill.py) lists the same replicas as the rollback."""
+    from workflows.steps.drill import cluster_target
+
+    replicas = ReplicaSettings(addresses=("10.0.0.5:8000", "10.0.0.6:8000"))
+    settings = dataclasses.replace(
+        example_settings, rollback=dataclasses.replace(example_settings.rollback, replicas=replicas)
+    )
+    found = cluster_target(settings, "linear_scorer", EXAMPLES / "broken")
+    port = settings.sidecar.listen.rpartition(":")[2]
+    assert found.target.replicas == ["10.0.0.5:8000", "10.0.0.6:8000"]
+    assert found.sidecars == [f"http://10.0.0.5:{port}", f"http://10.0.0.6:{port}"]
