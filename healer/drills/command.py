@@ -338,7 +338,9 @@ def _progress(say: Callable[[str], None], *, keep: Callable[[str], object]) -> C
 def keep_runs(scratch: Path, scenario: str, state_dir: Path) -> list[str]:
     """Copy a scenario's run records (its rollbacks and its release) from the drill's scratch folder,
     which is deleted afterwards, into ``state_dir`` (``rollback.state_dir``), where ``healer runs
-    list/get --config`` reads them. A name already there is kept as it is. Returns the names copied."""
+    list/get --config`` reads them. A drill's run names repeat from one demo to the next (its incidents
+    are the same): the newest record replaces the one of the same name, so the name just printed opens
+    the run just seen. Returns the names copied."""
     from healer.engines.records import RunRecords, write_record
     from healer.vocabulary import RELEASE_TEMPLATE_NAME, TEMPLATE_NAME
 
@@ -347,8 +349,6 @@ def keep_runs(scratch: Path, scenario: str, state_dir: Path) -> list[str]:
     for folder, prefix in itertools.product(folders, (TEMPLATE_NAME, RELEASE_TEMPLATE_NAME)):
         for path in sorted(folder.glob(f"{prefix}-*.json")):
             target = Path(state_dir) / path.name
-            if target.exists():
-                continue
             try:
                 record = RunRecords(folder).get(path.stem)
                 target.parent.mkdir(parents=True, exist_ok=True)

@@ -86,14 +86,15 @@ def test_the_drills_runs_are_found_by_healer_runs_after_the_scratch_folder_is_go
     assert json.loads(capsys.readouterr().out)["metadata"]["name"] == names[0]
 
 
-def test_a_kept_run_is_never_overwritten(tmp_path: Path) -> None:
+def test_a_rerun_replaces_the_record_of_the_same_name(tmp_path: Path) -> None:
+    """The drills' run names repeat from one demo to the next: the name printed opens the newest run."""
     scratch, state = tmp_path / "scratch", tmp_path / "runs"
     name = _record(scratch / "runs" / "hang", "inc-1")
-    _record(scratch / "releases" / "hang", "inc-2")
-    (state).mkdir()
+    release = _record(scratch / "releases" / "hang", "inc-2")
+    state.mkdir()
     (state / f"{name}.json").write_text('{"earlier": true}')
-    assert len(keep_runs(scratch, "hang", state)) == 1  # the release; the rollback's name was taken
-    assert json.loads((state / f"{name}.json").read_text()) == {"earlier": True}
+    assert keep_runs(scratch, "hang", state) == [name, release]
+    assert json.loads((state / f"{name}.json").read_text())["metadata"]["name"] == name
     assert keep_runs(scratch, "nothing-ran", state) == []
 
 
