@@ -2,7 +2,8 @@
 # to Triton), `healer webhook` (the injection webhook) and the rollback and drill steps, which the
 # rendered WorkflowTemplates run as `python -m hera.workflows.runner -e workflows.<module>:<step>`.
 #
-#   docker build -t ghcr.io/healer-dev/healer:0.1.0 .
+#   docker build -t REGISTRY/healer:0.1.0 .     # nothing is published: build it, push it to your registry
+#   make image                                  # without docker: dist/healer-0.1.0.oci.tar (README, step 3)
 #
 # No ENTRYPOINT: the containers name their program (`args: [healer, sidecar, ...]`, the templates'
 # `command: [python]`), both found on PATH in the virtualenv below.

@@ -26,7 +26,7 @@ $(STAMP): $(DEMO_STAMP)
 # healer's main job, shown: a real Triton with the example models probed, then the drill catalog
 # (break the model on purpose, watch healer detect, drain, roll back or escalate) on the embedded stack
 # with the LocalEngine: a line as each scenario starts, its row as it finishes, and an HTML report
-# (timelines, restore times against the budget). About 3.5 minutes on 2 cores; nothing is left running.
+# (timelines, restore times against the budget). About 4 minutes on 2 cores (docs/measured.md); nothing is left running.
 demo: $(DEMO_STAMP)
 	$(BIN)/healer demo --config examples/healer.yaml --drills --report .healer/demo-report.html
 
@@ -68,6 +68,37 @@ e2e: $(STAMP)
 # pods run on it. Needs root; cached like make e2e. Not part of `make test`.
 cluster: $(STAMP)
 	bash e2e/cluster/run.sh
+
+# The tier's node left running to look at (e2e/cluster/demo.sh): Argo and its UI, the chart with two
+# injected Triton pods, one heal through Argo; prints the UI's address (127.0.0.1 only), the kubeconfig
+# and commands to try. Needs root, Debian's packages and, until the binaries are cached, Go (checked first:
+# one line naming what is missing); .venv is installed as the checkout's owner, also under sudo. 4 min on 2 cores once the binaries and images are cached (the first run builds them, see
+# e2e/README.md). `make cluster-down` stops and removes all of it.
+cluster-demo:
+	@DEMO_STAMP=$(DEMO_STAMP) bash e2e/cluster/demo.sh up
+
+cluster-down:
+	@bash e2e/cluster/demo.sh down
+
+# What you push to your own registry (README, "Run on Kubernetes"), both under dist/:
+# `make image`: the healer image as an OCI archive, dist/healer-<version>.oci.tar, built as the cluster tier
+# builds it (e2e/images/build-healer.sh: a Debian bookworm base from mmdebstrap, `buildah bud` of the
+# Dockerfile); needs root, mmdebstrap, buildah and podman. `make chart`: dist/healer-<version>.tgz, by
+# `helm package`, with the helm on PATH or else the one e2e/build.sh builds (Helm $(HELM_VERSION)).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n1)
+HELM_VERSION := $(shell sed -n 's/^HELM_VERSION=//p' e2e/versions.env)
+HELM ?= $(or $(shell command -v helm),$(wildcard $(or $(HEALER_E2E_CACHE),$(HOME)/.cache/healer-e2e)/helm-$(HELM_VERSION)/bin/helm))
+image:
+	HEALER_IMAGE=localhost/healer:$(VERSION) bash e2e/images/build-healer.sh
+	mkdir -p dist
+	rm -f dist/healer-$(VERSION).oci.tar
+	podman save --format oci-archive -o dist/healer-$(VERSION).oci.tar localhost/healer:$(VERSION)
+	@echo "dist/healer-$(VERSION).oci.tar: push it with skopeo copy oci-archive:dist/healer-$(VERSION).oci.tar docker://REGISTRY/healer:$(VERSION)"
+
+chart:
+	@test -n "$(HELM)" || { echo "make chart: no helm on PATH and none built in the e2e cache: install Helm 3, or run e2e/build.sh (builds Helm $(HELM_VERSION); needs Go)" >&2; exit 1; }
+	mkdir -p dist
+	$(HELM) package deploy/helm/healer --destination dist
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/probe_latency.py --config examples/healer.yaml

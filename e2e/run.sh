@@ -22,6 +22,11 @@ if [ "${1:-}" = "--inside" ]; then
 fi
 
 bash e2e/build.sh >/dev/null
+# The README walk-through (tests/e2e/test_readme_walkthrough.py) installs a fresh clone's .venv inside the
+# namespace, where only loopback answers: the wheels `make demo` installs are fetched here, before it.
+wheelhouse="${HEALER_E2E_CACHE:-$HOME/.cache/healer-e2e}/wheelhouse"
+"$(dirname "$pytest")/python" -m pip download --quiet --dest "$wheelhouse" pip "setuptools>=77" ".[embedded]" ||
+  echo "e2e: could not fetch the wheels for the README walk-through into $wheelhouse" >&2
 
 started=$SECONDS
 status=0

@@ -16,7 +16,7 @@ import structlog
 from healer.edges.triton import TritonAPI
 from healer.engines import RollbackEngine
 from healer.engines.factory import argo_engine, local_engine
-from healer.settings import ConfigError, Settings, check_listen
+from healer.settings import REPOSITORY_PER_POD, ConfigError, Settings, check_listen
 from healer.sidecar import HttpPeers, KubePeers, PeerSource, Sidecar, pod_identity, pod_triton_url
 
 log = structlog.get_logger("healer.sidecar")
@@ -40,6 +40,12 @@ def sidecar_problem(settings: Settings, *, listen: str | None = None) -> str | N
         )
     if settings.store is None and settings.sidecar.drain is not None:
         return f"{settings.source}: store: is required by sidecar.drain (the replica set's drain set lives there)"
+    if settings.repository_mode == REPOSITORY_PER_POD and (settings.store is None or settings.live_repository is None):
+        missing = "store" if settings.store is None else "live_repository"
+        return (
+            f"{settings.source}: {missing}: is required by the sidecar in repository_mode per-pod (it stages versions "
+            "from the store into this pod's model repository, mounted in the sidecar at live_repository)"
+        )
     return None
 
 
@@ -137,7 +143,13 @@ def run_sidecar(settings: Settings, *, listen: str | None = None) -> None:
         # Releases of its models a killed `healer release` on this host left half-done: put back (or
         # finished, when promoted) beside the probe loop, which must not wait for them.
         finish_orphaned_releases_in_background(settings)
-    server = SidecarServer(sidecar, listen or settings.sidecar.listen)
+    from healer.sidecar.stage import stager_from_settings
+
+    # per-pod: the staging endpoints that write into this pod's own model repository (healer/sidecar/stage.py)
+    stager = stager_from_settings(settings)
+    server = SidecarServer(sidecar, listen or settings.sidecar.listen, stager=stager)
+    if stager is not None:
+        stager.start_ahead()  # a rollback then finds the stable versions by their stamps
     stop = threading.Event()
 
     def on_signal(*_: object) -> None:

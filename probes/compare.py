@@ -19,6 +19,7 @@ import numpy.typing as npt
 from healer.core.results import Status
 from healer.settings import ExpectedOutput
 from healer.vocabulary import NON_FINITE, WRONG_ANSWER
+from probes.comparators import judge
 
 NON_FINITE_VALUES = frozenset({"nan", "inf", "-inf"})
 
@@ -86,11 +87,32 @@ def compare_output(
         return Comparison(name, False, f"output {name!r} missing from the response")
     if actual_datatype != spec.datatype:
         return Comparison(name, False, f"output {name!r} datatype {actual_datatype}, expected {spec.datatype}")
-    if tuple(actual.shape) != spec.shape:
+    if spec.shape is not None and not _shape_fits(tuple(actual.shape), spec.shape):
         return Comparison(name, False, f"output {name!r} shape {list(actual.shape)}, expected {list(spec.shape)}")
+    if expected.expect is not None:
+        return _compare_expect(name, expected, actual)
+    assert spec.values is not None  # the loader requires values without an expect
     if spec.datatype == "BYTES":
         return _compare_exact(name, spec.values, actual)
     return _compare_numeric(name, spec.values, actual, expected.atol, expected.rtol)
+
+
+def _shape_fits(actual: tuple[int, ...], expected: tuple[int, ...]) -> bool:
+    """-1 in an expected shape takes any size (an answer of varying length)."""
+    return len(actual) == len(expected) and all(e in (-1, a) for a, e in zip(actual, expected, strict=True))
+
+
+def _compare_expect(name: str, expected: ExpectedOutput, actual: npt.NDArray[Any]) -> Comparison:
+    """An output judged by its comparators (probes/comparators.py): the first that fails is the why."""
+    assert expected.expect is not None
+    verdicts = judge(expected.expect, expected.tensor.values, actual)
+    failed = [v for v in verdicts if not v.ok]
+    if not failed:
+        return Comparison(name, True, "", 0, len(verdicts))
+    first = failed[0]
+    worst = Mismatch((), first.expected, first.actual, None, None)
+    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    return Comparison(name, False, f"output {name!r} {first.why()}{more}", len(failed), len(verdicts), worst)
 
 
 def _compare_exact(name: str, expected: npt.NDArray[Any], actual: npt.NDArray[Any]) -> Comparison:

@@ -27,6 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from healer.settings import GoldenRequest, TensorSpec
+from probes.suite import Golden, as_suite
 
 ANY_SIZE = -1  # a declared dimension that takes any size (Triton's -1)
 
@@ -176,6 +177,15 @@ def misfits(golden: GoldenRequest, contract: ModelContract, *, key: str) -> tupl
                 f"its outputs: {_names(contract.outputs)}"
             )
     return tuple(findings)
+
+
+def suite_misfits(golden: Golden, contract: ModelContract, *, key: str) -> tuple[str, ...]:
+    """``misfits`` of every request of a golden suite; a request's findings start with its key
+    (``models[0].golden[2]``; a suite of one: ``key`` itself)."""
+    suite = as_suite(golden)
+    if len(suite) == 1:
+        return misfits(suite[0], contract, key=key)
+    return tuple(f for i, request in enumerate(suite) for f in misfits(request, contract, key=f"{key}[{i}]"))
 
 
 def _tensor_misfits(tensor: TensorSpec, spec: TensorContract, where: str, contract: ModelContract) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any
 from healer.core.ledger import Ledger, StableRecord
 from healer.core.results import ProbeResult, Status, Tier
 from healer.edges.triton import TritonAPI, TritonError
-from healer.settings import GoldenRequest, Settings
+from healer.settings import Settings
 from probes.contract import (
     Fit,
     FitVerdict,
@@ -30,8 +30,9 @@ from probes.contract import (
     contract_from_metadata,
     judge_fit,
     misfit_reason,
-    misfits,
+    suite_misfits,
 )
+from probes.suite import Golden, suite_hash
 
 # A configuration error is asked again this often (one metadata call): a Triton config fixed under the
 # same version number is noticed without restarting the sidecar. A version that fits is never asked again.
@@ -87,7 +88,7 @@ def check_fit(
     triton: TritonAPI,
     model: str,
     version: str,
-    golden: GoldenRequest,
+    golden: Golden,
     *,
     key: str,
     stable: StableRecord | None,
@@ -98,14 +99,14 @@ def check_fit(
     contract = served_contract(triton, model, version)
     if contract is None:
         return None
-    return judged(triton, model, version, golden, misfits(golden, contract, key=key), key=key, stable=stable)
+    return judged(triton, model, version, golden, suite_misfits(golden, contract, key=key), key=key, stable=stable)
 
 
 def judged(
     triton: TritonAPI,
     model: str,
     version: str,
-    golden: GoldenRequest,
+    golden: Golden,
     served: tuple[str, ...],
     *,
     key: str,
@@ -121,13 +122,11 @@ def judged(
         reference = contract_from_config(stable.config, what=f"stable v{stable.version} (the ledger's record)")
     else:
         reference = stable_contract(triton, model, stable)
-    against = misfits(golden, reference, key=key) if reference is not None else None
+    against = suite_misfits(golden, reference, key=key) if reference is not None else None
     return judge_fit(version, served, stable_version=stable.version, stable=against)
 
 
-def misfit_result(
-    model: str, version: str, golden: GoldenRequest, verdict: FitVerdict, elapsed_s: float = 0.0
-) -> ProbeResult:
+def misfit_result(model: str, version: str, golden: Golden, verdict: FitVerdict, elapsed_s: float = 0.0) -> ProbeResult:
     """The business tier's result for a golden request that does not fit and says nothing about the model
     (a configuration error, or undecided): ``error``, never sent."""
     return ProbeResult(
@@ -137,7 +136,7 @@ def misfit_result(
         version,
         elapsed_s * 1000,
         misfit_reason(model, version, verdict),
-        {"input_hash": golden.input_hash, "fit": verdict.fit.value, "findings": list(verdict.findings)},
+        {"input_hash": suite_hash(golden), "fit": verdict.fit.value, "findings": list(verdict.findings)},
     )
 
 
@@ -176,27 +175,28 @@ class GoldenFit:
         self._stable_of = stable_of
         self._clock = clock
         self._recheck_s = recheck_misfit_s
-        self._seen: dict[tuple[str, str], _Seen] = {}
+        # Per model, version and suite (its hash): a request a pipeline adds to the store is checked too.
+        self._seen: dict[tuple[str, str, str], _Seen] = {}
         self._lock = threading.Lock()
 
-    def check(self, triton: TritonAPI, model: str, version: str, golden: GoldenRequest) -> FitVerdict | None:
+    def check(self, triton: TritonAPI, model: str, version: str, golden: Golden) -> FitVerdict | None:
         now = self._clock()
         with self._lock:
-            seen = self._seen.get((model, version))
+            seen = self._seen.get((model, version, suite_hash(golden)))
         if seen is not None and (seen.verdict.fit is not Fit.CONFIG_ERROR or now - seen.at < self._recheck_s):
             return seen.verdict
         verdict = self._check(triton, model, version, golden)
         if verdict is not None and verdict.fit is not Fit.UNDECIDED:
             with self._lock:
-                self._seen[(model, version)] = _Seen(verdict, now)
+                self._seen[(model, version, suite_hash(golden))] = _Seen(verdict, now)
         return verdict
 
-    def _check(self, triton: TritonAPI, model: str, version: str, golden: GoldenRequest) -> FitVerdict | None:
+    def _check(self, triton: TritonAPI, model: str, version: str, golden: Golden) -> FitVerdict | None:
         key = self._keys.get(model, f"{model}.golden")
         contract = served_contract(triton, model, version)
         if contract is None:
             return None
-        served = misfits(golden, contract, key=key)
+        served = suite_misfits(golden, contract, key=key)
         if not served:
             return FitVerdict(Fit.FITS)
         try:

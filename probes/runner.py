@@ -8,11 +8,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from healer.core.results import ProbeResult, Status, Tier
 from healer.edges.triton import TritonAPI, TritonError
-from healer.settings import ModelSettings, Settings
+from healer.settings import GoldenRequest, ModelSettings, Settings
 from healer.vocabulary import SLOW
 from probes.contract import Fit
 from probes.fit import GoldenFit, explained, misfit_result
 from probes.tiers import check_business, check_liveness, check_readiness, resolve_versions
+
+SuiteOf = Callable[[ModelSettings], tuple[GoldenRequest, ...]]
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -34,6 +36,7 @@ def probe_all(
     on_model: Callable[[str, list[ProbeResult]], None] | None = None,
     fit: GoldenFit | None = None,
     best_of: int = 1,
+    suites: SuiteOf | None = None,
 ) -> list[ProbeResult]:
     """All three tiers for every model (or the models named in ``only``): liveness once for the
     server, then per model and version. Results come back in the configured order of the models.
@@ -58,7 +61,9 @@ def probe_all(
     is asked again, up to ``best_of`` answers in all, before it counts as slow: the first answer within
     the SLO passes (the slow ones before it are in its details), and when none is, the fastest is the
     failure. A wrong answer, a model error or a timeout is never asked again. The sidecar keeps 1: its
-    thresholds judge latency over its cycles."""
+    thresholds judge latency over its cycles.
+
+    ``suites`` (probes/store_suite.py): each model's whole suite, the store's requests too; None: healer.yaml's."""
     try:
         liveness = check_liveness(triton)
     except Exception as exc:  # nothing learnt about the server: every tier below is inconclusive
@@ -74,14 +79,14 @@ def probe_all(
 
     if workers <= 1 or not liveness.passed:  # a dead server: nothing to wait for, no thread worth starting
         for m in models:
-            done_with(m, _contained(triton, m, liveness, fit, best_of))
+            done_with(m, _contained(triton, m, liveness, fit, best_of, suites))
     else:
         hung = [m for m in models if m.name in last]
         started = sorted(models, key=lambda m: (m.name in last) == (len(hung) >= workers))  # stable otherwise
         slow: list[ModelSettings] = []
         pool = ThreadPoolExecutor(workers, thread_name_prefix="probe")
         try:
-            futures = {pool.submit(_contained, triton, m, liveness, fit, best_of): m for m in started}
+            futures = {pool.submit(_contained, triton, m, liveness, fit, best_of, suites): m for m in started}
             try:
                 for future in as_completed(futures, timeout=_deadline_s(settings, models, workers)):
                     model, results = futures[future], future.result()
@@ -99,7 +104,7 @@ def probe_all(
         for m in slow:
             # Probed beside others, a model may answer slowly because of them: asked again alone (the
             # pool has finished) before it counts, so concurrency never makes a healthy model look slow.
-            done_with(m, _contained(triton, m, liveness, fit, best_of))
+            done_with(m, _contained(triton, m, liveness, fit, best_of, suites))
     return [result for m in models for result in per_model[m.name]]
 
 
@@ -108,10 +113,17 @@ def _slow(results: list[ProbeResult]) -> bool:
 
 
 def _contained(
-    triton: TritonAPI, model: ModelSettings, liveness: ProbeResult, fit: GoldenFit | None = None, best_of: int = 1
+    triton: TritonAPI,
+    model: ModelSettings,
+    liveness: ProbeResult,
+    fit: GoldenFit | None = None,
+    best_of: int = 1,
+    suites: SuiteOf | None = None,
 ) -> list[ProbeResult]:
     results = [dataclasses.replace(liveness, model=model.name, version=model.version)]
     try:
+        if suites is not None and liveness.passed:
+            model = dataclasses.replace(model, suite=suites(model))  # its first request stays golden
         return results + _probe_model(triton, model, liveness, fit, best_of)
     except Exception as exc:
         return results + [
@@ -128,7 +140,10 @@ def _deadline_s(settings: Settings, models: list[ModelSettings], workers: int) -
     """Long enough for every model's calls to time out one after another on its worker: a deadline that
     only a bug (a call without its timeout) can reach."""
     per_model = max(
-        (settings.triton.timeout_s * (1 + 2 * _VERSIONS_BOUND) + m.golden.timeout_s * _VERSIONS_BOUND for m in models),
+        (
+            settings.triton.timeout_s * (1 + 2 * _VERSIONS_BOUND) + sum(g.timeout_s for g in m.suite) * _VERSIONS_BOUND
+            for m in models
+        ),
         default=0.0,
     )
     rounds = -(-len(models) // workers)
@@ -200,15 +215,15 @@ def _probe_model(
 def _business(
     triton: TritonAPI, model: ModelSettings, version: str, fit: GoldenFit | None, best_of: int = 1
 ) -> ProbeResult:
-    verdict = fit.check(triton, model.name, version, model.golden) if fit is not None else None
+    verdict = fit.check(triton, model.name, version, model.suite) if fit is not None else None
     if verdict is not None and verdict.fit in (Fit.CONFIG_ERROR, Fit.UNDECIDED):
-        return misfit_result(model.name, version, model.golden, verdict)  # not sent: nothing would be learnt
+        return misfit_result(model.name, version, model.suite, verdict)  # not sent: nothing would be learnt
 
     def ask() -> ProbeResult:
         # Only reached with liveness and this version's readiness passed in this cycle: a
         # golden request that times out now is the model hanging, not Triton unreachable.
         # A changed contract is the version's failure, as any other (its reason says why Triton refused).
-        return explained(check_business(triton, model.name, version, model.golden, serving_confirmed=True), verdict)
+        return explained(check_business(triton, model.name, version, model.suite, serving_confirmed=True), verdict)
 
     answers = [ask()]
     while _is_slow(answers[-1]) and len(answers) < best_of:

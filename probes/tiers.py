@@ -24,6 +24,7 @@ from healer.vocabulary import MODEL_ERROR, SLOW, TIMEOUT
 from probes.compare import compare_output, timeout_status, wrong_answer_code
 from probes.contract import Fit
 from probes.fit import check_fit, explained, misfit_result
+from probes.suite import Golden, as_suite, combine, ends_suite
 
 Clock = Callable[[], float]
 
@@ -99,13 +100,27 @@ def check_business(
     triton: TritonAPI,
     model: str,
     version: str,
-    golden: GoldenRequest,
+    golden: Golden,
     *,
     serving_confirmed: bool = False,
     clock: Clock = time.perf_counter,
 ) -> ProbeResult:
-    """The golden request. ``serving_confirmed``: liveness and this version's readiness passed in
-    this cycle, so a timeout is the model hanging (``fail``/``timeout``), not an unreachable server."""
+    """The golden request, or every request of a golden suite (probes/suite.py: each one sent, one
+    result whose why names the request that failed). ``serving_confirmed``: liveness and this version's
+    readiness passed in this cycle, so a timeout is the model hanging (``fail``/``timeout``), not an
+    unreachable server."""
+    suite = as_suite(golden)
+    results: list[ProbeResult] = []
+    for request in suite:
+        results.append(_check_request(triton, model, version, request, serving_confirmed, clock))
+        if ends_suite(results[-1]):
+            break
+    return combine(suite, results)
+
+
+def _check_request(
+    triton: TritonAPI, model: str, version: str, golden: GoldenRequest, serving_confirmed: bool, clock: Clock
+) -> ProbeResult:
     output_names = [o.tensor.name for o in golden.outputs]
     base_details = {"input_hash": golden.input_hash, "latency_slo_ms": golden.latency_slo_ms}
     started = clock()
@@ -199,14 +214,14 @@ def check_after_load(
     triton: TritonAPI,
     model: str,
     version: str,
-    golden: GoldenRequest,
+    golden: Golden,
     *,
     stable: StableRecord | None = None,
     key: str = "golden",
 ) -> ProbeResult:
-    """The golden request against a version just loaded (the rollback's verify, the release's canary,
-    ``healer promote``): its first request pays the model's warm-up, so a right answer that was slow once
-    gets one more try. A wrong answer gets none.
+    """The golden request, or every request of the suite, against a version just loaded (the rollback's
+    verify, the release's canary, ``healer promote``): its first request pays the model's warm-up, so a
+    right answer that was slow once gets one more try. A wrong answer gets none.
 
     First, whether the golden request fits the version (probes/contract.py): one that does not is sent
     only when it fits ``stable`` (the ledger's newest stable record, when it is not ``version`` itself): a

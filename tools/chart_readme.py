@@ -29,6 +29,15 @@ DOCUMENTED_ELSEWHERE = {
     "[docs/configuration-reference.md](../../../docs/configuration-reference.md)"
 }
 
+# What the defaults need of the cluster (templates/checks/requirements.yaml): Argo's and cert-manager's CRDs.
+REQUIRED_APIS = (
+    "argoproj.io/v1alpha1/Workflow",
+    "argoproj.io/v1alpha1/WorkflowTemplate",
+    "argoproj.io/v1alpha1/CronWorkflow",
+    "cert-manager.io/v1/Certificate",
+    "cert-manager.io/v1/Issuer",
+)
+
 _KEY = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z0-9_.-]+):(?P<rest>.*)$")
 
 
@@ -136,6 +145,16 @@ def render(values: list[Value], schema: dict[str, Any], chart: dict[str, Any]) -
         "helm install healer deploy/helm/healer -n healer --create-namespace \\",
         '  --set argo.caBundle="$(cat argo-server-ca.crt)" -f my-values.yaml',
         "helm test healer -n healer      # healer check in a pod with the sidecar's token: argo-server, RBAC",
+        "```",
+        "",
+        "`helm install` refuses a cluster without Argo Workflows' CRDs, or without cert-manager's while "
+        "`certificates.certManager.enabled` (`checkRequirements`), in one line naming what is missing. "
+        "`helm template` has no cluster to ask: give it the APIs the cluster has.",
+        "",
+        "```sh",
+        "helm template healer deploy/helm/healer -n healer -f my-values.yaml \\",
+        *(f"  --api-versions {api} \\" for api in REQUIRED_APIS[:-1]),
+        f"  --api-versions {REQUIRED_APIS[-1]}",
         "```",
         "",
         "## Values",

@@ -186,10 +186,12 @@ def _doc(d: DeclaredKey, key: str) -> str:
 def _type_words(d: DeclaredKey, key: str, path: str) -> str:
     for name, kind, _ in d.spec.alternatives:
         if name == key:
-            return "path" if kind is Path else "values"
+            return "path" if kind is Path else "list" if kind is tuple else "values"
     if d.kind is tuple:
         item = f"[mapping]({_anchor(path + '[]')})" if is_section(d.item) else _scalar_words(d, d.item)
         at_least = f", at least {d.spec.min_items}" if d.spec.min_items else ""
+        if d.spec.one_or_list:
+            return f"{item}, or a list of them{at_least}"
         return f"list of {item}{at_least}"
     if is_section(d.kind):
         return f"[mapping]({_anchor(path)})"
@@ -274,6 +276,8 @@ def _key_schema(d: DeclaredKey, key: str, value: Any, path: str, derived: Mappin
         schema: dict[str, Any] = {"type": "array", "items": item}
         if d.spec.min_items:
             schema["minItems"] = d.spec.min_items
+        if d.spec.one_or_list:  # one item written alone: the object keywords apply to it, items to a list
+            schema = {**item, **schema, "type": ["object", "array"]}
     elif is_section(d.kind):
         schema = _section_schema(d.kind, value if is_section(type(value)) else None, path, derived)
     else:
@@ -401,15 +405,19 @@ def key_rules(root: type[Any] = Settings) -> list[str]:
         alternatives: set[str] = set()
         for key, d, _ in rows(cls, default):
             full = f"`{path}.{key}`" if path else f"`{key}`"
-            if d.spec.alternatives:
-                alternatives.add(" or ".join(f"`{name}`" for name, _, _ in d.spec.alternatives))
+            if len(d.spec.alternatives) > 1:  # one alternative: a key the section's _BUILD step reads itself
+                names = " or ".join(f"`{name}`" for name, _, _ in d.spec.alternatives)
+                # Optional (an expected output judged by its expect): the section's _BUILD says when it is needed.
+                alternatives.add(f"{'at most' if d.optional else 'exactly'} one of {names}")
+            elif d.spec.alternatives:
+                continue
             elif d.spec.form is not None:
                 forms[d.spec.form].append(full)
             elif d.spec.choices:
                 lines.append(f"- {full}: {_scalar_words(d, d.kind)};")
             elif d.spec.above_maximum is not None:
                 lines.append(f"- {full}: {d.spec.above_maximum};")
-        lines += [f"- `{path}`: exactly one of {names};" for names in sorted(alternatives)]
+        lines += [f"- `{path}`: {rule};" for rule in sorted(alternatives)]
     lines[:0] = [f"- {', '.join(keys)}: {FORM_RULES[form]};" for form, keys in forms.items() if keys]
     return [*lines[:-1], lines[-1].rstrip(";") + "."]
 

@@ -89,6 +89,7 @@ class ReplicaTarget:
     url: str  # host:port of its Triton
     name: str = ""  # the pod's name when listed from the Kubernetes API
     skip: str = ""  # why this replica is not healed; "" heals it
+    sidecar: str = ""  # host:port of the healer sidecar beside it (repository_mode per-pod stages through it)
 
 
 def replica_targets(pods: Iterable[PodView], port: int) -> list[ReplicaTarget]:

@@ -8,14 +8,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/common.sh"
 require_node_up
 command -v chromium >/dev/null || die "missing chromium (apt-get install chromium)"
-operator_account workflow-reader operator-reads-workflows <<'YAML'
-  - apiGroups: [argoproj.io]
-    resources: [workflows, workflowtemplates, cronworkflows, workflowtaskresults]
-    verbs: [get, list, watch]
-  - apiGroups: [""]
-    resources: [pods, pods/log, events]
-    verbs: [get, list, watch]
-YAML
+workflow_reader_account
 token="$(kubectl -n ml create token operator --duration=1h)"
 kubectl -n ml get workflows -o json >"$BASE/workflows.json"
 in_netns env HOME="$BASE" HEALER_UPDATE_SCREENSHOTS="${HEALER_UPDATE_SCREENSHOTS:-}" \

@@ -6,7 +6,8 @@
 #   - the images (localhost/..., imagePullPolicy Never: there is no registry);
 #   - the controller's executor image (argoexec built here), and its DEFAULT_REQUEUE_TIME when
 #     ARGO_DEFAULT_REQUEUE_TIME is set (Argo's default, 10s, otherwise);
-#   - argo-server's certificate from a Secret signed by the node's CA (client auth mode, Argo's default);
+#   - argo-server's certificate from a Secret signed by the node's CA (client auth mode, Argo's default),
+#     also for localhost (make cluster-demo relays its port to this machine's 127.0.0.1);
 #   - argo-server's Service on a fixed ClusterIP ($ARGO_SERVER_IP), for the node's own checks (the
 #     node's namespace does not use the cluster DNS); pods reach it as argo-server.argo, the chart's
 #     default, which the certificate names too.
@@ -67,7 +68,7 @@ kubectl create namespace argo >&2
 (
   cd "$BASE/pki"
   leaf argo-server /CN=argo-server \
-    "subjectAltName=IP:$ARGO_SERVER_IP,DNS:argo-server.argo.svc,DNS:argo-server.argo\nextendedKeyUsage=serverAuth\n"
+    "subjectAltName=IP:$ARGO_SERVER_IP,DNS:argo-server.argo.svc,DNS:argo-server.argo,IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
 )
 kubectl -n argo create secret tls argo-server-tls --cert="$BASE/pki/argo-server.crt" --key="$BASE/pki/argo-server.key" >&2
 # Argo 4's full CRDs are too long for a client-side apply's annotation (README step 1)

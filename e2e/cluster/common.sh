@@ -18,7 +18,7 @@ CNI_BRIDGE="healer-cni0"
 CNI_NETWORK="healer-node"
 CNI_BIN="/usr/lib/cni"   # Debian's containernetworking-plugins
 EGRESS_CHAIN="HEALER-POD-EGRESS"
-CGROUP_ROOT="healer-node" # the kubelet's cgroupRoot: /sys/fs/cgroup/<controller>/healer-node
+CGROUP_ROOT="$NETNS" # the kubelet's cgroupRoot, /sys/fs/cgroup/<controller>/<netns>: one tree per node (tier, demo)
 APISERVER_PORT=6443       # fixed: the netns is ours alone
 ARGO_SERVER_IP="10.96.0.20" # argo-server's Service: a fixed ClusterIP, for the node's own checks (pods use its DNS name)
 DNS_SERVICE_IP="10.96.0.10" # kube-dns: CoreDNS (node-up.sh)
@@ -32,6 +32,9 @@ NODE_BIN="${HEALER_NODE_BIN:-$cache/kubernetes-node-$KUBERNETES_VERSION/bin}"
 # CoreDNS is built from our own main.go (its plugin list): cached by version and that file's hash
 COREDNS_BIN="$cache/coredns-$COREDNS_VERSION-$(sha256sum "$(dirname "${BASH_SOURCE[0]}")/coredns/main.go" | cut -c1-12)/bin/coredns"
 HELM="$cache/helm-$HELM_VERSION/bin/helm" # e2e/build.sh's
+# Days the node's CA and certificates are valid: 2 for the tier's run (it is torn down within the hour);
+# the demo, left running, sets a year (demo.sh), and its "already running" checks they still are
+CERT_DAYS="${HEALER_NODE_CERT_DAYS:-2}"
 
 
 # docker_archive TARBALL REPO:TAG ROOTFS_DIR ENTRYPOINT_JSON [USER]: a one-layer image for
@@ -55,7 +58,7 @@ leaf() {
   printf 'basicConstraints=CA:FALSE\n%b' "$3" >"$1.ext"
   openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null
   openssl req -new -key "$1.key" -subj "$2" -out "$1.csr"
-  openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile "$1.ext" \
+  openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days "$CERT_DAYS" -extfile "$1.ext" \
     -out "$1.crt" 2>/dev/null
 }
 
@@ -135,6 +138,19 @@ kind: RoleBinding
 metadata: {name: $2, namespace: ml}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: $1}
 subjects: [{kind: ServiceAccount, name: operator, namespace: ml}]
+YAML
+}
+
+# workflow_reader_account: the ServiceAccount operator in ml with read access to workflows, their pods
+# and logs, as an operator logging into Argo's UI with its token has (argo-ui.sh, demo.sh)
+workflow_reader_account() {
+  operator_account workflow-reader operator-reads-workflows <<'YAML'
+  - apiGroups: [argoproj.io]
+    resources: [workflows, workflowtemplates, cronworkflows, workflowtaskresults]
+    verbs: [get, list, watch]
+  - apiGroups: [""]
+    resources: [pods, pods/log, events]
+    verbs: [get, list, watch]
 YAML
 }
 

@@ -15,8 +15,9 @@ for tool in prometheus prometheus-alertmanager; do
   command -v "$tool" >/dev/null || die "missing $tool (apt-get install prometheus prometheus-alertmanager)"
 done
 mkdir -p "$BASE/prometheus" "$BASE/alertmanager"
+# checkRequirements=false: rendered to be translated, never installed (no Prometheus Operator here)
 "$HELM" template healer "$root/deploy/helm/healer" -n healer -f "$here/values-cluster.yaml" \
-  --set certificates.caBundle=unused --set monitoring.podMonitor.enabled=true \
+  --set certificates.caBundle=unused --set monitoring.podMonitor.enabled=true --set checkRequirements=false \
   --set monitoring.prometheusRule.enabled=true \
   --show-only templates/monitoring-podmonitor.yaml --show-only templates/monitoring-prometheusrule.yaml \
   >"$BASE/prometheus/chart-monitoring.yaml"

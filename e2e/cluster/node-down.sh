@@ -28,8 +28,8 @@ stop_pid() { # PID NAME: SIGTERM, up to 10 s, then SIGKILL
 }
 pid_of() { cat "$BASE/pids/$1" 2>/dev/null; }
 
-# 1. The kubelet first (so it restarts nothing), then every container through containerd.
-for name in pod-discovery prometheus alertmanager kube-proxy kubelet; do stop_pid "$(pid_of "$name")" "$name"; done
+# 1. The demo's relay (its ports on the host), the kubelet (so it restarts nothing), then every container.
+for name in relay pod-discovery prometheus alertmanager kube-proxy kubelet; do stop_pid "$(pid_of "$name")" "$name"; done
 if [ -S "$CONTAINERD_SOCK" ] && alive "$(pid_of containerd)"; then
   for task in $(ctr tasks ls -q 2>/dev/null); do
     ctr tasks kill -s SIGKILL "$task" >/dev/null 2>&1

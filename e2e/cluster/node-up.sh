@@ -60,7 +60,7 @@ log "PKI in $BASE/pki"
   cd "$BASE/pki"
   ec=(-algorithm EC -pkeyopt ec_paramgen_curve:P-256)
   openssl genpkey "${ec[@]}" -out ca.key 2>/dev/null
-  openssl req -x509 -new -key ca.key -subj /CN=healer-node-ca -days 2 -out ca.crt
+  openssl req -x509 -new -key ca.key -subj /CN=healer-node-ca -days "$CERT_DAYS" -out ca.crt
   leaf apiserver /CN=kube-apiserver \
     "subjectAltName=IP:127.0.0.1,IP:$NODE_IP,IP:10.96.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n"
   leaf admin /O=system:masters/CN=healer-node-admin "extendedKeyUsage=clientAuth\n"

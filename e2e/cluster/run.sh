@@ -23,63 +23,47 @@
 #   argo-ui.sh        Argo's UI over those real rollbacks and the escalation, in headless Chromium
 #                     (HEALER_UPDATE_SCREENSHOTS=1: its pictures into docs/screenshots/cluster-*.png)
 #   release.sh        healer-release run by Argo: a wrong-weights version stopped at the canary, a good one
-#                     released to both replicas and promoted (last: it changes the stable version)
+#                     released to both replicas and promoted (it changes the stable version)
+#   modes.sh object-store      Triton reading the bucket itself (no model volume), a release of its own: a push healed
+#   modes.sh kserve            an InferenceService's predictor pods as KServe makes them (storage initializer, emptyDir),
+#                     per-pod mode: a push healed in each pod's own copy; each removed after, nothing left
 # and always node-down.sh, failing if anything is left. Needs root and Debian's containerd, runc,
 # containernetworking-plugins, iptables, busybox-static, mmdebstrap, buildah, podman, prometheus,
-# prometheus-alertmanager and chromium (.ci/run installs them).
+# prometheus-alertmanager and chromium (.ci/run installs them), and Go: checked first (steps.sh), one
+# line naming what is missing. Not run beside make cluster-demo (demo.sh): one line, nothing touched.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 started=$SECONDS
-[ "$(id -u)" = 0 ] || { echo "cluster: needs root (network and mount namespaces, cgroups, containerd)" >&2; exit 1; }
-bash e2e/build.sh >/dev/null
-bash e2e/cluster/build-node.sh >/dev/null
-bash e2e/images/build-healer.sh >/dev/null
-bash e2e/images/build-triton.sh >/dev/null
-bash e2e/cluster/build-argo-images.sh >/dev/null
-echo "cluster: binaries and images ready after $((SECONDS - started)) s" >&2
+# shellcheck source=SCRIPTDIR/steps.sh
+source e2e/cluster/steps.sh # the checks, the build, run_step, diagnose, node_down (shared with demo.sh)
+require_root cluster
+check_requirements cluster prometheus=prometheus prometheus-alertmanager=prometheus-alertmanager chromium=chromium || exit 3
+# Never beside make cluster-demo (2 cores; and the nodes make the same mount points on the host): one line, no harm
+hold_cluster_lock || { echo "cluster: make cluster or make cluster-demo is starting here: not run beside it" >&2; exit 1; }
+if netns_exists "$DEMO_NETNS"; then
+  echo "cluster: make cluster-demo's node is up here (make cluster-down stops it): not run beside it" >&2
+  exit 1
+fi
+build_components
 
-# What a failed step leaves to read before node-down.sh removes it: the pods and events, the node's
-# tmpfs and disk use, the kubelet's and containerd's last lines.
-diagnose() {
-  bash -c 'source e2e/cluster/common.sh
-    kubectl get pods -A -o wide
-    kubectl get events -A --sort-by=.lastTimestamp | tail -n 40
-    nsenter --mount="/proc/$(cat "$BASE/pids/mount-holder")/ns/mnt" -- df -h $NODE_TMPFS_DIRS
-    df -h "$BASE"
-    for name in kubelet containerd; do echo "--- $name.log"; tail -n 60 "$BASE/logs/$name.log"; done' >&2 2>&1 || true
-}
-
-down() {
-  local code=0
-  bash e2e/cluster/node-down.sh || code=$?
-  [ "$code" = 0 ] || echo "cluster: node-down.sh left something behind (exit $code)" >&2
-  return "$code"
-}
 # Each step needs the one before it: the first that fails ends the tier (the rest count as failed).
 steps=(node-up.sh smoke-healer.sh argo-up.sh healer-up.sh monitoring-up.sh "drill-argo.sh 3" "drill-argo.sh hang"
   "drill-argo.sh fallback" drill-template.sh stage-template.sh status.sh "drill-argo.sh one-in-five" "drill-argo.sh store-down" store-s3.sh
-  argo-ui.sh release.sh)
+  argo-ui.sh release.sh "modes.sh object-store" "modes.sh kserve")
 passed=0
 status=0
 for step in "${steps[@]}"; do
-  step_started=$SECONDS
   read -ra command <<<"$step"
-  if bash "e2e/cluster/${command[0]}" "${command[@]:1}"; then
-    passed=$((passed + 1))
-    echo "cluster: $step passed in $((SECONDS - step_started)) s" >&2
-  else
-    echo "cluster: $step FAILED after $((SECONDS - step_started)) s" >&2
+  if ! run_step "${command[@]}"; then
     diagnose
     status=1
     break
   fi
+  passed=$((passed + 1))
   # the smoke's pods are done with: their Triton would go on using a core
-  if [ "$step" = smoke-healer.sh ]; then
-    bash -c 'source e2e/cluster/common.sh &&
-      kubectl delete pod triton-0 healer-version hello --wait=false' >/dev/null 2>&1 || true
-  fi
+  if [ "$step" = smoke-healer.sh ]; then kubectl delete pod triton-0 healer-version hello --wait=false >/dev/null 2>&1 || true; fi
 done
-down || status=1
+node_down || status=1
 echo "cluster: tier finished in $((SECONDS - started)) s with exit status $status" >&2
 echo "cluster: $passed passed, $((${#steps[@]} - passed)) failed"
 exit "$status"

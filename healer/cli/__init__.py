@@ -5,13 +5,15 @@ output.py (printing, exit codes). Heavy clients are imported inside the commands
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import os
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
 
 from healer.cli import (
     check,
+    completion,
     demo,
     drill,
     probe,
@@ -29,14 +31,14 @@ from healer.cli.cluster import cluster_mode
 from healer.cli.common import (
     CONFIG_ENV,
     NO_CONFIG,
-    add_config,
     add_logging,
     config_path,
     epilog,
     log_level_for,
     named_problem,
 )
-from healer.cli.output import EXIT_USAGE
+from healer.cli.output import EXIT_INTERRUPTED, EXIT_USAGE
+from healer.cli.parser import HealerParser, add_shared, walk
 from healer.settings import ConfigError, Settings, load_settings
 
 DESCRIPTION = """\
@@ -54,37 +56,73 @@ EPILOG = (
     "  healer drill --config examples/healer.yaml --all\n"
     "  healer runs list -o wide          (the config from $HEALER_CONFIG)\n\n"
     "exit codes: 0 success; 1 a probe failed (or nothing found); 2 probe inconclusive, retry later;\n"
-    "3 promote or rollback refused or not successful; 64 bad arguments or configuration.\n"
-    "`healer COMMAND --help` shows each command's options, examples and exit codes."
+    "3 promote or rollback refused or not successful; 64 bad arguments or configuration;\n"
+    "130 ended by Ctrl-C (a watch, -w, ends so).\n"
+    "`healer COMMAND --help` shows each command's options, examples and exit codes;\n"
+    "`healer completion --help` how to get tab completion in bash, zsh or fish."
 )
 # The commands in the order `healer --help` lists them.
-COMMANDS = (probe, demo, drill, render, promote, store, runs, status, check, webhook, sidecar, rollback, release)
+COMMANDS = (
+    probe,
+    demo,
+    drill,
+    render,
+    promote,
+    store,
+    runs,
+    status,
+    check,
+    webhook,
+    sidecar,
+    rollback,
+    release,
+    completion,
+)
 # Commands that work through the Kubernetes API with a kubeconfig (healer/cli/cluster.py).
 CLUSTER_COMMANDS = frozenset({"runs", "rollback", "status"})
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors exit 64, not argparse's 2: 2 is `healer probe`'s "inconclusive, retry later"."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+# What runs and rollback say they also take, when neither a healer.yaml nor a kubeconfig was found.
+NO_KUBECONFIG = "a kubeconfig (none found in $KUBECONFIG or ~/.kube/config: give --kubeconfig FILE)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started: dict[str, str] = {}  # the command, once parsed: what Ctrl-C may have left behind
+    try:
+        code = _main(argv, started)
+        sys.stdout.flush()  # here, not at exit, where a reader that left would print a traceback
+        return code
+    except KeyboardInterrupt:  # Ctrl-C: one line, as a shell tool, not the client's 90-line traceback
+        print(f"healer: {interrupted_line(started.get('command'))}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `healer ... | head`: the reader left; no traceback, as any Unix tool
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
+
+
+def interrupted_line(command: str | None) -> str:
+    """What Ctrl-C says: for rollback and release, that the workflow may already be on its way."""
+    if command in ("rollback", "release"):
+        return f"interrupted (Ctrl-C); the {command} workflow may have been submitted: check `healer runs list`"
+    return "interrupted (Ctrl-C)"
+
+
+def _main(argv: Sequence[str] | None, started: dict[str, str]) -> int:
     parser, commands = _parser()
     try:
         args = parser.parse_args(argv)
+        started["command"] = args.command
         if args.command == "drill" and args.list:  # the catalog is healer's own: no config needed, as --help
-            raise SystemExit(drill.print_catalog())
+            raise SystemExit(drill.print_catalog(args.output))
         config_given = bool(getattr(args, "config", None) or os.environ.get(CONFIG_ENV))
         args.cluster = args.command == "status" or (
             args.command in CLUSTER_COMMANDS and cluster_mode(args, config_given=config_given)
         )
-        if args.command == "runs" and args.runs_command == "watch" and not args.cluster:
-            commands["runs"].error("runs watch reads the cluster's workflows: give --kubeconfig, --context or -n")
+        if args.command == "runs" and (problem := runs.watch_problem(args)):
+            print(f"healer: runs {args.runs_command}: {problem}", file=sys.stderr)  # one line, no usage block
+            raise SystemExit(EXIT_USAGE)
         if args.command not in NO_CONFIG and not (args.cluster and not config_given):
-            args.config = config_path(args, commands[args.command])
+            on_cluster = NO_KUBECONFIG if args.command in CLUSTER_COMMANDS else ""
+            args.config = config_path(args, commands[args.command], on_cluster=on_cluster)
     except SystemExit as exc:  # --help, --version and usage errors: an exit status, not an exception
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     from healer.edges.logs import configure_logging
@@ -94,7 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.file_log_level = getattr(args, "log_level", None) or ("debug" if getattr(args, "verbose", 0) > 1 else "info")
     args.log_level = log_level_for(args)
     configure_logging(level=args.log_level, stream=sys.stdout if args.command == "sidecar" else None)
-    without_config = {"render": render.run, "webhook": webhook.run}.get(args.command)
+    alone: dict[str, Callable[[argparse.Namespace], int]] = {
+        "render": render.run,
+        "webhook": webhook.run,
+        "completion": functools.partial(completion.run, parser=parser),
+    }
+    without_config = alone.get(args.command)
     if without_config is None and args.cluster and not getattr(args, "config", None):
         without_config = _on_cluster_alone  # a kubeconfig is all it needs: no healer.yaml
     if without_config is not None:
@@ -158,13 +201,14 @@ def _version() -> str:
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser, and each command's parser (for usage errors found after parsing)."""
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = _Parser(prog="healer", description=DESCRIPTION, epilog=EPILOG, formatter_class=formatter)
+    parser = HealerParser(prog="healer", description=DESCRIPTION, epilog=EPILOG, formatter_class=formatter)
     parser.add_argument("--version", action="version", version=f"healer {_version()}")
-    add_logging(parser, default=None)
+    add_logging(parser)
     subcommands = parser.add_subparsers(
         dest="command", required=True, title="commands", metavar="COMMAND", help="one of:"
     )
     commands: dict[str, argparse.ArgumentParser] = {}
+    reads_config: dict[str, bool] = {}
 
     def command(name: str, help_text: str, examples: Sequence[str], *, config: bool = True) -> argparse.ArgumentParser:
         sub = subcommands.add_parser(
@@ -173,15 +217,22 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
             description=help_text[0].upper() + help_text[1:] + ".",
             epilog=epilog(name, examples),
             formatter_class=formatter,
+            add_help=False,  # -h goes in the shared group, at the end of the help
         )
-        if config:
-            add_config(sub, default=None)
-        add_logging(sub, default=argparse.SUPPRESS)  # also after the command, as kubectl takes its flags
         commands[name] = sub
+        reads_config[name] = config
         return sub
 
     for verb in COMMANDS:
         verb.register(command)
+    # The shared options last (also after the command, as kubectl takes its flags): --config on the
+    # commands that read healer.yaml (SUPPRESS on a nested one: a value given before it stands).
+    shared: set[int] = set()
+    for path, each in walk(parser):
+        if path and id(each) not in shared:
+            shared.add(id(each))
+            config = (None if len(path) == 1 else argparse.SUPPRESS) if reads_config[path[0]] else False
+            add_shared(each, config=config)
     return parser, commands
 
 

@@ -12,7 +12,7 @@ from healer.cli.output import EXIT_CODES
 from healer.settings import ConfigError, Settings
 
 CONFIG_ENV = "HEALER_CONFIG"  # the config's default location, as in the rollback pods
-NO_CONFIG = frozenset({"render", "webhook", "status"})  # commands that do not read healer.yaml
+NO_CONFIG = frozenset({"render", "webhook", "status", "completion"})  # commands that do not read healer.yaml
 DAEMONS = frozenset({"sidecar", "webhook"})  # their logs are their output: info by default
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # A command's parser, made by healer/cli/__init__.py: command(name, help_text, examples, *, config=True).
@@ -31,24 +31,23 @@ def epilog(command: str, examples: Sequence[str]) -> str:
 def add_subcommand(
     subcommands: Any, name: str, command: str, examples: Sequence[str], **kwargs: Any
 ) -> argparse.ArgumentParser:
-    """A subcommand of ``command`` (store, runs) with the command's epilog, and --config with a SUPPRESS
-    default: given before the subcommand, the parent's value stands."""
+    """A subcommand of ``command`` (store, runs) with the command's epilog; its shared options (-h,
+    --config with a SUPPRESS default, logging) are added with every command's (healer/cli/parser.py)."""
     sub: argparse.ArgumentParser = subcommands.add_parser(
-        name, epilog=epilog(command, examples), formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs
+        name,
+        epilog=epilog(command, examples),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
+        **kwargs,
     )
-    add_config(sub, default=argparse.SUPPRESS)
     return sub
 
 
-def add_config(parser: argparse.ArgumentParser, *, default: Any) -> None:
-    # Nested subcommands take --config with a SUPPRESS default, so they never overwrite the parent's value.
-    parser.add_argument("--config", metavar="FILE", default=default, help=f"healer YAML file (default: ${CONFIG_ENV})")
-
-
-def add_logging(parser: argparse.ArgumentParser, *, default: Any) -> None:
+def add_logging(parser: argparse.ArgumentParser) -> None:
+    """healer's own --log-level and -v, before the command (each command takes them too, shorter: parser.py)."""
     parser.add_argument(
         "--log-level",
-        default=default,
+        default=None,
         choices=LOG_LEVELS,
         help=(
             "least severe log event to write (default: warning, so a person's output is the results; "
@@ -61,7 +60,7 @@ def add_logging(parser: argparse.ArgumentParser, *, default: Any) -> None:
         "-v",
         "--verbose",
         action="count",
-        default=0 if default is None else argparse.SUPPRESS,
+        default=0,
         help="log more: -v info, -vv debug (--log-level wins)",
     )
 
@@ -104,10 +103,13 @@ def named_problem(settings: Settings, args: argparse.Namespace) -> str | None:
     return None
 
 
-def config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+def config_path(args: argparse.Namespace, parser: argparse.ArgumentParser, *, on_cluster: str = "") -> str:
+    """--config, else $HEALER_CONFIG; neither: a usage error that says both (and, for a command that
+    also works through the Kubernetes API, ``on_cluster``: how to do that instead)."""
     config = getattr(args, "config", None) or os.environ.get(CONFIG_ENV)
     if not config:
-        parser.error(f"no configuration: give --config FILE or set the {CONFIG_ENV} environment variable")
+        also = f", or, to work on a cluster, {on_cluster}" if on_cluster else ""
+        parser.error(f"no configuration: give --config FILE or set the {CONFIG_ENV} environment variable{also}")
     return config
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from healer.cli.common import Command
+from healer.cli.drill import scenario_problem
 from healer.cli.output import EXIT_USAGE, add_output
 from healer.cli.probe import probe_and_print
 from healer.settings import Settings
@@ -40,6 +41,16 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
     if settings.embedded is None:
         print(f"healer: {settings.source}: embedded: is required for the demo", file=sys.stderr)
+        return EXIT_USAGE
+    problem = scenario_problem(list(args.drills or []))
+    if problem:
+        print(f"healer: demo: --drills: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.drills is not None and args.output in ("name", "wide"):
+        print(
+            f"healer: demo: -o {args.output}: with --drills, -o is json or yaml (the drills have no {args.output})",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     names = [m.name for m in settings.models]
     started = time.monotonic()

@@ -10,6 +10,7 @@ from typing import Any
 
 EXIT_USAGE = 64  # bad arguments or configuration (sysexits EX_USAGE); 0/1/2 are the probe verdicts
 EXIT_REFUSED = 3  # promote refused, rollback did not succeed
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C: how a watch ends
 OUTPUTS = ("json", "yaml", "wide", "name")
 
 
@@ -18,7 +19,7 @@ EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
     "probe": (
         (0, "every tier of every model passed"),
         (1, "at least one fail (a wrong answer, a model not ready, Triton not live)"),
-        (2, "errors only: inconclusive (timeouts, 5xx), retry later and do not act"),
+        (2, "errors only: inconclusive (Triton not reachable, timeouts, 5xx), retry later and do not act"),
         (EXIT_USAGE, "bad arguments or configuration"),
     ),
     "demo": (
@@ -63,9 +64,10 @@ EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
             "runs get: no such run; on the cluster: unreachable, or refused (the message names the missing right)",
         ),
         (EXIT_USAGE, "bad arguments or configuration"),
+        (EXIT_INTERRUPTED, "runs watch (or -w) ended by Ctrl-C"),
     ),
     "check": (
-        (0, "every check passed"),
+        (0, "every check that was done passed (one not possible from here, e.g. Triton not reachable: WARN)"),
         (1, "a check failed (the line says what was tried and what came back)"),
         (EXIT_USAGE, "bad arguments or configuration"),
     ),
@@ -73,6 +75,7 @@ EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
         (0, "every pod × model healthy and in service"),
         (1, "some are not (the rows say which and why), or the cluster was not reachable or refused"),
         (EXIT_USAGE, "bad arguments"),
+        (EXIT_INTERRUPTED, "-w ended by Ctrl-C"),
     ),
     "sidecar": (
         (0, "stopped by SIGTERM or SIGINT (after letting an in-pod rollback finish)"),
@@ -85,6 +88,10 @@ EXIT_CODES: Mapping[str, Sequence[tuple[int, str]]] = {
     "webhook": (
         (0, "stopped by SIGTERM or SIGINT"),
         (EXIT_USAGE, "bad arguments, injection settings or TLS files"),
+    ),
+    "completion": (
+        (0, "printed"),
+        (EXIT_USAGE, "bad arguments (a shell other than bash, zsh or fish)"),
     ),
 }
 
@@ -108,12 +115,16 @@ def add_output(
 
 def print_data(data: Any, output: str) -> None:
     """json or yaml of plain data on stdout."""
+    print(data_text(data, output))
+
+
+def data_text(data: Any, output: str) -> str:
+    """json or yaml of plain data, without the last newline."""
     if output == "yaml":
         import yaml
 
-        print(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), end="")
-    else:
-        print(json.dumps(data, indent=2))
+        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True).rstrip("\n")
+    return json.dumps(data, indent=2)
 
 
 def print_table(rows: Sequence[Sequence[str]]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from typing import Any
 
 from healer.cli.common import Command
 from healer.cli.output import EXIT_USAGE, add_output, print_data, print_table
@@ -37,13 +38,21 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 def probe_and_print(settings: Settings, url: str, *, output: str | None) -> int:
     from healer.edges.triton import TritonHttp
     from probes.report import format_table
-    from probes.runner import ONE_SHOT_BEST_OF, exit_code, probe_all
+    from probes.runner import EXIT_ERROR_ONLY, ONE_SHOT_BEST_OF, exit_code, probe_all
 
     triton = TritonHttp(url, timeout_s=settings.triton.timeout_s)
+    unreached = _unreached(triton, url)
+    if unreached is not None:
+        # Nothing was learnt, so no tier of any model is judged: README's `error`, exit 2 (retry later).
+        triton.close()
+        print(f"healer: {unreached}; nothing learnt, every tier is `error` (is Triton running there?)", file=sys.stderr)
+        if output in ("json", "yaml"):  # a script reads the result from stdout: every tier, as `error`
+            print_data([r.to_dict() for r in _all_errors(settings, unreached)], output)
+        return EXIT_ERROR_ONLY
     try:
         # One slow answer is a sample, not a verdict (the first request after a start, a busy machine):
         # a correct but slow answer is asked again, best of ONE_SHOT_BEST_OF; a wrong one never is.
-        results = probe_all(settings, triton, best_of=ONE_SHOT_BEST_OF)
+        results = probe_all(settings, triton, best_of=ONE_SHOT_BEST_OF, suites=_store_suites(settings))
     finally:
         triton.close()
     if output in ("json", "yaml"):
@@ -66,3 +75,44 @@ def probe_and_print(settings: Settings, url: str, *, output: str | None) -> int:
     else:
         print(format_table(results))
     return exit_code(results)
+
+
+def _all_errors(settings: Settings, unreached: str) -> list[Any]:
+    """Every tier of every model as `error` (nothing learnt), as probe_all gives them for a Triton not live."""
+    from healer.core.results import ProbeResult, Status, Tier
+
+    reasons = {
+        Tier.LIVENESS: unreached.removeprefix("error: "),
+        Tier.READINESS: "not probed: Triton is not reachable",
+        Tier.BUSINESS: "not probed: Triton is not reachable",
+    }
+    return [
+        ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0, reason)
+        for model in settings.models
+        for tier, reason in reasons.items()
+    ]
+
+
+def _unreached(triton: Any, url: str) -> str | None:
+    """The one line when Triton could not be reached at all (refused, unresolved, timed out), else None:
+    a Triton that answers, even "not live" or 5xx, is probed and judged tier by tier."""
+    from healer.cli.reach import unreachable
+    from healer.edges.triton import TritonUnavailable
+
+    try:
+        triton.server_live()
+    except TritonUnavailable as exc:
+        return unreachable("Triton", url, exc)
+    except Exception:  # any other answer: the tiers judge it
+        return None
+    return None
+
+
+def _store_suites(settings: Any) -> Any:
+    """Each model's suite with its requests kept in the store (models[].golden_in_store), or None."""
+    if settings.store is None or not any(m.golden_in_store for m in settings.models):
+        return None
+    from healer.edges.store import store_from_settings
+    from probes.store_suite import StoreSuites
+
+    return StoreSuites(lambda: store_from_settings(settings.store)).suite_of

@@ -8,6 +8,7 @@ import sys
 
 from healer.cli.common import Command, open_store
 from healer.cli.output import EXIT_REFUSED, EXIT_USAGE
+from healer.cli.reach import unreachable
 from healer.settings import ConfigError, Settings
 
 EXAMPLES = ("healer promote --config healer.yaml linear_scorer 2 --by alice",)
@@ -39,7 +40,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     try:
         record = promote(settings, triton, store, args.model, args.version, by=args.by or getpass.getuser())
     except (PromotionRefused, StoreError, ValueError) as exc:
-        print(f"healer: promote refused: {exc}", file=sys.stderr)
+        line = unreachable("Triton", settings.triton.url, exc)
+        print(f"healer: {line}; nothing promoted" if line else f"healer: promote refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     finally:
         triton.close()

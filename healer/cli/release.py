@@ -11,6 +11,7 @@ from typing import Any
 
 from healer.cli.common import Command
 from healer.cli.output import EXIT_REFUSED, EXIT_USAGE, add_output, print_data, run_status
+from healer.cli.reach import unreachable
 from healer.settings import Settings
 
 EXAMPLES = (
@@ -49,7 +50,11 @@ def register(command: Command) -> None:
         default=None,
         help="how long to wait for the outcome (default: an hour)",
     )
-    add_output(release, "text, a line per step; json/yaml: the run's final status; name: only the run's name")
+    add_output(
+        release,
+        "text, a line per step; json/yaml: the run's final status; name: only the run's name",
+        choices=("json", "yaml", "name"),
+    )
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
@@ -79,7 +84,13 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
                 engine, name, verb = _submit_release(settings, request, local=local)
             except (EngineError, ValueError, OSError) as exc:
                 span.fail(str(exc))
-                print(f"healer: release {release_id} not submitted: {exc}", file=sys.stderr)
+                line = unreachable("argo-server", settings.rollback.argo.host, exc) if not local else None
+                said = (
+                    f"{line}; release {release_id} not submitted"
+                    if line
+                    else f"release {release_id} not submitted: {exc}"
+                )
+                print(f"healer: {said}", file=sys.stderr)
                 return EXIT_REFUSED
             print(f"{verb} {name} ({settings.rollback.engine}): release {release_id}", file=progress, flush=True)
             try:

@@ -9,10 +9,11 @@ import sys
 import time
 from typing import Any
 
-from healer.cli.cluster import access, add_cluster_flags
+from healer.cli.cluster import access, add_cluster_flags, one_line, refuse_all_namespaces
 from healer.cli.cluster import engine as cluster_engine
 from healer.cli.common import Command
 from healer.cli.output import EXIT_REFUSED, EXIT_USAGE, add_output, print_data, run_status
+from healer.cli.reach import unreachable
 from healer.edges.cluster import ClusterError
 from healer.engines import EngineError
 from healer.settings import Settings
@@ -28,6 +29,12 @@ EXAMPLES = (
 def register(command: Command) -> None:
     rollback = command(
         "rollback", "roll a model back to its last stable version now, and wait for the outcome", EXAMPLES
+    )
+    rollback.description = (
+        f"{rollback.description}\n\nWhere it runs: with --kubeconfig, --context or -n, or with no healer.yaml "
+        "(no --config,\nno $HEALER_CONFIG) and a kubeconfig found: an Argo Workflow created through the "
+        "Kubernetes API\nwith your credentials (a kubeconfig is all it needs); otherwise the config's "
+        "rollback.engine."
     )
     rollback.add_argument("model", metavar="MODEL", help="the model's name")
     rollback.add_argument("from_version", metavar="FROM_VERSION", help="the failing version")
@@ -45,7 +52,7 @@ def register(command: Command) -> None:
         "--wait", type=float, metavar="SECONDS", default=None, help="how long to wait (default: deadline + 30)"
     )
     add_output(rollback, "text; json/yaml: the run's final status; name: only the run's name")
-    add_cluster_flags(rollback)
+    add_cluster_flags(rollback, across=False)
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
@@ -67,7 +74,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     except (EngineError, ValueError, OSError) as exc:
         maybe = getattr(exc, "maybe_delivered", False)
         what = f"the rollback for incident {incident} may have been created" if maybe else "rollback not submitted"
-        print(f"healer: {what}: {exc}", file=sys.stderr)
+        line = unreachable("argo-server", settings.rollback.argo.host, exc) if not maybe else None
+        print(f"healer: {line}; {what}" if line else f"healer: {what}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     verb = "submitted" if submission.created else "joined"
     print(f"{verb} {submission.name} ({settings.rollback.engine})", file=progress, flush=True)
@@ -81,6 +89,10 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 def run_on_cluster(args: argparse.Namespace, *, deadline_s: float) -> int:
     """The rollback as an Argo workflow created through the Kubernetes API with the caller's credentials."""
+    problem = refuse_all_namespaces(args, "a rollback is created")
+    if problem:
+        print(f"healer: rollback: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         request = _request(args, _incident(args))
     except ValueError as exc:
@@ -112,40 +124,42 @@ def _cmd_rollback_on_cluster(args: argparse.Namespace, request: Any, *, deadline
     try:
         cluster = access(args)
     except ClusterError as exc:
-        print(f"healer: rollback not submitted: {exc}", file=sys.stderr)
-        return 3
+        print(f"healer: {one_line(exc)}; rollback not submitted", file=sys.stderr)
+        return EXIT_REFUSED
     with cluster_engine(cluster, deadline_s) as argo:
         try:
             argo.template_exists()  # a wrong -n says so here, not as a Workflow the controller fails later
         except EngineError as exc:
-            print(f"healer: rollback not submitted: no usable template in {cluster.namespace}: {exc}", file=sys.stderr)
-            return 3
+            line = unreachable("the Kubernetes API server", cluster.host, exc, source=cluster.source)
+            said = line or f"no usable template in {cluster.namespace}: {exc}"
+            print(f"healer: {said}; rollback not submitted", file=sys.stderr)
+            return EXIT_REFUSED
         try:
             submission = argo.submit(request)
         except EngineUnavailable as exc:
             if not exc.maybe_delivered:
-                print(f"healer: rollback not submitted: {exc}", file=sys.stderr)
+                print(f"healer: {one_line(exc, cluster)}; rollback not submitted", file=sys.stderr)
             else:
                 print(
-                    f"healer: the rollback for incident {request.incident} may have been created: {exc}; "
-                    f"`healer runs list -n {cluster.namespace}` shows it; {again}",
+                    f"healer: the rollback for incident {request.incident} may have been created: "
+                    f"{one_line(exc, cluster)}; `healer runs list -n {cluster.namespace}` shows it; {again}",
                     file=sys.stderr,
                 )
-            return 3
+            return EXIT_REFUSED
         except EngineError as exc:
             print(f"healer: rollback not submitted: {exc}", file=sys.stderr)
-            return 3
+            return EXIT_REFUSED
         verb = "submitted" if submission.created else "joined"
         print(f"{verb} {submission.name} (Argo, through the Kubernetes API at {cluster.host})", file=progress)
         try:
             status = argo.wait(submission.name, args.wait or deadline_s + 30)
         except EngineError as exc:
             print(
-                f"healer: {submission.name} was {verb}, but its outcome could not be read: {exc}; "
+                f"healer: {submission.name} was {verb}, but its outcome could not be read: {one_line(exc, cluster)}; "
                 f"`healer runs get {submission.name} -n {cluster.namespace}` follows it",
                 file=sys.stderr,
             )
-            return 3
+            return EXIT_REFUSED
     return _report_rollback(args, submission, status, "argo", request.incident)
 
 

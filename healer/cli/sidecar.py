@@ -23,6 +23,10 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from healer.compose import run_sidecar, sidecar_problem
 
     problem = sidecar_problem(settings, listen=args.listen)
+    if problem is None:
+        from healer.sidecar.stage import repository_problem
+
+        problem = repository_problem(settings)  # per-pod: this pod's repository writable by the sidecar
     if problem is not None:
         print(f"healer: {problem}", file=sys.stderr)
         return EXIT_USAGE

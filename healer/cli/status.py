@@ -8,9 +8,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from healer.cli.cluster import access, add_cluster_flags, engine, fail, watch
+from healer.cli.cluster import access, add_cluster_flags, fail, list_workflows, one_line, watch, where
 from healer.cli.common import Command
-from healer.cli.output import add_output, print_data
+from healer.cli.output import add_output, data_text
 from healer.core.labels import MODEL_LABEL
 from healer.edges.cluster import ClusterError, list_pods, sidecar_status
 from healer.edges.fleet import fleet_view, format_fleet, pod_from_api
@@ -38,7 +38,13 @@ def register(command: Command) -> None:
     status.add_argument(
         "-l", "--selector", help="only pods matching this label selector (default: every pod with a sidecar)"
     )
-    status.add_argument("-w", "--watch", action="store_true", help="print the view again every 2 s until Ctrl-C")
+    status.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="read the view every 2 s and print it when it changed (-o yaml: a document each), until Ctrl-C "
+        "(exit 130); an error on the first read, or errors for a minute (or 30 reads) in a row, exit 1",
+    )
     add_output(
         status,
         "a table, one row per pod × model; wide adds the circuit breaker",
@@ -53,7 +59,8 @@ def run_on_cluster(args: argparse.Namespace) -> int:
     except ClusterError as exc:
         return fail(exc)
 
-    def view() -> Any:
+    def view() -> tuple[Any, str]:
+        """The fleet, and a warning when the rollback workflows could not be read (the pods' view still helps)."""
         pods = [p for p in (pod_from_api(raw) for raw in list_pods(cluster, args.selector or "")) if p is not None]
 
         def read(pod: Any) -> dict[str, Any] | str:
@@ -65,26 +72,37 @@ def run_on_cluster(args: argparse.Namespace) -> int:
         # ceil(pods / SIDECAR_READS_AT_ONCE) timeouts.
         with ThreadPoolExecutor(max_workers=max(1, min(SIDECAR_READS_AT_ONCE, len(pods)))) as pool:
             statuses = dict(zip((f"{p.namespace}/{p.name}" for p in pods), pool.map(read, pods), strict=True))
+        warning = ""
         try:
-            workflows = engine(cluster, 90.0).list(label_selector=MODEL_LABEL)
+            workflows = list_workflows(cluster, 90.0, MODEL_LABEL)
         except Exception as exc:  # no right to read workflows: the pods' view still helps
             workflows = []
-            statuses = dict(statuses)
-            print(f"healer: warning: rollback workflows not read: {exc}", file=sys.stderr)
-        return fleet_view(pods, statuses, workflows)
+            warning = f"healer: warning: rollback workflows not read: {one_line(exc, cluster)}"
+        return fleet_view(pods, statuses, workflows), warning
 
+    def shown(fleet: Any) -> str:
+        if args.output in ("json", "yaml"):
+            text = data_text(fleet.to_dict(), args.output)
+            return f"---\n{text}" if args.output == "yaml" and args.watch else text
+        return str(format_fleet(fleet, wide=args.output == "wide"))
+
+    if args.watch:
+
+        def render() -> str:
+            fleet, warning = view()
+            return shown(fleet) + (f"\n{warning}" if warning and args.output not in ("json", "yaml") else "")
+
+        machine = args.output in ("json", "yaml")
+        return watch(render, describe=lambda exc: one_line(exc, cluster), header=not machine)
     try:
-        if args.watch:
-            return watch(lambda: format_fleet(view(), wide=args.output == "wide"))
-        current = view()
+        current, warning = view()
     except ClusterError as exc:
-        return fail(exc)
+        return fail(exc, cluster)
+    if warning:
+        print(warning, file=sys.stderr)
     if not current.rows:
         # Nothing was learnt (a wrong -n or -l, or no sidecar injected): never "all healthy".
-        print(f"healer: no pods with a healer sidecar in {cluster.namespace} ({cluster.source})", file=sys.stderr)
+        print(f"healer: no pods with a healer sidecar {where(cluster)} ({cluster.source})", file=sys.stderr)
         return 1
-    if args.output in ("json", "yaml"):
-        print_data(current.to_dict(), args.output)
-    else:
-        print(format_fleet(current, wide=args.output == "wide"))
+    print(shown(current))
     return 0 if current.healthy == len(current.rows) else 1

@@ -66,7 +66,7 @@ def register(command: Command) -> None:
     store_stage.add_argument(
         "model", metavar="MODEL", nargs="?", help="only this model (default: every configured model)"
     )
-    add_output(store_stage, "a line per version; json/yaml: the results", sub=True)
+    add_output(store_stage, "a line per version; json/yaml: the results", sub=True, choices=("json", "yaml"))
     store_doctor.register(subcommand)
 
 

@@ -51,7 +51,7 @@ def register(subcommand: Callable[..., argparse.ArgumentParser]) -> None:
         "that a killed process left on this host (needs --reason)",
     )
     store_doctor.add_argument("--reason", default="", help="why (kept in the lease and the audit trail)")
-    add_output(store_doctor, "a summary", sub=True)
+    add_output(store_doctor, "a summary; json/yaml: what was found and done", sub=True, choices=("json", "yaml"))
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:

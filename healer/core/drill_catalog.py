@@ -311,7 +311,30 @@ def select(names: Sequence[str], *, everything: bool = False, fast: bool = False
     return [s for s in CATALOG if s.name in wanted]
 
 
-def runnable(scenarios: Iterable[Scenario], capabilities: frozenset[str]) -> tuple[list[Scenario], list[str]]:
+# What makes no sense where Triton does not read one shared directory (repository_mode): the scenario's
+# name -> why, per mode. Every other scenario runs in every mode (`healer drill --repository MODE`).
+_PINNED = (
+    "after a heal the model's config.pbtxt in the store is pinned to the stable version (the quarantine that "
+    "survives a restart{where}), so the same version deployed again is not served by a plain load: there is no "
+    "flapping to count; a version serves again only under a new number or through `healer release`"
+)
+# (The modes' names are settings' REPOSITORY_MODES, written out: the catalog imports nothing but data.)
+REPOSITORY_SHARED = "shared"
+NOT_IN_MODE: dict[str, dict[str, str]] = {
+    REPOSITORY_SHARED: {},
+    "object-store": {"flapping": _PINNED.format(where=": Triton reads that file itself")},
+    "per-pod": {"flapping": _PINNED.format(where=", as every new pod copies it")},
+}
+
+
+def not_in_mode(scenario: Scenario, mode: str) -> str:
+    """Why ``scenario`` does not run in ``mode`` ("" when it does)."""
+    return NOT_IN_MODE.get(mode, {}).get(scenario.name, "")
+
+
+def runnable(
+    scenarios: Iterable[Scenario], capabilities: frozenset[str], mode: str = REPOSITORY_SHARED
+) -> tuple[list[Scenario], list[str]]:
     """Split into the scenarios the target can run and one line per scenario it cannot (why)."""
     ok: list[Scenario] = []
     skipped: list[str] = []
@@ -319,6 +342,8 @@ def runnable(scenarios: Iterable[Scenario], capabilities: frozenset[str]) -> tup
         missing = scenario.needs - capabilities
         if missing:
             skipped.append(f"{scenario.name}: needs {', '.join(sorted(missing))} (the embedded stack has it)")
+        elif not_in_mode(scenario, mode):
+            skipped.append(f"{scenario.name}: not in repository_mode {mode}: {not_in_mode(scenario, mode)}")
         else:
             ok.append(scenario)
     return ok, skipped

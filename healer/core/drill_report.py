@@ -3,17 +3,30 @@
 The HTML report is one self-contained file: inline CSS and inline SVG, no script, no external
 resource (no font, image or stylesheet is fetched), so it opens anywhere and can be attached to a
 ticket. Per scenario a timeline (injected, detected, each rollback phase from the run's ``phases``
-output, restored or escalated) and, for all of them, a chart of restore times against the budget.
+output, restored or escalated) and, for all of them, a chart of restore times against the budget;
+the pictures are drawn in ``drill_report_svg``, their labels placed by ``drill_report_layout``.
+Colour says whether a scenario passed (an expected escalation is a pass), and a legend says so.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from healer.core.drill_catalog import Scenario
-from healer.core.drill_verdict import DrillResult, Mark, PhaseSpan
+from healer.core.drill_report_layout import event_lines
+from healer.core.drill_report_svg import (
+    FAILED_PHASE_FILL,
+    GREEN,
+    GREEN_BAR,
+    PHASE_COLOURS,
+    RED,
+    RED_BAR,
+    restore_chart,
+    timeline_svg,
+)
+from healer.core.drill_verdict import DrillResult
 
 # Fixed widths: rows are printed one by one as scenarios finish, so the table cannot size itself.
 COLUMNS: tuple[tuple[str, int], ...] = (
@@ -108,33 +121,29 @@ th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid #e3e6
 th { font-weight: 600; background: #f6f7f9; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .pass { color: #137333; font-weight: 600; } .fail { color: #b3261e; font-weight: 600; } .skip { color: #8a6d00; }
 .badge { display: inline-block; padding: 0 .45em; border-radius: 3px; background: #eef1f5; }
-section.scenario { border: 1px solid #e3e6eb; border-radius: 6px; padding: .6rem 1rem; margin: 1rem 0; }
+section.scenario { border: 1px solid #e3e6eb; border-left-width: 5px; border-radius: 6px; padding: .6rem 1rem;
+                   margin: 1rem 0; }
+section.scenario.passed { border-left-color: #34a853; } section.scenario.missed { border-left-color: #ea4335; }
+section.scenario.skipped { border-left-color: #fbbc04; }
 section.scenario h3 { margin: .2rem 0; font-size: 1rem; } section.scenario p { margin: .3rem 0; }
 ul.missed { color: #b3261e; margin: .3rem 0; } svg { display: block; max-width: 100%; height: auto; }
 svg text { font: 11px system-ui, sans-serif; fill: #1d2433; } .legend span { margin-right: 1rem; }
-.swatch { display: inline-block; width: .8em; height: .8em; border-radius: 2px; margin-right: .3em; }
+.swatch { display: inline-block; width: .8em; height: .8em; border-radius: 2px; margin-right: .3em;
+          box-sizing: border-box; }
 """
 
-PHASE_COLOURS: Mapping[str, str] = {
-    "lease": "#8ab4f8",
-    "fetch-stable": "#81c995",
-    "restore": "#fdd663",
-    "record": "#c58af9",
-}
-MARK_COLOURS: Mapping[str, str] = {
-    "injected": "#b3261e",
-    "killed": "#b3261e",
-    "detected": "#e37400",
-    "drained": "#8a6d00",
-    "not-live": "#8a6d00",
-    "submitted": "#1a73e8",
-    "restored": "#137333",
-    "trusted": "#137333",
-    "escalated": "#b3261e",
-    "wrong-answer": "#e37400",
-    "end": "#9aa0a6",
-    "pushed-again": "#b3261e",
-}
+# The colour key, said once at the top and under the chart (the issue: an expected escalation is a pass).
+COLOUR_LEGEND = (
+    ("pass", GREEN_BAR, "passed: the outcome the scenario expects, within the budget (an expected escalation "
+     "is a pass)"),
+    ("fail", RED_BAR, "missed: the outcome differs from the expected one, or the budget or a side condition "
+     "was missed (red means this and nothing else)"),
+    ("skip", "#fbbc04", "skipped: the target cannot run it"),
+)  # fmt: skip
+TIME_ORDER = (
+    "Events are in time order; at the same moment the breakage comes first, then a phase's end, then the "
+    "other events in the order the drill recorded them, and the watch's end last."
+)
 
 
 @dataclass(frozen=True)
@@ -147,6 +156,9 @@ class ReportMeta:
     failure_threshold: int = 0
     success_threshold: int = 0
     elapsed_s: float = 0.0
+    # How Triton read its models in the drilled setup (settings' repository_mode: shared, object-store,
+    # per-pod); "" leaves it out of the header.
+    repository_mode: str = ""
 
 
 def render_html(results: Sequence[DrillResult], meta: ReportMeta) -> str:
@@ -160,27 +172,50 @@ def render_html(results: Sequence[DrillResult], meta: ReportMeta) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{e(meta.title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{e(meta.title)}</h1>",
-        f'<p class="meta">{e(meta.target)} &middot; engine <code>{e(meta.engine)}</code> &middot; '
-        f"sidecar period <code>{meta.period_s:g} s</code>, failure_threshold <code>{meta.failure_threshold}</code>, "
-        f"success_threshold <code>{meta.success_threshold}</code> &middot; budget <code>{budget:g} s</code> "
-        f"(rollback.deadline_s) &middot; {e(meta.when)} &middot; {meta.elapsed_s:.0f} s</p>",
+        _meta_line(meta, budget),
         f'<p id="verdict" class="{"pass" if passed == len(ran) else "fail"}">{passed} of {len(ran)} scenarios passed'
         + (f", {len(results) - len(ran)} skipped" if len(results) > len(ran) else "")
         + "</p>",
         _summary_table(results),
         "<h2>Restore times against the budget</h2>",
-        _restore_chart(results, budget),
+        _colour_legend(),
+        restore_chart(results, budget),
         "<h2>Timelines</h2>",
-        '<p class="legend">'
-        + "".join(
-            f'<span><i class="swatch" style="background:{colour}"></i>{e(name)}</span>'
-            for name, colour in PHASE_COLOURS.items()
-        )
-        + '<span><i class="swatch" style="background:#f28b82"></i>failed phase</span></p>',
+        _timeline_legend(),
         *(_scenario_section(r) for r in results),
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def _meta_line(meta: ReportMeta, budget: float) -> str:
+    e = html.escape
+    mode = f"repository <code>{e(meta.repository_mode)}</code> &middot; " if meta.repository_mode else ""
+    return (
+        f'<p class="meta">{e(meta.target)} &middot; engine <code>{e(meta.engine)}</code> &middot; {mode}'
+        f"sidecar period <code>{meta.period_s:g} s</code>, failure_threshold <code>{meta.failure_threshold}</code>, "
+        f"success_threshold <code>{meta.success_threshold}</code> &middot; budget <code>{budget:g} s</code> "
+        f"(rollback.deadline_s) &middot; {e(meta.when)} &middot; {meta.elapsed_s:.0f} s</p>"
+    )
+
+
+def _swatch(colour: str, label: str, outline: str = "") -> str:
+    border = f";border:1px dashed {outline}" if outline else ""
+    return f'<span><i class="swatch" style="background:{colour}{border}"></i>{html.escape(label)}</span>'
+
+
+def _colour_legend() -> str:
+    return '<p class="legend" id="colour-legend">' + "".join(_swatch(c, text) for _, c, text in COLOUR_LEGEND) + "</p>"
+
+
+def _timeline_legend() -> str:
+    phases = "".join(_swatch(colour, name) for name, colour in PHASE_COLOURS.items())
+    failed = _swatch(FAILED_PHASE_FILL, "failed phase (a fact of the run, a pass when expected)", "#3c4043")
+    ending = (
+        f'<span>restored / escalated: <b style="color:{GREEN}">green</b> when the scenario passed, '
+        f'<b style="color:{RED}">red</b> when it missed</span>'
+    )
+    return f'<p class="legend" id="timeline-legend">{phases}{failed}{ending}</p><p class="meta">{TIME_ORDER}</p>'
 
 
 def _summary_table(results: Sequence[DrillResult]) -> str:
@@ -208,62 +243,6 @@ def _summary_table(results: Sequence[DrillResult]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _restore_chart(results: Sequence[DrillResult], budget: float) -> str:
-    """One bar per scenario: time to restore (green) or to escalate (red), scaled to the longest time
-    (restores take seconds against a 90 s budget: on a 0..budget scale every bar was a sliver); the
-    budget is a line when it falls on the scale, else a note at the right edge."""
-    e = html.escape
-    timed = [
-        (r, r.observation.restore_s, "restore")
-        if r.observation.restore_s is not None and r.verdict.outcome.value == "healed"
-        else (r, r.observation.escalate_s, "escalate")
-        for r in results
-        if r.observation.restore_s is not None or r.observation.escalate_s is not None
-    ]
-    if not timed:
-        return "<p>No scenario restored or escalated.</p>"
-    label_w, width, bar_h, gap = 150, 900, 16, 8
-    plot_w = width - label_w - 80
-    longest = max(float(t or 0.0) for _, t, _ in timed)
-    scale_max = max(longest * 1.15, 1.0)
-    if budget <= scale_max * 1.5:  # close enough to show it on the same scale
-        scale_max = max(scale_max, budget * 1.05)
-    height = 30 + len(timed) * (bar_h + gap) + 34
-
-    def x(seconds: float) -> float:
-        return label_w + plot_w * min(seconds, scale_max) / scale_max
-
-    svg = [
-        f'<svg id="restore-chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" role="img" aria-label="restore times against the budget">'
-    ]
-    for i, (r, seconds, kind) in enumerate(timed):
-        y = 20 + i * (bar_h + gap)
-        value = float(seconds or 0.0)
-        colour = "#34a853" if kind == "restore" and r.passed else "#ea4335"
-        svg.append(f'<text x="{label_w - 8}" y="{y + bar_h - 4}" text-anchor="end">{e(r.scenario.name)}</text>')
-        svg.append(
-            f'<rect x="{label_w}" y="{y}" width="{max(1.0, x(value) - label_w):.1f}" height="{bar_h}" '
-            f'fill="{colour}"><title>{e(r.scenario.name)}: {kind} {value:.2f} s</title></rect>'
-        )
-        svg.append(f'<text x="{x(value) + 6:.1f}" y="{y + bar_h - 4}">{kind} {value:.1f} s</text>')
-    bottom = height - 28
-    svg.append(_time_axis(x, label_w, label_w + plot_w, bottom, scale_max))
-    if budget <= scale_max:
-        bx = x(budget)
-        svg.append(
-            f'<line x1="{bx:.1f}" y1="10" x2="{bx:.1f}" y2="{bottom}" stroke="#b3261e" stroke-dasharray="5 4"/>'
-            f'<text x="{bx:.1f}" y="{height - 2}" text-anchor="middle" fill="#b3261e">budget {budget:g} s</text>'
-        )
-    else:
-        svg.append(
-            f'<text id="budget-off-scale" x="{label_w + plot_w + 70}" y="{height - 2}" text-anchor="end" '
-            f'fill="#b3261e">budget {budget:g} s (off the scale) &#8594;</text>'
-        )
-    svg.append("</svg>")
-    return "".join(svg)
-
-
 def _scenario_section(result: DrillResult) -> str:
     e = html.escape
     s = result.scenario
@@ -273,7 +252,7 @@ def _scenario_section(result: DrillResult) -> str:
     missed = "".join(f"<li>{e(m)}</li>" for m in result.verdict.missed) if not result.passed else ""
     notes = "".join(f"<li>{e(n)}</li>" for n in result.notes)
     body = [
-        f'<section class="scenario" id="scenario-{e(s.name)}">',
+        f'<section class="scenario {word}" id="scenario-{e(s.name)}">',
         f'<h3>{e(s.name)} <span class="{status}">{word}</span> '
         f'<span class="badge">expected {e(s.expect.outcome.value)}</span> '
         f'<span class="badge">got {e("skipped" if result.skipped else result.verdict.outcome.value)}</span></h3>',
@@ -290,11 +269,9 @@ def _scenario_section(result: DrillResult) -> str:
             + "</p>"
         )
         body += [f"<p>{e(line)}</p>" for line in measured(result)]
-        body.append(timeline_svg(s.name, o.marks, o.phases))
-        # What the tooltips say, printed: a screenshot or a printout shows why, not only when.
-        reasons = [f"{p.name} {p.outcome} at {p.end_s:.1f} s: {p.error}" for p in o.phases if p.error] + [
-            f"{m.kind} at {m.at_s:.1f} s: {m.text}" for m in o.marks if m.text
-        ]
+        body.append(timeline_svg(s.name, o.marks, o.phases, passed=result.passed))
+        # What the tooltips say, printed in time order: a screenshot or a printout shows why, not only when.
+        reasons = event_lines(o.marks, o.phases)
         if reasons:
             body.append('<ul class="reasons">' + "".join(f"<li>{e(r)}</li>" for r in reasons) + "</ul>")
     if missed:
@@ -303,89 +280,3 @@ def _scenario_section(result: DrillResult) -> str:
         body.append(f"<ul>{notes}</ul>")
     body.append("</section>")
     return "\n".join(body)
-
-
-def timeline_svg(name: str, marks: Sequence[Mark], phases: Sequence[PhaseSpan]) -> str:
-    """Marks on one lane (a tick and a label each), the rollback phases as bars on the lanes below."""
-    e = html.escape
-    end = max([m.at_s for m in marks] + [p.end_s for p in phases] + [1.0])
-    span = end * 1.08
-    left, width = 10, 1060
-    plot_w = width - left - 20
-    workflows = list(dict.fromkeys(p.workflow for p in phases))
-    lanes = max(1, len(workflows))
-    mark_rows = _label_rows(marks, span, plot_w)
-    marks_h = 18 + 14 * (max(mark_rows.values(), default=0) + 1)
-    height = marks_h + lanes * 26 + 30
-
-    def x(seconds: float) -> float:
-        return left + plot_w * max(0.0, seconds) / span
-
-    svg = [
-        f'<svg class="timeline" id="timeline-{e(name)}" xmlns="http://www.w3.org/2000/svg" '
-        f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
-        f'aria-label="timeline of {e(name)}">'
-    ]
-    for i, mark in enumerate(marks):
-        colour = MARK_COLOURS.get(mark.kind, "#5a6372")
-        mx = x(mark.at_s)
-        ly = 12 + 14 * mark_rows.get(i, 0)
-        svg.append(
-            f'<line x1="{mx:.1f}" y1="{ly + 2}" x2="{mx:.1f}" y2="{height - 24}" stroke="{colour}" '
-            f'stroke-width="1.5" stroke-dasharray="3 2"><title>{e(mark.kind)} at {mark.at_s:.2f} s'
-            f"{': ' + e(mark.text) if mark.text else ''}</title></line>"
-        )
-        svg.append(f'<text x="{mx + 3:.1f}" y="{ly}" fill="{colour}">{e(mark.kind)} {mark.at_s:.1f}s</text>')
-    for phase in phases:
-        lane = workflows.index(phase.workflow)
-        y = marks_h + lane * 26
-        px, pw = x(phase.start_s), max(2.0, x(phase.end_s) - x(phase.start_s))
-        colour = "#f28b82" if phase.outcome == "failed" else PHASE_COLOURS.get(phase.name, "#dadce0")
-        tip = f"{phase.name} {phase.outcome} {phase.start_s:.2f}–{phase.end_s:.2f} s"
-        if phase.error:
-            tip += f": {phase.error}"
-        svg.append(
-            f'<rect x="{px:.1f}" y="{y}" width="{pw:.1f}" height="18" fill="{colour}" rx="2">'
-            f"<title>{e(tip)}</title></rect>"
-        )
-        if pw > 40:
-            svg.append(f'<text x="{px + 3:.1f}" y="{y + 13}">{e(phase.name)}</text>')
-    svg.append(_time_axis(x, left, left + plot_w, height - 22, span))
-    svg.append("</svg>")
-    return "".join(svg)
-
-
-def _label_rows(marks: Sequence[Mark], span: float, plot_w: float) -> dict[int, int]:
-    """Put each mark's label on the first row where it does not overlap the previous label."""
-    rows: dict[int, int] = {}
-    row_end: list[float] = []
-    for i, mark in sorted(enumerate(marks), key=lambda im: im[1].at_s):
-        start = plot_w * mark.at_s / span
-        width = 7.0 * (len(mark.kind) + 6)
-        for r, taken_until in enumerate(row_end):
-            if start >= taken_until:
-                rows[i] = r
-                row_end[r] = start + width
-                break
-        else:
-            rows[i] = len(row_end)
-            row_end.append(start + width)
-    return rows
-
-
-def _time_axis(x: Callable[[float], float], start: float, end: float, y: float, span: float) -> str:
-    """A horizontal axis from ``start`` to ``end`` at height ``y``, a tick and a seconds label per step."""
-    parts = [f'<line x1="{start}" y1="{y}" x2="{end}" y2="{y}" stroke="#9aa0a6"/>']
-    for tick in _ticks(span):
-        tx = x(tick)
-        parts.append(
-            f'<line x1="{tx:.1f}" y1="{y}" x2="{tx:.1f}" y2="{y + 4}" stroke="#9aa0a6"/>'
-            f'<text x="{tx:.1f}" y="{y + 16}" text-anchor="middle">{tick:g}s</text>'
-        )
-    return "".join(parts)
-
-
-def _ticks(span: float) -> list[float]:
-    step = next((s for s in (0.5, 1, 2, 5, 10, 20, 30, 60, 120) if span / s <= 12), 300.0)
-    count = int(span / step) + 1
-    return [round(i * step, 3) for i in range(count)]

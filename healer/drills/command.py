@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from healer.core import drill_report as report
-from healer.core.drill_catalog import Scenario, UnknownScenario, runnable, select
+from healer.core.drill_catalog import Scenario, UnknownScenario, not_in_mode, runnable, select
 from healer.core.drill_verdict import DrillResult, Observation, Verdict, exit_code
 from healer.settings import Settings
 
@@ -29,6 +29,12 @@ if TYPE_CHECKING:
     from workflows.steps.drill_inject import DrillTarget
 
 EXIT_USAGE = 64
+# The description's words for where the embedded stack's Tritons read their models (by repository_mode).
+MODE_WHERE = {
+    "shared": "",
+    "object-store": ", repository_mode object-store (Triton reads the store itself)",
+    "per-pod": ", repository_mode per-pod (each replica's own repository, its sidecar stages)",
+}
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
 
 
@@ -40,6 +46,9 @@ class DrillOptions:
     engine: str | None = None  # local | argo (None: the config's rollback.engine, local on the embedded stack)
     target: str = "embedded"  # embedded | config | cluster (the healer-drill workflow through argo-server)
     model: str | None = None
+    # Where the embedded stack's Tritons read their models: shared | object-store | per-pod (None: shared;
+    # another target's mode is its config's repository_mode)
+    repository_mode: str | None = None
     period_s: float | None = None
     broken: Path | None = None
     report: Path | None = None
@@ -79,16 +88,16 @@ def run_drills(settings: Settings, options: DrillOptions, *, out: TextIO | None 
     except UnknownScenario as exc:
         print(f"healer: drill: {exc}", file=err)
         return EXIT_USAGE
+    engine = options.engine or ("local" if options.target == "embedded" else settings.rollback.engine)
+    # The mode's check before the cluster branch too: --target cluster ignored --repository without a word.
+    problem = _mode_usage_error(settings, options, scenarios) or (
+        "" if options.target == "cluster" else _local_usage_error(settings, options, engine)
+    )
+    if problem:
+        print(f"healer: drill: {problem}", file=err)
+        return EXIT_USAGE
     if options.target == "cluster":
         return _run_on_cluster(settings, options, scenarios, say, out)
-    engine = options.engine or ("local" if options.target == "embedded" else settings.rollback.engine)
-    if options.target == "embedded" and engine != "local":
-        print(
-            "healer: drill: the embedded stack has no Argo; --engine argo drills the configured target "
-            "(--target config), whose sidecars submit to rollback.argo",
-            file=err,
-        )
-        return EXIT_USAGE
     log_file = Path(os.path.normpath(options.log_file or default_log_file(settings)))
     log_file.parent.mkdir(parents=True, exist_ok=True)
     started_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -97,7 +106,7 @@ def run_drills(settings: Settings, options: DrillOptions, *, out: TextIO | None 
         try:
             with _target(settings, options, engine) as (target, description, stack):
                 say(f"{description}; logs: {log_file}")
-                ok, skipped = runnable(scenarios, target.capabilities)
+                ok, skipped = runnable(scenarios, target.capabilities, target.settings.repository_mode)
                 results = _skipped(scenarios, skipped, settings)
                 from healer.drills.runner import DrillRunner
 
@@ -116,6 +125,7 @@ def run_drills(settings: Settings, options: DrillOptions, *, out: TextIO | None 
                     start_replica=stack.start_replica if stack is not None else None,
                     stop_replica=stack.stop_replica if stack is not None else None,
                     recover=stack.restart if stack is not None else None,
+                    reset=getattr(stack, "reset_repository", None),
                     progress=progress,
                 )
                 with contextlib.redirect_stderr(log_stream):  # the rollback steps' own stderr lines
@@ -134,6 +144,7 @@ def run_drills(settings: Settings, options: DrillOptions, *, out: TextIO | None 
                     failure_threshold=sidecar.business.failure_threshold,
                     success_threshold=sidecar.business.success_threshold,
                     elapsed_s=elapsed,
+                    repository_mode=target.settings.repository_mode,
                 )
         except _SetupFailed as exc:
             print(f"healer: drill: {exc}", file=err)
@@ -209,9 +220,36 @@ def _run_on_cluster(
         failure_threshold=sidecar.business.failure_threshold,
         success_threshold=sidecar.business.success_threshold,
         elapsed_s=elapsed,
+        repository_mode=settings.repository_mode,
     )
     _write_results(results, meta, options, say, out)
     return EXIT_INTERRUPTED if interrupted else exit_code(results)
+
+
+def _mode_usage_error(settings: Settings, options: DrillOptions, scenarios: list[Scenario]) -> str:
+    """Why the repository mode asked for cannot be drilled as asked ("" when it can): --repository on a
+    target it does not set up, or not one chosen scenario runnable in the mode (a drill that runs
+    nothing must not pass)."""
+    if options.repository_mode and options.target != "embedded":
+        return (
+            f"--repository sets up the embedded stack; --target {options.target} drills the "
+            f"repository_mode its configuration says ({settings.source}: repository_mode: {settings.repository_mode})"
+        )
+    mode = options.repository_mode or settings.repository_mode
+    if scenarios and all(not_in_mode(s, mode) for s in scenarios):
+        why = "; ".join(f"{s.name}: {not_in_mode(s, mode)}" for s in scenarios)
+        return f"none of the chosen scenarios runs in repository_mode {mode} ({why})"
+    return ""
+
+
+def _local_usage_error(settings: Settings, options: DrillOptions, engine: str) -> str:
+    """Why the drills cannot run in this process as asked ("" when they can)."""
+    if options.target == "embedded" and engine != "local":
+        return (
+            "the embedded stack has no Argo; --engine argo drills the configured target "
+            "(--target config), whose sidecars submit to rollback.argo"
+        )
+    return ""
 
 
 def _cluster_usage_error(settings: Settings, options: DrillOptions, scenarios: list[Scenario], model: str) -> str:
@@ -283,6 +321,7 @@ def _target(
     )
     from healer.edges.embedded import EmbeddedTritonError
     from healer.edges.store import StoreError
+    from healer.settings import REPOSITORY_SHARED
 
     broken = options.broken or default_broken(settings)
     try:
@@ -305,14 +344,22 @@ def _target(
             raise _SetupFailed(str(exc)) from exc
         yield target, f"target {model} on Triton {settings.triton.url} ({engine} engine)", None
         return
-    stack = EmbeddedStack(settings, model=model, broken=broken, period_s=options.period_s or DEFAULT_PERIOD_S)
+    stack = EmbeddedStack(
+        settings,
+        model=model,
+        broken=broken,
+        period_s=options.period_s or DEFAULT_PERIOD_S,
+        repository_mode=options.repository_mode or REPOSITORY_SHARED,
+    )
     try:
         try:
             target = stack.start()
         except (StackError, EmbeddedTritonError, OSError) as exc:
             raise _SetupFailed(f"the embedded stack did not start: {exc}") from exc
+        where = MODE_WHERE[stack.mode]
         description = (
-            f"embedded stack: {model} on Triton {target.replicas[0]} (started and promoted in {stack.started_s:.1f} s)"
+            f"embedded stack: {model} on Triton {target.replicas[0]}{where} "
+            f"(started and promoted in {stack.started_s:.1f} s)"
         )
         yield target, description, stack
     finally:

@@ -27,10 +27,11 @@ import structlog
 
 from healer.core.drill_catalog import Injection, Scenario
 from healer.core.drill_verdict import DrillResult, Observation, finished, judge, phase_spans
+from healer.drills.phases import attempt_phases
 from healer.edges.logs import iso_utc
 from healer.edges.processes import free_port
 from healer.engines import RollbackEngine
-from healer.settings import DrainSettings, ReplicaSettings, Settings
+from healer.settings import REPOSITORY_PER_POD, DrainSettings, ReplicaSettings, Settings
 from workflows.steps.drill_inject import (
     DrillTarget,
     Injected,
@@ -67,6 +68,7 @@ class _Running:
     sidecar: Any
     view: SidecarView
     server: Any = None
+    address: str = ""  # host:port of its listener, when it serves one
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
@@ -100,6 +102,7 @@ class DrillRunner:
         stop_replica: Callable[[Any], None] | None = None,
         progress: Progress | None = None,
         recover: Callable[[], list[str]] | None = None,
+        reset: Callable[[], None] | None = None,
     ) -> None:
         self.target = target
         self.scratch = scratch
@@ -108,6 +111,7 @@ class DrillRunner:
         self._stop_replica = stop_replica or (lambda replica: replica.stop())
         self._progress = progress or (lambda *_: None)
         self._recover = recover
+        self._reset = reset  # the stack's repository as found, before the stable version is settled
 
     @property
     def settings(self) -> Settings:
@@ -142,9 +146,10 @@ class DrillRunner:
         traffic: Traffic | None = None
         try:
             replicas = self._replicas(scenario, extra)
-            engine = self._engine(scenario, replicas)
-            running = self._sidecars(scenario, replicas, engine)
-            self._baseline(running)
+            ports = [free_port() for _ in replicas]
+            engine = self._engine(scenario, replicas, ports)
+            running = self._sidecars(scenario, replicas, ports, engine)
+            wait_baseline(running, self.target.model)
             before = sample([r.view for r in running], self.target.model)
             injected = Injected(stable_record(self.target))
             if scenario.traffic:
@@ -155,7 +160,7 @@ class DrillRunner:
                 watch.mark("killed", f"SIGKILL to Triton {replicas[0]}")
             self._watch(scenario, watch, [r.view for r in running], replicas, injected)
             if engine is not None:
-                watch.phases = [span for name in watch.workflows for span in self._phases(engine, name, injected)]
+                watch.phases = [span for name in watch.workflows for span in run_phases(engine, name, injected)]
         except Exception as exc:  # the drill's own failure: reported, and the target still cleaned up
             error = _failure(scenario, exc)
         finally:
@@ -188,9 +193,10 @@ class DrillRunner:
         found: dict[str, Any] = {}
         try:
             replicas = self._replicas(scenario, extra)
-            engine = self._engine(scenario, replicas)
-            running = self._sidecars(scenario, replicas, engine)
-            self._baseline(running)
+            ports = [free_port() for _ in replicas]
+            engine = self._engine(scenario, replicas, ports)
+            running = self._sidecars(scenario, replicas, ports, engine)
+            wait_baseline(running, self.target.model)
             injected = Injected(stable_record(self.target))
             source = (
                 self.target.variant(scenario.variant) if scenario.variant else retrain_source(self.target, injected)
@@ -202,7 +208,7 @@ class DrillRunner:
                 traffic = Traffic(replicas, self.target.model_settings).start()
             injected.mark_now()
             watch = Watch(injected.at)
-            found = self._release(scenario, injected, replicas, watch, [r.view for r in running])
+            found = self._release(scenario, injected, replicas, watch, running)
         except Exception as exc:  # the drill's own failure: reported, and the target still cleaned up
             error = _failure(scenario, exc)
         finally:
@@ -224,7 +230,7 @@ class DrillRunner:
         )
 
     def _release(
-        self, scenario: Scenario, injected: Injected, replicas: list[str], watch: Watch, views: list[SidecarView]
+        self, scenario: Scenario, injected: Injected, replicas: list[str], watch: Watch, running: list[_Running]
     ) -> dict[str, Any]:
         """Run the release (the LocalEngine over the healer-release template) and watch the replicas."""
         from healer.engines.factory import local_release_engine
@@ -232,7 +238,8 @@ class DrillRunner:
 
         assert injected.version is not None
         version, model = injected.version, self.target.model
-        aimed = _aimed_at(self.settings, replicas)
+        views = [r.view for r in running]
+        aimed = _aimed_at(self.settings, replicas, [r.address for r in running] if self._per_pod else [])
         settings = dataclasses.replace(
             aimed, release=dataclasses.replace(aimed.release, check_interval_s=min(0.5, self.period_s))
         )
@@ -307,6 +314,11 @@ class DrillRunner:
                 # Healed: does it stay healed when a replica restarts? Checked with the sidecars stopped,
                 # or a second incident would be healed by the override again and hide it.
                 watch.after_restart = after_restart(self.target, live[0], injected.version)
+            if self._reset is not None:
+                try:
+                    self._reset()
+                except OSError as exc:
+                    notes.append(f"cleanup: {exc}")
             problems = restore_stable(self.target, injected, urls=live or None)
             notes += [f"cleanup: {p}" for p in problems]
             if problems and self._recover is not None:
@@ -332,21 +344,29 @@ class DrillRunner:
             urls.append(replica.url)
         return urls
 
-    def _engine(self, scenario: Scenario, replicas: list[str]) -> RollbackEngine:
+    def _engine(self, scenario: Scenario, replicas: list[str], ports: list[int]) -> RollbackEngine:
         """One engine for the whole replica set (as Argo is): it heals every replica of the scenario."""
         from healer.engines.factory import argo_engine, local_engine
 
         if self.engine_kind == "argo":
             # The cluster's own healer.yaml lists its replicas (the Kubernetes API) for Argo's heal pod.
             return argo_engine(self.settings)
-        return local_engine(_aimed_at(self.settings, replicas), state_dir=self.scratch / "runs" / scenario.name)
+        sidecars = [f"127.0.0.1:{port}" for port in ports] if self._per_pod else []
+        return local_engine(
+            _aimed_at(self.settings, replicas, sidecars), state_dir=self.scratch / "runs" / scenario.name
+        )
 
-    def _sidecars(self, scenario: Scenario, replicas: list[str], engine: RollbackEngine) -> list[_Running]:
+    @property
+    def _per_pod(self) -> bool:
+        return self.settings.repository_mode == REPOSITORY_PER_POD
+
+    def _sidecars(
+        self, scenario: Scenario, replicas: list[str], ports: list[int], engine: RollbackEngine
+    ) -> list[_Running]:
         from healer.compose import build_sidecar
         from healer.sidecar import HttpPeers
         from healer.sidecar.views import SidecarServer
 
-        ports = [free_port() for _ in replicas]
         urls = tuple(f"http://127.0.0.1:{port}" for port in ports)
         # One drain set for the drill's replica set, as a Deployment's pods share one: the rule serialises
         # admissions through it. (A set per sidecar let both admit themselves at once, each seeing the
@@ -355,7 +375,7 @@ class DrillRunner:
         running = []
         for i, (url, port) in enumerate(zip(replicas, ports, strict=True)):
             settings = _sidecar_settings(
-                _aimed_at(self.settings, replicas),
+                _aimed_at(self.settings, replicas, [f"127.0.0.1:{p}" for p in ports] if self._per_pod else []),
                 url=url,
                 listen=f"127.0.0.1:{port}",
                 max_rollbacks=scenario.max_rollbacks,
@@ -380,32 +400,20 @@ class DrillRunner:
                 triton_url=url,
                 peers=peers,
             )
-            if scenario.drain_rule:
-                server = SidecarServer(sidecar, settings.sidecar.listen)
-                view: SidecarView = HttpView(f"triton-{i}", f"http://{settings.sidecar.listen}")
-                running.append(_Running(sidecar, view, server))
+            stager = pod_stager(self.target, settings, url) if self._per_pod else None
+            if scenario.drain_rule or stager is not None:
+                server = SidecarServer(sidecar, settings.sidecar.listen, stager=stager)
+                view: SidecarView = (
+                    HttpView(f"triton-{i}", f"http://{settings.sidecar.listen}")
+                    if scenario.drain_rule
+                    else LocalView(f"triton-{i}", sidecar)
+                )
+                running.append(_Running(sidecar, view, server, address=settings.sidecar.listen))
             else:
                 running.append(_Running(sidecar, LocalView(f"triton-{i}", sidecar)))
         for r in running:
             r.start()
         return running
-
-    def _baseline(self, running: list[_Running]) -> None:
-        """Before breaking anything: every sidecar has probed twice, the model is healthy and every replica ready."""
-        deadline = time.monotonic() + BASELINE_TIMEOUT_S
-        model = self.target.model
-        while time.monotonic() < deadline:
-            statuses = [r.view.status() for r in running]
-            if all(
-                s.get("cycles", 0) >= 2 and s["models"][model]["state"] == "healthy" and r.view.readyz() == 200
-                for s, r in zip(statuses, running, strict=True)
-                if s
-            ) and all(statuses):
-                return
-            time.sleep(INTERVAL_S)
-        raise InjectionFailed(
-            f"baseline: {model} not healthy and ready on every replica within {BASELINE_TIMEOUT_S:g} s"
-        )
 
     # ---- breaking it ---------------------------------------------------------------------------------
     def _inject(self, scenario: Scenario, injected: Injected, replicas: list[str], extra: list[Any]) -> bool:
@@ -478,15 +486,41 @@ class DrillRunner:
         finally:
             golden.close()
 
-    def _phases(self, engine: RollbackEngine, name: str, injected: Injected) -> list[Any]:
-        """Every attempt's phases: from the run record's heal pods where the engine keeps one (the
-        LocalEngine, like `argo get`), else the run's final ``phases`` output."""
-        try:
-            attempts = _attempt_phases(engine, name)
-        except Exception as exc:  # the timeline loses its phases, the verdict does not depend on them
-            log.warning("drill_phases_unavailable", workflow=name, error=str(exc))
-            return []
-        return [span for phases in attempts for span in phase_spans(name, phases, injected.wall)]
+
+def pod_stager(target: DrillTarget, settings: Settings, url: str) -> Any:
+    """per-pod: the sidecar's staging endpoints over its replica's own repository (None otherwise)."""
+    from healer.sidecar.stage import stager_from_settings
+
+    repository = target.pods.get(url)
+    if repository is None:
+        raise InjectionFailed(f"per-pod: no repository of its own known for the replica {url}")
+    return stager_from_settings(dataclasses.replace(settings, live_repository=repository))
+
+
+def wait_baseline(running: list[_Running], model: str) -> None:
+    """Before breaking anything: every sidecar has probed twice, the model is healthy and every replica ready."""
+    deadline = time.monotonic() + BASELINE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        statuses = [r.view.status() for r in running]
+        if all(
+            s.get("cycles", 0) >= 2 and s["models"][model]["state"] == "healthy" and r.view.readyz() == 200
+            for s, r in zip(statuses, running, strict=True)
+            if s
+        ) and all(statuses):
+            return
+        time.sleep(INTERVAL_S)
+    raise InjectionFailed(f"baseline: {model} not healthy and ready on every replica within {BASELINE_TIMEOUT_S:g} s")
+
+
+def run_phases(engine: RollbackEngine, name: str, injected: Injected) -> list[Any]:
+    """Every attempt's phases: from the run record's heal pods where the engine keeps one (the
+    LocalEngine, like `argo get`), else the run's final ``phases`` output."""
+    try:
+        attempts = attempt_phases(engine, name)
+    except Exception as exc:  # the timeline loses its phases, the verdict does not depend on them
+        log.warning("drill_phases_unavailable", workflow=name, error=str(exc))
+        return []
+    return [span for phases in attempts for span in phase_spans(name, phases, injected.wall)]
 
 
 def _failure(scenario: Scenario, exc: Exception) -> str:
@@ -516,26 +550,6 @@ def release_floor_s(outputs: Any, bake_s: float) -> float | None:
     return round(float(canary["load"].get("load_s", 0.0)) + bake_s + sum(waves), 3)
 
 
-def _attempt_phases(engine: RollbackEngine, name: str) -> list[list[dict[str, Any]]]:
-    get = getattr(engine, "get", None)
-    attempts: list[list[dict[str, Any]]] = []
-    if get is not None:
-        nodes = get(name).get("status", {}).get("nodes", {}).values()
-        pods = sorted(
-            (n for n in nodes if n.get("type") == "Pod" and n.get("templateName") == "heal"),
-            key=lambda n: str(n.get("name", "")),
-        )
-        for pod in pods:
-            for parameter in pod.get("outputs", {}).get("parameters", []):
-                if parameter.get("name") == "phases" and parameter.get("value"):
-                    parsed = json.loads(parameter["value"])
-                    attempts.append(parsed if isinstance(parsed, list) else [])
-        if attempts:
-            return attempts
-    parsed = json.loads(engine.status(name).outputs.get("phases") or "[]")
-    return [parsed if isinstance(parsed, list) else []]
-
-
 @dataclass
 class _Extra:
     """A Triton the runner started for one scenario."""
@@ -552,14 +566,16 @@ class _Extra:
         self.server.kill()
 
 
-def _aimed_at(settings: Settings, replicas: list[str]) -> Settings:
+def _aimed_at(settings: Settings, replicas: list[str], sidecars: Sequence[str] = ()) -> Settings:
     """The drill's settings aimed at its replica set, as a healer.yaml without Kubernetes says it:
     triton.url the first replica, rollback.replicas.addresses every one (a rollback and a release
-    heal them all through that setting)."""
+    heal them all through that setting), each with its sidecar's listener where given (per-pod:
+    ``{triton: host:port, sidecar: host:port}``, the sidecar stages into its replica's repository)."""
+    addresses = ReplicaSettings(addresses=tuple(replicas), sidecars=tuple(sidecars))
     return dataclasses.replace(
         settings,
         triton=dataclasses.replace(settings.triton, url=replicas[0]),
-        rollback=dataclasses.replace(settings.rollback, replicas=ReplicaSettings(addresses=tuple(replicas))),
+        rollback=dataclasses.replace(settings.rollback, replicas=addresses),
     )
 
 

@@ -4,12 +4,20 @@ The embedded stack is what `healer drill` and `make demo` use by default: a real
 a scratch copy of the example repository (the config's ``embedded.model_repository``), a
 filesystem store beside it holding the same versions, every version promoted stable through the
 real promote path, and the stable version served, pinned as a rollback pins it. Further Triton
-replicas over the same live repository are started on demand (the storm, the killed Triton).
+replicas are started on demand (the storm, the killed Triton, the releases).
+
+Where Triton reads its models follows ``repository_mode`` (`healer drill --repository`):
+
+- shared: every replica reads one live repository beside the store (the store's copy is fetched into it);
+- object-store: every replica's --model-repository is the filesystem store itself, nothing copied;
+- per-pod: every replica reads a repository of its own, filled from the store as an init container
+  fills a pod's emptyDir; the runner gives each replica's sidecar a listener that stages into it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,7 +28,15 @@ from healer.core.drill_catalog import EMBEDDED_CAPABILITIES
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.store import FilesystemBlobs, ModelStore, StoreError, store_from_settings
 from healer.edges.triton import TritonError, TritonHttp
-from healer.settings import Settings, SidecarSettings, StoreSettings
+from healer.settings import (
+    REPOSITORY_MODES,
+    REPOSITORY_OBJECT_STORE,
+    REPOSITORY_PER_POD,
+    REPOSITORY_SHARED,
+    Settings,
+    SidecarSettings,
+    StoreSettings,
+)
 from workflows.steps.drill_inject import DrillTarget, Injected, InjectionFailed, restore_stable, stable_record
 from workflows.steps.promote import PromotionRefused, promote
 
@@ -42,6 +58,7 @@ def drill_settings(
     live: Path | None,
     state_dir: Path,
     period_s: float,
+    repository_mode: str | None = None,
 ) -> Settings:
     """The configuration with only the drilled model, the drill's sidecar period and a scratch run state."""
     return dataclasses.replace(
@@ -49,6 +66,7 @@ def drill_settings(
         triton=dataclasses.replace(base.triton, url=url),
         models=(base.model(model),),
         store=store,
+        repository_mode=repository_mode or base.repository_mode,
         live_repository=live,
         rollback=dataclasses.replace(base.rollback, state_dir=state_dir),
         sidecar=dataclasses.replace(base.sidecar, period_s=period_s, drain=None),
@@ -74,17 +92,24 @@ class EmbeddedStack:
         broken: Path,
         period_s: float = DEFAULT_PERIOD_S,
         workdir: Path | None = None,
+        repository_mode: str = REPOSITORY_SHARED,
     ) -> None:
         if settings.embedded is None:
             raise StackError(f"{settings.source}: embedded: is required for the embedded stack")
+        if repository_mode not in REPOSITORY_MODES:
+            raise StackError(f"repository mode {repository_mode!r}: one of {', '.join(REPOSITORY_MODES)}")
+        self.mode = repository_mode
         self.base = settings
         self.model = model
         self.broken = broken
         self.period_s = period_s
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="healer-drill-"))
-        self.live = self.workdir / "models"
         self.store_root = self.workdir / "store"
+        # What the first Triton reads: its own directory, or the store itself (object-store).
+        self.live = self.store_root if repository_mode == REPOSITORY_OBJECT_STORE else self.workdir / "models"
+        self._config_file = b""  # the model's config.pbtxt in the store as the drill found it
+        self._pod_numbers = itertools.count(1)
         self.triton: EmbeddedTriton | None = None
         self.replicas: list[EmbeddedTriton] = []
         self.target: DrillTarget | None = None
@@ -108,25 +133,22 @@ class EmbeddedStack:
         source = self.base.embedded.model_repository / self.model
         if not source.is_dir():
             raise StackError(f"{self.model} is not in {self.base.embedded.model_repository}")
-        ignore = shutil.ignore_patterns("__pycache__")
-        shutil.copytree(source, self.live / self.model, ignore=ignore)
-        shutil.copytree(source, self.store_root / self.model, ignore=ignore)
-        self.triton = EmbeddedTriton(
-            self.live,
-            tritonserver=self.base.embedded.tritonserver,
-            load_models=[self.model],
-            startup_timeout_s=self.base.embedded.startup_timeout_s,
-            workdir=self.workdir / "triton",
-        )
+        shutil.copytree(source, self.store_root / self.model, ignore=shutil.ignore_patterns("__pycache__"))
+        self._config_file = (self.store_root / self.model / "config.pbtxt").read_bytes()
+        if self.live != self.store_root:
+            self._fill(self.live)
+        self.triton = self._triton(self.live, "triton")
         self.triton.start()
         settings = drill_settings(
             self.base,
             model=self.model,
             url=self.triton.url,
             store=StoreSettings(filesystem=self.store_root),
-            live=self.live,
+            # object-store: Triton reads the store; per-pod: no repository where the rollback runs.
+            live=self.live if self.mode == REPOSITORY_SHARED else None,
             state_dir=self.workdir / "runs",
             period_s=self.period_s,
+            repository_mode=self.mode,
         )
         store = ModelStore(FilesystemBlobs(self.store_root))
         self.target = DrillTarget(
@@ -137,6 +159,7 @@ class EmbeddedStack:
             replicas=[self.triton.url],
             broken=self.broken,
             capabilities=EMBEDDED_CAPABILITIES,
+            pods={self.triton.url: self.live} if self.mode == REPOSITORY_PER_POD else {},
         )
         promote_every_version(self.target)
         self.started_s = time.monotonic() - started
@@ -147,8 +170,11 @@ class EmbeddedStack:
         repository, then the stable version pinned. Returns what still could not be done."""
         assert self.triton is not None and self.target is not None
         self.triton.stop()
+        before = self.triton.url
         self.triton.start()
         self.target.replicas[0] = self.triton.url
+        if before in self.target.pods:
+            self.target.pods[self.triton.url] = self.target.pods.pop(before)
         self.target.settings = dataclasses.replace(
             self.target.settings, triton=dataclasses.replace(self.target.settings.triton, url=self.triton.url)
         )
@@ -158,23 +184,59 @@ class EmbeddedStack:
             return [str(exc)]
 
     def start_replica(self, name: str) -> EmbeddedTriton:
-        """Another Triton over the same live repository (a second pod on the shared volume)."""
-        assert self.base.embedded is not None
-        replica = EmbeddedTriton(
-            self.live,
-            tritonserver=self.base.embedded.tritonserver,
-            load_models=[self.model],
-            startup_timeout_s=self.base.embedded.startup_timeout_s,
-            workdir=self.workdir / f"triton-{name}",
-        )
+        """Another Triton: over the same live repository (a second pod on the shared volume), the same
+        store (object-store), or a repository of its own filled from the store (a new pod, per-pod)."""
+        assert self.target is not None
+        repository = self.live
+        if self.mode == REPOSITORY_PER_POD:
+            repository = self.workdir / f"models-{name}-{next(self._pod_numbers)}"  # a new pod: a new emptyDir
+            self._fill(repository)
+        replica = self._triton(repository, f"triton-{name}")
         self.replicas.append(replica)
         replica.start()
+        if self.mode == REPOSITORY_PER_POD:
+            self.target.pods[replica.url] = repository
         return replica
 
     def stop_replica(self, replica: EmbeddedTriton) -> None:
+        url = replica.url
         replica.stop()
         if replica in self.replicas:
             self.replicas.remove(replica)
+        if self.target is not None and url != self.target.replicas[0]:
+            self.target.pods.pop(url, None)
+
+    def reset_repository(self) -> None:
+        """After a scenario (object-store, per-pod): the store's config.pbtxt as the drill found it. A heal
+        pins it to the stable version so that a restarted or new replica never loads the quarantined one;
+        the next scenario's push is a deploy, which writes the model's config as its owner wrote it. In
+        per-pod mode each pod's own config.pbtxt too: the heal's set-aside pins it in every pod."""
+        if self.mode == REPOSITORY_SHARED:
+            return
+        pods = self.target.pods.values() if self.target is not None else ()
+        for root in [self.store_root, *pods]:
+            config = root / self.model / "config.pbtxt"
+            if config.is_file() and config.read_bytes() != self._config_file:
+                config.write_bytes(self._config_file)
+
+    def _fill(self, repository: Path) -> None:
+        """What a pod's init container does before Triton starts (a shared volume is filled once the
+        same way): every file of the model in the store, never healer's own records."""
+        shutil.copytree(
+            self.store_root / self.model,
+            repository / self.model,
+            ignore=shutil.ignore_patterns("__pycache__", ".healer*"),
+        )
+
+    def _triton(self, repository: Path, name: str) -> EmbeddedTriton:
+        assert self.base.embedded is not None
+        return EmbeddedTriton(
+            repository,
+            tritonserver=self.base.embedded.tritonserver,
+            load_models=[self.model],
+            startup_timeout_s=self.base.embedded.startup_timeout_s,
+            workdir=self.workdir / name,
+        )
 
     def close(self) -> None:
         for replica in list(self.replicas):
@@ -213,6 +275,12 @@ def promote_every_version(target: DrillTarget) -> None:
 def configured_target(settings: Settings, *, model: str, broken: Path, period_s: float, state_dir: Path) -> DrillTarget:
     """The target the configuration names: Triton at triton.url, its store and live repository. The
     stable versions must have been promoted already (`healer promote`)."""
+    if settings.repository_mode != REPOSITORY_SHARED:
+        # The injections write where Triton reads (a live directory): a bucket or each pod's own copy is not one.
+        raise StackError(
+            f"{settings.source}: repository_mode {settings.repository_mode}: --target config drills a shared live "
+            f"repository; drill this mode on the embedded stack (--repository {settings.repository_mode})"
+        )
     if settings.store is None or settings.live_repository_path is None:
         raise StackError(f"{settings.source}: store: (and with S3, live_repository:) is required to drill a target")
     store = store_from_settings(settings.store)

@@ -147,17 +147,20 @@ def status_message(body: Any) -> str:
 
 
 def list_pods(access: ClusterAccess, selector: str = "") -> list[dict[str, Any]]:
-    """The pods in the namespace (matching ``selector``), as the API's JSON."""
+    """The pods in the namespace (every namespace when it is "": kubectl's -A) matching ``selector``, as
+    the API's JSON."""
     from kubernetes import client
 
     api = client.CoreV1Api(access.api_client)
+    options = {"label_selector": selector, "_request_timeout": access.timeout_s, "_preload_content": False}
     try:
-        listed = api.list_namespaced_pod(
-            access.namespace, label_selector=selector, _request_timeout=access.timeout_s, _preload_content=False
-        )
+        if access.namespace:
+            listed = api.list_namespaced_pod(access.namespace, **options)
+        else:
+            listed = api.list_pod_for_all_namespaces(**options)
         document = json.loads(listed.data)
     except Exception as exc:
-        raise api_failure(access, f"list pods in {access.namespace}", exc) from exc
+        raise api_failure(access, f"list pods in {access.namespace or 'every namespace'}", exc) from exc
     return list(document.get("items") or [])
 
 

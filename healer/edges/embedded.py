@@ -4,6 +4,10 @@ The binary comes from the nvidia-pytriton wheel (Triton 2.51 with the Python bac
 on CPU) or from ``$TRITONSERVER``. It runs in ``--model-control-mode=explicit`` so healer,
 not a directory poll, decides what is loaded. It is stopped by its process group, and it dies
 with its parent (PR_SET_PDEATHSIG), so a crashed test run leaves no orphan servers behind.
+
+Its model repository is a directory, or a bucket Triton reads itself (repository_mode:
+object-store): ``s3://http://HOST:PORT/bucket/prefix`` (``triton_repository_url``), with the
+credentials Triton's S3 client reads from ``AWS_*`` variables passed in ``environment``.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import os
 import shutil
 import sys
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import structlog
@@ -23,6 +27,28 @@ log = structlog.get_logger(__name__)
 
 LIVE_POLL_INTERVAL_S = 0.1
 PORT_RETRIES = 3
+# The repositories Triton 2.51 reads without a directory: S3 (and S3-compatible stores), GCS, Azure.
+REMOTE_REPOSITORY_SCHEMES = ("s3://", "gs://", "as://")
+
+
+def is_remote_repository(repository: Path | str) -> bool:
+    """Whether Triton reads ``repository`` from an object store rather than a directory."""
+    return isinstance(repository, str) and repository.startswith(REMOTE_REPOSITORY_SCHEMES)
+
+
+def triton_repository_url(bucket: str, prefix: str = "", endpoint_url: str | None = None) -> str:
+    """The --model-repository that makes Triton read a bucket itself: ``s3://bucket/prefix`` on AWS,
+    ``s3://http://HOST:PORT/bucket/prefix`` for another endpoint (Triton needs the port written)."""
+    path = "/".join(part for part in (bucket, prefix.strip("/")) if part)
+    if endpoint_url is None:
+        return f"s3://{path}"
+    endpoint = endpoint_url.rstrip("/")
+    scheme, _, hostport = endpoint.partition("://")
+    if not hostport or "/" in hostport:
+        raise ValueError(f"endpoint_url {endpoint_url!r}: Triton needs scheme://host:port, nothing after it")
+    if ":" not in hostport.rsplit("]", 1)[-1]:
+        hostport = f"{hostport}:{443 if scheme == 'https' else 80}"
+    return f"s3://{scheme}://{hostport}/{path}"
 
 
 class EmbeddedTritonError(RuntimeError):
@@ -65,15 +91,22 @@ class EmbeddedTriton(ManagedServer):
 
     def __init__(
         self,
-        model_repository: Path,
+        model_repository: Path | str,
         *,
         tritonserver: Path | None = None,
         load_models: Sequence[str] = (),
         startup_timeout_s: float = 60.0,
         workdir: Path | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(workdir, prefix="healer-triton-")
-        self.model_repository = Path(model_repository).resolve()
+        # A bucket (s3://...) is passed to Triton as written; a directory as its absolute path.
+        self.repository = (
+            str(model_repository) if is_remote_repository(model_repository) else str(Path(model_repository).resolve())
+        )
+        # The directory Triton reads; None when it reads a bucket (nothing on this machine to write to).
+        self.model_repository: Path | None = None if self.reads_object_store else Path(self.repository)
+        self.environment = dict(environment or {})
         self.binary = find_tritonserver(tritonserver)
         self.load_models = tuple(load_models)
         self.startup_timeout_s = startup_timeout_s
@@ -90,8 +123,12 @@ class EmbeddedTriton(ManagedServer):
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
+    @property
+    def reads_object_store(self) -> bool:
+        return is_remote_repository(self.repository)
+
     def start(self) -> None:
-        if not self.model_repository.is_dir():
+        if self.model_repository is not None and not self.model_repository.is_dir():
             raise EmbeddedTritonError(f"model repository {str(self.model_repository)!r} is not a directory")
         self._backends = self._prepare_backends()
         super().start()
@@ -136,6 +173,7 @@ class EmbeddedTriton(ManagedServer):
         # The Python backend stub finds its interpreter (and so numpy) by searching PATH for python3:
         # put this interpreter's directory first so models run with the same environment as healer.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env.update(self.environment)  # e.g. the AWS_* credentials Triton reads a bucket with
         # (The stub's interpreter ignores PYTHON* variables, so it writes __pycache__ beside model.py:
         # the store and the sha256 checks treat __pycache__ as derived, not model content.)
         return env
@@ -145,7 +183,7 @@ class EmbeddedTriton(ManagedServer):
         backends = self._backends
         command = [
             str(self.binary),
-            f"--model-repository={self.model_repository}",
+            f"--model-repository={self.repository}",
             "--model-control-mode=explicit",
             f"--backend-directory={backends}",
             f"--http-port={self.http_port}",
@@ -165,7 +203,7 @@ class EmbeddedTriton(ManagedServer):
             "triton_starting",
             pid=process.pid,
             http_port=self.http_port,
-            model_repository=str(self.model_repository),
+            model_repository=self.repository,
         )
         self._wait_live()
 

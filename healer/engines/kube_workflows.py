@@ -91,6 +91,10 @@ class KubeWorkflows:
 
     def list_workflows(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict[str, Any]]:
         where, selector = namespace or self.access.namespace, label_selector or ""
+        if not where:  # an access to every namespace (kubectl's -A)
+            listed = self._call("list", lambda **kw: self._api.list_cluster_custom_object_with_http_info(
+                GROUP, VERSION, PLURAL, label_selector=selector, **kw))  # fmt: skip
+            return list(listed.get("items") or [])
         listed = self._call("list", lambda **kw: self._api.list_namespaced_custom_object_with_http_info(
             GROUP, VERSION, where, PLURAL, label_selector=selector, **kw))  # fmt: skip
         return list(listed.get("items") or [])
@@ -103,7 +107,7 @@ class KubeWorkflows:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            data, _status, headers = call(_request_timeout=(self.access.timeout_s, self.access.timeout_s))
+            data, status, headers = call(_request_timeout=(self.access.timeout_s, self.access.timeout_s))
         except ApiException as exc:
             if exc.status in (0, None):  # the client's own failure before an answer: TLS, a bad URL
                 raise WorkflowApiError(f"{exc.reason or exc}", status=None, maybe_delivered=False) from exc
@@ -123,6 +127,12 @@ class KubeWorkflows:
                 f"{type(exc).__name__}: {exc}", status=None, maybe_delivered=verb == "create" and connected
             ) from exc
         self._on_date((headers or {}).get("Date"))
+        if not isinstance(data, Mapping):  # a 200 that is not a Kubernetes object: a proxy or login page in the way
+            raise WorkflowApiError(
+                f"HTTP {status} but not a Kubernetes object (a proxy or login page?): {str(data)[:30]!r}",
+                status=None,
+                maybe_delivered=verb == "create",
+            )
         return data
 
 

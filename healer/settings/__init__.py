@@ -22,6 +22,10 @@ from healer.settings.loader import check_listen, load_settings, parse_section, p
 from healer.settings.schema import FORMS, SETTING, ConfigError, DeclaredKey, Setting, declared_keys, is_section, setting
 from healer.settings.sections import (
     MAX_DEADLINE_S,
+    REPOSITORY_MODES,
+    REPOSITORY_OBJECT_STORE,
+    REPOSITORY_PER_POD,
+    REPOSITORY_SHARED,
     RESERVED_SET_NAMES,
     ROLLBACK_ENGINES,
     ROLLBACK_ORDERS,
@@ -64,6 +68,10 @@ __all__ = [
     "MAX_YAML_DEPTH",
     "MODEL_NAME_PATTERN",
     "RELEASE_DEADLINE_S",
+    "REPOSITORY_MODES",
+    "REPOSITORY_OBJECT_STORE",
+    "REPOSITORY_PER_POD",
+    "REPOSITORY_SHARED",
     "RESERVED_SET_NAMES",
     "ROLLBACK_ENGINES",
     "ROLLBACK_ORDERS",

@@ -3,6 +3,7 @@ that tie a section's keys together. Every error names the file, the key path and
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -14,13 +15,19 @@ import numpy as np
 import yaml
 
 from healer.settings.addresses import parse_address
+from healer.settings.expect import Expect
+from healer.settings.expect_rules import build_expect, check_expect_fits
 from healer.settings.reader import Reader, describe
 from healer.settings.schema import ConfigError, DeclaredKey, Setting, declared_keys, is_section
 from healer.settings.sections import (
+    REPOSITORY_OBJECT_STORE,
+    REPOSITORY_SHARED,
     RESERVED_SET_NAMES,
     DrainSettings,
     ExpectedOutput,
     GoldenRequest,
+    ModelSettings,
+    OutputTensor,
     ReplicaSettings,
     RollbackSettings,
     S3Settings,
@@ -158,6 +165,10 @@ def _value(reader: Reader, d: DeclaredKey, kind: Any, raw: Any, path: str, fallb
     if is_section(kind):
         return _section(reader, kind, raw, path, fallback if is_section(type(fallback)) else None)
     if kind is tuple:
+        if spec.one_or_list and isinstance(raw, Mapping):  # one item written alone: its key has no [0]
+            return (_value(reader, d, d.item, raw, path, None),)
+        if spec.one_or_list and not isinstance(raw, list):
+            raise reader.fail(path, f"must be a mapping (one) or a list of them, got {describe(raw)}")
         items = reader.sequence(raw, path, min_length=spec.min_items)
         return tuple(_value(reader, d, d.item, item, f"{path}[{i}]", None) for i, item in enumerate(items))
     return _scalar_value(reader, spec, kind, raw, path)
@@ -225,14 +236,14 @@ def _read_form(reader: Reader, form: str, raw: Any, key: str) -> str:
 
 
 def _build_settings(reader: Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> Settings:
-    store: StoreSettings | None = values["store"]
-    if store is not None and store.s3 is not None and values["live_repository"] is None:
-        raise reader.fail("live_repository", "is required with an S3 store (the directory Triton reads)")
+    _check_repository_mode(reader, values)
     seen: dict[str, int] = {}
     for i, model in enumerate(values["models"]):
         if model.name in seen:
             raise reader.fail(f"models[{i}].name", f"duplicate model {model.name!r} (also models[{seen[model.name]}])")
         seen[model.name] = i
+        if model.golden_in_store and values["store"] is None:
+            raise reader.fail(f"models[{i}].golden_in_store", "needs a store: the requests are read from it")
     settings = Settings(source=reader.source, **values)
     try:
         check_listen(settings)
@@ -240,6 +251,25 @@ def _build_settings(reader: Reader, key: str, data: dict[str, Any], values: dict
         given = "" if "listen" in (data.get("sidecar") or {}) else " (the default)"
         raise reader.fail("sidecar.listen", f"{exc}{given}") from None
     return settings
+
+
+def _check_repository_mode(reader: Reader, values: dict[str, Any]) -> None:
+    """repository_mode against store and live_repository: object-store needs a store and no
+    live_repository (Triton reads the store itself); shared needs live_repository with an S3 store
+    (the directory Triton reads); per-pod needs neither (each pod's sidecar stages its own copy)."""
+    store: StoreSettings | None = values["store"]
+    mode = values["repository_mode"]
+    if mode == REPOSITORY_OBJECT_STORE:
+        if store is None:
+            raise reader.fail("store", f"is required with repository_mode {mode!r} (the store Triton reads)")
+        if values["live_repository"] is not None:
+            raise reader.fail(
+                "live_repository",
+                f"must not be set with repository_mode {mode!r}: Triton reads the store itself, nothing is copied "
+                f"(got {str(values['live_repository'])!r})",
+            )
+    elif mode == REPOSITORY_SHARED and store is not None and store.s3 is not None and values["live_repository"] is None:
+        raise reader.fail("live_repository", "is required with an S3 store (the directory Triton reads)")
 
 
 def _build_sidecar(reader: Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> SidecarSettings:
@@ -291,14 +321,40 @@ def _check_replicas(reader: Reader, key: str, data: dict[str, Any]) -> None:
 
 
 def _build_replicas(reader: Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> ReplicaSettings:
+    raw = data.get("addresses")
+    tritons: list[str] = []
+    sidecars: list[str] = []
     seen: dict[tuple[str, int | None], int] = {}
-    for i, address in enumerate(values["addresses"]):
-        host, port = parse_address(address, url=False)
+    for i, item in enumerate([] if raw is None else reader.sequence(raw, f"{key}.addresses", min_length=1)):
+        path = f"{key}.addresses[{i}]"
+        triton, sidecar = _replica_entry(reader, item, path)
+        host, port = parse_address(triton, url=False)
         same = (host.lower(), port)  # one Triton listed twice would be restored twice, in one wave
         if same in seen:
-            raise reader.fail(f"{key}.addresses[{i}]", f"duplicate Triton {address!r} (also addresses[{seen[same]}])")
+            where = f"{path}.triton" if isinstance(item, dict) else path
+            raise reader.fail(where, f"duplicate Triton {triton!r} (also addresses[{seen[same]}])")
         seen[same] = i
-    return ReplicaSettings(**values)
+        tritons.append(triton)
+        sidecars.append(sidecar)
+    named = tuple(sidecars) if any(sidecars) else ()
+    return ReplicaSettings(**values, addresses=tuple(tritons), sidecars=named)
+
+
+def _replica_entry(reader: Reader, item: Any, path: str) -> tuple[str, str]:
+    """(Triton, its sidecar or "") of one entry of rollback.replicas.addresses: host:port, or a mapping
+    {triton: host:port, sidecar: host:port}."""
+    if not isinstance(item, dict):
+        return _read_form(reader, "address", item, path), ""
+    entry = reader.mapping(item, path, required={"triton"}, optional={"sidecar"})
+    triton = _read_form(reader, "address", entry["triton"], f"{path}.triton")
+    if entry.get("sidecar") is None:
+        return triton, ""
+    sidecar = _read_form(reader, "address", entry["sidecar"], f"{path}.sidecar")
+    if parse_address(sidecar, url=False) == parse_address(triton, url=False):
+        raise reader.fail(
+            f"{path}.sidecar", f"is the Triton's own address ({triton!r}): name the healer sidecar beside it"
+        )
+    return triton, sidecar
 
 
 def _check_store(reader: Reader, key: str, data: dict[str, Any]) -> None:
@@ -367,10 +423,54 @@ def _reject_duplicate_names(reader: Reader, names: list[str], key: str) -> None:
 
 
 def _build_output(reader: Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> ExpectedOutput:
+    tensor, expect = values["tensor"], values["expect"]
+    if expect is None:
+        if "data" not in data and "file" not in data:
+            raise reader.fail(key, "needs exactly one of 'data' (inline values) or 'file', or an 'expect'")
+        if tensor.shape is None:
+            raise reader.fail(f"{key}.shape", "is required with data or file")
+    else:
+        check_expect_fits(reader, key, expect, tensor, given_values="data" in data or "file" in data)
     # Integers and booleans (class ids, token ids, flags) compare exactly unless a tolerance is given.
-    if np.dtype(DATATYPES[values["tensor"].datatype]).kind in "biuO":
+    if np.dtype(DATATYPES[tensor.datatype]).kind in "biuO":
         values = {**values, **{name: 0.0 for name in ("atol", "rtol") if name not in data}}
     return ExpectedOutput(**values)
+
+
+def _build_output_tensor(reader: Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> OutputTensor:
+    if "data" in data and "file" in data:
+        raise reader.fail(key, "needs exactly one of 'data' (inline values) or 'file', not both")
+    if "data" not in data and "file" not in data:
+        return OutputTensor(**values)
+    shape = values["shape"]
+    value_key = f"{key}.file" if "file" in data else f"{key}.data"
+    if shape is None:
+        raise reader.fail(f"{key}.shape", "is required with data or file")
+    if any(d < 0 for d in shape):
+        raise reader.fail(f"{key}.shape", f"-1 takes any size only without data or file, got {list(shape)}")
+    raw = load_tensor_file(reader, data["file"], value_key) if "file" in data else data["data"]
+    return OutputTensor(**{**values, "values": to_array(reader, raw, values["datatype"], shape, value_key)})
+
+
+def _build_model(reader: Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> ModelSettings:
+    listed = isinstance(data.get("golden"), list)
+    suite: list[GoldenRequest] = []
+    seen: dict[str, int] = {}
+    for i, request in enumerate(values["suite"]):
+        at = f"{key}.golden[{i}]" if listed else f"{key}.golden"
+        name = request.name or (f"golden[{i}]" if listed else "golden")
+        if name in seen:
+            raise reader.fail(f"{at}.name", f"duplicate golden request name {name!r} (also golden[{seen[name]}])")
+        seen[name] = i
+        suite.append(request if request.name else dataclasses.replace(request, name=name))
+    return ModelSettings(
+        name=values["name"],
+        suite=tuple(suite),
+        version=values["version"],
+        required=values["required"],
+        listed=listed,
+        golden_in_store=values["golden_in_store"],
+    )
 
 
 def _build_tensor(reader: Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> TensorSpec:
@@ -401,5 +501,8 @@ _BUILD: Mapping[type, Callable[[Reader, str, dict[str, Any], dict[str, Any]], An
     TracingSettings: _build_tracing,
     GoldenRequest: _build_golden,
     ExpectedOutput: _build_output,
+    OutputTensor: _build_output_tensor,
+    ModelSettings: _build_model,
+    Expect: build_expect,
     TensorSpec: _build_tensor,
 }

@@ -55,6 +55,7 @@ class Setting:
     key: str | None = None  # its name in the file, when not the field's
     blank_is_default: bool = False  # null or "" means the default (older files and charts write them)
     min_items: int = 0  # lists
+    one_or_list: bool = False  # a list of sections whose single item may be written alone, as a mapping
     under: str | None = None  # the value is written as a mapping with this one key ({root: /models})
     inline: bool = False  # a section whose keys sit in the parent's mapping (an output's tensor keys)
     alternatives: tuple[tuple[str, type, str], ...] = ()  # (key, type, doc): read by the section's _BUILD step
@@ -72,6 +73,7 @@ def setting(
     key: str | None = None,
     blank_is_default: bool = False,
     min_items: int = 0,
+    one_or_list: bool = False,
     under: str | None = None,
     inline: bool = False,
     alternatives: tuple[tuple[str, type, str], ...] = (),
@@ -91,6 +93,7 @@ def setting(
             key=key,
             blank_is_default=blank_is_default,
             min_items=min_items,
+            one_or_list=one_or_list,
             under=under,
             inline=inline,
             alternatives=alternatives,

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from healer.settings.expect import Expect
 from healer.settings.schema import setting
 from healer.vocabulary import DATATYPES, MAX_BAKE_S, RELEASE_DEADLINE_S
 
@@ -64,8 +65,34 @@ class TensorSpec:
 
 
 @dataclass(frozen=True, eq=False)
+class OutputTensor(TensorSpec):
+    """An expected output's tensor: as an input's, but its shape may take -1 (any size) or be left out, and
+    its values may be left out where ``expect`` judges the answer without them."""
+
+    shape: tuple[int, ...] | None = field(  # type: ignore[assignment]
+        default=None,
+        metadata=setting(
+            "its shape; -1 takes any size (an answer of varying length)",
+            minimum=-1,
+            min_items=1,
+            default_doc="not checked (only with expect)",
+        ),
+    )
+    values: npt.NDArray[Any] | None = field(  # type: ignore[assignment]
+        default=None,
+        metadata=setting(
+            "exactly one of data or file (not with a text expect); the values must fit the datatype without loss",
+            alternatives=(
+                ("data", object, 'the values inline, nested as the shape (NaN/Inf: .nan, .inf or "nan", "inf")'),
+                ("file", Path, "a .npy or .json file holding them"),
+            ),
+        ),
+    )
+
+
+@dataclass(frozen=True, eq=False)
 class ExpectedOutput:
-    tensor: TensorSpec = field(metadata=setting("the expected tensor", inline=True))
+    tensor: OutputTensor = field(metadata=setting("the expected tensor", inline=True))
     atol: float = field(
         default=1e-6,
         metadata=setting(
@@ -80,6 +107,15 @@ class ExpectedOutput:
             "relative tolerance (see atol)",
             minimum=0,
             default_doc="1e-05; 0 for BOOL, integer and BYTES outputs (they compare exactly)",
+        ),
+    )
+    # None: the values compared element by element (atol, rtol; BYTES exactly), as before comparators.
+    expect: Expect | None = field(
+        default=None,
+        metadata=setting(
+            "comparators for an answer that is not a tensor of known values (text, normalised, regex, one_of, "
+            "json, length, not_degenerate, top_k); every one given must hold",
+            default_doc="the values compared (atol, rtol)",
         ),
     )
 
@@ -103,16 +139,37 @@ class GoldenRequest:
             minimum=0.001,
         ),
     )
+    # Named in the why of a failure; the loader names an unnamed one by its place (golden, golden[2]).
+    name: str = field(
+        default="",
+        metadata=setting(
+            "the request's name, unique within the model's suite; a failure's why names it",
+            default_doc="its key: golden, or golden[i] in a list",
+        ),
+    )
     input_hash: str = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_hash", hash_inputs(self.inputs))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class ModelSettings:
+    """One model and its golden suite. ``suite`` is every golden request (the key ``golden``: one mapping,
+    or a list); ``golden`` is its first, what a caller that sends one request reads. Built either way:
+    ``ModelSettings(name=..., golden=request)`` is a suite of one; ``suite=(...)`` sets ``golden`` to its
+    first; both (``dataclasses.replace(m, golden=...)``) replace the suite's first request."""
+
     name: str = field(metadata=setting("the model's name in Triton, unique in the file", form="model-name"))
-    golden: GoldenRequest = field(metadata=setting("the request with a known answer the business tier sends"))
+    suite: tuple[GoldenRequest, ...] = field(
+        metadata=setting(
+            "the golden suite: one request with a known answer (a mapping), or a list of them, every one "
+            "judged each cycle",
+            key="golden",
+            min_items=1,
+            one_or_list=True,
+        )
+    )
     # None: probe every version Triton currently serves (follows rollbacks).
     version: str | None = field(
         default=None,
@@ -124,6 +181,42 @@ class ModelSettings:
     required: bool = field(
         default=True, metadata=setting("whether this model failing, healing or escalated makes the pod not ready")
     )
+    # A pipeline versions requests with the model: <model>/golden/*.yaml in the store (probes/store_suite.py).
+    golden_in_store: bool = field(
+        default=False,
+        metadata=setting(
+            "also the golden requests in the store beside the model (MODEL/golden/NAME.yaml, one request "
+            "each, as under golden; data inline), after golden's; needs store"
+        ),
+    )
+    golden: GoldenRequest = field(default=None)  # type: ignore[assignment]  # set by __init__: suite[0]
+    # Whether healer.yaml wrote golden as a list: its requests' keys are golden[i], else golden.
+    listed: bool = False
+
+    def __init__(
+        self,
+        name: str,
+        golden: GoldenRequest | None = None,
+        version: str | None = None,
+        required: bool = True,
+        *,
+        suite: tuple[GoldenRequest, ...] = (),
+        listed: bool = False,
+        golden_in_store: bool = False,
+    ) -> None:
+        if golden is None and not suite:
+            raise TypeError("ModelSettings needs golden or suite")
+        if golden is not None and (not suite or suite[0] is not golden):
+            suite = (golden, *suite[1:])
+        for key, value in (("name", name), ("suite", tuple(suite)), ("version", version), ("required", required)):
+            object.__setattr__(self, key, value)
+        object.__setattr__(self, "golden", suite[0])
+        object.__setattr__(self, "listed", listed)
+        object.__setattr__(self, "golden_in_store", golden_in_store)
+
+    def golden_key(self, index: int) -> str:
+        """A request's key within the model's mapping: ``golden`` or ``golden[2]``."""
+        return f"golden[{index}]" if self.listed else "golden"
 
 
 @dataclass(frozen=True)
@@ -220,17 +313,30 @@ class ReplicaSettings:
         default=8000,
         metadata=setting("Triton's HTTP port in those pods (with selector)", minimum=1, maximum=65535),
     )
-    # Strings for now: every replica shares the one live_repository (and the store). How each entry's
-    # repository is reached, where that differs, is issue 29's per-pod and object-store modes.
+    # Each entry a Triton's host:port, or {triton: host:port, sidecar: host:port} where its sidecar is not
+    # at the Triton's host on sidecar.listen's port (repository_mode per-pod: the rollback asks that
+    # sidecar to stage the version in the pod's own repository). Read by the loader's _build_replicas,
+    # which fills ``sidecars`` beside it.
     addresses: tuple[str, ...] = field(
         default=(),
         metadata=setting(
-            "every Triton's HTTP host:port, e.g. 10.0.0.5:8000 (or selector); all share live_repository",
-            form="address",
-            min_items=1,
+            "every Triton, at least one: its HTTP host:port (e.g. 10.0.0.5:8000), or {triton: host:port, "
+            "sidecar: host:port} to name the healer sidecar beside it (per-pod repository_mode; without it: "
+            "the Triton's host on sidecar.listen's port); or selector",
+            alternatives=(("addresses", tuple, "the Tritons a rollback or a release heals, each once"),),
             default_doc="or selector",
         ),
     )
+    # Not a key: the sidecar given beside each entry of ``addresses`` ("" where none was given).
+    sidecars: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.sidecars and len(self.sidecars) != len(self.addresses):
+            raise ValueError(f"{len(self.sidecars)} sidecars for {len(self.addresses)} addresses")
+
+    def sidecar_of(self, index: int) -> str:
+        """The sidecar named beside ``addresses[index]`` ("" when the entry named none)."""
+        return self.sidecars[index] if self.sidecars else ""
 
     @property
     def pod_query(self) -> tuple[str, str] | None:
@@ -242,6 +348,10 @@ class ReplicaSettings:
 
 ROLLBACK_ORDERS = ("swap", "unload-first")
 ROLLBACK_ENGINES = ("local", "argo")
+REPOSITORY_SHARED = "shared"
+REPOSITORY_OBJECT_STORE = "object-store"
+REPOSITORY_PER_POD = "per-pod"
+REPOSITORY_MODES = (REPOSITORY_SHARED, REPOSITORY_OBJECT_STORE, REPOSITORY_PER_POD)
 # rollback.deadline_s at most: the budget is 90 s by design, and the deadline also sizes the rollback's
 # lease (deadline + unload + 2 x load + margin, workflows/steps/lease.py) and its workflow's
 # activeDeadlineSeconds. A deadline of hours is a typo or a misunderstanding; it would keep a dead
@@ -564,11 +674,24 @@ class Settings:
         default=None,
         metadata=setting("where versions and the stable ledger live: exactly one of filesystem or s3"),
     )
+    # How Triton reads its models (issue 29): one volume every replica and healer mount (shared), the
+    # store itself (object-store: Triton's --model-repository is the bucket, no copy), or each pod's own
+    # copy that its sidecar stages (per-pod). The loader ties it to store and live_repository.
+    repository_mode: str = field(
+        default=REPOSITORY_SHARED,
+        metadata=setting(
+            "where Triton reads its models: shared (live_repository, one directory every replica and healer "
+            "mount), object-store (Triton reads the store itself, e.g. --model-repository=s3://...; no copy, "
+            "no live_repository), per-pod (each replica's own copy, staged by its sidecar)",
+            choices=REPOSITORY_MODES,
+        ),
+    )
     # The directory Triton reads (its --model-repository). None: the filesystem store itself.
     live_repository: Path | None = field(
         default=None,
         metadata=setting(
-            "the directory Triton reads (its --model-repository); required with an S3 store",
+            "the directory Triton reads (its --model-repository); required with an S3 store in the shared "
+            "repository_mode, refused in object-store",
             default_doc="the filesystem store's root",
         ),
     )
@@ -580,6 +703,11 @@ class Settings:
     tracing: TracingSettings = field(
         default_factory=TracingSettings, metadata=setting("OpenTelemetry traces, one per incident; off by default")
     )
+
+    @property
+    def object_store_mode(self) -> bool:
+        """Triton reads the store itself: the store is the live repository, nothing is copied."""
+        return self.repository_mode == REPOSITORY_OBJECT_STORE
 
     @property
     def live_repository_path(self) -> Path | None:

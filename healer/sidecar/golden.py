@@ -7,6 +7,9 @@ does not fit. A configuration error is told loudly, once per version and finding
 line ``golden_request_misfit`` naming each key of healer.yaml, a Warning Event
 ``GoldenRequestMisfit`` on the pod, and the ``healer_golden_request_misfit`` gauge at 1 while it
 lasts. It is never acted on: its probe result is ``error`` (nothing learnt), which moves no streak.
+
+It also holds each model's golden suite with the requests a pipeline keeps in the store beside the
+model (``models[].golden_in_store``; probes/store_suite.py), read once a minute.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from healer.settings import Settings
 from healer.sidecar.clock import Clock
 from probes.contract import Fit
 from probes.fit import GoldenFit, newest_stable
+from probes.store_suite import StoreSuites
 
 log = structlog.get_logger("healer.sidecar")
 
@@ -50,20 +54,25 @@ class GoldenWatch:
         self.fit = GoldenFit(
             settings, stable_of=self._stable_of if store_factory is not None else None, clock=clock.monotonic
         )
+        # Each model's suite with its requests kept in the store (models[].golden_in_store), re-read each minute.
+        self.suites = StoreSuites(self._opened_store if store_factory is not None else None, clock=clock.monotonic)
         self._metrics = metrics
         self._event = event
         self._told: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}  # (model, version) -> (fit, findings)
         for model in settings.models:
             metrics.set(MISFIT_GAUGE, {"model": model.name}, 0.0)
 
-    def _stable_of(self, model: str) -> StableRecord | None:
-        """The model's newest stable record in the store's ledger (on a probe worker; may raise)."""
+    def _opened_store(self) -> Any:
+        """The store, opened on first use (on a probe worker; may raise)."""
         with self._store_lock:
             if self._store is None:
                 assert self._store_factory is not None
                 self._store = self._store_factory()
-            store = self._store
-        return newest_stable(store.ledger(model))
+            return self._store
+
+    def _stable_of(self, model: str) -> StableRecord | None:
+        """The model's newest stable record in the store's ledger (on a probe worker; may raise)."""
+        return newest_stable(self._opened_store().ledger(model))
 
     def seen(self, model: str, results: Sequence[ProbeResult]) -> None:
         """A model's results of one cycle (the loop's thread): a configuration error or a changed

@@ -212,6 +212,7 @@ class Sidecar:
                     last=hung,
                     on_model=act,
                     fit=self.golden.fit,
+                    suites=self.golden.suites.suite_of,
                 )
                 self.book.record(results, trace_id, partial=only is not None)
             except Exception:  # a bug in probing: no verdicts this cycle; rollbacks and timeouts still run
@@ -410,7 +411,7 @@ class Sidecar:
         sidecar, triton = self.settings.sidecar, self.settings.triton
         return stall_after_s(
             period_s=sidecar.period_s,
-            golden_timeouts_s=[m.golden.timeout_s for m in self.settings.models],
+            golden_timeouts_s=[sum(g.timeout_s for g in m.suite) for m in self.settings.models],
             triton_timeout_s=triton.timeout_s,
         )
 

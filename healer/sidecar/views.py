@@ -1,6 +1,7 @@
-"""The sidecar's HTTP endpoints (/livez, /healthz, /readyz, /metrics, /status) on the listener of
-healer/edges/http_listener.py: /readyz and /livez answered from memory on the loop, the rest on its pool;
-and the /status document, assembled from what the loop learnt (``status_document``)."""
+"""The sidecar's HTTP endpoints (/livez, /healthz, /readyz, /metrics, /status, and in per-pod mode the
+staging endpoints of healer/sidecar/stage.py) on the listener of healer/edges/http_listener.py: /readyz and
+/livez answered from memory on the loop, the rest on its pool; and the /status document, assembled from
+what the loop learnt (``status_document``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from healer.core.state import summarise
 from healer.edges.http_listener import MAX_CONNECTIONS, BackgroundServer, Request, Response
 from healer.edges.metrics import Registry
 from healer.settings import Settings
+from healer.sidecar.stage import MAX_BODY, PATHS, Stager
 
 if TYPE_CHECKING:
     from healer.sidecar.book import ModelBook
@@ -128,7 +130,8 @@ def livez(owner: Observed) -> Response:
 
 
 class SidecarServer(BackgroundServer):
-    """/livez (Triton), /healthz (the sidecar itself), /readyz, /metrics, /status on a background thread."""
+    """/livez (Triton), /healthz (the sidecar itself), /readyz, /metrics, /status on a background thread;
+    with a ``stager`` (repository_mode per-pod) also POST /healer/v1/stage and /healer/v1/quarantine."""
 
     def __init__(
         self,
@@ -137,27 +140,43 @@ class SidecarServer(BackgroundServer):
         *,
         max_connections: int = MAX_CONNECTIONS,
         clock: Callable[[], float] | None = None,
+        stager: Stager | None = None,
     ) -> None:
         owner = sidecar
+        self.stager = stager
+
+        simple = {"/readyz": readyz, "/livez": livez, "/healthz": healthz}
 
         def inline(request: Request) -> Response | None:
+            if request.path in PATHS:
+                # The pool: the stager waits (bounded) for its own threads. Without one: not served here.
+                return None if stager is not None else Response.text(404, "not found (repository_mode not per-pod)\n")
             if request.method != "GET":
                 return Response.text(405, "GET only\n")
-            if request.path == "/readyz":
-                return readyz(owner)
-            if request.path == "/livez":
-                return livez(owner)
-            if request.path == "/healthz":
-                return healthz(owner)
+            if request.path in simple:
+                return simple[request.path](owner)
             if request.path in {"/metrics", "/status"}:
                 return None  # the thread pool: they build a whole document
             return Response.text(404, "not found\n")
 
         def handler(request: Request) -> Response:
+            if stager is not None and request.path in PATHS:
+                return stager.handle(request)
             if request.path == "/metrics":
                 return Response(200, owner.metrics.expose().encode(), "text/plain; version=0.0.4; charset=utf-8")
             return Response(200, (json.dumps(owner.status(), indent=2) + "\n").encode(), "application/json")
 
         super().__init__(
-            listen, handler=handler, inline=inline, name="sidecar-http", max_connections=max_connections, clock=clock
+            listen,
+            handler=handler,
+            inline=inline,
+            name="sidecar-http",
+            max_body=MAX_BODY,  # the staging requests (a few names); any other POST is then answered, not cut off
+            max_connections=max_connections,
+            clock=clock,
         )
+
+    def stop(self) -> None:
+        super().stop()
+        if self.stager is not None:
+            self.stager.close()

@@ -138,19 +138,14 @@ def test_probe_asks_a_slow_first_answer_again_and_fails_only_a_consistently_slow
     assert code == 1
 
 
-def test_probe_exit_1_when_triton_is_down(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["probe", "--config", str(EXAMPLE_CONFIG), "--url", f"127.0.0.1:{free_port()}"])
-    assert code == 1
-    assert "not answering" in capsys.readouterr().out
-
-
 def test_bad_config_exits_64_naming_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write_config(tmp_path, extra_key=1)
     code = main(["probe", "--config", str(config)])
     assert code == EXIT_USAGE
-    assert capsys.readouterr().err.strip() == (
-        f"healer: {config}: models[0].extra_key: unknown key (allowed here: golden, name, required, version)"
-    )
+    err = capsys.readouterr().err.strip()
+    # One line naming the file, the key and the keys allowed there (the list grows with the settings).
+    assert err.startswith(f"healer: {config}: models[0].extra_key: unknown key (allowed here: golden, "), err
+    assert err.endswith(", name, required, version)") and "\n" not in err, err
 
 
 @pytest.mark.triton
@@ -236,7 +231,7 @@ def test_store_unquarantine_lifts_the_ledger_records_the_audit_and_moves_the_fil
     # (not running here; promoting with a Triton is covered in tests/cli/test_cli_rollback.py).
     assert main(["promote", "--config", str(config), "linear_scorer", "2"]) == EXIT_REFUSED
     err = capsys.readouterr().err
-    assert "quarantined" not in err and "Triton 127.0.0.1:" in err
+    assert "quarantined" not in err and "cannot reach Triton at 127.0.0.1:" in err and "nothing promoted" in err
 
     # Not quarantined (any more): a clear error naming the model and the version, nothing written.
     assert main(["store", "--config", str(config), "unquarantine", "linear_scorer", "2", "--reason", "again"]) == 1

@@ -111,23 +111,6 @@ def test_rollback_workflows_are_the_labelled_ones_newest_first() -> None:
     assert [w["metadata"]["name"] for w in rollback_workflows([older, drill, newer])] == ["b", "a"]
 
 
-def test_watch_prints_each_round_and_a_failure_in_place_of_the_view(capsys: pytest.CaptureFixture[str]) -> None:
-    from healer.cli.cluster import watch
-    from healer.edges.cluster import ClusterError
-
-    answers = iter(["view one", ClusterError("api down")])
-
-    def render() -> str:
-        answer = next(answers)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    assert watch(render, period_s=0.0, rounds=2) == 0
-    out = capsys.readouterr().out
-    assert "view one" in out and "healer: api down" in out
-
-
 def test_a_status_document_of_another_shape_is_a_row_that_says_so_not_a_crash() -> None:
     """What the real sidecar sends is checked by the cluster tier (e2e/cluster/status.sh); a sidecar
     of another version may send another shape: that pod's row says so, the others are still shown."""

@@ -43,6 +43,9 @@ NOT_RUNBOOKS = {"README.md", "triton-troubleshooting.md"}
 # Labels Prometheus adds to every series scraped through the PodMonitor (prometheus-operator's
 # generatePodMonitorConfig: namespace, container, pod, job, endpoint; instance from the address).
 TARGET_LABELS = {"namespace", "pod", "container", "job", "endpoint", "instance"}
+# Labels a Prometheus or Thanos over several clusters adds outside the scrape (external_labels): the
+# dashboard's cluster variable reads "cluster" (the chart renames it to monitoring.clusterLabel).
+EXTERNAL_LABELS = {"cluster"}
 # Metrics from elsewhere that the rules use: Prometheus's own and kube-state-metrics'.
 EXTERNAL_METRICS = {"up": {"job"}, "kube_deployment_status_replicas_available": {"namespace", "deployment"}}
 
@@ -175,13 +178,14 @@ def check_expression(expr: str, exported: dict[str, set[str]], where: str) -> li
     histograms = histogram_names(sidecar_registry())
     enums = enum_values(exported)
     problems = []
-    available = set(TARGET_LABELS)
+    added = TARGET_LABELS | EXTERNAL_LABELS
+    available = set(added)
     for use in metric_uses(expr):
         name = base_name(use.metric, histograms)
         if name in EXTERNAL_METRICS:
-            labels = EXTERNAL_METRICS[name] | TARGET_LABELS
+            labels = EXTERNAL_METRICS[name] | added
         elif name in exported:
-            labels = exported[name] | TARGET_LABELS | ({"le"} if use.metric.endswith("_bucket") else set())
+            labels = exported[name] | added | ({"le"} if use.metric.endswith("_bucket") else set())
         else:
             problems.append(f"{where}: {use.metric}: no such metric")
             continue
@@ -268,7 +272,7 @@ def test_the_alert_texts_use_only_labels_their_expression_keeps() -> None:
 def test_the_template_replaces_every_placeholder_of_the_rules() -> None:
     template = RULE_TEMPLATE.read_text()
     assert '.Files.Get "files/prometheus-rules.yaml"' in template
-    assert ".Values.monitoring.prometheusRule.enabled" in template
+    assert "if $values.enabled" in template
     replaced = set(re.findall(r'replace "(__[A-Z_]+__)"', template))
     assert replaced == set(PLACEHOLDER.findall(RULES.read_text()))
 
@@ -446,11 +450,33 @@ def test_every_metric_in_the_dashboard_exists_with_the_labels_used(exported: dic
     assert problems == []
 
 
+def test_every_dashboard_query_is_one_jobs_and_the_chosen_clusters() -> None:
+    """Two releases whose PodMonitors scrape the same sidecars record each pod under each job: one
+    job at a time (a single-valued variable, no All), or every pod would count twice."""
+    queries = dashboard_queries()
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    job, cluster = variables["job"], variables["cluster"]
+    assert job["includeAll"] is False and job["multi"] is False
+    assert cluster["includeAll"] is True and cluster["allValue"] == ".*"  # also matches series without the label
+    names = [v["name"] for v in dashboard()["templating"]["list"]]
+    assert names.index("cluster") < names.index("job") < names.index("namespace") < names.index("model")
+    for where, expr in queries:
+        selectors = re.findall(r"healer_[a-z_]+(\{[^}]*\})?", expr)
+        assert selectors, where
+        for selector in selectors:
+            if where == "$cluster":
+                continue  # the variable that lists the clusters
+            assert 'cluster=~"$cluster"' in selector, (where, expr)
+            if where != "$job":
+                assert 'job="$job"' in selector, (where, expr)
+
+
 def test_the_dashboard_configmap_carries_the_json_and_the_grafana_labels() -> None:
     template = DASHBOARD_TEMPLATE.read_text()
     assert template.startswith("{{- if .Values.monitoring.grafanaDashboard.enabled }}")
-    assert '.Files.Get "files/dashboards/healer.json" | indent 4' in template
-    assert ".Values.monitoring.grafanaDashboard.labels" in template
+    assert '.Files.Get "files/dashboards/healer.json"' in template and "$json | indent 4" in template
+    assert ".Values.monitoring.grafanaDashboard" in template and "$dashboard.labels" in template
+    assert "$dashboard.namespace" in template and "$dashboard.annotations" in template
 
 
 # ---- the PodMonitor --------------------------------------------------------------------------------------

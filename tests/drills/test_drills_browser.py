@@ -1,5 +1,6 @@
 """The drill report in a real headless browser (Debian's Chromium): it renders, logs nothing to the
-console, and shows every scenario. Skipped only when Chromium is not installed (`.ci/run` installs it)."""
+console, shows every scenario, and no label overlaps another or is cut at its picture's edge (each
+measured with getBBox). Skipped only when Chromium is not installed (`.ci/run` installs it)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import pytest
 
 from healer.core import drill_report as report
 from healer.core.drill_catalog import CATALOG
+from healer.core.drill_report_layout import text_width
 from tests.support.browser import needs_chromium, open_in_chromium, screenshot
+from tests.support.drill_report_fixtures import crowded_results
 from tests.support.drill_results import full_catalog_results
+from tests.support.svg_labels import faults, measure
 
 pytestmark = pytest.mark.browser
 
@@ -60,3 +64,41 @@ def test_the_report_photographed_for_the_readme(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     folder = root / "docs" / "screenshots" if os.environ.get("HEALER_UPDATE_SCREENSHOTS") else tmp_path
     screenshot(page, tmp_path / "profile", folder / "drill-report.png", height=1500)
+
+
+# ---- labels: never overlapping, never cut (measured in Chromium) ----------------------------------------
+
+BROKEN_SVG = """<!DOCTYPE html><html><body><svg id="broken" xmlns="http://www.w3.org/2000/svg"
+viewBox="0 0 200 60" width="200" height="60" style="font: 11px sans-serif">
+<text class="mark" x="10" y="20">overlapping one</text><text class="mark" x="30" y="24">overlapping two</text>
+<text class="mark" x="150" y="50">cut at the right edge</text>
+<line class="mark" x1="100" y1="5" x2="100" y2="60" stroke="black"/>
+<text class="mark" x="80" y="45">crossed</text>
+</svg></body></html>"""
+
+
+@needs_chromium
+def test_the_label_check_sees_overlaps_cut_labels_and_crossing_ticks(tmp_path: Path) -> None:
+    """The check below can fail: a hand-made SVG with each fault is caught, fault by fault."""
+    svgs, console = measure(BROKEN_SVG, tmp_path)
+    found = faults(svgs)
+    assert console == []
+    assert any("'overlapping one'" in f and "intersects 'overlapping two'" in f for f in found), found
+    assert any("'cut at the right edge'" in f and "leaves the viewBox" in f for f in found), found
+    assert any("runs through 'crossed'" in f for f in found), found
+
+
+@needs_chromium
+@pytest.mark.parametrize("which", ["crowded", "catalog"])
+def test_no_label_overlaps_another_or_leaves_its_svg(which: str, tmp_path: Path) -> None:
+    """Every label of every SVG in the report (marks, phases, axes, the chart's names, values and
+    budget), as Chromium lays it out: no two intersect, none leaves its SVG's viewBox, no mark's tick
+    runs through another mark's label; and the layout's width estimate is never under the drawn width."""
+    results = crowded_results() if which == "crowded" else full_catalog_results()
+    svgs, console = measure(report.render_html(results, report.ReportMeta(target=which)), tmp_path)
+    assert console == []
+    assert len(svgs) == 1 + sum(1 for r in results if not r.skipped)  # the chart and each timeline
+    assert sum(len(svg["texts"]) for svg in svgs) > 100
+    assert faults(svgs) == []
+    under = [(t["text"], t["w"]) for svg in svgs for t in svg["texts"] if t["w"] > text_width(t["text"])]
+    assert under == []

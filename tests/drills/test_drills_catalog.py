@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from healer.core import drill_report as report
+from healer.core import drill_report_svg
 from healer.core.drill_catalog import (
     BY_NAME,
     CATALOG,
@@ -25,7 +26,6 @@ from healer.core.drill_catalog import (
     select,
 )
 from healer.core.drill_verdict import (
-    Mark,
     Observation,
     PhaseSpan,
     classify,
@@ -38,7 +38,7 @@ from tests.conftest import EXAMPLE_MODELS, EXAMPLES
 from tests.support.drill_results import full_catalog_results, result
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE = ("drill_catalog", "drill_verdict", "drill_report")
+PURE = ("drill_catalog", "drill_verdict", "drill_report", "drill_report_layout", "drill_report_svg")
 
 # ---- the catalog -----------------------------------------------------------------------------------------
 
@@ -456,7 +456,7 @@ def test_the_html_report_is_self_contained_and_shows_every_scenario() -> None:
 
 def test_the_restore_chart_draws_the_budget_line_and_a_bar_per_timed_scenario() -> None:
     results = full_catalog_results()
-    chart = report._restore_chart(results, 90.0)
+    chart = drill_report_svg.restore_chart(results, 90.0)
     timed = [r for r in results if r.observation.restore_s is not None or r.observation.escalate_s is not None]
     assert chart.count("<rect ") == len(timed)
     assert "budget 90 s" in chart and 'stroke-dasharray="5 4"' in chart
@@ -467,7 +467,7 @@ def test_the_restore_chart_is_scaled_to_the_times_with_the_budget_noted_off_the_
     """Restores of seconds against a 90 s budget: the bars fill the chart (the longest at about 87 %)
     and the budget is said at the right edge instead of squeezing every bar into a sliver."""
     fast = [r for r in full_catalog_results() if (r.observation.restore_s or 0) < 10 and r.observation.restore_s]
-    chart = report._restore_chart(fast, 90.0)
+    chart = drill_report_svg.restore_chart(fast, 90.0)
     assert 'id="budget-off-scale"' in chart and "budget 90 s (off the scale)" in chart
     widths = [float(w) for w in re.findall(r'<rect x="[0-9.]+" y="[0-9.]+" width="([0-9.]+)"', chart)]
     plot_w = 900 - 150 - 80
@@ -479,12 +479,6 @@ def test_failure_reasons_are_printed_not_only_in_tooltips() -> None:
     text = report.render_html(results, report.ReportMeta(target="embedded stack", when="2024-05-01T10:00:00Z"))
     reasons = re.findall(r'<ul class="reasons">(.*?)</ul>', text, re.DOTALL)
     assert any("store not reachable &lt;&amp;&gt;" in r for r in reasons)
-
-
-def test_timeline_labels_do_not_overlap() -> None:
-    marks = [Mark(0, "injected"), Mark(0.01, "detected"), Mark(0.02, "drained"), Mark(5, "restored")]
-    rows = report._label_rows(marks, 6.0, 1000)
-    assert len({rows[0], rows[1], rows[2]}) == 3 and rows[3] == 0
 
 
 # ---- the pure modules stay pure ----------------------------------------------------------------------

@@ -22,6 +22,7 @@ import yaml
 from healer.core.drill_catalog import FAST
 from tests.conftest import EXAMPLES
 from tests.support.browser import needs_chromium, open_in_chromium
+from tests.support.svg_labels import faults, measure
 
 HEALER = str(Path(sys.executable).parent / "healer")
 TRITON_PROCESSES = ("tritonserver", "triton_python_backend_stub")
@@ -140,6 +141,10 @@ def test_the_demo_report_renders_in_a_browser_and_shows_every_scenario_it_ran(
         assert f'id="timeline-{name}"' in dom and f'id="row-{name}"' in dom
     assert f"{len(FAST)} of {len(FAST)} scenarios passed" in dom
     assert "restore" in dom and 'id="restore-chart"' in dom
+    assert "repository <code>shared</code>" in dom  # the drilled setup's repository_mode, in the header
+    (tmp_path / "labels").mkdir()
+    svgs, console = measure(demo_run.report.read_text(), tmp_path / "labels")
+    assert console == [] and faults(svgs) == []  # a real run's labels neither overlap nor are cut
 
 
 @pytest.mark.subprocess
@@ -183,7 +188,8 @@ def test_drill_list_shows_the_catalog(tmp_path: Path, capsys: pytest.CaptureFixt
     from healer.core.drill_catalog import CATALOG
 
     assert main(["drill", "--config", str(drill_config(tmp_path)), "--list"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    header, *lines = capsys.readouterr().out.split("\n\n")[0].splitlines()  # the table (the modes' notes after)
+    assert header.split()[:2] == ["SCENARIO", "EXPECTED"]
     assert [line.split()[:2] for line in lines] == [[s.name, s.expect.outcome.value] for s in CATALOG]
 
 

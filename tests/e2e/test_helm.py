@@ -39,6 +39,13 @@ pytestmark = pytest.mark.e2e
 
 ROOT = helm.ROOT
 VALUES = {"defaults" if path is None else path.stem: path for path in helm.VALUES_FILES}
+# The examples with one volume shared by every pod; the others (object-store, per-pod) mount no claim in the
+# workflow steps: tests/deploy/test_chart_repository_examples.py renders them.
+SHARED_VOLUME = {
+    name: path
+    for name, path in VALUES.items()
+    if path is None or (yaml.safe_load(path.read_text()).get("config") or {}).get("repository_mode") in (None, "shared")
+}
 EXECUTOR = {("create", "workflowtaskresults", "argoproj.io"), ("patch", "workflowtaskresults", "argoproj.io")}
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 Quad = tuple[str, str, str, str]  # (namespace, verb, resource, group)
@@ -129,7 +136,7 @@ def test_the_schemas_reject_broken_objects() -> None:
         helm.validate({"apiVersion": "example.com/v1", "kind": "Unknown", "metadata": {"name": "x"}})
 
 
-@pytest.mark.parametrize("name", VALUES)
+@pytest.mark.parametrize("name", SHARED_VOLUME)
 def test_the_argo_objects_are_what_healer_render_produces(name: str) -> None:
     """The chart ships the render (files/argo/) with only the namespace, image, claim, mount path and
     the chart's labels set from values; checked here against a fresh render with those options."""
@@ -202,7 +209,8 @@ def test_healer_yaml_is_a_valid_config_wired_to_the_values(name: str) -> None:
     if repo["type"] == "s3":
         assert settings.store is not None and settings.store.s3 is not None
         assert settings.store.s3.bucket == repo["s3"]["bucket"]
-        assert str(settings.live_repository) == repo["mountPath"]
+        live = None if settings.repository_mode == "object-store" else repo["mountPath"]  # Triton reads the bucket
+        assert (str(settings.live_repository) if settings.live_repository else None) == live
     else:
         assert settings.store is not None and settings.store.filesystem == Path(repo["mountPath"])
     assert settings.rollback.engine == "argo"
@@ -576,10 +584,11 @@ def test_run_as_user_null_names_no_uid_and_security_contexts_merge() -> None:
     assert one(defaults, "Deployment")["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001
 
 
-def test_name_overrides_rename_the_releases_own_objects_and_nothing_shared() -> None:
-    """fullnameOverride prefixes the release's own objects; nameOverride sets app.kubernetes.io/name.
-    The names the WorkflowTemplates and the injected sidecar refer to (healer-config, healer-rollback,
-    healer-sidecar) stay; without overrides every name is what it was."""
+def test_name_overrides_rename_the_releases_own_objects_and_the_shared_ones() -> None:
+    """fullnameOverride prefixes every name the chart gives, the shared ones too (the config ConfigMap,
+    the rollback's ServiceAccount, the Roles: tests/deploy/test_chart_names.py); nameOverride sets
+    app.kubernetes.io/name. The WorkflowTemplates keep the names the code submits; without overrides
+    every name is what it was."""
     overrides = {"fullnameOverride": "ml-healer", "nameOverride": "healer-ml"}
     assert "0 chart(s) failed" in helm.lint(VALUES["defaults"], overrides)
     docs = helm.render(VALUES["defaults"], overrides, release="r1")
@@ -593,6 +602,7 @@ def test_name_overrides_rename_the_releases_own_objects_and_nothing_shared() -> 
     assert {d["metadata"]["labels"]["app.kubernetes.io/part-of"] for d in own if "labels" in d["metadata"]} == {
         "healer"
     }
-    assert one(docs, "ConfigMap", "healer-config") and one(docs, "WorkflowTemplate", "healer-rollback")
+    assert one(docs, "ConfigMap", "ml-healer-config") and one(docs, "WorkflowTemplate", "healer-rollback")
     plain = helm.render(VALUES["defaults"], release="r1")
+    assert one(plain, "ConfigMap", "healer-config")
     assert one(plain, "Deployment")["metadata"]["name"] == "r1-webhook"

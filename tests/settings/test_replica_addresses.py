@@ -12,25 +12,14 @@ import yaml
 
 from healer.settings import ConfigError, ReplicaSettings, Settings, load_settings
 from tests.conftest import EXAMPLES
+from tests.support.settings_files import minimal_model
 from workflows.plan import ReplicaTarget
 from workflows.steps.context import replica_lister
 
 
-def _model() -> dict[str, Any]:
-    return {
-        "name": "m",
-        "golden": {
-            "latency_slo_ms": 100,
-            "timeout_s": 2.0,
-            "inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 2], "data": [[1.0, 2.0]]}],
-            "outputs": [{"name": "OUT", "datatype": "FP32", "shape": [1, 1], "data": [[3.0]]}],
-        },
-    }
-
-
 def _path(tmp_path: Path, replicas: Any) -> Path:
     path = tmp_path / "healer.yaml"
-    path.write_text(yaml.safe_dump({"models": [_model()], "rollback": {"replicas": replicas}}), encoding="utf-8")
+    path.write_text(yaml.safe_dump({"models": [minimal_model()], "rollback": {"replicas": replicas}}), encoding="utf-8")
     return path
 
 
@@ -68,7 +57,7 @@ def test_a_selector_still_loads_and_queries_its_pods(tmp_path: Path) -> None:
 
 def test_unset_replicas_list_nothing(tmp_path: Path) -> None:
     path = tmp_path / "healer.yaml"
-    path.write_text(yaml.safe_dump({"models": [_model()]}), encoding="utf-8")
+    path.write_text(yaml.safe_dump({"models": [minimal_model()]}), encoding="utf-8")
     assert replica_lister(load_settings(path)) is None
 
 
@@ -113,7 +102,7 @@ def test_unset_replicas_list_nothing(tmp_path: Path) -> None:
         ),
         (
             {"addresses": [{"url": "10.0.0.5:8000"}]},
-            "rollback.replicas.addresses[0]: must be a non-empty string, got a dict",
+            "rollback.replicas.addresses[0].url: unknown key (allowed here: sidecar, triton)",
         ),
     ],
 )
@@ -125,7 +114,7 @@ def test_the_sidecar_may_listen_on_a_port_only_the_selector_would_name(tmp_path:
     """With addresses no Triton runs in a pod beside this sidecar on rollback.replicas.port's default."""
     path = tmp_path / "healer.yaml"
     document = {
-        "models": [_model()],
+        "models": [minimal_model()],
         "rollback": {"replicas": {"addresses": ["10.0.0.5:8000"]}},
         "sidecar": {"listen": "0.0.0.0:8000"},
         "triton": {"url": "10.0.0.9:8001"},

@@ -322,13 +322,13 @@ def _missing_golden() -> dict[str, Any]:
         pytest.param(
             _config(tritn={"url": "x:1"}),
             "<file>: tritn: unknown key (allowed here: "
-            "embedded, live_repository, models, release, rollback, sidecar, store, tracing, triton)",
+            "embedded, live_repository, models, release, repository_mode, rollback, sidecar, store, tracing, triton)",
             id="unknown-top-level-key",
         ),
         pytest.param(
             _with_output(atoll=0.1),
             "<file>: models[0].golden.outputs[0].atoll: unknown key "
-            "(allowed here: atol, data, datatype, file, name, rtol, shape)",
+            "(allowed here: atol, data, datatype, expect, file, name, rtol, shape)",
             id="unknown-output-key",
         ),
         pytest.param(
@@ -343,7 +343,7 @@ def _missing_golden() -> dict[str, Any]:
         ),
         pytest.param(
             _config({**_model(), "versions": 2}),
-            "<file>: models[0].versions: unknown key (allowed here: golden, name, required, version)",
+            "<file>: models[0].versions: unknown key (allowed here: golden, golden_in_store, name, required, version)",
             id="unknown-model-key",
         ),
         pytest.param(

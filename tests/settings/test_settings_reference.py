@@ -79,16 +79,48 @@ def _full_document() -> dict[str, Any]:
         "sidecar": {"readiness": {}, "business": {}, "drain": {"peers": {"namespace": "ml", "selector": "a=b"}}},
         "tracing": {},
         "release": {},
-        "models": [{"name": "m", "golden": {"latency_slo_ms": 1, "inputs": [tensor], "outputs": [dict(tensor)]}}],
+        "models": [
+            {
+                "name": "m",
+                "golden": [
+                    {"latency_slo_ms": 1, "inputs": [tensor], "outputs": [dict(tensor)]},
+                    {
+                        "latency_slo_ms": 1,
+                        "name": "comparators",
+                        "inputs": [tensor],
+                        "outputs": [
+                            {**tensor, "expect": {"top_k": {}, "length": {}, "not_degenerate": {}}},
+                            {
+                                "name": "TEXT",
+                                "datatype": "BYTES",
+                                "expect": {"json": {"fields": [{"name": "a", "type": "string"}]}},
+                            },
+                        ],
+                    },
+                ],
+            }
+        ],
     }
 
 
 def _at(document: dict[str, Any], path: str) -> dict[str, Any]:
-    node: Any = document
-    for part in filter(None, path.split(".")):
-        node = node[part[:-2]][0] if part.endswith("[]") else node[part]
-    assert isinstance(node, dict)
-    return node
+    """The mapping at ``path``; in a list, the first item where the rest of the path is found (golden's
+    requests and outputs: one per kind of expect)."""
+    found = _find(document, list(filter(None, path.split("."))))
+    assert isinstance(found, dict)
+    return found
+
+
+def _find(node: Any, parts: list[str]) -> Any:
+    if not parts:
+        return node
+    part, rest = parts[0], parts[1:]
+    child = node.get(part.removesuffix("[]")) if isinstance(node, dict) else None
+    for item in child if isinstance(child, list) else [child]:
+        found = _find(item, rest) if isinstance(item, dict) else None
+        if found is not None:
+            return found
+    return None
 
 
 SECTIONS = [path for path, _, _, _ in sections()]
@@ -102,7 +134,8 @@ def test_the_loader_allows_exactly_the_declared_keys_of_each_section(tmp_path: P
     with pytest.raises(ConfigError) as info:
         parse_settings(document, source="full", base_dir=tmp_path)
     shown = path.replace("[]", "[0]")
-    assert info.value.key_path == (f"{shown}.not_a_key" if path else "not_a_key")
+    found_at = re.sub(r"\[\d+\]", "[0]", info.value.key_path)  # which item of a list: _at's choice
+    assert found_at == (f"{shown}.not_a_key" if path else "not_a_key")
     [(_, _, cls, default)] = [s for s in sections() if s[0] == path]
     declared = sorted(key for key, _, _ in rows(cls, default))
     assert info.value.problem == f"unknown key (allowed here: {', '.join(declared)})"
@@ -146,14 +179,21 @@ def test_the_chart_schema_has_every_declared_key_and_nothing_else() -> None:
 
 def test_every_field_of_a_settings_section_is_a_declared_key() -> None:
     """A field added without its declaration would be read by nothing: only ``Settings.source`` (the
-    file's name) and values computed from the keys (``input_hash``) are not keys."""
+    file's name) and values computed from the keys (``input_hash``, the ``sidecars`` of the replicas'
+    addresses) are not keys."""
     undeclared = {
         f"{cls.__name__}.{f.name}"
         for _, _, cls, _ in sections()
         for f in dataclasses.fields(cls)
         if SETTING not in f.metadata
     }
-    assert undeclared == {"Settings.source", "GoldenRequest.input_hash"}
+    assert undeclared == {
+        "Settings.source",
+        "GoldenRequest.input_hash",
+        "ReplicaSettings.sidecars",
+        "ModelSettings.golden",  # the suite's first request
+        "ModelSettings.listed",  # whether golden was written as a list
+    }
 
 
 def test_every_form_of_text_is_described_and_checked_by_the_schema() -> None:

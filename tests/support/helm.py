@@ -34,6 +34,14 @@ VALUES_FILES: tuple[Path | None, ...] = (None, *sorted(EXAMPLES.glob("values-*.y
 K8S_VERSION = "1.37.0"  # kubernetes-validate's schemas; the e2e tier runs v1.37.2
 ARGO_SCHEMA = ROOT / "tests" / "vendor" / "argo" / "schema.json"  # Argo v4.1.2, see its README
 ARGO_KINDS = {"WorkflowTemplate", "CronWorkflow", "Workflow", "ClusterWorkflowTemplate"}
+# The APIs `helm template` is told the cluster has (--api-versions): the CRDs the e2e tier installs
+# (Argo's; cert-manager's and the Prometheus Operator's for the chart's optional objects), which the
+# chart's checkRequirements asks for.
+CLUSTER_APIS = (
+    *(f"argoproj.io/v1alpha1/{kind}" for kind in ("Workflow", "WorkflowTemplate", "CronWorkflow")),
+    *(f"cert-manager.io/v1/{kind}" for kind in ("Certificate", "Issuer")),
+    *(f"monitoring.coreos.com/v1/{kind}" for kind in ("PodMonitor", "PrometheusRule")),
+)
 
 
 class HelmError(AssertionError):
@@ -114,10 +122,12 @@ def render(
     release: str = "healer",
     namespace: str = "healer-system",
     show_only: Sequence[str] = (),
+    api_versions: Sequence[str] = CLUSTER_APIS,
 ) -> list[dict[str, Any]]:
     """The objects `helm template` writes (chart templates relative to the chart, e.g.
-    templates/monitoring-podmonitor.yaml, for ``show_only``)."""
+    templates/monitoring-podmonitor.yaml, for ``show_only``), for a cluster with ``api_versions``."""
     args = (release, f"--namespace={namespace}", *value_args(values, set_values))
+    args += tuple(f"--api-versions={api}" for api in api_versions)
     text = _template(args + tuple(f"--show-only={template}" for template in show_only))
     return [doc for doc in yaml.safe_load_all(text) if doc]
 

@@ -73,7 +73,7 @@ def fleet(example_settings: Settings, tmp_path: Path, monkeypatch: pytest.Monkey
         order: str = "swap",
         parallelism: int = 50,
         max_parallelism: int = 200,
-        load_s: float = 0.05,
+        load_s: float = 0.2,  # long enough for a wave's threads to overlap on a busy machine
         load_timeout_s: float = 60.0,
     ):
         tritons = {
@@ -147,7 +147,9 @@ def test_unload_first_never_unloads_two_replicas_at_once(fleet: Any) -> None:
 
 
 def test_waves_double_while_loads_are_quick_up_to_the_ceiling(fleet: Any) -> None:
-    ctx, tritons = fleet([["2"]] * 20, parallelism=2, max_parallelism=5, load_s=0.01)
+    # 0.25 s loads: quick against the 60 s load timeout (they double), and long enough that a wave's five
+    # threads overlap on a busy machine (10 ms loads once saw only 3 at once at load 7).
+    ctx, tritons = fleet([["2"]] * 20, parallelism=2, max_parallelism=5, load_s=0.25)
     outcome = steps.restore_replicas(ctx, REQUEST, "1")
     assert [len(w) for w in outcome["waves"]] == [1, 2, 4, 5, 5, 3]
     assert FakeTriton.most_at_once == 5

@@ -58,7 +58,7 @@ class StepContext:
     settings: Settings
     triton: TritonAPI
     store: ModelStore
-    live_repository: Path
+    live_repository: Path | None  # None: Triton reads an S3 store itself (repository_mode object-store)
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -79,9 +79,13 @@ class StepContext:
 
     @property
     def store_is_live(self) -> bool:
-        """True when Triton reads the filesystem store directly (e.g. an NFS model repository)."""
+        """True when Triton reads the store directly: repository_mode object-store, or a filesystem
+        store that is the live repository (e.g. an NFS model repository)."""
+        if self.settings.object_store_mode:
+            return True
         root = self.settings.store.filesystem if self.settings.store else None
-        return root is not None and root.resolve() == self.live_repository.resolve()
+        live = self.live_repository
+        return root is not None and live is not None and root.resolve() == live.resolve()
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from healer.edges.alerts import PodMarker
 from healer.settings import Settings, load_settings
 from workflows.plan import ReplicaTarget, replica_targets
 from workflows.steps.base import StepContext
+from workflows.steps.per_pod import per_pod, with_sidecars
 
 DEFAULT_CONFIG = CONFIG_PATH  # mounted from a ConfigMap in the healer image's pods
 DEFAULT_OUTPUT_DIR = "/tmp/healer-outputs"  # noqa: S108 - Argo reads output parameters from files in the pod
@@ -88,8 +89,10 @@ def context_from_settings(settings: Settings) -> StepContext:
 
     if settings.store is None:
         raise ValueError(f"{settings.source}: store: is required to roll back")
-    live = settings.live_repository_path
-    assert live is not None  # the loader requires live_repository with an S3 store
+    # None only when Triton reads an S3 store itself (object-store); the loader requires it otherwise.
+    # per-pod: the replicas' repositories are theirs alone (each sidecar stages into its own); in the sidecar,
+    # live_repository is its pod's, which a rollback never writes directly: none here.
+    live = None if per_pod(settings) else settings.live_repository_path
     return StepContext(
         settings=settings,
         triton=TritonHttp(settings.triton.url, timeout_s=settings.triton.timeout_s),
@@ -110,15 +113,23 @@ def replica_lister(settings: Settings) -> Callable[[], list[ReplicaTarget]] | No
     query = replicas.pod_query
     if query is None:
         # A fixed list: nothing to ask; whether each Triton answers is checked right before it is acted on.
-        addresses = replicas.addresses
-        return lambda: [ReplicaTarget(address) for address in addresses]
+        # Each with the sidecar named beside it, or the one on its host (per-pod mode stages through it).
+        fixed = with_sidecars(
+            settings,
+            [ReplicaTarget(a, sidecar=replicas.sidecar_of(i)) for i, a in enumerate(replicas.addresses)],
+            kubernetes=False,
+        )
+        return lambda: list(fixed)
     namespace, selector = query
 
     def list_replicas() -> list[ReplicaTarget]:
         from healer.edges import kube
 
         client = kube.KubeClient.in_cluster()
-        return replica_targets(client.triton_pods(namespace, selector), replicas.port)
+        # Each pod's sidecar: its IP, the injected sidecar's port (healer/core/pod_contract.py).
+        return with_sidecars(
+            settings, replica_targets(client.triton_pods(namespace, selector), replicas.port), kubernetes=True
+        )
 
     return list_replicas
 

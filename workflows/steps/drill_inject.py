@@ -52,6 +52,13 @@ class DrillTarget:
     broken: Path  # the folder of broken variants: <broken>/<model base>/<variant>
     base: str = ""  # the example model the variants belong to (default: the model's own name)
     capabilities: frozenset[str] = frozenset()
+    # repository_mode per-pod: every other replica's own repository by its host:port (a deploy reaches each)
+    pods: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def repositories(self) -> list[Path]:
+        """Every directory a Triton of the target reads: ``live``, then each pod's own."""
+        return list(dict.fromkeys([self.live, *self.pods.values()]))
 
     @property
     def model_settings(self) -> ModelSettings:
@@ -153,9 +160,10 @@ def put_version(target: DrillTarget, version: str, source: Path, injected: Injec
     except (StoreError, OSError) as exc:
         raise InjectionFailed(f"push {target.model} v{version} to the store: {exc}") from exc
     injected.pushed.append(version)
-    live_dir = target.live / target.model / version
-    if not live_dir.exists():  # a store that is also the live repository has it already
-        shutil.copytree(source, live_dir, ignore=shutil.ignore_patterns("__pycache__"))
+    for repository in target.repositories:
+        live_dir = repository / target.model / version
+        if not live_dir.exists():  # a store that is also the live repository has it already
+            shutil.copytree(source, live_dir, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def replace_file(path: Path, text: str, injected: Injected, what: str) -> None:
@@ -272,9 +280,10 @@ def retrain_source(target: DrillTarget, injected: Injected) -> Path:
 def push_again(target: DrillTarget, source: Path, injected: Injected) -> None:
     """The same broken version deployed again (the rollback moved its files aside): back in place, loaded."""
     assert injected.version is not None
-    live_dir = target.live / target.model / injected.version
-    if not live_dir.exists():
-        shutil.copytree(source, live_dir, ignore=shutil.ignore_patterns("__pycache__"))
+    for repository in target.repositories:
+        live_dir = repository / target.model / injected.version
+        if not live_dir.exists():
+            shutil.copytree(source, live_dir, ignore=shutil.ignore_patterns("__pycache__"))
     load_everywhere(target, target.replicas)
     for url in target.replicas:
         now = served(url, target.model)
@@ -287,7 +296,8 @@ def push_with_config(target: DrillTarget, config_source: Path, injected: Injecte
     stable_dir = target.live / target.model / injected.stable.version
     text = config_source.read_text().replace(f'name: "{target.base or target.model}"', f'name: "{target.model}"')
     live_config = target.live / target.model / "config.pbtxt"
-    replace_file(live_config, text, injected, "config.pbtxt in the live repository")
+    for repository in target.repositories:
+        replace_file(repository / target.model / "config.pbtxt", text, injected, f"config.pbtxt in {repository}")
     root = target.store_root
     if root is not None and (root / target.model / "config.pbtxt").resolve() != live_config.resolve():
         replace_file(root / target.model / "config.pbtxt", text, injected, "config.pbtxt in the store")
@@ -392,14 +402,15 @@ def remove_pushed(target: DrillTarget, injected: Injected) -> list[str]:
     """Remove what the drill pushed: its version directories in the live repository (and the copies a
     rollback moved aside), and in a filesystem store. A rollback never deletes; the drill removes its own."""
     problems: list[str] = []
-    model_dir = target.live / target.model
     for version in injected.pushed:
         if not VERSION_PATTERN.match(version):
             continue
-        candidates = [model_dir / version]
-        for folder in (model_dir / QUARANTINE_DIR, model_dir / DISPLACED_DIR):
-            if folder.is_dir():
-                candidates += [p for p in folder.iterdir() if p.name == version or p.name.startswith(f"{version}-")]
+        candidates = []
+        for model_dir in (repository / target.model for repository in target.repositories):
+            candidates.append(model_dir / version)
+            for folder in (model_dir / QUARANTINE_DIR, model_dir / DISPLACED_DIR):
+                if folder.is_dir():
+                    candidates += [p for p in folder.iterdir() if p.name == version or p.name.startswith(f"{version}-")]
         root = target.store_root
         if root is not None:
             candidates.append(root / target.model / version)
@@ -416,7 +427,7 @@ def after_restart(target: DrillTarget, url: str, injected_version: str) -> str: 
     """Load the model on ``url`` from its files, without the rollback's override, as a restarted
     Triton or a new replica does; then every served version must answer its golden request and the
     injected version must not be among them. Returns "" when so, else what is wrong."""
-    golden = target.model_settings.golden
+    golden = target.model_settings.suite  # the whole golden suite
     triton = TritonHttp(url, timeout_s=5.0)
     try:
         try:
@@ -478,9 +489,9 @@ def _settle(target: DrillTarget, url: str, version: str, config: dict[str, objec
             try:
                 triton.load_model(target.model, config=json.dumps(config), timeout_s=LOAD_TIMEOUT_S)
                 if triton.served_versions(target.model) == [version]:
-                    result = check_business(triton, target.model, version, target.model_settings.golden)
+                    result = check_business(triton, target.model, version, target.model_settings.suite)
                     if result.status is not Status.PASS:  # the first answer after a load may be slow
-                        result = check_business(triton, target.model, version, target.model_settings.golden)
+                        result = check_business(triton, target.model, version, target.model_settings.suite)
                     if result.status is Status.PASS:
                         return []
                     last = f"golden request: {result.reason}"

@@ -100,7 +100,7 @@ class GoldenWatch:
             if not versions or injected_version in versions:
                 return False
             for version in versions:
-                result = check_business(triton, self.model.name, version, self.model.golden)
+                result = check_business(triton, self.model.name, version, self.model.suite)
                 if result.status is not Status.PASS:
                     return False
         return True
@@ -143,7 +143,7 @@ class Traffic:
             while not self._stop.wait(self.interval_s):
                 triton = clients[i % len(clients)]
                 i += 1
-                result = check_business(triton, self.model.name, "", self.model.golden)
+                result = check_business(triton, self.model.name, "", self.model.suite)
                 if result.status is Status.ERROR:
                     continue
                 self.requests += 1

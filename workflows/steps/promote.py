@@ -10,7 +10,8 @@ from healer.core.results import Status
 from healer.edges.logs import iso_utc
 from healer.edges.store import ModelStore, StoreIntegrityError, verify_version
 from healer.edges.triton import TritonAPI, TritonError
-from healer.settings import Settings
+from healer.settings import REPOSITORY_PER_POD, Settings
+from probes.store_suite import suite_with_store
 from probes.tiers import check_after_load
 
 
@@ -35,13 +36,23 @@ class PromotionRefused(Exception):
     """The version may not be promoted; the message says why."""
 
 
+def _require_live(triton: TritonAPI, model: str, version: str) -> None:
+    try:
+        live = triton.server_live()
+    except TritonError as exc:
+        raise PromotionRefused(f"Triton {triton.url}: {exc}") from exc
+    if not live:
+        raise PromotionRefused(f"Triton {triton.url} is not live; {model} v{version} not checked")
+
+
 def promote(
     settings: Settings, triton: TritonAPI, store: ModelStore, model: str, version: str, *, by: str
 ) -> StableRecord:
     try:
-        golden = settings.model(model).golden
+        model_settings = settings.model(model)
     except KeyError:
         raise PromotionRefused(f"{model} has no golden request in {settings.source}") from None
+    golden = suite_with_store(store, model_settings)  # the whole golden suite, the store's requests too
     ledger = store.ledger(model)
     if ledger.is_quarantined(version):
         incidents = ", ".join(q.incident for q in ledger.quarantined if q.version == version)
@@ -49,6 +60,9 @@ def promote(
     files = store.version_files(model, version)
     if not files:
         raise PromotionRefused(f"{model} v{version} is not in the store {store.location}")
+    # Triton first: verifying the live files below hashes the whole version and writes its stamp, work
+    # (and a write) for nothing when no Triton can pass the version anyway.
+    _require_live(triton, model, version)
     live = settings.live_repository_path
     if live is not None:
         if not (live / model / version).is_dir():
@@ -87,5 +101,10 @@ def promote(
             raise PromotionRefused(f"{model} v{version} was quarantined while it was being promoted")
         return current.with_stable(record)
 
-    store.update_ledger(model, promote_unless_quarantined)
+    ledger = store.update_ledger(model, promote_unless_quarantined)
+    # Triton reads the store, or a new pod copies it (per-pod): a pin of the earlier stable version moves on.
+    if settings.object_store_mode or settings.repository_mode == REPOSITORY_PER_POD:
+        newest = max((int(r.version) for r in ledger.stable if not ledger.is_quarantined(r.version)), default=0)
+        if newest == int(version):
+            store.repin(model, record.config_file, version, incident=f"promote-{version}")
     return record

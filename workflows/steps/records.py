@@ -12,9 +12,10 @@ import structlog
 
 from healer.core.ledger import QuarantineRecord, StableRecord
 from healer.edges.logs import iso_utc
-from healer.edges.store import StoreError
+from healer.edges.store import LOST_TO_A_PUSH, StoreError
 from healer.vocabulary import AUTO, MANUAL, MANUAL_QUARANTINE, RollbackRequest
 from workflows.steps.base import PermanentStepError, StepContext, TransientStepError, store_errors
+from workflows.steps.per_pod import per_pod
 
 log = structlog.get_logger(__name__)
 
@@ -169,10 +170,13 @@ def quarantine_files(ctx: StepContext, request: RollbackRequest) -> dict[str, An
 
     if not VERSION_PATTERN.match(request.from_version):
         return {"moved_aside": None}
+    live = ctx.live_repository
+    if ctx.settings.object_store_mode or live is None:
+        # Nothing is moved in a store Triton reads itself: the quarantine is the ledger's record, and the
+        # model's config.pbtxt pinned to the stable version (pin_config_in_store) keeps a restart off it.
+        return {"moved_aside": None, "kept": f"v{request.from_version} stays in {ctx.store.location}: a record"}
     try:
-        moved = quarantine_live_version(
-            ctx.live_repository, request.model, request.from_version, incident=request.incident
-        )
+        moved = quarantine_live_version(live, request.model, request.from_version, incident=request.incident)
     except (PermissionError, ValueError) as exc:  # a retry will not change permissions or a bad name
         raise PermanentStepError(f"move {request.model} v{request.from_version} aside: {exc}") from exc
     except OSError as exc:
@@ -189,13 +193,14 @@ def prune_copies_aside(ctx: StepContext, model: str) -> dict[str, Any]:
     live repository (a quarantined copy is then the version itself). Best effort, under the lease."""
     from healer.edges.store import prune_aside
 
-    if ctx.store_is_live:
+    live = ctx.live_repository
+    if ctx.store_is_live or live is None:
         return {}
     try:
         ledger = ctx.store.ledger(model)
         in_store = set(ctx.store.versions(model))
         removed = prune_aside(
-            ctx.live_repository,
+            live,
             model,
             keep=ctx.settings.rollback.keep_aside,
             removable=lambda v: v in in_store and ledger.stable_record(v) is None,
@@ -206,21 +211,114 @@ def prune_copies_aside(ctx: StepContext, model: str) -> dict[str, Any]:
     return {"removed_aside": removed} if removed else {}
 
 
-def restore_config_file(ctx: StepContext, model: str, stable: StableRecord) -> dict[str, Any]:
+def restore_config_file(ctx: StepContext, model: str, stable: StableRecord, *, incident: str = "") -> dict[str, Any]:
     """Make the live repository's ``<model>/config.pbtxt`` the one the stable version was promoted
     with (the ledger keeps its text), so that a restarted or new replica, which loads from the file
     without the rollback's override, serves the stable version as it was verified. The replaced
     file is kept in ``.healer-displaced/``. Best effort: the replicas are healed already, so a file
-    that cannot be written is reported (outputs, log), never a reason to escalate."""
+    that cannot be written is reported (outputs, log), never a reason to escalate. Where Triton reads
+    the store itself (object-store), the file in the store is pinned instead: pin_config_in_store."""
     from healer.edges.store import write_live_config
 
+    if ctx.settings.object_store_mode or per_pod(ctx.settings):  # per-pod: a new pod copies the store's file
+        return pin_config_in_store(ctx, model, stable, incident=incident)
     if not stable.config_file:
         return {"config_file": f"left alone: v{stable.version} was promoted before healer recorded config files"}
+    live = ctx.live_repository
+    if live is None:
+        return {"config_file": "left alone: no live repository"}
     try:
-        displaced = write_live_config(ctx.live_repository, model, stable.config_file)
+        displaced = write_live_config(live, model, stable.config_file)
     except (OSError, ValueError) as exc:
         log.warning("config_file_not_written", model=model, version=stable.version, error=str(exc))
         return {"config_file": f"not written: {exc}"}
     if displaced is None:
         return {"config_file": f"already v{stable.version}'s"}
     return {"config_file": f"v{stable.version}'s from the ledger", "config_displaced": str(displaced)}
+
+
+CONFIG_PINNED = "config-pinned"  # the audit record of a pin of the store's config.pbtxt (object-store mode)
+
+
+def pin_config_in_store(ctx: StepContext, model: str, stable: StableRecord, *, incident: str) -> dict[str, Any]:
+    """The object-store mode's quarantine that survives a restart: the store's ``<model>/config.pbtxt``
+    becomes the stable version's own config (the ledger's text) pinned to it (version_policy specific),
+    written with If-Match on the ETag read, the replaced file copied under ``.healer/<model>/config/``
+    first (healer/edges/store/in_place.py), the pin recorded in the audit trail. A push of config.pbtxt
+    meanwhile wins when it leaves every quarantined version out (version_policy specific); one that does
+    not would let a restart load the quarantined version, so it is pinned over once, on its own ETag
+    (the pushed file kept under .healer/ like any other), and a second lost race is a warning in the
+    outputs and the log. A store that cannot be written is a step error (a retry pins again; every
+    replica is already restored then)."""
+    from healer.edges.store import minimal_pin_text, pin_text
+
+    try:
+        if stable.config_file:
+            text = pin_text(stable.config_file, stable.version)
+        else:  # promoted with no config.pbtxt in the store: a pin with what Triton needs, the rest auto-completed
+            text = minimal_pin_text(model, stable.config, stable.version)
+    except ValueError as exc:
+        # Never reported as a success: a restarted Triton would read the store's config.pbtxt as it is
+        # and could load the quarantined version.
+        raise PermanentStepError(
+            f"{model}/config.pbtxt in {ctx.store.location} not pinned to v{stable.version}, so a restarted Triton "
+            f"may load the quarantined version: the ledger's config does not read ({exc}); promote "
+            f"v{stable.version} again, or pin config.pbtxt by hand"
+        ) from exc
+    incident = incident or "none"
+    with store_errors(ctx, f"pin {model}/config.pbtxt in {ctx.store.location}"):
+        outcome = ctx.store.pin_config(model, text, incident=incident)
+        if outcome.get("why") == LOST_TO_A_PUSH:
+            outcome = _pin_over_a_push(ctx, model, text, stable, incident, outcome)
+        already = outcome.get("why") == "already this pin"
+        # Pinned already: recorded unless this incident's record says so (an attempt killed between its
+        # write and its record leaves the record to the retry).
+        if not already or not any(
+            r.get("event") == CONFIG_PINNED and r.get("version") == stable.version
+            for r in ctx.store.audit_of(model, incident)
+        ):
+            ctx.store.append_audit(
+                model,
+                {
+                    "incident": incident,
+                    "event": CONFIG_PINNED if outcome["written"] or already else f"{CONFIG_PINNED}-lost",
+                    "version": stable.version,
+                    "workflow": ctx.workflow_name,
+                    **{k: v for k, v in outcome.items() if k != "written"},
+                },
+            )
+    log.info("config_pin", model=model, version=stable.version, **outcome)
+    if outcome["written"]:
+        return {"config_file": f"pinned to v{stable.version}", "config_displaced": outcome.get("previous")}
+    if outcome.get("why") == "already this pin":
+        return {"config_file": f"already pinned to v{stable.version}"}
+    if outcome.get("warning"):
+        log.warning("config_not_pinned", model=model, version=stable.version, warning=outcome["warning"])
+        return {"config_file": f"NOT PINNED: {outcome['why']}", "warning": outcome["warning"]}
+    return {"config_file": f"not pinned: {outcome.get('why')}"}
+
+
+def _pin_over_a_push(
+    ctx: StepContext, model: str, text: str, stable: StableRecord, incident: str, lost: dict[str, Any]
+) -> dict[str, Any]:
+    """The pin lost its conditional write to a newer config.pbtxt: kept if it leaves every quarantined
+    version out, else pinned over once (on the new file's ETag); losing again is a warning."""
+    from healer.edges.store import leaves_out
+
+    quarantined = {q.version for q in ctx.store.ledger(model).quarantined}
+    pushed = ctx.store.config_text(model) or ""
+    if not quarantined or leaves_out(pushed, quarantined):
+        return {**lost, "why": f"{LOST_TO_A_PUSH}; it leaves every quarantined version out"}
+    log.warning("config_pin_over_a_push", model=model, version=stable.version, quarantined=sorted(quarantined))
+    again = ctx.store.pin_config(model, text, incident=incident)
+    if again.get("why") != LOST_TO_A_PUSH:
+        return {**again, "over_a_push": True}
+    return {
+        **again,
+        "warning": (
+            f"{model}/config.pbtxt in {ctx.store.location} was pushed twice while it was being pinned to "
+            f"v{stable.version} and may let a restarted Triton load a quarantined version "
+            f"({', '.join(sorted(quarantined))}): pin it by hand (version_policy specific) or push a config "
+            "that leaves those versions out"
+        ),
+    }

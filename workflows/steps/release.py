@@ -62,13 +62,15 @@ from workflows.steps.base import (
     store_errors,
 )
 from workflows.steps.lease import LeaseKeeper
-from workflows.steps.records import quarantine_files
+from workflows.steps.per_pod import per_pod, set_aside_on_replicas
+from workflows.steps.records import pin_config_in_store, quarantine_files
 from workflows.steps.replicas import (
     on_replica,
     put_back_unloaded,
     replica_targets_for,
     restore_replica,
     served_versions,
+    stage_in_pod,
     swap_replicas,
     triton_live,
 )
@@ -137,6 +139,12 @@ def holding_lease(ctx: StepContext, request: ReleaseRequest, *, run: str = "") -
 
 def stage(ctx: StepContext, request: ReleaseRequest, candidate: StableRecord) -> dict[str, Any]:
     """The new version where Triton reads it, every file's sha256 equal to ``candidate``'s."""
+    if per_pod(ctx.settings):  # each replica's sidecar stages it in its own pod before its load (per_pod.py)
+        return {
+            "path": "each pod's own repository",
+            "verified": "by each replica's sidecar",
+            "files": len(candidate.files),
+        }
     path, verified = stage_version(ctx, request.model, candidate)
     return {"path": str(path), "verified": verified, "files": len(candidate.files)}
 
@@ -189,6 +197,8 @@ def canary(ctx: StepContext, request: ReleaseRequest) -> dict[str, Any]:
         keeper.fence()
         audit(leased, request, CANARY_EVENT, {"canary": url, "stable": stable.version, "files": dict(candidate.files)})
         with on_replica(leased, url) as replica:
+            if per_pod(leased.settings):  # the canary's own pod first, its files checked against the audit record
+                staged = {**staged, "in_pod": stage_in_pod(leased, replica, request.model, candidate)}
             both = sorted(int(v) for v in (stable.version, request.version))
             loaded = load_pinned(replica, request.model, candidate, both)
             try:
@@ -325,8 +335,10 @@ def put_back(ctx: StepContext, request: ReleaseRequest, *, failure: str) -> dict
     """Every replica that serves the new version back on the stable one (checked and staged first,
     then the rollback's restore: swapped, verified; a replica already on it is left as it is), read
     again until none serves it, the quarantined or staged version's files moved out of Triton's
-    sight, the failure recorded. Only if this release loaded a canary: a release refused or stopped
-    before that touched nothing, and must not undo another's. Run it again: it converges."""
+    sight (per-pod: a quarantined one in every pod by its sidecar, the stable config pinned there, so a
+    Triton restarted in a pod does not load the canary), the failure recorded. Only if this release
+    loaded a canary: a release refused or stopped before that touched nothing, and must not undo
+    another's. Run it again: it converges."""
     from healer.core.ledger import choose_restore_version
 
     if canary_record(ctx, request) is None:
@@ -374,6 +386,15 @@ def put_back(ctx: StepContext, request: ReleaseRequest, *, failure: str) -> dict
                 leased, RollbackRequest(model=request.model, from_version=request.version, incident=request.release)
             )
             outcome.update(moved)
+            if quarantined and per_pod(leased.settings):  # in each pod's own repository, by its sidecar
+                outcome["set_aside"] = set_aside_on_replicas(
+                    leased,
+                    RollbackRequest(model=request.model, from_version=request.version, incident=request.release),
+                    choice.record.version,
+                    replica_targets_for(leased),
+                )
+        if leased.settings.object_store_mode or per_pod(leased.settings):  # a new pod copies the store's file
+            outcome.update(pin_config_in_store(leased, request.model, choice.record, incident=request.release))
         outcome["quarantined"] = quarantined
     audit(ctx, request, "release-stopped", {"failure": failure, "to_version": choice.record.version})
     return outcome

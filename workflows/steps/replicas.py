@@ -28,6 +28,7 @@ from workflows.plan import (
 )
 from workflows.steps.base import GoldenFailed, PermanentStepError, StepContext, StepError, TransientStepError
 from workflows.steps.lease import PUT_BACK_MAX_AGE_S, LeaseKeeper
+from workflows.steps.per_pod import per_pod, sidecar_beside, stage_on_replica
 from workflows.steps.versions import load_pinned, stable_record_of, unload, verify
 
 log = structlog.get_logger(__name__)
@@ -152,7 +153,7 @@ def swap_replicas(
             if not triton_live(replica):
                 skipped[target.name or target.url] = "Triton not live"
                 continue
-            healed[target.url] = restore_replica(replica, model, failing, record_)
+            healed[target.url] = restore_replica(replica, model, failing, record_, sidecar=target.sidecar)
             plan.append([target.url])
             canary_loaded = touches_triton(ReplicaAction(healed[target.url]["action"]))
     # Unload-first leaves each replica it works on without the model: one at a time, never a wave.
@@ -212,7 +213,7 @@ def _restore_wave(
         with on_replica(ctx, target.url, own_client=True) as replica:
             if not triton_live(replica):
                 return None
-            return restore_replica(replica, model, failing, stable)
+            return restore_replica(replica, model, failing, stable, sidecar=target.sidecar)
 
     outcomes: dict[str, dict[str, Any] | BaseException | None] = {}
     with ThreadPoolExecutor(len(wave), thread_name_prefix="restore") as pool:
@@ -242,8 +243,12 @@ def _wave_failed(model: str, failed: Mapping[str, BaseException], *, restored: l
     raise first  # a bug: surfaces as itself, as it would on a single replica
 
 
-def restore_replica(ctx: StepContext, model: str, failing: str, stable: StableRecord) -> dict[str, Any]:
-    """One replica: what it serves decides what to do; then the golden request must pass."""
+def restore_replica(
+    ctx: StepContext, model: str, failing: str, stable: StableRecord, *, sidecar: str = ""
+) -> dict[str, Any]:
+    """One replica: what it serves decides what to do; then the golden request must pass. In per-pod
+    mode its sidecar (``sidecar``, else the one beside its Triton) stages the version in the pod's own
+    repository first: if it cannot, the replica is left as it is."""
     version = stable.version
     served = served_versions(ctx, model)
     states = [] if served else _index_states(ctx, model)
@@ -253,6 +258,8 @@ def restore_replica(ctx: StepContext, model: str, failing: str, stable: StableRe
     if action is ReplicaAction.WAIT:
         raise TransientStepError(f"{model} on {ctx.triton.url}: {why}; trying again")
     pinned = pinned_versions(served, failing=failing, stable=version)
+    if touches_triton(action) and per_pod(ctx.settings):  # ---- per-pod: the pod's own copy, before anything
+        out["stage"] = stage_on_replica(ctx, sidecar or sidecar_beside(ctx.settings, ctx.triton.url), model, stable)
     if action is ReplicaAction.SWAP and ctx.settings.rollback.order == "unload-first":
         out.update(_unload_then_load(ctx, model, stable, pinned, served))
     elif touches_triton(action):
@@ -264,6 +271,17 @@ def restore_replica(ctx: StepContext, model: str, failing: str, stable: StableRe
     else:
         out["verify"] = verify(ctx, model, version)
     return out
+
+
+def stage_in_pod(ctx: StepContext, replica: StepContext, model: str, record: StableRecord) -> dict[str, Any] | None:
+    """Per-pod: ``record``'s version staged by the sidecar of ``replica``'s pod, found among the replicas
+    ``ctx`` lists (a release's canary, loaded outside restore_replica); None in the other modes."""
+    if not per_pod(ctx.settings):
+        return None
+    url = replica.triton.url
+    target = next((t for t in replica_targets_for(ctx) if t.url == url), None)
+    sidecar = target.sidecar if target is not None and target.sidecar else sidecar_beside(ctx.settings, url)
+    return stage_on_replica(replica, sidecar, model, record)
 
 
 def _unload_then_load(

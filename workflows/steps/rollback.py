@@ -25,6 +25,7 @@ from probes.tiers import check_after_load
 from workflows.plan import FailingSeen, decide_rollback, failing_seen
 from workflows.steps.base import StepContext, StepError
 from workflows.steps.lease import LeaseKeeper
+from workflows.steps.per_pod import per_pod, set_aside_on_replicas
 from workflows.steps.records import (
     failed_earlier,
     is_configured,
@@ -86,7 +87,9 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
                   swap in the stable version (or unload-first, one at a time), verify each;
                   a replica that no longer serves the failing version is left as it is
     record        quarantine the failing version (ledger, audit, its directory moved aside) and
-                  write the stable version's config as the model's config.pbtxt
+                  write the stable version's config as the model's config.pbtxt (where Triton reads
+                  the store itself, repository_mode object-store: nothing moved, the store's
+                  config.pbtxt pinned to the stable version, records.pin_config_in_store)
 
     Running it again changes nothing: every replica is then "already restored". Killed at any point,
     a retry of the same run takes the lease over at once and converges (tests/workflows/test_kill_matrix.py).
@@ -190,7 +193,10 @@ def _fence_then_record(
     )
     if recorded["quarantined"]:  # files move aside only for a version the ledger quarantines
         recorded |= quarantine_files(ctx, request)
-    recorded |= restore_config_file(ctx, request.model, stable_record_of(ctx, request.model, version))
+        if per_pod(ctx.settings):  # in each pod's own repository, by its sidecar
+            recorded |= set_aside_on_replicas(ctx, request, version, replica_targets_for(ctx, request.triton_url))
+    stable = stable_record_of(ctx, request.model, version)
+    recorded |= restore_config_file(ctx, request.model, stable, incident=request.incident)
     return recorded | prune_copies_aside(ctx, request.model)
 
 

@@ -97,6 +97,8 @@ def stage_configured(settings: Settings, model: str | None = None) -> tuple[str,
     live = settings.live_repository_path
     if settings.store is None:
         raise ConfigError(settings.source, "store", "is required to stage versions")
+    if live is None and settings.object_store_mode:  # Triton reads the bucket: nothing to copy, only to check
+        return check_in_store(settings, model)
     if live is None:
         raise ConfigError(settings.source, "live_repository", "is required to stage versions")
     store = store_from_settings(settings.store)
@@ -108,5 +110,34 @@ def stage_configured(settings: Settings, model: str | None = None) -> tuple[str,
         try:
             results += stage_model(store, name, live, store_is_live=store_is_live)
         except (StoreError, OSError) as exc:  # this model's ledger or lease unreadable: the others still run
+            results.append(Staged(name, "-", "refused", 0, 0.0, f"the store could not be read for {name}: {exc}"))
+    return store.location, results
+
+
+def check_in_store(settings: Settings, model: str | None = None) -> tuple[str, list[Staged]]:
+    """repository_mode object-store with an S3 store: each version a rollback may restore read in full
+    where Triton reads it, against the ledger, which records its objects' sizes and ETags
+    (healer/edges/store/in_place.py): a rollback then checks it from one listing. Nothing is copied."""
+    assert settings.store is not None
+    store = store_from_settings(settings.store)
+    results: list[Staged] = []
+    for name in [model] if model else [m.name for m in settings.models]:
+        try:
+            holder = _lease_holder(store, name)
+            if holder:
+                results.append(Staged(name, "-", "skipped", 0, 0.0, f"a rollback holds the model's lease ({holder})"))
+                continue
+            for record in versions_to_stage(store.ledger(name), available=store.versions(name), keep=2):
+                started = time.monotonic()
+                try:
+                    store.forget_digests(name, record.version)  # a full read, whatever the record says
+                    how = store.check_in_place(name, record.version, record.files)
+                    outcome, detail = "verified", f"read in full ({how}); sizes and ETags recorded"
+                except (StoreError, OSError) as exc:
+                    outcome, detail = "refused", str(exc)
+                size = sum(entry[1] for entry in (store.recorded_digests(name, record.version) or {}).values())
+                seconds = round(time.monotonic() - started, 3)
+                results.append(Staged(name, record.version, outcome, size, seconds, detail))
+        except (StoreError, OSError) as exc:
             results.append(Staged(name, "-", "refused", 0, 0.0, f"the store could not be read for {name}: {exc}"))
     return store.location, results

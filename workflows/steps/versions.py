@@ -4,7 +4,6 @@ unload, load it pinned, ask it its golden request)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from healer.core.ledger import StableRecord, choose_restore_version
@@ -19,8 +18,10 @@ from healer.edges.store import (
 from healer.edges.triton import TritonRejected, TritonUnavailable
 from healer.vocabulary import AUTO
 from probes.fit import golden_key
+from probes.store_suite import suite_with_store
 from probes.tiers import check_after_load
 from workflows.steps.base import GoldenFailed, PermanentStepError, StepContext, TransientStepError, store_errors
+from workflows.steps.per_pod import per_pod, stable_for_pods
 
 
 def unload(ctx: StepContext, model: str) -> dict[str, Any]:
@@ -66,15 +67,20 @@ def choose_stable(ctx: StepContext, model: str, failing_version: str, requested:
 
 
 def fetch_stable(ctx: StepContext, model: str, failing_version: str, requested: str = AUTO) -> dict[str, Any]:
-    """Put the chosen stable version where Triton reads it, verifying every file's sha256 first."""
+    """Put the chosen stable version where Triton reads it, verifying every file's sha256 first (where
+    Triton reads the store itself: checked where it lies, nothing copied)."""
     record = choose_stable(ctx, model, failing_version, requested)
     ctx.check_cancelled("fetch-stable")
+    if per_pod(ctx.settings):  # each pod's sidecar stages it before that replica's load (per_pod.py)
+        return stable_for_pods(ctx, model, record)
     # Under the lease no other fetch of this model runs: every staging copy here is a killed one's.
-    swept = sweep_staging(ctx.live_repository, model) if ctx.lease is not None else []
+    # Where Triton reads the store itself nothing is ever staged: nothing to sweep.
+    live = ctx.live_repository
+    swept = sweep_staging(live, model) if ctx.lease is not None and live is not None and not ctx.store_is_live else []
     path, verified = stage_version(ctx, model, record)
     return {
         "version": record.version,
-        "path": str(path),
+        "path": path,
         "files": dict(record.files),
         "promoted_at": record.promoted_at,
         "source": ctx.store.location,
@@ -83,26 +89,44 @@ def fetch_stable(ctx: StepContext, model: str, failing_version: str, requested: 
     }
 
 
-def stage_version(ctx: StepContext, model: str, record: StableRecord) -> tuple[Path, str]:
+def stage_version(ctx: StepContext, model: str, record: StableRecord) -> tuple[str, str]:
     """``record``'s version where Triton reads it, every file's sha256 equal to ``record.files``: checked
-    where it lies when the store is the live repository, else fetched (or checked from its stamp when
-    staged and unchanged). Returns the path and how it was verified."""
+    where it lies when the store is the live repository (object-store mode: in_place.py, an S3 version
+    from its objects' ETags when a full read recorded them), else fetched (or checked from its stamp when
+    staged and unchanged). Returns where it lies and how it was verified."""
     where = f"{ctx.store.location}/{model}/{record.version}"
     try:
         if ctx.store_is_live:
-            path = ctx.live_repository / model / record.version
-            if not ctx.live_repository.is_dir():  # an unmounted share is not a version with no files
-                raise StoreUnavailable(f"{ctx.live_repository}: not a directory (not mounted?)")
-            ctx.store.move_bytecode_aside(ctx.live_repository, model, record.version)  # no check covers it
-            return path, verify_version(path, record.files, where=where)
-        fetched = ctx.store.fetch_version(model, record.version, ctx.live_repository, expected=record.files)
-        return fetched.path, fetched.verified
+            return where_triton_reads(ctx, model, record.version), check_in_place(ctx, model, record)
+        live = ctx.live_repository
+        if live is None:
+            raise PermanentStepError(f"{model}: no live_repository to stage v{record.version} into")
+        fetched = ctx.store.fetch_version(model, record.version, live, expected=record.files)
+        return str(fetched.path), fetched.verified
     except StoreIntegrityError as exc:
         raise PermanentStepError(f"refused {model} v{record.version}: {exc}") from exc
     except StoreUnavailable as exc:
         raise TransientStepError(f"store {ctx.store.location} not reachable: {exc}") from exc
     except (StoreError, OSError) as exc:
-        raise PermanentStepError(f"fetch {model} v{record.version}: {exc}") from exc
+        raise PermanentStepError(f"fetch {model} v{record.version} ({where}): {exc}") from exc
+
+
+def check_in_place(ctx: StepContext, model: str, record: StableRecord) -> str:
+    """A version Triton reads from the store itself, checked where it lies (raises the store's errors)."""
+    live = ctx.live_repository
+    if ctx.settings.object_store_mode:
+        return ctx.store.check_in_place(model, record.version, record.files)
+    # A filesystem store that is also the shared live repository (an NFS model repository).
+    if live is None or not live.is_dir():  # an unmounted share is not a version with no files
+        raise StoreUnavailable(f"{live}: not a directory (not mounted?)")
+    ctx.store.move_bytecode_aside(live, model, record.version)  # no check covers it
+    where = f"{ctx.store.location}/{model}/{record.version}"
+    return verify_version(live / model / record.version, record.files, where=where)
+
+
+def where_triton_reads(ctx: StepContext, model: str, version: str) -> str:
+    live = ctx.live_repository
+    return str(live / model / version) if live is not None else f"{ctx.store.location}/{model}/{version}"
 
 
 def pinned_config(record: StableRecord, model: str, versions: list[int] | None = None) -> dict[str, Any]:
@@ -156,10 +180,15 @@ def verify(ctx: StepContext, model: str, version: str, *, stable: StableRecord |
 
 
 def golden_request(ctx: StepContext, model: str) -> Any:
+    """The model's whole golden suite (probes/suite.py), with its requests in the store read afresh."""
     try:
-        return ctx.settings.model(model).golden
+        settings = ctx.settings.model(model)
     except KeyError as exc:
         raise PermanentStepError(f"{model} has no golden request in {ctx.settings.source}") from exc
+    if not settings.golden_in_store:
+        return settings.suite
+    with store_errors(ctx, f"store {ctx.store.location}"):
+        return suite_with_store(ctx.store, settings)
 
 
 def stable_record_of(ctx: StepContext, model: str, version: str) -> StableRecord:

@@ -9,6 +9,9 @@ Layout (the same keys on a filesystem/NFS path and under an S3 prefix)::
     <root>/.healer/<model>/lease/<generation>.json       lease snapshots (see ModelStore.acquire_lease)
     <root>/.healer/drain/<set>/<generation>.json         drain-set snapshots (see ModelStore.update_drain_set)
     <root>/.healer/drain/<set>/_wants/<pod>.want         a pod's wish for a place in the set (its own key)
+    <root>/.healer/<model>/verified/<version>.json       S3: each file's sha256 with the size and ETag of the
+                                                         bytes read (in_place.py: a cache, rewritable)
+    <root>/.healer/<model>/config/<time>-<incident>.pbtxt   a config.pbtxt the object-store mode's pin replaced
 
 A live repository (the directory Triton reads; the store itself with an NFS-style set-up) may
 also hold, never deleted::
@@ -56,6 +59,9 @@ The package, by concern (``from healer.edges.store import X`` for every name bel
     doctor.py       its doctor part: diagnose, examine, release_lease_by_hand, repair_ledger
     drain.py        its drain set part: drain_set, update_drain_set
     audit.py        its audit part: append_audit, audit
+    in_place.py     its object-store part (Triton reads the store itself): check_in_place (ETags
+                    listed against a record of a full read), hash_version, pin_config
+    pin.py          a config.pbtxt's text pinned to one version (pure)
     model_store.py  ModelStore (the parts composed) and store_from_settings
 """
 
@@ -82,6 +88,7 @@ from healer.edges.store.errors import (
 )
 from healer.edges.store.files import make_dirs
 from healer.edges.store.hashing import DERIVED_DIRS, check_hashes, hash_directory, is_derived
+from healer.edges.store.in_place import CONFIG_ASIDE_DIR, LOST_TO_A_PUSH, VERIFIED_DIR, hash_s3_version
 from healer.edges.store.layout import (
     CHUNK,
     DIR_MODE,
@@ -108,24 +115,29 @@ from healer.edges.store.live import (
     write_live_config,
 )
 from healer.edges.store.model_store import ModelStore, store_from_settings
+from healer.edges.store.pin import PIN_HEADER, leaves_out, minimal_pin_text, pin_text, pinned_version
 from healer.edges.store.stamps import STAMP_DIR, forget_stamp, stamped_hashes, verify_version
 from healer.edges.store.versions import FetchedVersion
 
 __all__ = [
     "CHUNK",
+    "CONFIG_ASIDE_DIR",
     "DERIVED_DIRS",
     "DIR_MODE",
     "DISPLACED_DIR",
     "DRAIN_SET_PATTERN",
     "FILE_MODE",
+    "LOST_TO_A_PUSH",
     "MAX_LEDGER_ATTEMPTS",
     "META_DIR",
     "PERMANENT_ERRNOS",
+    "PIN_HEADER",
     "QUARANTINE_ATTEMPTS",
     "QUARANTINE_DIR",
     "RESERVED_DRAIN_SETS",
     "STAGING_PREFIXES",
     "STAMP_DIR",
+    "VERIFIED_DIR",
     "Blobs",
     "ConditionalWritesIgnored",
     "Diagnosis",
@@ -151,10 +163,15 @@ __all__ = [
     "forget_conditional_write_checks",
     "forget_stamp",
     "hash_directory",
+    "hash_s3_version",
     "is_derived",
+    "leaves_out",
     "live_bytecode",
     "make_dirs",
+    "minimal_pin_text",
     "move_bytecode_aside",
+    "pin_text",
+    "pinned_version",
     "prune_aside",
     "quarantine_live_version",
     "quarantined_copies",

@@ -250,6 +250,109 @@ class S3Blobs:
             body = self._s3.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
             yield from body.iter_chunks(CHUNK)
 
+    # ---- what the object-store mode needs (healer/edges/store/in_place.py) ---------------------
+    def entries(self, prefix: str) -> dict[str, tuple[int, str]]:
+        """Every object under ``prefix`` (relative key → (size, ETag without quotes)), from the listing
+        alone: one request per thousand objects, no object read."""
+        stem = prefix.strip("/")
+        full = self._key(f"{stem}/" if stem else "")
+        found: dict[str, tuple[int, str]] = {}
+        token: str | None = None
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        with self._errors(f"cannot list {prefix!r}"):
+            for _page in range(10_000):  # bounded, as keys()
+                kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full}
+                if token:
+                    kwargs["ContinuationToken"] = token
+                page = self._s3.list_objects_v2(**kwargs)
+                for obj in page.get("Contents", []):
+                    if not obj["Key"].endswith("/"):
+                        found[obj["Key"][strip:]] = (int(obj["Size"]), str(obj.get("ETag", "")).strip('"'))
+                if not page.get("IsTruncated"):
+                    break
+                token = page.get("NextContinuationToken")
+        return found
+
+    def read_tagged(self, key: str) -> tuple[bytes, str]:
+        """The object's bytes and the ETag of exactly those bytes (one GET)."""
+        with self._errors(f"cannot read {key!r}"):
+            answer = self._s3.get_object(Bucket=self.bucket, Key=self._key(key))
+            return answer["Body"].read(), str(answer.get("ETag", "")).strip('"')
+
+    def stream_tagged(self, key: str) -> tuple[str, Iterator[bytes]]:
+        """The ETag of the object one GET reads, and its bytes in chunks."""
+        with self._errors(f"cannot read {key!r}"):
+            answer = self._s3.get_object(Bucket=self.bucket, Key=self._key(key))
+        body = answer["Body"]
+
+        def chunks() -> Iterator[bytes]:
+            with self._errors(f"cannot read {key!r}"):
+                yield from body.iter_chunks(CHUNK)
+
+        return str(answer.get("ETag", "")).strip('"'), chunks()
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write ``key`` whatever is there: only healer's own caches (the verified digests)."""
+        with self._errors(f"cannot write {key!r}"):
+            self._s3.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+
+    def replace_if_match(self, key: str, data: bytes, etag: str) -> bool:
+        """Overwrite ``key`` only if it still has ``etag`` (``If-Match``): False when someone wrote it
+        meanwhile (or it is gone). A backend that ignores If-Match would overwrite a concurrent push
+        blindly: it is probed once per process first (ensure_if_match) and refused."""
+        from botocore.exceptions import ClientError
+
+        self.ensure_if_match()
+        try:
+            with self._errors(f"cannot write {key!r}", passthrough=(ClientError,)):
+                self._s3.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfMatch=f'"{etag}"')
+            return True
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status in (409, 412) or code in {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}:
+                return False
+            if status == 404:
+                return False
+            raise self._translate(exc, f"cannot write {key!r}") from exc
+
+    def ensure_if_match(self) -> None:
+        """Refuse (ConditionalWritesIgnored) a backend that overwrites an object whose ETag is not the
+        one ``If-Match`` names. Probed once per process per endpoint and location, on a probe key of
+        healer's own (deleted afterwards, best effort)."""
+        key = (self.endpoint, self.location)
+        with _CONDITIONAL_WRITES_LOCK:
+            known = _IF_MATCH.get(key, "")
+        if known is None:
+            return
+        if known:
+            raise ConditionalWritesIgnored(known)
+        from botocore.exceptions import ClientError
+
+        probe = f"{META_DIR}/probe/{uuid.uuid4().hex}-if-match.json"
+        ignored = False
+        try:
+            self.put(probe, b"{}\n")
+            try:
+                with self._errors(f"cannot probe If-Match on {probe!r}", passthrough=(ClientError,)):
+                    self._s3.put_object(Bucket=self.bucket, Key=self._key(probe), Body=b"{}\n", IfMatch='"0"')
+                ignored = True
+            except ClientError as exc:
+                if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") not in (409, 412):
+                    raise self._translate(exc, f"cannot probe If-Match on {probe!r}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                self._s3.delete_object(Bucket=self.bucket, Key=self._key(probe))
+        message = (
+            f"{self.location}: the S3 backend ignores If-Match ({self.endpoint} overwrote the probe {probe!r}); "
+            "healer cannot pin config.pbtxt without overwriting a concurrent push; use a backend that supports "
+            "conditional writes (AWS S3 since 2024-11, SeaweedFS 4.48)"
+        )
+        with _CONDITIONAL_WRITES_LOCK:
+            _IF_MATCH[key] = message if ignored else None
+        if ignored:
+            raise ConditionalWritesIgnored(message)
+
     # ---- conditional writes -------------------------------------------------------------
     @property
     def endpoint(self) -> str:
@@ -329,6 +432,7 @@ class S3Blobs:
 # (endpoint, location) -> None: the backend honours If-None-Match; a message: it ignores it.
 _CONDITIONAL_WRITES: dict[tuple[str, str], str | None] = {}
 _PROBED_AT_START: set[tuple[str, str]] = set()
+_IF_MATCH: dict[tuple[str, str], str | None] = {}  # the same for If-Match (the object-store mode's pin)
 _CONDITIONAL_WRITES_LOCK = threading.Lock()
 
 
@@ -337,6 +441,7 @@ def forget_conditional_write_checks() -> None:
     with _CONDITIONAL_WRITES_LOCK:
         _CONDITIONAL_WRITES.clear()
         _PROBED_AT_START.clear()
+        _IF_MATCH.clear()
 
 
 def check_conditional_writes_at_start(blobs: S3Blobs) -> None:

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from types import EllipsisType
 
 from healer.edges.logs import get_logger
 from healer.edges.store.files import make_dirs, remove_path, write_atomic
@@ -155,12 +156,17 @@ def aside_usage(live_repository: Path, model: str) -> dict[str, int]:
 
 
 # ---- the model's config file in a live repository ------------------------------------------------------
-def write_live_config(live_repository: Path, model: str, text: str) -> Path | None:
+def write_live_config(
+    live_repository: Path, model: str, text: str, *, expected: bytes | EllipsisType | None = ...
+) -> Path | None:
     """Make ``<live>/<model>/config.pbtxt`` hold ``text``. A different file already there is first
     copied to ``<live>/<model>/.healer-displaced/config.pbtxt-<time>-<id>`` (never deleted), then
     the new one is renamed into place (readers see the old file or the new one, never a part). If
     the file changed between the copy and the rename (someone pushed a new one), nothing is
     replaced: a newer file wins over a restore. A symlinked config (a managed file) is left alone.
+
+    ``expected``: the file's bytes (None: no file) as the caller read them before deciding to write;
+    a file that differs is a newer push too (OSError EAGAIN).
 
     Returns the displaced copy, or None when the file already held ``text`` (idempotent). Raises
     ValueError for a bad name or a symlink, OSError (naming the path) if a write fails."""
@@ -177,6 +183,8 @@ def write_live_config(live_repository: Path, model: str, text: str) -> Path | No
         current = None
     if current == data:
         return None
+    if expected is not ... and current != expected:
+        raise OSError(errno.EAGAIN, "config.pbtxt changed since it was read: the newer one kept", str(target))
     make_dirs(model_dir)
     displaced: Path | None = None
     if current is not None:

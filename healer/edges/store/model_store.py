@@ -6,15 +6,17 @@ from healer.edges.store.audit import AuditTrail
 from healer.edges.store.blobs import FilesystemBlobs, S3Blobs, check_conditional_writes_at_start
 from healer.edges.store.doctor import Doctor
 from healer.edges.store.drain import DrainSets
+from healer.edges.store.in_place import InPlace
 from healer.edges.store.lease import Leases
 from healer.edges.store.ledger import Ledgers
 from healer.edges.store.versions import Versions
 from healer.settings import StoreSettings
 
 
-class ModelStore(Versions, Doctor, Ledgers, Leases, DrainSets, AuditTrail):
+class ModelStore(Versions, Doctor, Ledgers, Leases, DrainSets, InPlace, AuditTrail):
     """Model versions plus, per model, the stable ledger, the lease and an audit trail, and the replica
-    sets' drain sets, all through one Blobs (healer/edges/store/__init__.py has the layout)."""
+    sets' drain sets, all through one Blobs (healer/edges/store/__init__.py has the layout); and, when
+    Triton reads the store itself, the checks and the config pin done in place (in_place.py)."""
 
 
 def store_from_settings(settings: StoreSettings) -> ModelStore:

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from healer.edges.store.base import StoreBase
+from healer.edges.store.blobs import S3Blobs
 from healer.edges.store.errors import StoreIntegrityError
 from healer.edges.store.files import make_dirs, write_atomic
 from healer.edges.store.hashing import check_hashes, is_derived
+from healer.edges.store.in_place import hash_s3_version
 from healer.edges.store.layout import DIR_MODE, DISPLACED_DIR, FILE_MODE, META_DIR, check_name
 from healer.edges.store.live import move_bytecode_aside
 from healer.edges.store.stamps import record as record_stamp
@@ -52,6 +54,9 @@ class Versions(StoreBase):
     def version_files(self, model: str, version: str) -> dict[str, str]:
         """sha256 of every file of a version, keyed by the path relative to the version directory."""
         check_name(model, version)
+        if isinstance(self.blobs, S3Blobs):
+            # Also records each object's size and ETag: an object-store check then lists, not reads.
+            return hash_s3_version(self.blobs, model, version)
         prefix = f"{model}/{version}/"
         hashes = {}
         for key in self._version_keys(model, version):

@@ -52,6 +52,7 @@ from healer.edges.store import (
     store_from_settings,
 )
 from healer.settings import S3Settings, StoreSettings
+from tests.support.as_uid import as_uid
 from tests.support.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedError, SeaweedS3, closed_port, shared_seaweed
 
 # ---- pure ledger ---------------------------------------------------------------------------------
@@ -1157,30 +1158,13 @@ def test_quarantine_and_restore_with_concurrent_quarantines_lose_nothing(live: P
 
 
 def ledger_write_as(uid: int, root: Path) -> str:
-    """Try a ledger write as ``uid`` (a forked child that drops root): the exception's class and message."""
-    reader, writer = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            os.close(reader)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            try:
-                ModelStore(FilesystemBlobs(root)).update_ledger(
-                    "m", lambda ledger: ledger.with_quarantine(quarantine("2"))
-                )
-                outcome = "ok"
-            except Exception as exc:
-                outcome = f"{type(exc).__name__}: {exc}"
-            os.write(writer, outcome.encode())
-        finally:
-            os._exit(0)
-    os.close(writer)
-    with os.fdopen(reader, "rb") as pipe:
-        raw = pipe.read()
-    os.waitpid(pid, 0)
-    return raw.decode()
+    """Try a ledger write as ``uid`` (a forked child that drops root): "ok", or the exception's class and message."""
+
+    def write() -> str:
+        ModelStore(FilesystemBlobs(root)).update_ledger("m", lambda ledger: ledger.with_quarantine(quarantine("2")))
+        return "ok"
+
+    return as_uid(uid, write)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another uid")

@@ -1,7 +1,9 @@
 {{/*
-Shared names and labels. Objects are named after the release (the monitoring templates use
-<release>-webhook for the webhook Deployment). healer-config, healer-rollback and the claim keep the
-names the WorkflowTemplates and the injected sidecar refer to (workflows/rollback.py TemplateOptions,
+Shared names and labels. The release's own objects are named after the release (the monitoring
+templates use <release>-webhook for the webhook Deployment). The objects the WorkflowTemplates and the
+injected sidecar refer to (the config ConfigMap, the rollback's ServiceAccount, the Roles) are
+healer-<suffix>, or <fullname>-<suffix> with nameOverride or fullnameOverride ("healer.sharedName");
+the chart writes that name wherever they are referred to (workflows/rollback.py TemplateOptions,
 healer/webhook/config.py InjectionConfig).
 */}}
 
@@ -26,13 +28,77 @@ is set, else the release name (as before these values existed: an upgrade rename
 {{- end -}}
 {{- end }}
 
+{{/*
+Fails in one line on a label Kubernetes would refuse at apply (helm template renders it): "where" names
+the value, "labels" is the map. A key: an optional DNS-subdomain prefix and "/", then a name of at most
+63 letters, digits, "-", "_", "." that starts and ends with a letter or digit; a value: such a name, or "".
+*/}}
+{{- define "healer.checkLabels" -}}
+{{- range $key, $value := .labels }}
+{{- $name := regexReplaceAll "^.*/" $key "" }}
+{{- $prefix := ternary (trimSuffix (printf "/%s" $name) $key) "" (contains "/" $key) }}
+{{- if or (gt (len $name) 63) (not (regexMatch "^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" $name)) (gt (len $prefix) 253) (and (contains "/" $key) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $prefix))) }}
+{{- fail (printf "%s: %q is not a label key (an optional DNS-subdomain prefix and /, then at most 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)" $.where $key) }}
+{{- end }}
+{{- $text := toString $value }}
+{{- if or (gt (len $text) 63) (not (regexMatch "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$" $text)) }}
+{{- fail (printf "%s.%s: %q is not a label value (at most 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit, or empty)" $.where $key $text) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Every object's labels: commonLabels, then the chart's own over them (a commonLabel never changes
+app.kubernetes.io/* or helm.sh/chart, which selectors and `helm` rely on).
+*/}}
 {{- define "healer.labels" -}}
-app.kubernetes.io/name: {{ include "healer.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: healer
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
+{{- range $key, $_ := .Values.commonLabels }}
+{{- if or (hasPrefix "app.kubernetes.io/" $key) (hasPrefix "helm.sh/" $key) }}
+{{- fail (printf "commonLabels.%s: a label the chart sets itself (app.kubernetes.io/*, helm.sh/*); remove it" $key) }}
+{{- end }}
+{{- end }}
+{{- include "healer.checkLabels" (dict "where" "commonLabels" "labels" .Values.commonLabels) }}
+{{- $own := dict
+  "app.kubernetes.io/name" (include "healer.name" .)
+  "app.kubernetes.io/instance" .Release.Name
+  "app.kubernetes.io/version" .Chart.AppVersion
+  "app.kubernetes.io/managed-by" .Release.Service
+  "app.kubernetes.io/part-of" "healer"
+  "helm.sh/chart" (printf "%s-%s" .Chart.Name .Chart.Version) -}}
+{{- toYaml (merge $own (deepCopy (.Values.commonLabels | default dict))) }}
+{{- end }}
+
+{{/*
+The labels of a pod the chart runs (the webhook's, the helm test pod): podLabels, then the object's
+labels and "extra" (its component) over them, so a podLabel never breaks a selector.
+*/}}
+{{- define "healer.podLabels" -}}
+{{- include "healer.checkLabels" (dict "where" "podLabels" "labels" .root.Values.podLabels) }}
+{{- $labels := include "healer.labels" .root | fromYaml -}}
+{{- $labels = merge (deepCopy (.extra | default dict)) $labels (deepCopy (.root.Values.podLabels | default dict)) -}}
+{{- toYaml $labels }}
+{{- end }}
+
+{{/*
+A name the code or another object refers to: healer-<suffix> (as before the overrides existed: an
+upgrade renames nothing), <fullname>-<suffix> when nameOverride or fullnameOverride is set, so that
+two releases in one namespace name nothing alike. Called with (dict "root" $ "suffix" "config").
+*/}}
+{{- define "healer.sharedName" -}}
+{{- if or .root.Values.nameOverride .root.Values.fullnameOverride -}}
+{{ printf "%s-%s" (include "healer.fullname" .root) .suffix | trunc 63 | trimSuffix "-" }}
+{{- else -}}
+{{ printf "healer-%s" .suffix }}
+{{- end -}}
+{{- end }}
+
+{{- define "healer.configMapName" -}}
+{{ include "healer.sharedName" (dict "root" . "suffix" "config") }}
+{{- end }}
+
+{{/* The rollback and drill workflows' ServiceAccount (the WorkflowTemplates' serviceAccountName). */}}
+{{- define "healer.workflowsServiceAccount" -}}
+{{ include "healer.sharedName" (dict "root" . "suffix" "rollback") }}
 {{- end }}
 
 {{- define "healer.webhook.selectorLabels" -}}
@@ -41,8 +107,19 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: webhook
 {{- end }}
 
+{{/*
+The image: [<registry>/]<repository>, then @<digest> when a digest is given (it wins over the tag:
+the image is pulled by content), else :<tag> (default the chart's appVersion).
+*/}}
 {{- define "healer.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $image := .Values.image -}}
+{{- $name := $image.repository -}}
+{{- with $image.registry }}{{ $name = printf "%s/%s" (trimSuffix "/" .) $name }}{{ end -}}
+{{- if $image.digest -}}
+{{ $name }}@{{ $image.digest }}
+{{- else -}}
+{{ $name }}:{{ $image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end }}
 
 {{- define "healer.webhook.name" -}}
@@ -106,7 +183,10 @@ set in .Values.config is an error, so a value is never silently overridden.
 {{- $_ := set $s3 "connect_timeout_s" $repo.s3.connectTimeoutSeconds -}}
 {{- $_ := set $s3 "read_timeout_s" $repo.s3.readTimeoutSeconds -}}
 {{- $_ := set $config "store" (dict "s3" $s3) -}}
+{{- /* object-store: Triton reads the bucket itself, so there is no live repository (the loader refuses one) */ -}}
+{{- if ne ($config.repository_mode | default "shared") "object-store" -}}
 {{- $_ := set $config "live_repository" $repo.mountPath -}}
+{{- end -}}
 {{- else -}}
 {{- fail (printf "modelRepository.type: nfs or s3, got %q" $repo.type) -}}
 {{- end -}}

@@ -1,0 +1,89 @@
+"""What a golden suite costs the probe cycle (issue 30): one real tritonserver serving N copies of the
+variable-length sequence model (tests/support/sequence_model.py, Python backend), each probed with a
+suite of S requests (lengths spread over 1..64), ``probes.runner.probe_all`` with healer's own client
+(TritonRest) at the sidecar's default probe_concurrency (8): the median cycle over C cycles, for a
+suite of 1 and of S, the cost of one request, and the cycle extrapolated to 100 models against the
+default 5 s period (linear in models x requests: measured so at 1, 10 and 100 models in docs/scale.md).
+
+    .venv/bin/python -m benchmarks.suite_cost [--models 10] [--suite 10] [--cycles 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from healer.core.results import Status, Tier
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.logs import configure_logging
+from healer.edges.triton_rest import TritonRest
+from healer.settings import ModelSettings, Settings, TritonSettings, parse_section
+from probes.runner import probe_all
+from tests.support.sequence_model import golden_request, write_sequence_model
+
+PERIOD_S = 5.0  # sidecar.period_s's default
+TARGET = 0.2  # issue 30: a suite of 10 on 100 models under 0.2 x the period
+
+
+def suite_settings(names: list[str], size: int, url: str) -> Settings:
+    lengths = [max(1, round(1 + i * 63 / max(size - 1, 1))) for i in range(size)]
+    models = tuple(
+        parse_section(
+            ModelSettings,
+            {"name": name, "golden": [golden_request(f"len{n}", n) for n in lengths]},
+            source="benchmark",
+            base_dir=Path("."),
+        )
+        for name in names
+    )
+    return Settings(source="benchmark", triton=TritonSettings(url=url, timeout_s=5.0), models=models)
+
+
+def median_cycle_s(settings: Settings, client: TritonRest, cycles: int) -> float:
+    probe_all(settings, client, concurrency=8)  # warm-up: every model's first answers
+    times = []
+    for _ in range(cycles):
+        started = time.perf_counter()
+        results = probe_all(settings, client, concurrency=8)
+        times.append(time.perf_counter() - started)
+        failed = [r for r in results if r.tier is Tier.BUSINESS and r.status is not Status.PASS]
+        if failed:
+            raise SystemExit(f"a probe did not pass: {failed[0].reason}")
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", type=int, default=10)
+    parser.add_argument("--suite", type=int, default=10)
+    parser.add_argument("--cycles", type=int, default=7)
+    args = parser.parse_args()
+    configure_logging(level="warning")
+    names = [f"seq_{i:03d}" for i in range(args.models)]
+    with tempfile.TemporaryDirectory(prefix="suite-cost-") as tmp:
+        for name in names:
+            write_sequence_model(Path(tmp), name, {1: 0})
+        with EmbeddedTriton(tmp, load_models=names, startup_timeout_s=600) as server:
+            client = TritonRest(server.url, timeout_s=5.0)
+            one = median_cycle_s(suite_settings(names, 1, server.url), client, args.cycles)
+            many = median_cycle_s(suite_settings(names, args.suite, server.url), client, args.cycles)
+    per_request_ms = (many - one) / (args.models * (args.suite - 1)) * 1000
+    at_100 = many * 100 / args.models
+    print(f"{args.models} models, concurrency 8, median of {args.cycles} cycles")
+    print(f"  suite of 1:  {one:.3f} s a cycle")
+    print(
+        f"  suite of {args.suite}: {many:.3f} s a cycle ({many / one:.1f} x); one more request: {per_request_ms:.2f} ms"
+    )
+    verdict = "within" if at_100 / PERIOD_S <= TARGET else "OVER"
+    print(
+        f"  100 models, suite of {args.suite} (extrapolated): {at_100:.2f} s a cycle = {at_100 / PERIOD_S:.2f} x the "
+        f"{PERIOD_S:g} s period ({verdict} the {TARGET:g} x target)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,148 @@
+"""Golden requests kept in the store beside the model, so a pipeline versions them with it
+(``models[].golden_in_store``).
+
+Layout: ``<model>/golden/<NAME>.yaml`` (or ``.yml``, ``.json``) in the store, one golden request per
+file, written as under healer.yaml's ``golden`` (``name`` defaults to the file's stem; values inline
+with ``data``: a ``file`` would be read from this machine's disk, so it is refused). They come after
+the configuration's requests, in the order of their keys. A file that does not load is skipped and
+told (an ``error`` log line naming the store key, the key in the file and what is wrong); the rest of
+the suite is judged. A name the configuration or another file already uses is skipped the same way.
+
+Read by the sidecar through ``StoreSuites``: once per model, then again after ``refresh_s`` (a
+pipeline's change is judged within a minute); a store that does not answer keeps the last suite read
+(the configuration's alone before any). The check after a load (verify, promote, the release's gate)
+reads them afresh (``suite_with_store``): a rollback is rare and must judge what the store holds now.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+
+from healer.settings import ConfigError, GoldenRequest, ModelSettings, parse_section
+from healer.settings.yaml12 import load_yaml
+
+log = structlog.get_logger("healer.probes")
+
+SUFFIXES = (".yaml", ".yml", ".json")
+REFRESH_S = 60.0
+MAX_FILES = 64  # a suite is judged every cycle: more requests than this is a mistake, not a suite
+MAX_FILE_BYTES = 1 << 20
+
+
+def golden_prefix(model: str) -> str:
+    return f"{model}/golden/"
+
+
+def read_store_requests(store: Any, model: ModelSettings) -> tuple[tuple[GoldenRequest, ...], tuple[str, ...]]:
+    """The requests in the store for ``model`` (after its configured ones) and what was skipped, each
+    problem naming the store key. Raises the store's errors (unreachable: nothing concluded)."""
+    keys = sorted(k for k in store.blobs.keys(golden_prefix(model.name)) if k.endswith(SUFFIXES))
+    taken = {r.name for r in model.suite}
+    requests: list[GoldenRequest] = []
+    problems: list[str] = []
+    for key in keys[:MAX_FILES]:
+        where = f"{store.location}/{key}"
+        try:
+            request = _parse(where, store.blobs.read(key), Path(key).stem)
+        except ConfigError as exc:
+            problems.append(str(exc))
+            continue
+        if request.name in taken:
+            problems.append(f"{where}: name: golden request {request.name!r} is already in the suite: skipped")
+            continue
+        taken.add(request.name)
+        requests.append(request)
+    if len(keys) > MAX_FILES:
+        problems.append(
+            f"{store.location}/{golden_prefix(model.name)}: {len(keys)} files, only the first {MAX_FILES} read"
+        )
+    return tuple(requests), tuple(problems)
+
+
+def _parse(where: str, raw: bytes, stem: str) -> GoldenRequest:
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(where, "", f"larger than {MAX_FILE_BYTES} bytes")
+    try:
+        document = load_yaml(raw.decode("utf-8"), where)
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(where, "", f"not valid YAML: {exc}") from None
+    if isinstance(document, dict):
+        for side in ("inputs", "outputs"):
+            for i, tensor in enumerate(document.get(side) or []):
+                if isinstance(tensor, dict) and "file" in tensor:
+                    raise ConfigError(where, f"{side}[{i}].file", "not read from a store: write the values as data")
+        document = {"name": stem, **document}
+    request: GoldenRequest = parse_section(GoldenRequest, document, source=where, base_dir=Path("/nonexistent"))
+    return request
+
+
+def suite_with_store(store: Any, model: ModelSettings) -> tuple[GoldenRequest, ...]:
+    """``model``'s whole suite now: its configured requests, then the store's (read afresh); problems
+    are told. Raises the store's errors."""
+    if not model.golden_in_store:
+        return model.suite
+    extra, problems = read_store_requests(store, model)
+    for problem in problems:
+        log.error("golden_store_request_skipped", model=model.name, problem=problem)
+    return (*model.suite, *extra)
+
+
+@dataclass(frozen=True)
+class _Read:
+    suite: tuple[GoldenRequest, ...]
+    at: float
+    problems: tuple[str, ...]
+
+
+class StoreSuites:
+    """Each model's suite with its requests from the store, remembered ``refresh_s`` (the sidecar's probe
+    workers call ``suite_of``; safe across threads). ``store_factory`` opens the configured store."""
+
+    def __init__(
+        self,
+        store_factory: Callable[[], Any] | None,
+        *,
+        refresh_s: float = REFRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store_factory = store_factory
+        self._store: Any = None
+        self._refresh_s = refresh_s
+        self._clock = clock
+        self._read: dict[str, _Read] = {}
+        self._lock = threading.Lock()
+
+    def suite_of(self, model: ModelSettings) -> tuple[GoldenRequest, ...]:
+        if not model.golden_in_store or self._store_factory is None:
+            return model.suite
+        now = self._clock()
+        with self._lock:
+            last = self._read.get(model.name)
+        if last is not None and now - last.at < self._refresh_s:
+            return last.suite
+        try:
+            with self._lock:
+                if self._store is None:
+                    self._store = self._store_factory()
+                store = self._store
+            extra, problems = read_store_requests(store, model)
+            suite = (*model.suite, *extra)
+        except Exception as exc:  # the store, whatever its trouble: the last suite read stands, asked again later
+            log.warning("golden_store_unread", model=model.name, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+            suite, problems = (last.suite if last is not None else model.suite), ()
+        if last is None or problems != last.problems:
+            for problem in problems:  # told once per change, not every refresh
+                log.error("golden_store_request_skipped", model=model.name, problem=problem)
+        if last is None or [r.name for r in suite] != [r.name for r in last.suite]:
+            log.info("golden_suite", model=model.name, requests=[r.name for r in suite])
+        with self._lock:
+            self._read[model.name] = _Read(suite, now, problems)
+        return suite
