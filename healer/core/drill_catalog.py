@@ -79,6 +79,9 @@ class Scenario:
     expect: Expectation
     why: str  # the expected behaviour, in words (the report shows it)
     variant: str = ""  # examples/broken/<model>/<variant> (PUSH, FLAP, STORM, ...)
+    # The model the scenario breaks: "" is the target's own (`healer drill --model`, else the first configured
+    # model with broken variants); a name is that model, which the configuration must list (else skipped).
+    model: str = ""
     replicas: int = 1  # Triton replicas the scenario needs (STORM: 2, one sidecar each)
     fast: bool = False  # part of `make test`'s subset
     max_rollbacks: int | None = None  # the circuit breaker's limit for this scenario (None: the config's)
@@ -332,15 +335,30 @@ def not_in_mode(scenario: Scenario, mode: str) -> str:
     return NOT_IN_MODE.get(mode, {}).get(scenario.name, "")
 
 
+def not_configured(scenario: Scenario, models: Iterable[str] | None) -> str:
+    """Why ``scenario`` cannot run against a configuration listing ``models`` ("" when it can; None: the
+    models are not known, nothing to say)."""
+    if not scenario.model or models is None or scenario.model in set(models):
+        return ""
+    return f"breaks the model {scenario.model}, which the configuration does not list (models:)"
+
+
 def runnable(
-    scenarios: Iterable[Scenario], capabilities: frozenset[str], mode: str = REPOSITORY_SHARED
+    scenarios: Iterable[Scenario],
+    capabilities: frozenset[str],
+    mode: str = REPOSITORY_SHARED,
+    models: Iterable[str] | None = None,
 ) -> tuple[list[Scenario], list[str]]:
-    """Split into the scenarios the target can run and one line per scenario it cannot (why)."""
+    """Split into the scenarios the target can run and one line per scenario it cannot (why). ``models``:
+    the configured models' names, for the scenarios that break a model of their own."""
     ok: list[Scenario] = []
     skipped: list[str] = []
+    models = None if models is None else tuple(models)
     for scenario in scenarios:
         missing = scenario.needs - capabilities
-        if missing:
+        if not_configured(scenario, models):
+            skipped.append(f"{scenario.name}: {not_configured(scenario, models)}")
+        elif missing:
             skipped.append(f"{scenario.name}: needs {', '.join(sorted(missing))} (the embedded stack has it)")
         elif not_in_mode(scenario, mode):
             skipped.append(f"{scenario.name}: not in repository_mode {mode}: {not_in_mode(scenario, mode)}")

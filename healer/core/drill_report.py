@@ -96,7 +96,8 @@ def explain(result: DrillResult) -> list[str]:
 
 
 def starting(scenario: Scenario) -> str:
-    return f"-> {scenario.name}: {scenario.title} (expect {scenario.expect.outcome.value})"
+    model = f" [model {scenario.model}]" if scenario.model else ""
+    return f"-> {scenario.name}: {scenario.title}{model} (expect {scenario.expect.outcome.value})"
 
 
 def summary(results: Sequence[DrillResult], elapsed_s: float) -> str:
@@ -256,7 +257,7 @@ def _scenario_section(result: DrillResult) -> str:
         f'<h3>{e(s.name)} <span class="{status}">{word}</span> '
         f'<span class="badge">expected {e(s.expect.outcome.value)}</span> '
         f'<span class="badge">got {e("skipped" if result.skipped else result.verdict.outcome.value)}</span></h3>',
-        f"<p>{e(s.title)}. <em>{e(s.why)}</em></p>",
+        f"<p>{e(s.title)}{f' (model <code>{e(s.model)}</code>)' if s.model else ''}. <em>{e(s.why)}</em></p>",
     ]
     if result.skipped:
         body.append(f"<p>{e(result.skipped)}</p>")

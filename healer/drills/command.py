@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from healer.core import drill_report as report
-from healer.core.drill_catalog import Scenario, UnknownScenario, not_in_mode, runnable, select
+from healer.core.drill_catalog import Scenario, UnknownScenario, not_configured, not_in_mode, runnable, select
 from healer.core.drill_verdict import DrillResult, Observation, Verdict, exit_code
 from healer.settings import Settings
 
@@ -106,12 +106,10 @@ def run_drills(settings: Settings, options: DrillOptions, *, out: TextIO | None 
         try:
             with _target(settings, options, engine) as (target, description, stack):
                 say(f"{description}; logs: {log_file}")
-                ok, skipped = runnable(scenarios, target.capabilities, target.settings.repository_mode)
-                results = _skipped(scenarios, skipped, settings)
+                ok, results = _runnable(scenarios, target, settings)  # results: the skipped ones, why
                 from healer.drills.runner import DrillRunner
 
                 say(report.header())
-
                 scratch = stack.workdir if stack is not None else _scratch(log_file)
                 kept: list[str] = []
                 progress = _progress(
@@ -127,6 +125,7 @@ def run_drills(settings: Settings, options: DrillOptions, *, out: TextIO | None 
                     recover=stack.restart if stack is not None else None,
                     reset=getattr(stack, "reset_repository", None),
                     progress=progress,
+                    target_for=stack.target_for if stack is not None else _configured_target(settings, options),
                 )
                 with contextlib.redirect_stderr(log_stream):  # the rollback steps' own stderr lines
                     results += runner.run_all(ok)
@@ -182,7 +181,7 @@ def _run_on_cluster(
     interrupted = False
     try:
         for scenario in scenarios:
-            why = skipped_here(scenario)
+            why = skipped_here(scenario) or not_configured(scenario, _configured(settings))
             if why:
                 result = DrillResult(
                     scenario,
@@ -195,7 +194,11 @@ def _run_on_cluster(
                 say(report.starting(scenario))
                 try:
                     result = drill_on_cluster(
-                        engine, settings, scenario, model, submitted=lambda name: say(f"   workflow {name} submitted")
+                        engine,
+                        settings,
+                        scenario,
+                        scenario.model or model,  # a scenario that breaks a model of its own: that one
+                        submitted=lambda name: say(f"   workflow {name} submitted"),
                     )
                 except DrillInterrupted as exc:
                     say(f"healer: drill: {exc}")
@@ -240,6 +243,40 @@ def _mode_usage_error(settings: Settings, options: DrillOptions, scenarios: list
         why = "; ".join(f"{s.name}: {not_in_mode(s, mode)}" for s in scenarios)
         return f"none of the chosen scenarios runs in repository_mode {mode} ({why})"
     return ""
+
+
+def _runnable(
+    scenarios: list[Scenario], target: DrillTarget, settings: Settings
+) -> tuple[list[Scenario], list[DrillResult]]:
+    """The scenarios the target can run, and a skipped result for each other one (saying why)."""
+    ok, skipped = runnable(scenarios, target.capabilities, target.settings.repository_mode, _configured(settings))
+    return ok, _skipped(scenarios, skipped, settings)
+
+
+def _configured(settings: Settings) -> list[str]:
+    """The configured models' names (a scenario breaking a model of its own needs it listed)."""
+    return [m.name for m in settings.models]
+
+
+def _configured_target(settings: Settings, options: DrillOptions) -> Callable[[str], DrillTarget]:
+    """--target config: the target aimed at another configured model (its stable version promoted)."""
+
+    def target_for(model: str) -> DrillTarget:
+        from healer.drills.stack import StackError, configured_target
+        from healer.edges.store import StoreError
+
+        try:
+            return configured_target(
+                settings,
+                model=model,
+                broken=options.broken or default_broken(settings),
+                period_s=options.period_s or settings.sidecar.period_s,
+                state_dir=settings.rollback.state_dir,
+            )
+        except (StoreError, ValueError, OSError) as exc:
+            raise StackError(str(exc)) from exc
+
+    return target_for
 
 
 def _local_usage_error(settings: Settings, options: DrillOptions, engine: str) -> str:

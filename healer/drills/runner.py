@@ -12,9 +12,9 @@ bounded) and the extra Tritons are stopped.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
-import json
 import os
 import threading
 import time
@@ -26,8 +26,8 @@ from typing import Any
 import structlog
 
 from healer.core.drill_catalog import Injection, Scenario
-from healer.core.drill_verdict import DrillResult, Observation, finished, judge, phase_spans
-from healer.drills.phases import attempt_phases
+from healer.core.drill_verdict import DrillResult, Observation, finished, judge
+from healer.drills.phases import release_floor_s, run_phases
 from healer.edges.logs import iso_utc
 from healer.edges.processes import free_port
 from healer.engines import RollbackEngine
@@ -88,6 +88,9 @@ class _Running:
 
 
 ReplicaFactory = Callable[[str], Any]  # name -> a started EmbeddedTriton-like object (url, kill(), stop())
+# A model's name -> the target aimed at it (its stable version promoted and served), for a scenario that
+# breaks a model of its own; raises InjectionFailed or StackError when that model cannot be drilled.
+TargetFactory = Callable[[str], DrillTarget]
 Progress = Callable[[str, Scenario, DrillResult | None], None]  # ("start" | "done", scenario, result)
 
 
@@ -103,8 +106,10 @@ class DrillRunner:
         progress: Progress | None = None,
         recover: Callable[[], list[str]] | None = None,
         reset: Callable[[], None] | None = None,
+        target_for: TargetFactory | None = None,
     ) -> None:
         self.target = target
+        self.target_for = target_for
         self.scratch = scratch
         self.engine_kind = engine
         self._start_replica = start_replica
@@ -132,6 +137,8 @@ class DrillRunner:
 
     # ---- one scenario ------------------------------------------------------------------------------
     def run(self, scenario: Scenario) -> DrillResult:
+        if scenario.model and scenario.model != self.target.model:
+            return _aimed(self, scenario)
         if scenario.injection is Injection.RELEASE:
             return self._run_release(scenario)
         budget_s = self.settings.rollback.deadline_s
@@ -487,6 +494,23 @@ class DrillRunner:
             golden.close()
 
 
+def _aimed(runner: DrillRunner, scenario: Scenario) -> DrillResult:
+    """A scenario that breaks a model of its own: the same run, aimed at that model's target."""
+    from healer.drills.stack import StackError
+
+    try:
+        if runner.target_for is None:
+            raise InjectionFailed(f"this target drills {runner.target.model} only, not {scenario.model}")
+        target = runner.target_for(scenario.model)
+    except (InjectionFailed, StackError) as exc:
+        observation = Observation(error=f"{scenario.model}: {exc}")
+        budget_s = runner.settings.rollback.deadline_s
+        return DrillResult(scenario, observation, judge(scenario, observation, budget_s), budget_s)
+    aimed = copy.copy(runner)
+    aimed.target = target
+    return aimed.run(scenario)
+
+
 def pod_stager(target: DrillTarget, settings: Settings, url: str) -> Any:
     """per-pod: the sidecar's staging endpoints over its replica's own repository (None otherwise)."""
     from healer.sidecar.stage import stager_from_settings
@@ -512,17 +536,6 @@ def wait_baseline(running: list[_Running], model: str) -> None:
     raise InjectionFailed(f"baseline: {model} not healthy and ready on every replica within {BASELINE_TIMEOUT_S:g} s")
 
 
-def run_phases(engine: RollbackEngine, name: str, injected: Injected) -> list[Any]:
-    """Every attempt's phases: from the run record's heal pods where the engine keeps one (the
-    LocalEngine, like `argo get`), else the run's final ``phases`` output."""
-    try:
-        attempts = attempt_phases(engine, name)
-    except Exception as exc:  # the timeline loses its phases, the verdict does not depend on them
-        log.warning("drill_phases_unavailable", workflow=name, error=str(exc))
-        return []
-    return [span for phases in attempts for span in phase_spans(name, phases, injected.wall)]
-
-
 def _failure(scenario: Scenario, exc: Exception) -> str:
     """Why a drill could not run as planned: an injection that failed says so; anything else is the
     drill's own bug, logged with its traceback."""
@@ -530,24 +543,6 @@ def _failure(scenario: Scenario, exc: Exception) -> str:
         return str(exc)
     log.exception("drill_failed", scenario=scenario.name)
     return f"{type(exc).__name__}: {exc}"
-
-
-def release_floor_s(outputs: Any, bake_s: float) -> float | None:
-    """What a release cannot take less than: the canary's load, the bake, and each roll-out wave's
-    slowest load, one after another (None: the run did not get that far)."""
-    try:
-        canary = json.loads(outputs.get("canary") or "{}")
-        roll_out = json.loads(outputs.get("roll-out") or "{}")
-    except ValueError:
-        return None
-    if "load" not in canary or "waves" not in roll_out:
-        return None
-    replicas = roll_out.get("replicas") or {}
-    waves = [
-        max((float((replicas.get(url) or {}).get("load", {}).get("load_s", 0.0)) for url in wave), default=0.0)
-        for wave in roll_out["waves"]
-    ]
-    return round(float(canary["load"].get("load_s", 0.0)) + bake_s + sum(waves), 3)
 
 
 @dataclass

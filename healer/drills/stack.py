@@ -108,7 +108,11 @@ class EmbeddedStack:
         self.store_root = self.workdir / "store"
         # What the first Triton reads: its own directory, or the store itself (object-store).
         self.live = self.store_root if repository_mode == REPOSITORY_OBJECT_STORE else self.workdir / "models"
-        self._config_file = b""  # the model's config.pbtxt in the store as the drill found it
+        # Every model the stack serves, the first the default target's; a scenario that breaks another
+        # model adds it (target_for): copied into the store, loaded on every Triton, promoted.
+        self.models: list[str] = [model]
+        self._config_files: dict[str, bytes] = {}  # each model's config.pbtxt in the store as the drill found it
+        self._targets: dict[str, DrillTarget] = {}
         self._pod_numbers = itertools.count(1)
         self.triton: EmbeddedTriton | None = None
         self.replicas: list[EmbeddedTriton] = []
@@ -129,19 +133,60 @@ class EmbeddedStack:
         import time
 
         started = time.monotonic()
-        assert self.base.embedded is not None
-        source = self.base.embedded.model_repository / self.model
-        if not source.is_dir():
-            raise StackError(f"{self.model} is not in {self.base.embedded.model_repository}")
-        shutil.copytree(source, self.store_root / self.model, ignore=shutil.ignore_patterns("__pycache__"))
-        self._config_file = (self.store_root / self.model / "config.pbtxt").read_bytes()
+        self._copy_in(self.model)
         if self.live != self.store_root:
             self._fill(self.live)
         self.triton = self._triton(self.live, "triton")
         self.triton.start()
+        self.target = self._aim(
+            self.model, pods={self.triton.url: self.live} if self.mode == REPOSITORY_PER_POD else {}
+        )
+        promote_every_version(self.target)
+        self.started_s = time.monotonic() - started
+        return self.target
+
+    def target_for(self, model: str) -> DrillTarget:
+        """The target aimed at ``model`` (a scenario that breaks a model of its own): the first time, the
+        model is copied from the example repository into the store and every repository a Triton reads,
+        loaded on every running Triton, and its versions promoted, as ``start`` does for the first one.
+        The stack's Tritons, repositories and store are shared; a replica started later loads it too."""
+        assert self.target is not None and self.triton is not None
+        if model in self._targets:
+            return self._targets[model]
+        self._copy_in(model)
+        self.models.append(model)
+        self.triton.load_models = tuple(self.models)  # a restart (the cleanup's last resort) loads it too
+        repositories = [] if self.live == self.store_root else [self.live]
+        for repository in dict.fromkeys([*repositories, *self.target.pods.values()]):
+            self._fill(repository, [model])
+        for url in self.target.replicas + [r.url for r in self.replicas]:
+            triton = TritonHttp(url, timeout_s=10.0)
+            try:
+                triton.load_model(model, timeout_s=60)
+            except TritonError as exc:
+                raise StackError(f"loading {model} on Triton {url}: {exc}") from exc
+            finally:
+                triton.close()
+        # Shared with the first target: its replica list and pods are the stack's (restart and per-pod
+        # replicas update them), so every target sees the same Tritons.
+        target = self._aim(model, pods=self.target.pods, replicas=self.target.replicas)
+        promote_every_version(target)
+        return target
+
+    def _copy_in(self, model: str) -> None:
+        """``model``'s folder from the example repository into the store, its config.pbtxt remembered."""
+        assert self.base.embedded is not None
+        source = self.base.embedded.model_repository / model
+        if not source.is_dir():
+            raise StackError(f"{model} is not in {self.base.embedded.model_repository}")
+        shutil.copytree(source, self.store_root / model, ignore=shutil.ignore_patterns("__pycache__"))
+        self._config_files[model] = (self.store_root / model / "config.pbtxt").read_bytes()
+
+    def _aim(self, model: str, *, pods: dict[str, Path], replicas: list[str] | None = None) -> DrillTarget:
+        assert self.triton is not None
         settings = drill_settings(
             self.base,
-            model=self.model,
+            model=model,
             url=self.triton.url,
             store=StoreSettings(filesystem=self.store_root),
             # object-store: Triton reads the store; per-pod: no repository where the rollback runs.
@@ -150,20 +195,18 @@ class EmbeddedStack:
             period_s=self.period_s,
             repository_mode=self.mode,
         )
-        store = ModelStore(FilesystemBlobs(self.store_root))
-        self.target = DrillTarget(
+        target = DrillTarget(
             settings=settings,
-            model=self.model,
+            model=model,
             live=self.live,
-            store=store,
-            replicas=[self.triton.url],
+            store=ModelStore(FilesystemBlobs(self.store_root)),
+            replicas=replicas if replicas is not None else [self.triton.url],
             broken=self.broken,
             capabilities=EMBEDDED_CAPABILITIES,
-            pods={self.triton.url: self.live} if self.mode == REPOSITORY_PER_POD else {},
+            pods=pods,
         )
-        promote_every_version(self.target)
-        self.started_s = time.monotonic() - started
-        return self.target
+        self._targets[model] = target
+        return target
 
     def restart(self) -> list[str]:
         """The last resort of a cleanup that failed (a wedged Triton): a fresh Triton over the same
@@ -172,16 +215,19 @@ class EmbeddedStack:
         self.triton.stop()
         before = self.triton.url
         self.triton.start()
-        self.target.replicas[0] = self.triton.url
+        self.target.replicas[0] = self.triton.url  # the list every target shares
         if before in self.target.pods:
             self.target.pods[self.triton.url] = self.target.pods.pop(before)
-        self.target.settings = dataclasses.replace(
-            self.target.settings, triton=dataclasses.replace(self.target.settings.triton, url=self.triton.url)
-        )
-        try:
-            return restore_stable(self.target, Injected(stable_record(self.target)))
-        except InjectionFailed as exc:
-            return [str(exc)]
+        problems = []
+        for target in self._targets.values():
+            target.settings = dataclasses.replace(
+                target.settings, triton=dataclasses.replace(target.settings.triton, url=self.triton.url)
+            )
+            try:
+                problems += restore_stable(target, Injected(stable_record(target)))
+            except InjectionFailed as exc:
+                problems.append(str(exc))
+        return problems
 
     def start_replica(self, name: str) -> EmbeddedTriton:
         """Another Triton: over the same live repository (a second pod on the shared volume), the same
@@ -215,25 +261,28 @@ class EmbeddedStack:
             return
         pods = self.target.pods.values() if self.target is not None else ()
         for root in [self.store_root, *pods]:
-            config = root / self.model / "config.pbtxt"
-            if config.is_file() and config.read_bytes() != self._config_file:
-                config.write_bytes(self._config_file)
+            for model, found in self._config_files.items():
+                config = root / model / "config.pbtxt"
+                if config.is_file() and config.read_bytes() != found:
+                    config.write_bytes(found)
 
-    def _fill(self, repository: Path) -> None:
+    def _fill(self, repository: Path, models: list[str] | None = None) -> None:
         """What a pod's init container does before Triton starts (a shared volume is filled once the
-        same way): every file of the model in the store, never healer's own records."""
-        shutil.copytree(
-            self.store_root / self.model,
-            repository / self.model,
-            ignore=shutil.ignore_patterns("__pycache__", ".healer*"),
-        )
+        same way): every file of each model in the store (default: every model the stack serves), never
+        healer's own records."""
+        for model in models if models is not None else self.models:
+            shutil.copytree(
+                self.store_root / model,
+                repository / model,
+                ignore=shutil.ignore_patterns("__pycache__", ".healer*"),
+            )
 
     def _triton(self, repository: Path, name: str) -> EmbeddedTriton:
         assert self.base.embedded is not None
         return EmbeddedTriton(
             repository,
             tritonserver=self.base.embedded.tritonserver,
-            load_models=[self.model],
+            load_models=list(self.models),
             startup_timeout_s=self.base.embedded.startup_timeout_s,
             workdir=self.workdir / name,
         )

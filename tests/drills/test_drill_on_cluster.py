@@ -313,3 +313,60 @@ def test_the_command_refuses_what_cannot_run_naming_the_key(example_settings: Se
     assert "none of storm can run on a cluster" in said
     assert "--engine argo" in said and "no model 'nope'" in said
     assert "rollback.argo.token_file" in said and "missing-token" in said
+
+
+def test_a_scenario_breaking_a_model_of_its_own_is_submitted_for_that_model_or_skipped(
+    example_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The template's ``model`` parameter is the scenario's model; a model the configuration lacks is skipped."""
+    from healer.core import drill_catalog
+    from healer.drills.command import DrillOptions, run_drills
+
+    own = dataclasses.replace(BY_NAME["nan"], name="own-model", model="tiny_classifier")
+    missing = dataclasses.replace(BY_NAME["nan"], name="missing-model", model="not_configured")
+    catalog = (BY_NAME["wrong-weights"], own, missing)
+    monkeypatch.setattr(drill_catalog, "CATALOG", catalog)
+    monkeypatch.setattr(drill_catalog, "BY_NAME", {s.name: s for s in catalog})
+    submitted: list[dict[str, str]] = []
+
+    class Recording(FakeArgo):
+        via, host, namespace = "argo-server", "argo.example", "ml"
+
+        def submit_template(self, template: str, parameters: dict[str, str], *, name: str) -> str:
+            submitted.append(dict(parameters))
+            return super().submit_template(template, parameters, name=name)
+
+        def close(self) -> None:
+            pass
+
+    out = io.StringIO()
+    options = DrillOptions(
+        scenarios=[],
+        target="cluster",
+        model="linear_scorer",
+        output="json",
+        engine_factory=lambda: Recording(finished()),
+    )
+    with contextlib.redirect_stderr(io.StringIO()):
+        run_drills(example_settings, options, out=out)
+    assert submitted == [
+        {"scenario": "wrong-weights", "model": "linear_scorer"},
+        {"scenario": "own-model", "model": "tiny_classifier"},
+    ]
+    results = {r["scenario"]: r for r in json.loads(out.getvalue())}
+    assert results["missing-model"]["skipped"] == (
+        "breaks the model not_configured, which the configuration does not list (models:)"
+    )
+
+
+def test_the_drill_step_refuses_a_scenario_submitted_for_another_model_than_its_own(
+    example_settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Submitted from the Argo UI without -p model: its broken variants are its model's, not the default's."""
+    from workflows.steps import drill as step
+
+    own = dataclasses.replace(BY_NAME["nan"], name="own-model", model="tiny_classifier")
+    monkeypatch.setattr(step, "BY_NAME", {**BY_NAME, own.name: own})
+    for model in ("", "linear_scorer"):
+        with pytest.raises(step.DrillStepError, match=r"own-model breaks the model tiny_classifier: .*-p model=tiny_"):
+            step.inject_and_wait(example_settings, "own-model", model, tmp_path)

@@ -113,8 +113,26 @@ def test_side_conditions_of_the_expectations() -> None:
 @pytest.mark.parametrize("model", EXAMPLE_MODELS)
 def test_every_variant_a_scenario_names_exists_for_each_example_model(model: str) -> None:
     for scenario in CATALOG:
-        if scenario.variant:
+        if scenario.variant and not scenario.model:  # any model may be the target's
             assert (EXAMPLES / "broken" / model / scenario.variant).exists(), (model, scenario.name)
+
+
+def test_a_scenario_that_breaks_a_model_of_its_own_has_it_in_the_examples() -> None:
+    """Its model is served by the example repository, configured in examples/healer.yaml, and has the
+    scenario's broken variant."""
+    import yaml
+
+    configured = {m["name"] for m in yaml.safe_load((EXAMPLES / "healer.yaml").read_text())["models"]}
+    for scenario in CATALOG:
+        if scenario.model:
+            assert (EXAMPLES / "model_repository" / scenario.model / "config.pbtxt").is_file(), scenario.name
+            assert scenario.model in configured, scenario.name
+            if scenario.variant:
+                assert (EXAMPLES / "broken" / scenario.model / scenario.variant).exists(), scenario.name
+
+
+def test_the_catalog_s_scenarios_break_the_target_s_model_unless_they_name_theirs() -> None:
+    assert all(s.model == "" for s in CATALOG if s.name in {"wrong-weights", "nan", "storm", "bad-release"})
 
 
 @pytest.mark.parametrize("model", EXAMPLE_MODELS)
@@ -158,6 +176,40 @@ def test_runnable_skips_what_the_target_cannot_do_and_says_why() -> None:
     assert runnable(CATALOG, EMBEDDED_CAPABILITIES) == (list(CATALOG), [])
     ok, _ = runnable(CATALOG, frozenset())
     assert all(s.injection not in {Injection.STORE_DOWN, Injection.STABLE_BROKEN} for s in ok)
+
+
+OWN_MODEL = dataclasses.replace(BY_NAME["wrong-weights"], name="own-model", model="sequence_scorer")
+
+
+@pytest.mark.parametrize(
+    ("models", "skipped"),
+    [
+        (None, []),  # the models not known: nothing to say
+        (["sequence_scorer"], []),
+        (["linear_scorer", "sequence_scorer"], []),
+        (
+            ["linear_scorer"],
+            ["own-model: breaks the model sequence_scorer, which the configuration does not list (models:)"],
+        ),
+        ([], ["own-model: breaks the model sequence_scorer, which the configuration does not list (models:)"]),
+    ],
+)
+def test_runnable_skips_a_scenario_whose_model_the_configuration_lacks(
+    models: list[str] | None, skipped: list[str]
+) -> None:
+    scenarios = [BY_NAME["nan"], OWN_MODEL]
+    ok, why = runnable(scenarios, EMBEDDED_CAPABILITIES, models=models)
+    assert why == skipped
+    assert [s.name for s in ok] == ["nan"] + ([] if skipped else ["own-model"])
+    # A scenario without a model of its own runs against whatever the configuration lists.
+    assert runnable([BY_NAME["nan"]], EMBEDDED_CAPABILITIES, models=[]) == ([BY_NAME["nan"]], [])
+
+
+def test_a_missing_model_is_said_before_a_missing_capability() -> None:
+    storm = dataclasses.replace(BY_NAME["storm"], model="sequence_scorer")
+    assert runnable([storm], frozenset(), models=["linear_scorer"])[1] == [
+        "storm: breaks the model sequence_scorer, which the configuration does not list (models:)"
+    ]
 
 
 # ---- what was observed → the outcome ----------------------------------------------------------------
@@ -379,6 +431,9 @@ def test_rows_are_printed_with_fixed_columns_and_say_why_a_scenario_missed() -> 
     assert report.summary(results, 118.4) == "18/19 scenarios passed in 118 s"
     assert exit_code(results) == 1 and exit_code(results[:4]) == 0
     assert report.starting(BY_NAME["nan"]) == "-> nan: a new version answers NaN (expect healed)"
+    assert report.starting(dataclasses.replace(BY_NAME["nan"], model="sequence_scorer")) == (
+        "-> nan: a new version answers NaN [model sequence_scorer] (expect healed)"
+    )
 
 
 def test_a_skipped_scenario_is_shown_and_does_not_fail_the_run() -> None:
@@ -507,7 +562,7 @@ def test_decision_modules_import_no_io(module: str) -> None:
 
 
 def test_a_release_floor_is_the_canary_load_the_bake_and_each_waves_slowest_load() -> None:
-    from healer.drills.runner import release_floor_s
+    from healer.drills.phases import release_floor_s
 
     outputs = {
         "canary": json.dumps({"load": {"load_s": 1.5}}),

@@ -59,7 +59,7 @@ def test_the_drills_runs_are_found_by_healer_runs_after_the_scratch_folder_is_go
 
     @contextlib.contextmanager
     def target(settings: Settings, _options: DrillOptions, _engine: str) -> Iterator[tuple[Any, str, Any]]:
-        stack = SimpleNamespace(workdir=scratch, start_replica=None, stop_replica=None, restart=None)
+        stack = SimpleNamespace(workdir=scratch, start_replica=None, stop_replica=None, restart=None, target_for=None)
         fake = SimpleNamespace(settings=settings, capabilities=EMBEDDED_CAPABILITIES)
         try:
             yield fake, "a stand-in stack", stack

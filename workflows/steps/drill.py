@@ -135,6 +135,10 @@ def inject_and_wait(settings: Settings, scenario_name: str, model: str, broken: 
     """Push the scenario's breakage, then watch the sidecars and the replicas until the outcome is
     known (bounded by the budget). The record keeps what to undo, for the exit handler."""
     scenario = cluster_scenario(scenario_name)
+    if scenario.model and model != scenario.model:  # its broken variants are that model's (`healer drill` says so)
+        raise DrillStepError(
+            f"{scenario.name} breaks the model {scenario.model}: submit it with -p model={scenario.model}"
+        )
     where = cluster_target(settings, model, broken)
     target = where.target
     if _read_record(target) is not None:
