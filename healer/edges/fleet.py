@@ -42,6 +42,7 @@ class FleetRow:
     rollback: str  # the incident's workflow and its phase
     breaker: str
     problem: str = ""  # why the row is not what a healthy one would be
+    pipeline: str = ""  # a pipeline's members and the versions they run, and whom its incident blamed
 
 
 @dataclass(frozen=True)
@@ -159,9 +160,22 @@ def _model_rows(name: str, pod: FleetPod, document: Mapping[str, Any], phases: M
                 rollback=rollback,
                 breaker="OPEN" if entry.get("breaker_open") else f"{entry.get('rollbacks_in_window', 0)} in window",
                 problem=problem,
+                pipeline=_pipeline(entry.get("pipeline"), str(incident.get("key") or "")),
             )
         )
     return rows
+
+
+def _pipeline(view: Mapping[str, Any] | None, incident: str) -> str:
+    """A pipeline's line (healer/sidecar/pipelines.py ``view``): its members, each with the version it runs,
+    and the member its open incident blames ("" for a model that is no pipeline)."""
+    if not view:
+        return ""
+    members = ", ".join(f"{m['model']} v{m.get('serving') or '?'}" for m in view.get("members") or [])
+    blamed = view.get("blamed") or ""
+    if blamed and incident and view.get("blamed_incident") == incident:
+        return f"pipeline of {members}; blamed: {blamed} ({view.get('blamed_why') or ''})"
+    return f"pipeline of {members}"
 
 
 def _serving(entry: Mapping[str, Any]) -> str:
@@ -232,6 +246,7 @@ def format_fleet(view: FleetView, *, wide: bool = False) -> str:
         f"{view.pods} pod(s), {models} model(s): {view.healthy} of {len(view.rows)} pod × model healthy and in service"
     )
     lines += [f"  {row.pod} {row.model}: {row.problem}" for row in view.rows if row.problem]
+    lines += [f"  {row.pod} {row.model}: {row.pipeline}" for row in view.rows if row.pipeline]
     lines += [f"  {note}" for note in view.notes]
     return "\n".join(lines)
 

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -20,9 +21,12 @@ from healer.settings.expect_rules import build_expect, check_expect_fits
 from healer.settings.reader import Reader, describe
 from healer.settings.schema import ConfigError, DeclaredKey, Setting, declared_keys, is_section
 from healer.settings.sections import (
+    ENDPOINT_INFER,
+    ENDPOINT_STREAM,
     REPOSITORY_OBJECT_STORE,
     REPOSITORY_SHARED,
     RESERVED_SET_NAMES,
+    STREAM_KEYS,
     DrainSettings,
     ExpectedOutput,
     GoldenRequest,
@@ -411,7 +415,83 @@ def _build_golden(reader: Reader, key: str, data: dict[str, Any], values: dict[s
         raise reader.fail(
             f"{key}.timeout_s", f"must be at least the latency SLO ({latency_slo_ms} ms), got {timeout_s} s"
         )
-    return GoldenRequest(**values)
+    parameters = _parameters(reader, data.get("parameters"), f"{key}.parameters")
+    _check_endpoint(reader, key, data, values)
+    return GoldenRequest(**values, parameters=parameters)
+
+
+def _parameters(reader: Reader, raw: Any, key: str) -> Mapping[str, str | int | float | bool]:
+    """A golden request's parameters: names to a string, number or true/false, passed through as written."""
+    if raw is None:
+        return MappingProxyType({})
+    if not isinstance(raw, dict):
+        raise reader.fail(key, f"must be a mapping of parameter names to values, got {describe(raw)}")
+    for name, value in raw.items():
+        if not isinstance(name, str) or not name:
+            raise reader.fail(key, f"parameter names must be non-empty strings, got {describe(name)}")
+        if not isinstance(value, str | int | float | bool) or (isinstance(value, float) and not math.isfinite(value)):
+            raise reader.fail(
+                f"{key}.{name}",
+                f"must be a string, a finite number or true/false (sent as JSON), got {describe(value)}",
+            )
+    return MappingProxyType(dict(raw))
+
+
+def _check_endpoint(reader: Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> None:
+    """The stream's keys only with generate_stream, within timeout_s and each SLO within the stall limit; with
+    generate and generate_stream, inputs a JSON body can carry and stream outputs of one value."""
+    endpoint = values["endpoint"]
+    if endpoint == ENDPOINT_STREAM:
+        _check_stream_timing(reader, key, values)
+    else:
+        given = [name for name in STREAM_KEYS if data.get(name) is not None]
+        if given:
+            raise reader.fail(
+                f"{key}.{given[0]}",
+                f"judges a stream's events: it applies to endpoint {ENDPOINT_STREAM} only, got endpoint {endpoint}",
+            )
+    if endpoint != ENDPOINT_INFER:
+        _check_json_tensors(reader, key, values)
+
+
+def _check_stream_timing(reader: Reader, key: str, values: dict[str, Any]) -> None:
+    stall_s, timeout_s = values["stall_s"], values["timeout_s"]
+    if stall_s is not None and stall_s > timeout_s:
+        raise reader.fail(f"{key}.stall_s", f"must be at most timeout_s ({timeout_s:g} s), got {stall_s:g}")
+    stall_ms = (stall_s if stall_s is not None else timeout_s) * 1000
+    for name in ("first_token_slo_ms", "inter_token_slo_ms"):
+        slo = values[name]
+        if slo is not None and slo > stall_ms:
+            limit = "stall_s" if stall_s is not None else "timeout_s (the stall limit when stall_s is not given)"
+            raise reader.fail(
+                f"{key}.{name}",
+                f"must be at most {limit} ({stall_ms:g} ms): a gap that long is a hang, never slow; got {slo:g}",
+            )
+
+
+def _check_json_tensors(reader: Reader, key: str, values: dict[str, Any]) -> None:
+    endpoint = values["endpoint"]
+    for i, tensor in enumerate(values["inputs"]):
+        if len(tensor.shape) > 1:
+            raise reader.fail(
+                f"{key}.inputs[{i}].shape",
+                f"with endpoint {endpoint} an input is a JSON field, one value or a list: one dimension, "
+                f"got {list(tensor.shape)}",
+            )
+        if tensor.values.dtype.kind in "fc" and not np.isfinite(tensor.values).all():
+            raise reader.fail(
+                f"{key}.inputs[{i}].data", f"with endpoint {endpoint} the values are sent as JSON: no NaN or Inf"
+            )
+    if endpoint != ENDPOINT_STREAM:
+        return
+    for i, output in enumerate(values["outputs"]):
+        shape = output.tensor.shape
+        if output.tensor.datatype == "BYTES" and shape is not None and list(shape) not in ([1], [-1]):
+            raise reader.fail(
+                f"{key}.outputs[{i}].shape",
+                f"a stream's text is its events' texts concatenated, one value: [1], [-1] or left out, "
+                f"got {list(shape)}",
+            )
 
 
 def _reject_duplicate_names(reader: Reader, names: list[str], key: str) -> None:
@@ -463,6 +543,11 @@ def _build_model(reader: Reader, key: str, data: dict[str, Any], values: dict[st
             raise reader.fail(f"{at}.name", f"duplicate golden request name {name!r} (also golden[{seen[name]}])")
         seen[name] = i
         suite.append(request if request.name else dataclasses.replace(request, name=name))
+    calls, model = values["calls"], values["name"]
+    for i, called in enumerate(calls):  # a BLS model's composing models: each once, never the model itself
+        if called == model or called in calls[:i]:
+            why = "names the model itself" if called == model else f"duplicate (also calls[{calls.index(called)}])"
+            raise reader.fail(f"{key}.calls[{i}]", f"{why}: {called!r}; a pipeline calls other models, each once")
     return ModelSettings(
         name=values["name"],
         suite=tuple(suite),
@@ -470,6 +555,7 @@ def _build_model(reader: Reader, key: str, data: dict[str, Any], values: dict[st
         required=values["required"],
         listed=listed,
         golden_in_store=values["golden_in_store"],
+        calls=calls,
     )
 
 

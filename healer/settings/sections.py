@@ -120,6 +120,14 @@ class ExpectedOutput:
     )
 
 
+ENDPOINT_INFER = "infer"
+ENDPOINT_GENERATE = "generate"
+ENDPOINT_STREAM = "generate_stream"
+ENDPOINTS = (ENDPOINT_INFER, ENDPOINT_GENERATE, ENDPOINT_STREAM)
+# The keys that judge a stream's timing: refused with another endpoint.
+STREAM_KEYS = ("first_token_slo_ms", "inter_token_slo_ms", "stall_s")
+
+
 @dataclass(frozen=True, eq=False)
 class GoldenRequest:
     """A request with a known answer: the business tier's evidence that a model is right."""
@@ -147,10 +155,78 @@ class GoldenRequest:
             default_doc="its key: golden, or golden[i] in a list",
         ),
     )
+    # Triton's generate extension (probes/stream.py): the inputs as the JSON body's fields, the answer's
+    # fields (a stream's events' values, concatenated) as the outputs.
+    endpoint: str = field(
+        default=ENDPOINT_INFER,
+        metadata=setting(
+            "where the request goes: infer (tensors, /infer), generate (one JSON answer, /generate) or "
+            "generate_stream (server-sent events, /generate_stream: an LLM's tokens); with generate and "
+            "generate_stream each input is a field of the JSON body (one value: a scalar, else a list) and "
+            "each expected output a field of the answer (a stream's: its events' values concatenated)",
+            choices=ENDPOINTS,
+        ),
+    )
+    # Written as a mapping in the file; read by the loader's _build_golden (name -> a string, number or bool).
+    parameters: Mapping[str, str | int | float | bool] = field(
+        default_factory=lambda: MappingProxyType({}),
+        metadata=setting(
+            "request parameters passed through in the body's parameters, e.g. greedy decoding, a fixed seed, "
+            "a token limit",
+            alternatives=(
+                (
+                    "parameters",
+                    dict,
+                    "a mapping of parameter names to a string, number or true/false, e.g. {temperature: 0, "
+                    "seed: 7, max_tokens: 16}",
+                ),
+            ),
+            default_doc="none",
+        ),
+    )
+    first_token_slo_ms: float | None = field(
+        default=None,
+        metadata=setting(
+            "generate_stream only: a first event later than this (from the request) fails the business tier (slow)",
+            minimum=0.001,
+            default_doc="not checked",
+        ),
+    )
+    inter_token_slo_ms: float | None = field(
+        default=None,
+        metadata=setting(
+            "generate_stream only: a largest gap between two events above this fails the business tier (slow)",
+            minimum=0.001,
+            default_doc="not checked",
+        ),
+    )
+    stall_s: float | None = field(
+        default=None,
+        metadata=setting(
+            "generate_stream only: no event for this long while the stream is open is a hang (fail, code "
+            "timeout, when Triton is live and the version ready); at most timeout_s",
+            minimum=0.001,
+            default_doc="timeout_s",
+        ),
+    )
     input_hash: str = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "input_hash", hash_inputs(self.inputs))
+        digest = hash_inputs(self.inputs)
+        if self.endpoint != ENDPOINT_INFER or self.parameters:
+            # What else makes the answer: an infer request without parameters keeps the hash it had.
+            what = json.dumps([digest, self.endpoint, dict(self.parameters)], sort_keys=True, separators=(",", ":"))
+            digest = hashlib.sha256(what.encode()).hexdigest()
+        object.__setattr__(self, "input_hash", digest)
+
+    @property
+    def stream(self) -> bool:
+        return self.endpoint == ENDPOINT_STREAM
+
+    @property
+    def stall_limit_s(self) -> float:
+        """No event for this long while a stream is open: the model hangs."""
+        return self.stall_s if self.stall_s is not None else self.timeout_s
 
 
 @dataclass(frozen=True, eq=False, init=False)
@@ -189,6 +265,17 @@ class ModelSettings:
             "each, as under golden; data inline), after golden's; needs store"
         ),
     )
+    # A BLS model's composing models (an ensemble's are read from Triton's own config): healer/core/pipeline.py.
+    calls: tuple[str, ...] = field(
+        default=(),
+        metadata=setting(
+            "a BLS model's composing models, the models it calls (an ensemble's are read from Triton's config): "
+            "the model's suite judges the pipeline, and a failure after one of them changed version rolls that "
+            "one back (docs/pipelines.md); they need no golden request of their own",
+            form="model-name",
+            default_doc="none (an ensemble: its steps' models)",
+        ),
+    )
     golden: GoldenRequest = field(default=None)  # type: ignore[assignment]  # set by __init__: suite[0]
     # Whether healer.yaml wrote golden as a list: its requests' keys are golden[i], else golden.
     listed: bool = False
@@ -203,6 +290,7 @@ class ModelSettings:
         suite: tuple[GoldenRequest, ...] = (),
         listed: bool = False,
         golden_in_store: bool = False,
+        calls: tuple[str, ...] = (),
     ) -> None:
         if golden is None and not suite:
             raise TypeError("ModelSettings needs golden or suite")
@@ -213,6 +301,7 @@ class ModelSettings:
         object.__setattr__(self, "golden", suite[0])
         object.__setattr__(self, "listed", listed)
         object.__setattr__(self, "golden_in_store", golden_in_store)
+        object.__setattr__(self, "calls", tuple(calls))
 
     def golden_key(self, index: int) -> str:
         """A request's key within the model's mapping: ``golden`` or ``golden[2]``."""

@@ -175,11 +175,13 @@ class Handovers:
         watched = self.watching.get(model)
         return watched.workflow if watched else ""
 
-    def submit(self, request: RollbackRequest) -> Watched | None:
+    def submit(self, request: RollbackRequest, *, owner: str = "") -> Watched | None:
         """Hand the rollback to the primary engine, or to the fallback when the primary certainly did not
-        take it; the run is watched from then on. Every failure, whatever it raised, ends here as None
-        ("not submitted"): retried next cycle, escalated by the healing timeout."""
-        model = request.model
+        take it; the run is watched from then on, under ``owner`` (the model whose incident it is: a
+        pipeline's when the request restores one of its composing models; "": the request's model). Every
+        failure, whatever it raised, ends here as None ("not submitted"): retried next cycle, escalated by
+        the healing timeout."""
+        model = owner or request.model
         bound = log.bind(model=model, version=request.from_version, incident=request.incident)
         label = "primary"
         attempt = self._hand_to(label, request)

@@ -66,6 +66,7 @@ from healer.sidecar.golden import GoldenWatch
 from healer.sidecar.handover import Handovers, rollback_request
 from healer.sidecar.notify import Notifier
 from healer.sidecar.peers import PeerSource
+from healer.sidecar.pipelines import PipelineWatch
 from healer.sidecar.views import status_document
 from healer.vocabulary import TIMEOUT, RollbackRequest
 from probes.runner import probe_all
@@ -140,6 +141,8 @@ class Sidecar:
         self.golden = GoldenWatch(
             settings, store_factory=drain_store, metrics=self.metrics, event=self.notify.event, clock=clock
         )
+        # Pipelines (ensembles, BLS models with calls): their members' versions and whom an incident blames.
+        self.pipelines = PipelineWatch(settings.models, triton, clock=clock)
         self._stopping = threading.Event()  # SIGTERM: leaving the Service (set from a signal handler)
         self._stop_at: float | None = None
         self._orphans_seen: set[str] = set()
@@ -204,6 +207,7 @@ class Sidecar:
             try:
                 with self.book.lock:
                     hung = [name for name, state in self.states.items() if state.bad_code == TIMEOUT]
+                self.pipelines.before_probe([m.name for m in models])
                 results = probe_all(
                     self.settings,
                     self.triton,
@@ -245,6 +249,7 @@ class Sidecar:
             self._probed[model.name] = mine
             self._step(model, "golden_fit", self.golden.seen, model.name, mine)
             verdict = confirmation_verdict(verdict_for(mine, probed_at), confirming=confirming)
+            self._step(model, "pipeline", self.pipelines.after_probe, model.name, verdict)
             self._step(model, "verdict", self._apply_verdict, model, verdict)
             self.answered_at[model.name] = self.clock.monotonic()
         self._step(model, "tick", self._apply, model, Tick(self.clock.monotonic()))
@@ -323,8 +328,13 @@ class Sidecar:
     def _try_submit(self, model: ModelSettings) -> None:
         incident = self._pending[model.name]
         traceparent = self._traces.get(incident.key, "")
+        # A pipeline's incident restores whom it blames (healer/core/pipeline.py): a composing model, or itself.
+        blamed = self.pipelines.blame(incident)
+        if blamed is not None and blamed.model is None:
+            return  # nothing learnt about its members yet: asked again next cycle, bounded by the healing timeout
+        request = self._request(incident)
         with tracing.continue_from(traceparent), tracing.span("submit", {"healer.incident": incident.key}) as span:
-            watched = self.handovers.submit(self._request(incident))
+            watched = self.handovers.submit(request, owner=model.name)
             if watched is None:
                 span.set("healer.taken", False)  # no engine took it: tried again next cycle
                 return
@@ -332,15 +342,21 @@ class Sidecar:
         del self._pending[model.name]
         self._apply(model, RollbackSubmitted(self.clock.monotonic(), watched.workflow))
         trace_id = tracing.trace_id_of(traceparent)
+        restores = "" if request.model == model.name else f" (blamed: {request.model} v{request.from_version})"
         self.notify.event(
             "RollbackStarted",
-            f"{model.name} v{incident.version} → stable: {watched.workflow}"
+            f"{model.name} v{incident.version}{restores} → stable: {watched.workflow}"
             + (f" (trace {trace_id})" if trace_id else ""),
             "Warning",
         )
 
     def _request(self, incident: Incident) -> RollbackRequest:
+        """The rollback an incident asks for: of the model, or of the composing model a pipeline's blames."""
         request = rollback_request(incident, pod=self.pod, triton_url=self.triton_url)
+        blamed = self.pipelines.blame(incident)
+        if blamed is not None and blamed.member and blamed.model is not None:
+            detail = f"{incident.model}'s suite failed; blamed: {blamed.why}: {incident.detail}"[:500]
+            request = dataclasses.replace(request, model=blamed.model, from_version=blamed.version, detail=detail)
         traceparent = self._traces.get(incident.key, "")
         return dataclasses.replace(request, traceparent=traceparent) if traceparent else request
 
@@ -448,6 +464,7 @@ class Sidecar:
             workflow_of=self.handovers.workflow,
             ready=ready,
             stopping=self._stopping.is_set(),
+            pipeline_of=self.pipelines.view,
         )
 
     # ---- what the loop learnt (healer/sidecar/book.py), as the endpoints read it --------------------------

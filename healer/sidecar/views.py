@@ -55,9 +55,12 @@ def status_document(
     workflow_of: Callable[[str], str],
     ready: tuple[bool, list[str]],
     stopping: bool,
+    pipeline_of: Callable[[str], dict[str, Any] | None] = lambda name: None,
 ) -> dict[str, Any]:
     """Each model's state, last results and rollback, and the drain as this pod stands in it (what the
-    peers weigh a drain against: HttpPeers reads it). ``ready``: /readyz's answer, taken before."""
+    peers weigh a drain against: HttpPeers reads it). ``ready``: /readyz's answer, taken before.
+    ``pipeline_of``: a pipeline's members, their versions and whom its incident blames (None: not one)."""
+    pipelines = {name: pipeline_of(name) for name in book.states}
     ready_now, ready_lines = ready
     drain = settings.sidecar.drain
     with book.lock:
@@ -74,6 +77,8 @@ def status_document(
                 }
                 for r in book.last_results.get(name, [])
             }
+            if pipelines.get(name) is not None:
+                entry["pipeline"] = pipelines[name]
             models[name] = entry
         wants = wants_drain(book.model_problems(settings.models), stopping=stopping)
         decision = keeper.decision

@@ -1,18 +1,25 @@
-"""Promote a model version to *stable*: only after it answers its golden request on a running Triton."""
+"""Promote a model version to *stable*: only after it answers its golden request on a running Triton. A
+pipeline's promotion records the version each composing model runs stable too (its own ledger record):
+the pipeline's suite passed on it (healer/core/pipeline.py, docs/pipelines.md)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+import structlog
+
 from healer.core.ledger import Ledger, StableRecord
+from healer.core.pipeline import pipeline_members, running_version
 from healer.core.results import Status
 from healer.edges.logs import iso_utc
-from healer.edges.store import ModelStore, StoreIntegrityError, verify_version
+from healer.edges.store import ModelStore, StoreError, StoreIntegrityError, verify_version
 from healer.edges.triton import TritonAPI, TritonError
 from healer.settings import REPOSITORY_PER_POD, Settings
 from probes.store_suite import suite_with_store
 from probes.tiers import check_after_load
+
+log = structlog.get_logger(__name__)
 
 
 def _config_file(store: ModelStore, live: Path | None, model: str) -> str:
@@ -53,16 +60,63 @@ def promote(
     except KeyError:
         raise PromotionRefused(f"{model} has no golden request in {settings.source}") from None
     golden = suite_with_store(store, model_settings)  # the whole golden suite, the store's requests too
+    _check_promotable(store, model, version)
+    # Triton first: verifying the live files below hashes the whole version and writes its stamp, work
+    # (and a write) for nothing when no Triton can pass the version anyway.
+    _require_live(triton, model, version)
+    _check_live_files(settings, store, model, version)
+    try:
+        if not triton.model_version_ready(model, version):
+            raise PromotionRefused(f"{model} v{version} is not ready on Triton {triton.url}; load it first")
+        result = check_after_load(triton, model, version, golden)
+        if result.status is not Status.PASS:
+            raise PromotionRefused(f"{model} v{version} did not pass its golden request: {result.reason}")
+        members = pipeline_members(model_settings.calls, triton.model_config(model))
+        running = {m.name: running_version(m, triton.served_versions(m.name)) for m in members}
+    except TritonError as exc:
+        raise PromotionRefused(f"Triton {triton.url}: {exc}") from exc
+    except ValueError as exc:  # an ensemble config healer cannot read
+        raise PromotionRefused(f"{model}: Triton's config: {exc}") from exc
+    record = record_stable(settings, triton, store, model, version, by=by)
+    for member, member_version in running.items():
+        _promote_member(settings, triton, store, member, member_version, pipeline=model, by=by)
+    return record
+
+
+def _check_promotable(store: ModelStore, model: str, version: str) -> None:
     ledger = store.ledger(model)
     if ledger.is_quarantined(version):
         incidents = ", ".join(q.incident for q in ledger.quarantined if q.version == version)
         raise PromotionRefused(f"{model} v{version} is quarantined (incident {incidents}); it is not promoted")
-    files = store.version_files(model, version)
-    if not files:
+    if not store.version_files(model, version):
         raise PromotionRefused(f"{model} v{version} is not in the store {store.location}")
-    # Triton first: verifying the live files below hashes the whole version and writes its stamp, work
-    # (and a write) for nothing when no Triton can pass the version anyway.
-    _require_live(triton, model, version)
+
+
+def _promote_member(
+    settings: Settings,
+    triton: TritonAPI,
+    store: ModelStore,
+    member: str,
+    version: str | None,
+    *,
+    pipeline: str,
+    by: str,
+) -> None:
+    """A composing model's running version recorded stable, the pipeline's suite having passed on it; one
+    that cannot be (quarantined, not in the store, its files differ) is told and left as it was."""
+    try:
+        if version is None:
+            raise PromotionRefused(f"{member} runs no version in {pipeline}")
+        _check_promotable(store, member, version)
+        _check_live_files(settings, store, member, version)
+        record_stable(settings, triton, store, member, version, by=f"{by} (with {pipeline})")
+        log.info("member_promoted", pipeline=pipeline, model=member, version=version)
+    except (PromotionRefused, TritonError, StoreError) as exc:
+        log.warning("member_not_promoted", pipeline=pipeline, model=member, version=version, why=str(exc))
+
+
+def _check_live_files(settings: Settings, store: ModelStore, model: str, version: str) -> None:
+    files = store.version_files(model, version)
     live = settings.live_repository_path
     if live is not None:
         if not (live / model / version).is_dir():
@@ -77,12 +131,16 @@ def promote(
                 f"{model} v{version}: the files Triton reads in {live} differ from the store's; "
                 "promote only what the store holds"
             ) from None
+
+
+def record_stable(
+    settings: Settings, triton: TritonAPI, store: ModelStore, model: str, version: str, *, by: str
+) -> StableRecord:
+    """``model`` v``version`` written stable in its ledger, with the config Triton serves it with (checked
+    by the caller: it passed its suite, or its pipeline's, and its files are the store's)."""
+    files = store.version_files(model, version)
+    live = settings.live_repository_path
     try:
-        if not triton.model_version_ready(model, version):
-            raise PromotionRefused(f"{model} v{version} is not ready on Triton {triton.url}; load it first")
-        result = check_after_load(triton, model, version, golden)
-        if result.status is not Status.PASS:
-            raise PromotionRefused(f"{model} v{version} did not pass its golden request: {result.reason}")
         config = triton.model_config(model)
     except TritonError as exc:
         raise PromotionRefused(f"Triton {triton.url}: {exc}") from exc

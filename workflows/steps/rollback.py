@@ -26,6 +26,7 @@ from workflows.plan import FailingSeen, decide_rollback, failing_seen
 from workflows.steps.base import StepContext, StepError
 from workflows.steps.lease import LeaseKeeper
 from workflows.steps.per_pod import per_pod, set_aside_on_replicas
+from workflows.steps.pipeline import ask_pipelines, judging_pipelines, require_evidence
 from workflows.steps.records import (
     failed_earlier,
     is_configured,
@@ -164,7 +165,8 @@ def _run_phase(
 
 def _take_lease(ctx: StepContext, request: RollbackRequest, keeper: LeaseKeeper, holder: str) -> dict[str, Any]:
     """The lease phase: the model's lease, an earlier attempt's put-back duties, then the confirmation."""
-    golden_request(ctx, request.model)  # a model healer cannot verify is never touched
+    if not require_evidence(ctx, request.model):  # a model healer cannot verify is never touched
+        golden_request(ctx, request.model)
     waited_s = keeper.take()
     out: dict[str, Any] = {"holder": holder, "waited_s": round(waited_s, 3), "expires_at": keeper.lease.expires_at}
     if keeper.lease.taken_from:
@@ -277,7 +279,8 @@ def _ask_failing(
     what was seen where, for people. The replica that detected the incident is asked first: a fault
     only it shows must not be outvoted by healthy ones. A slow or timed-out answer is no evidence
     against the version (a busy machine answers late too): inconclusive here."""
-    golden = golden_request(ctx, model)
+    pipelines = judging_pipelines(ctx, model)  # a composing model: its pipelines' suites, through them
+    golden = None if pipelines else golden_request(ctx, model)
     key = golden_key(ctx.settings, model)
     answers: list[Status] = []
     notes: list[str] = []
@@ -296,7 +299,10 @@ def _ask_failing(
                 continue
             if version not in served:
                 continue
-            result = check_after_load(replica.triton, model, version, golden, stable=stable, key=key)
+            if golden is None:
+                result = ask_pipelines(replica, pipelines)
+            else:
+                result = check_after_load(replica.triton, model, version, golden, stable=stable, key=key)
             late = result.status is Status.FAIL and result.code in (SLOW, TIMEOUT)
             answers.append(Status.ERROR if late else result.status)
             notes.append(f"{target.url}: {result.status.value} {result.reason}".strip())

@@ -22,6 +22,7 @@ from probes.store_suite import suite_with_store
 from probes.tiers import check_after_load
 from workflows.steps.base import GoldenFailed, PermanentStepError, StepContext, TransientStepError, store_errors
 from workflows.steps.per_pod import per_pod, stable_for_pods
+from workflows.steps.pipeline import judging_pipelines, verify_member
 
 
 def unload(ctx: StepContext, model: str) -> dict[str, Any]:
@@ -166,7 +167,11 @@ def load_pinned(
 def verify(ctx: StepContext, model: str, version: str, *, stable: StableRecord | None = None) -> dict[str, Any]:
     """The golden request against the restored (or released) version. ``stable``: the version a golden
     request that does not fit ``version`` is told apart with (probes/fit.py): fitting it, the new version
-    changed its contract (a failure); fitting neither, the configuration is wrong (inconclusive)."""
+    changed its contract (a failure); fitting neither, the configuration is wrong (inconclusive). A
+    composing model with no suite of its own: the suites of the pipelines it composes (steps/pipeline.py)."""
+    pipelines = judging_pipelines(ctx, model)
+    if pipelines:
+        return verify_member(ctx, model, version, pipelines)
     golden = golden_request(ctx, model)
     ctx.check_cancelled("verify")
     result = check_after_load(ctx.triton, model, version, golden, stable=stable, key=golden_key(ctx.settings, model))

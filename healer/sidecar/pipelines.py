@@ -1,0 +1,173 @@
+"""The pipelines as the sidecar sees them (healer/core/pipeline.py decides): each configured model's
+composing models (healer.yaml's ``calls``, an ensemble's steps from Triton's config), the version each
+runs before and after every probe of the pipeline, the versions it ran when the pipeline last passed,
+and whom an incident blames. Only the probe loop writes it; /status reads it under its lock."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from healer.core.pipeline import Blame, Member, blame, pipeline_members, running_version
+from healer.core.state import Incident, Probed, Verdict
+from healer.edges.triton import TritonAPI, TritonError
+from healer.settings import ModelSettings
+from healer.sidecar.clock import REAL_CLOCK, Clock
+
+log = structlog.get_logger("healer.sidecar")
+
+CONFIG_REREAD_S = 60.0  # a model's config (is it an ensemble, of what) read again this often
+MAX_BLAMES = 64  # incidents whose blame is kept (one per pipeline at a time, in practice)
+
+
+@dataclass
+class _Pipeline:
+    members: tuple[Member, ...] = ()
+    read_at: float | None = None  # when Triton's config was last read (None: never)
+    before: dict[str, str | None] = field(default_factory=dict)  # at the start of the probe
+    now: dict[str, str | None] = field(default_factory=dict)  # after the probe
+    first_seen: dict[str, float] = field(default_factory=dict)  # each current version's first sight
+    passed: dict[str, str] = field(default_factory=dict)  # when the pipeline last passed
+    passed_own: str | None = None
+    blamed: str = ""  # the member (or the pipeline) the latest incident blamed, for /status
+    blamed_why: str = ""
+    blamed_incident: str = ""
+
+
+class PipelineWatch:
+    """Every configured model that is a pipeline (one with members), watched for blame."""
+
+    def __init__(self, models: Sequence[ModelSettings], triton: TritonAPI, *, clock: Clock = REAL_CLOCK) -> None:
+        self._models = {m.name: m for m in models}
+        self._triton = triton
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pipelines = {m.name: _Pipeline() for m in models}
+        self._blames: dict[str, Blame] = {}  # incident key -> whom it blames (decided once)
+
+    # ---- each probe cycle (the loop's thread and its workers) -------------------------------------------------
+    def before_probe(self, names: Collection[str]) -> None:
+        """The members' versions before the pipelines are probed: a pass counts only for what ran."""
+        for name in names:
+            members = self.members(name)
+            if members:
+                versions = self._running(members)
+                with self._lock:
+                    self._pipelines[name].before = versions
+
+    def after_probe(self, name: str, probed: Probed) -> None:
+        """The members' versions after the pipeline's probe; a pass on unchanged members is recorded."""
+        members = self.members(name)
+        if not members:
+            return
+        versions = self._running(members)
+        now = self._clock.monotonic()
+        with self._lock:
+            pipeline = self._pipelines[name]
+            for member, version in versions.items():
+                if version is not None and (pipeline.now.get(member) != version or member not in pipeline.first_seen):
+                    pipeline.first_seen[member] = now
+            if probed.version is not None and pipeline.now.get(name) != probed.version:
+                pipeline.first_seen[name] = now
+            pipeline.now = dict(versions)
+            if probed.version is not None:
+                pipeline.now[name] = probed.version
+            steady = pipeline.before == versions and None not in versions.values()
+            if probed.verdict is Verdict.GOOD and steady:
+                pipeline.passed = {m: str(v) for m, v in versions.items()}
+                pipeline.passed_own = probed.version
+
+    # ---- an incident ------------------------------------------------------------------------------------------
+    def blame(self, incident: Incident) -> Blame | None:
+        """Whom ``incident`` (of a pipeline) blames, decided once per incident (None: not a pipeline).
+        ``Blame.model`` None: nothing learnt yet, asked again at the next submission."""
+        if not self.members(incident.model):
+            return None
+        with self._lock:
+            decided = self._blames.get(incident.key)
+            if decided is not None:
+                return decided
+            pipeline = self._pipelines[incident.model]
+            names = [m.name for m in pipeline.members]
+            decided = blame(
+                incident.model,
+                incident.version,
+                members=names,
+                now={m: pipeline.now.get(m) for m in names},
+                passed=pipeline.passed,
+                passed_own=pipeline.passed_own,
+                changed_at=pipeline.first_seen,
+            )
+            if decided.model is not None:
+                self._blames[incident.key] = decided
+                while len(self._blames) > MAX_BLAMES:
+                    del self._blames[next(iter(self._blames))]
+                pipeline.blamed, pipeline.blamed_why = decided.model, decided.why
+                pipeline.blamed_incident = incident.key
+        log.warning(
+            "pipeline_blamed" if decided.model else "pipeline_blame_undecided",
+            model=incident.model,
+            incident=incident.key,
+            blamed=decided.model,
+            version=decided.version,
+            why=decided.why,
+        )
+        return decided
+
+    # ---- what it knows ----------------------------------------------------------------------------------------
+    def members(self, name: str) -> tuple[Member, ...]:
+        """``name``'s members: its declared calls and, read from Triton at most every CONFIG_REREAD_S, its
+        ensemble steps (a config that cannot be read keeps what was known)."""
+        model = self._models.get(name)
+        if model is None:
+            return ()
+        with self._lock:
+            pipeline = self._pipelines[name]
+            read_at = pipeline.read_at
+        now = self._clock.monotonic()
+        if read_at is None or now - read_at >= CONFIG_REREAD_S:
+            try:
+                members = pipeline_members(model.calls, self._triton.model_config(name))
+            except (TritonError, ValueError) as exc:
+                log.warning("pipeline_config_unread", model=name, error=str(exc)[:300])
+                members = pipeline.members or pipeline_members(model.calls, None)
+            with self._lock:
+                pipeline.members, pipeline.read_at = members, now
+        return pipeline.members
+
+    def view(self, name: str) -> dict[str, Any] | None:
+        """/status's ``pipeline`` of a model (None: not a pipeline): its members with the versions they run
+        now and ran at the last pass, and whom the latest incident blamed (and which incident)."""
+        with self._lock:
+            pipeline = self._pipelines.get(name)
+            if pipeline is None or not pipeline.members:
+                return None
+            return {
+                "members": [
+                    {
+                        "model": m.name,
+                        "step_version": m.version,
+                        "serving": pipeline.now.get(m.name),
+                        "passed": pipeline.passed.get(m.name),
+                    }
+                    for m in pipeline.members
+                ],
+                "passed_version": pipeline.passed_own,
+                "blamed": pipeline.blamed,  # the latest incident's (its key beside it), kept once healed
+                "blamed_why": pipeline.blamed_why,
+                "blamed_incident": pipeline.blamed_incident,
+            }
+
+    def _running(self, members: Sequence[Member]) -> dict[str, str | None]:
+        """The version each member runs now (None: Triton did not say)."""
+        out: dict[str, str | None] = {}
+        for member in members:
+            try:
+                out[member.name] = running_version(member, self._triton.served_versions(member.name))
+            except TritonError:
+                out[member.name] = None
+        return out

@@ -1,0 +1,186 @@
+"""healer/core/pipeline.py: an ensemble's members from Triton's config, the version a step runs, and
+whom a failing pipeline blames (table tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from healer.core.pipeline import LATEST, Blame, Member, blame, ensemble_members, pipeline_members, running_version
+
+ENSEMBLE = {
+    "name": "ens",
+    "platform": "ensemble",
+    "ensemble_scheduling": {
+        "step": [
+            {"model_name": "pre", "model_version": -1},
+            {"model_name": "mid", "model_version": "-1"},  # Triton's JSON writes int64 as a string
+            {"model_name": "post", "model_version": 3},
+            {"model_name": "pre", "model_version": -1},  # a model used twice is one member
+        ]
+    },
+}
+
+
+def test_an_ensembles_members_are_its_steps_models_in_order_each_once() -> None:
+    assert ensemble_members(ENSEMBLE) == (Member("pre"), Member("mid"), Member("post", 3))
+
+
+def test_a_model_that_is_not_an_ensemble_has_no_members() -> None:
+    assert ensemble_members({"name": "m", "platform": "", "backend": "python"}) == ()
+    assert pipeline_members((), None) == ()
+
+
+def test_a_bls_models_declared_calls_come_first_then_its_ensemble_steps() -> None:
+    assert pipeline_members(("tok", "mid"), ENSEMBLE) == (
+        Member("tok"),
+        Member("mid"),
+        Member("pre"),
+        Member("post", 3),
+    )
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"platform": "ensemble", "ensemble_scheduling": {"step": "x"}}, "ensemble_scheduling.step: expected a list"),
+        ({"platform": "ensemble"}, "ensemble_scheduling.step: expected a list"),
+        ({"platform": "ensemble", "ensemble_scheduling": {"step": [{"model_version": 1}]}}, "step[0].model_name"),
+        (
+            {"platform": "ensemble", "ensemble_scheduling": {"step": [{"model_name": "a", "model_version": "x"}]}},
+            "step[0].model_version: expected a number, got 'x'",
+        ),
+    ],
+)
+def test_a_malformed_ensemble_config_says_which_step_and_key(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        ensemble_members(config)
+
+
+@pytest.mark.parametrize(
+    ("member", "served", "runs"),
+    [
+        (Member("m"), ["1", "3", "2"], "3"),  # -1: the newest loaded
+        (Member("m"), [], None),
+        (Member("m", 2), ["1", "2", "3"], "2"),  # a fixed step version
+        (Member("m", 2), ["3"], None),  # its version not served: the step runs nothing
+    ],
+)
+def test_the_version_a_step_runs(member: Member, served: list[str], runs: str | None) -> None:
+    assert member.version in (LATEST, 2)
+    assert running_version(member, served) == runs
+
+
+MEMBERS = ("pre", "mid", "post")
+PASSED = {"pre": "1", "mid": "1", "post": "1"}
+
+
+@pytest.mark.parametrize(
+    ("now", "passed", "passed_own", "version", "changed_at", "expected"),
+    [
+        # one member changed: that member, at its version now
+        ({**PASSED, "mid": "2"}, PASSED, "1", "1", {}, Blame("mid", "2", True, "mid v1->v2 since ens last passed")),
+        # nothing changed underneath: the pipeline's own version
+        (
+            PASSED,
+            PASSED,
+            "1",
+            "1",
+            {},
+            Blame("ens", "1", False, "no composing model changed version since ens last passed: its own v1"),
+        ),
+        # several changed: the most recent change
+        (
+            {"pre": "2", "mid": "2", "post": "1"},
+            PASSED,
+            "1",
+            "1",
+            {"pre": 50.0, "mid": 10.0},
+            Blame(
+                "pre",
+                "2",
+                True,
+                "2 changed since ens last passed (pre v1->v2, mid v1->v2): pre's change is the most recent",
+            ),
+        ),
+        # the same time: the later step of the pipeline
+        (
+            {"pre": "2", "mid": "2", "post": "1"},
+            PASSED,
+            "1",
+            "1",
+            {"pre": 5.0, "mid": 5.0},
+            Blame(
+                "mid",
+                "2",
+                True,
+                "2 changed since ens last passed (pre v1->v2, mid v1->v2): mid's change is the most recent",
+            ),
+        ),
+        # the pipeline's own version changed and no member: the pipeline
+        (PASSED, PASSED, "1", "2", {"ens": 9.0}, Blame("ens", "2", False, "ens v1->v2 since ens last passed")),
+        # the pipeline's own change and a member's: the more recent
+        (
+            {**PASSED, "post": "4"},
+            PASSED,
+            "1",
+            "2",
+            {"ens": 9.0, "post": 20.0},
+            Blame(
+                "post",
+                "4",
+                True,
+                "2 changed since ens last passed (post v1->v4, ens v1->v2): post's change is the most recent",
+            ),
+        ),
+        # a member read now but never seen passing is not a change (said in the why)
+        (
+            {**PASSED, "mid": "2"},
+            {"pre": "1", "post": "1"},
+            "1",
+            "1",
+            {},
+            Blame(
+                "ens",
+                "1",
+                False,
+                "no composing model changed version since ens last passed: its own v1; never seen passing: mid",
+            ),
+        ),
+        # a member not read now: nothing learnt, nobody blamed
+        (
+            {"pre": "1", "mid": None, "post": "1"},
+            PASSED,
+            "1",
+            "1",
+            {},
+            Blame(None, why="mid: served version not read; nobody blamed yet (nothing learnt)"),
+        ),
+        (
+            {"pre": "1", "post": "2"},
+            PASSED,
+            "1",
+            "1",
+            {},
+            Blame(None, why="mid: served version not read; nobody blamed yet (nothing learnt)"),
+        ),
+    ],
+)
+def test_whom_a_failing_pipeline_blames(
+    now: dict[str, str | None],
+    passed: dict[str, str],
+    passed_own: str,
+    version: str,
+    changed_at: dict[str, float],
+    expected: Blame,
+) -> None:
+    assert (
+        blame("ens", version, members=MEMBERS, now=now, passed=passed, passed_own=passed_own, changed_at=changed_at)
+        == expected
+    )
+
+
+def test_nothing_learnt_never_blames_anyone_whatever_changed() -> None:
+    decided = blame("ens", "2", members=MEMBERS, now={"pre": "5"}, passed=PASSED, passed_own="1")
+    assert decided.model is None and not decided.member

@@ -1,0 +1,231 @@
+"""Pipelines on the real Triton (docs/pipelines.md): an ensemble PRE -> MID -> POST of Python-backend
+models, its golden suite in healer.yaml, the sidecar and the in-pod rollback (LocalEngine) over a
+filesystem store. A new MID version breaks the ensemble's answer: MID is blamed and restored (not the
+ensemble), and the ensemble answers right again, asked through the ensemble. A new ensemble version
+rewired with its members unchanged: the ensemble itself is blamed and restored."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import shutil
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from healer.edges.embedded import EmbeddedTriton
+from healer.edges.processes import free_port
+from healer.edges.store import FilesystemBlobs, ModelStore
+from healer.edges.triton import TritonHttp
+from healer.edges.triton_rest import TritonRest
+from healer.engines.factory import local_engine
+from healer.settings import Settings, SidecarSettings, StoreSettings, TierThresholds, parse_section
+from healer.settings.sections import ModelSettings
+from healer.sidecar import Sidecar
+from healer.sidecar.views import SidecarServer
+from tests.support.pipeline_models import (
+    ENSEMBLE_CONFIG,
+    GOLDEN_X,
+    expected_y,
+    golden_request,
+    write_pipeline,
+    write_step,
+)
+from tests.support.rollback_stack import SETUP_LOAD_TIMEOUT_S, AlertReceiver, make_settings
+from workflows.steps.context import context_from_settings
+from workflows.steps.pipeline import reload_pipeline
+from workflows.steps.promote import promote
+
+_names = iter(range(1, 1000))
+
+
+def infer(url: str, model: str) -> list[float]:
+    """The ensemble's answer to the golden X, as a client asks it (JSON over HTTP)."""
+    body = json.dumps({"inputs": [{"name": "X", "datatype": "FP32", "shape": [4], "data": GOLDEN_X}]}).encode()
+    request = urllib.request.Request(
+        f"http://{url}/v2/models/{model}/infer", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - a loopback http URL
+        return [float(v) for v in json.loads(response.read())["outputs"][0]["data"]]
+
+
+@dataclasses.dataclass
+class Pipeline:
+    settings: Settings
+    triton: TritonHttp
+    store: ModelStore
+    roots: tuple[Path, Path]  # the live repository and the store's root
+    names: dict[str, str]
+
+    def push(self, model: str, write: Callable[[Path], object]) -> None:
+        """A deploy: the new files in the store and the live repository, then a load (the newest version)."""
+        for root in self.roots:
+            write(root)
+        self.triton.load_model(model, timeout_s=SETUP_LOAD_TIMEOUT_S)
+
+
+@pytest.fixture
+def pipeline(example_settings: Settings, triton_server: EmbeddedTriton, tmp_path: Path) -> Iterator[Pipeline]:
+    live = triton_server.model_repository
+    assert live is not None
+    store_root = tmp_path / "store"
+    store_root.mkdir()
+    prefix = f"pipe{next(_names)}_{int(time.time()) % 100000}"
+    names = write_pipeline(live, prefix)
+    write_pipeline(store_root, prefix)
+    model = parse_section(ModelSettings, {"name": prefix, "golden": golden_request()}, source="test", base_dir=tmp_path)
+    store = ModelStore(FilesystemBlobs(store_root))
+    triton = TritonHttp(triton_server.url, timeout_s=5.0)
+    with AlertReceiver() as alerts:
+        settings = make_settings(
+            example_settings,
+            url=triton_server.url,
+            model=model,
+            store=StoreSettings(filesystem=store_root),
+            live=live,
+            state_dir=tmp_path / "runs",
+            alert_url=alerts.url,
+        )
+        settings = dataclasses.replace(
+            settings,
+            sidecar=SidecarSettings(
+                listen=f"127.0.0.1:{free_port()}",
+                period_s=0.5,
+                business=TierThresholds(failure_threshold=3, success_threshold=2),
+                readiness=TierThresholds(failure_threshold=2, success_threshold=1),
+            ),
+        )
+        try:
+            triton.load_model(prefix, timeout_s=SETUP_LOAD_TIMEOUT_S)  # loads its composing models too
+            promote(settings, triton, store, prefix, "1", by="test")
+            yield Pipeline(settings, triton, store, (live, store_root), names)
+        finally:
+            for name in names.values():
+                with contextlib.suppress(Exception):  # best effort: the shared Triton outlives the test
+                    triton.unload_model(name)
+            triton.close()
+
+
+class Running:
+    """The sidecar probing in a thread, its /status up."""
+
+    def __init__(self, settings: Settings) -> None:
+        # The sidecar's own client: probes run on worker threads (tritonclient's is not thread-safe).
+        self.triton = TritonRest(settings.triton.url, timeout_s=settings.triton.timeout_s)
+        self.sidecar = Sidecar(settings, self.triton, engine_factory=lambda: local_engine(settings), pod="ml/triton-0")
+        self.server = SidecarServer(self.sidecar, settings.sidecar.listen)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sidecar.run, args=(self.stop,), daemon=True)
+
+    def __enter__(self) -> Running:
+        self.server.start()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        self.server.stop()
+        self.triton.close()
+
+    def status(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://{self.server.address}/status", timeout=5) as response:
+            document: dict[str, Any] = json.loads(response.read())
+            return document
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            status = self.status()
+            if predicate(status):
+                return status
+            time.sleep(0.1)
+        raise AssertionError(f"not reached within {timeout_s} s: {json.dumps(status)[:3000]}")
+
+
+def passed_once(name: str) -> Callable[[dict[str, Any]], bool]:
+    def check(status: dict[str, Any]) -> bool:
+        view = status["models"][name].get("pipeline") or {}
+        return bool(view.get("members")) and all(m["passed"] for m in view["members"])
+
+    return check
+
+
+def healed(name: str, blamed: str) -> Callable[[dict[str, Any]], bool]:
+    def check(status: dict[str, Any]) -> bool:
+        model = status["models"][name]
+        rolled_back = int(model["rollbacks_in_window"]) >= 1
+        return model["state"] == "healthy" and rolled_back and str(model["pipeline"]["blamed"]) == blamed
+
+    return check
+
+
+def test_a_member_that_breaks_the_ensemble_is_blamed_and_restored_not_the_ensemble(pipeline: Pipeline) -> None:
+    ens, mid = pipeline.names["ensemble"], pipeline.names["mid"]
+    url = pipeline.settings.triton.url
+    # A pipeline's promotion recorded the version each member ran stable, in the member's own ledger.
+    assert [r.version for r in pipeline.store.ledger(mid).stable] == ["1"]
+    assert pipeline.store.ledger(mid).stable[0].promoted_by == f"test (with {ens})"
+    assert infer(url, ens) == expected_y()
+    with Running(pipeline.settings) as running:
+        running.wait_for(passed_once(ens), 60)
+        pipeline.push(mid, lambda root: write_step(root, mid, {2: {"factor": 3.0}}))  # a wrong MID v2
+        assert infer(url, ens) == expected_y(3.0)  # the ensemble runs the new member at once: wrong
+        status = running.wait_for(lambda s: s["models"][ens].get("pipeline", {}).get("blamed") == mid, 60)
+        assert "v1->v2" in status["models"][ens]["pipeline"]["blamed_why"]
+        status = running.wait_for(healed(ens, mid), 120)
+    view = status["models"][ens]["pipeline"]
+    assert {m["model"]: m["serving"] for m in view["members"]}[mid] == "1"
+    # The member was rolled back, through the pipeline's evidence: v2 quarantined in its ledger, v1 served.
+    assert pipeline.triton.served_versions(mid) == ["1"]
+    assert [q.version for q in pipeline.store.ledger(mid).quarantined] == ["2"]
+    # Not the ensemble: its own version untouched, nothing quarantined.
+    assert pipeline.triton.served_versions(ens) == ["1"]
+    assert pipeline.store.ledger(ens).quarantined == ()
+    # The ensemble serves the restored member's answer, asked through the ensemble.
+    assert infer(url, ens) == expected_y()
+    # The reload healer does when an ensemble still answers wrong after a restore (Triton's known quirk:
+    # not seen on this Triton, which ran the restored MID at once) keeps the member's pin and the answer.
+    ctx = context_from_settings(pipeline.settings)
+    try:
+        assert reload_pipeline(ctx, ens) == {"reloaded": ens}
+    finally:
+        ctx.triton.close()
+    assert pipeline.triton.served_versions(mid) == ["1"]
+    assert infer(url, ens) == expected_y()
+
+
+def test_a_failure_with_nothing_changed_underneath_blames_the_ensemble_itself(pipeline: Pipeline) -> None:
+    ens = pipeline.names["ensemble"]
+    names = pipeline.names
+    url = pipeline.settings.triton.url
+    members_before = {n: pipeline.triton.served_versions(names[n]) for n in ("pre", "mid", "post")}
+
+    def rewired(root: Path) -> None:
+        # Ensemble v2 wired POST -> MID -> PRE: every member unchanged, the answer wrong.
+        (root / ens / "2").mkdir(exist_ok=True)
+        shutil.copy(root / ens / "1" / "README", root / ens / "2" / "README")
+        config = ENSEMBLE_CONFIG.format(name=ens, pre=names["post"], mid=names["mid"], post=names["pre"])
+        (root / ens / "config.pbtxt").write_text(config)
+
+    with Running(pipeline.settings) as running:
+        running.wait_for(passed_once(ens), 60)
+        pipeline.push(ens, rewired)
+        assert infer(url, ens) != expected_y()
+        status = running.wait_for(healed(ens, ens), 120)
+    assert "no composing model changed" not in status["models"][ens]["pipeline"]["blamed_why"]
+    assert f"{ens} v1->v2" in status["models"][ens]["pipeline"]["blamed_why"]
+    # The ensemble's own version was rolled back (with the config recorded when v1 was promoted).
+    assert pipeline.triton.served_versions(ens) == ["1"]
+    assert [q.version for q in pipeline.store.ledger(ens).quarantined] == ["2"]
+    assert {n: pipeline.triton.served_versions(names[n]) for n in ("pre", "mid", "post")} == members_before
+    for member in ("pre", "mid", "post"):
+        assert pipeline.store.ledger(names[member]).quarantined == ()
+    assert infer(url, ens) == expected_y()
