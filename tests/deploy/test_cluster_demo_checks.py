@@ -68,16 +68,32 @@ def check(tmp_path: Path, path: str | None = None, **env: str) -> tuple[int, lis
     return done.returncode, done.stderr.splitlines(), time.monotonic() - started
 
 
+def skip_unless_the_node_packages_are_here(tmp_path: Path) -> None:
+    """The exact line of a check that removes some tools holds only where every other Debian package of
+    the node is installed (.ci/run installs them before make test; a developer's machine may lack them)."""
+    baseline = tmp_path / "baseline"
+    baseline.mkdir()
+    _, lines, _ = check(baseline)
+    parts = lines[0].removeprefix("cluster-demo: ").split("; ") if lines else []
+    lacking = [part for part in parts if "apt-get install" in part and "nodejs" not in part]
+    if lacking:
+        pytest.skip(f"this machine lacks some of the node's Debian packages: {lacking[0]}")
+
+
 @needs_root
 def test_a_missing_debian_tool_is_one_line_naming_it_and_its_package(tmp_path: Path) -> None:
+    skip_unless_the_node_packages_are_here(tmp_path)
     code, lines, seconds = check(tmp_path, path_without(tmp_path, "runc", "buildah"))
     assert code == 3
-    assert lines == ["cluster-demo: missing runc, buildah (apt-get install buildah runc)"], lines
+    assert len(lines) == 1, lines
+    # Node.js may follow ("; missing Node.js ...") where Argo's UI is not built yet
+    assert lines[0].startswith("cluster-demo: missing runc, buildah (apt-get install buildah runc)"), lines
     assert seconds < 30  # in the first seconds: nothing is built or started before the checks
 
 
 @needs_root
 def test_missing_go_says_which_version_and_where_from(tmp_path: Path) -> None:
+    skip_unless_the_node_packages_are_here(tmp_path)
     code, lines, _ = check(
         tmp_path, path_without(tmp_path, "go"), HEALER_E2E_CACHE=str(tmp_path / "cache"), HEALER_GO_DIR="/nonexistent"
     )
