@@ -3,7 +3,10 @@
 * liveness: is the Triton process up and answering on its port (``/v2/health/live``)?
 * readiness: is this model's version ready (``/v2/models/{m}/versions/{v}/ready``)? Never the
   server-level ready, which strict readiness turns false when *any* model fails to load.
-* business: does the golden request get the expected answer, within tolerance and in time?
+* business: does the golden request get the expected answer, within tolerance and in time? Each
+  request through its endpoint: ``infer`` (tensors), ``generate`` or ``generate_stream`` (Triton's
+  generate extension, judged in probes/stream.py: time to first token, inter-token gaps, a stall is a
+  hang); a suite may mix them.
 
 Unreachable, refused or 502/503/504 is ``error`` (nothing learnt), never ``fail``. A golden request
 that times out is ``error`` too, unless the caller confirms that Triton was live and the version
@@ -20,10 +23,12 @@ from healer.core.ledger import StableRecord
 from healer.core.results import ProbeResult, Status, Tier
 from healer.edges.triton import TritonAPI, TritonRejected, TritonTimeout, TritonUnavailable
 from healer.settings import GoldenRequest
+from healer.settings.sections import ENDPOINT_GENERATE, ENDPOINT_STREAM
 from healer.vocabulary import MODEL_ERROR, SLOW, TIMEOUT
 from probes.compare import compare_output, timeout_status, wrong_answer_code
 from probes.contract import Fit
 from probes.fit import check_fit, explained, misfit_result
+from probes.stream import json_body, judge_generate, judge_stream
 from probes.suite import Golden, as_suite, combine, ends_suite
 
 Clock = Callable[[], float]
@@ -121,11 +126,43 @@ def check_business(
 def _check_request(
     triton: TritonAPI, model: str, version: str, golden: GoldenRequest, serving_confirmed: bool, clock: Clock
 ) -> ProbeResult:
+    """One golden request through its endpoint: infer (tensors), generate or generate_stream (probes/stream.py)."""
+    if golden.endpoint == ENDPOINT_GENERATE:
+        started = clock()
+        try:
+            answer = triton.generate(model, version, json_body(golden), golden.timeout_s)
+        except (TritonUnavailable, TritonRejected) as exc:
+            return _no_answer(exc, model, version, golden, clock() - started, serving_confirmed, _base(golden))
+        return judge_generate(golden, model, version, answer, clock() - started)
+    if golden.endpoint == ENDPOINT_STREAM:
+        started = clock()
+        try:
+            # The edge times every event; a stall or the timeout ends the stream there, judged as a hang.
+            items = list(
+                triton.generate_stream(
+                    model, version, json_body(golden), timeout_s=golden.timeout_s, stall_s=golden.stall_limit_s
+                )
+            )
+        except (TritonUnavailable, TritonRejected) as exc:
+            return _no_answer(exc, model, version, golden, clock() - started, serving_confirmed, _base(golden))
+        return judge_stream(golden, model, version, items, serving_confirmed=serving_confirmed)
+    return _check_infer(triton, model, version, golden, serving_confirmed, clock)
+
+
+def _base(golden: GoldenRequest) -> dict[str, object]:
+    return {"input_hash": golden.input_hash, "latency_slo_ms": golden.latency_slo_ms, "endpoint": golden.endpoint}
+
+
+def _check_infer(
+    triton: TritonAPI, model: str, version: str, golden: GoldenRequest, serving_confirmed: bool, clock: Clock
+) -> ProbeResult:
     output_names = [o.tensor.name for o in golden.outputs]
     base_details = {"input_hash": golden.input_hash, "latency_slo_ms": golden.latency_slo_ms}
+    # Only when given: a request without parameters is sent as before (and any TritonAPI takes it).
+    extra = {"parameters": golden.parameters} if golden.parameters else {}
     started = clock()
     try:
-        outputs = triton.infer(model, version, golden.inputs, output_names, golden.timeout_s)
+        outputs = triton.infer(model, version, golden.inputs, output_names, golden.timeout_s, **extra)
     except (TritonUnavailable, TritonRejected) as exc:
         return _no_answer(exc, model, version, golden, clock() - started, serving_confirmed, base_details)
     elapsed = clock() - started
@@ -178,6 +215,15 @@ def _no_answer(
     if exc.status == 404:
         # The model or version vanished between readiness and now: the readiness tier owns that fact.
         return told(Status.ERROR, f"not probed, model not served: {exc.message}", base_details)
+    if exc.status == 501:
+        # Triton does not serve this model on this endpoint (HTTP infer refuses a decoupled model): the
+        # request's endpoint is wrong for it, which says nothing about the version's answers.
+        return told(
+            Status.ERROR,
+            f"not probed: Triton does not serve it on endpoint {golden.endpoint} "
+            f"(HTTP 501: {_first_line(exc.message)}); a decoupled model is probed with endpoint generate_stream",
+            {**base_details, "http_status": exc.status, "error": exc.message},
+        )
     # 400/500 with Triton's message: the model refused or raised on a request it must answer.
     refused = f"model failed the golden request (HTTP {exc.status}): {_first_line(exc.message)}"
     return told(Status.FAIL, refused, {**base_details, "http_status": exc.status, "error": exc.message}, MODEL_ERROR)

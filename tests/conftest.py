@@ -37,7 +37,8 @@ def example_config_document() -> dict[str, Any]:
     document: dict[str, Any] = yaml.safe_load(EXAMPLE_CONFIG.read_text())
     document.pop("embedded")
     for model in document["models"]:
-        for tensor in model["golden"]["inputs"]:
+        suite = model["golden"] if isinstance(model["golden"], list) else [model["golden"]]
+        for tensor in (t for request in suite for t in request["inputs"]):
             if "file" in tensor:
                 tensor["file"] = str(EXAMPLES / tensor["file"])
     return document
@@ -73,8 +74,13 @@ def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def triton_server(model_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedTriton]:
+    # Every model examples/healer.yaml configures (EXAMPLE_MODELS and the models of their own: the LLM
+    # stand-in, ...), so the example configuration probes healthy against it.
+    configured = tuple(m.name for m in load_settings(EXAMPLE_CONFIG).models)
     server = EmbeddedTriton(
-        model_repository, load_models=EXAMPLE_MODELS, workdir=tmp_path_factory.mktemp("triton-workdir")
+        model_repository,
+        load_models=tuple(dict.fromkeys([*EXAMPLE_MODELS, *configured])),
+        workdir=tmp_path_factory.mktemp("triton-workdir"),
     )
     try:
         server.start()

@@ -10,80 +10,60 @@ probes act on them differently:
 * ``TritonRejected``: Triton answered with an error status and a message. The model's
   own failure (HTTP 500 with the model's exception, or 400 for a request it refuses)
   arrives this way.
+
+A stream (``generate_stream``: Triton's generate extension, server-sent events) is read at the edge
+into ``StreamEvent``s, each with the time it arrived, and one ``StreamEnd`` saying whether Triton
+closed the stream or it was given up (no event for the stall limit, or the request's timeout passed):
+the timings are measured here and judged purely (probes/stream.py).
+
+Triton 2.51's HTTP ``infer`` refuses a decoupled model (one that may send any number of responses):
+HTTP 501 "HTTP end point doesn't support models with decoupled transaction policy". Such a model is
+probed over ``generate_stream``; ``generate`` answers it 200 with an error body ("generate expects
+model to produce exactly 1 response") unless it sends exactly one response.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import quote
 
-import numpy as np
-import numpy.typing as npt
+from healer.core.streams import StreamEnd, StreamEvent, StreamItem
+from healer.edges.triton_types import (
+    UNAVAILABLE_STATUSES,
+    IndexEntry,
+    OutputTensor,
+    TritonError,
+    TritonRejected,
+    TritonTimeout,
+    TritonUnavailable,
+    error_message,
+    served_in,
+    wire_array,
+)
+from healer.settings import TensorSpec
 
-from healer.settings import DATATYPES, TensorSpec
-
-# Status codes that say "a proxy or the server could not handle this right now", not "the model is wrong".
-UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
-
-
-class TritonError(Exception):
-    """Base class for errors talking to Triton."""
-
-
-class TritonUnavailable(TritonError):
-    """Triton could not be reached or did not answer in time."""
-
-
-class TritonTimeout(TritonUnavailable):
-    """The request was sent and no answer came within the timeout (not refused, not reset)."""
-
-
-class TritonRejected(TritonError):
-    """Triton answered with an error status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        self.status = status
-        self.message = message
-        super().__init__(f"HTTP {status}: {message}")
-
-
-@dataclass(frozen=True, eq=False)
-class OutputTensor:
-    name: str
-    datatype: str
-    values: npt.NDArray[Any]
-
-
-@dataclass(frozen=True)
-class IndexEntry:
-    """One row of Triton's repository index."""
-
-    name: str
-    version: str | None
-    state: str | None
-    reason: str
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> IndexEntry:
-        """A row of Triton's JSON index, as both clients receive it."""
-        return cls(
-            name=str(row.get("name")),
-            version=str(row["version"]) if row.get("version") is not None else None,
-            state=row.get("state"),
-            reason=str(row.get("reason", "")),
-        )
-
-
-def served_in(metadata: Mapping[str, Any]) -> list[str]:
-    """The versions a model's metadata lists, oldest first."""
-    return sorted((str(v) for v in metadata.get("versions", [])), key=int)
+__all__ = [
+    "UNAVAILABLE_STATUSES",
+    "IndexEntry",
+    "OutputTensor",
+    "StreamEnd",
+    "StreamEvent",
+    "StreamItem",
+    "TritonAPI",
+    "TritonError",
+    "TritonHttp",
+    "TritonRejected",
+    "TritonTimeout",
+    "TritonUnavailable",
+    "error_message",
+    "served_in",
+    "wire_array",
+]
 
 
 class TritonAPI(Protocol):
@@ -110,7 +90,15 @@ class TritonAPI(Protocol):
         inputs: Sequence[TensorSpec],
         output_names: Sequence[str],
         timeout_s: float,
+        *,
+        parameters: Mapping[str, Any] | None = None,
     ) -> dict[str, OutputTensor]: ...
+
+    def generate(self, model: str, version: str, body: Mapping[str, Any], timeout_s: float) -> dict[str, Any]: ...
+
+    def generate_stream(
+        self, model: str, version: str, body: Mapping[str, Any], *, timeout_s: float, stall_s: float
+    ) -> Iterator[StreamItem]: ...
 
     def load_model(self, model: str, *, config: str | None = None, timeout_s: float) -> None: ...
 
@@ -182,6 +170,8 @@ class TritonHttp:
         inputs: Sequence[TensorSpec],
         output_names: Sequence[str],
         timeout_s: float,
+        *,
+        parameters: Mapping[str, Any] | None = None,
     ) -> dict[str, OutputTensor]:
         client = self._client_with_timeout(timeout_s)
         request_inputs = []
@@ -190,7 +180,8 @@ class TritonHttp:
             infer_input.set_data_from_numpy(wire_array(tensor), binary_data=True)
             request_inputs.append(infer_input)
         requested = [self._http.InferRequestedOutput(name, binary_data=True) for name in output_names]
-        result = self._call(client.infer, model, request_inputs, model_version=version, outputs=requested)
+        extra = {"parameters": dict(parameters)} if parameters else {}
+        result = self._call(client.infer, model, request_inputs, model_version=version, outputs=requested, **extra)
         response: Mapping[str, Any] = result.get_response()
         outputs: dict[str, OutputTensor] = {}
         for meta in response.get("outputs", []):
@@ -200,6 +191,22 @@ class TritonHttp:
                 continue
             outputs[name] = OutputTensor(name=name, datatype=str(meta.get("datatype")), values=values)
         return outputs
+
+    def generate(self, model: str, version: str, body: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Triton's generate extension, which tritonclient does not speak: the one plain-HTTP implementation
+        (healer/edges/triton_rest.py)."""
+        return self._rest().generate(model, version, body, timeout_s)
+
+    def generate_stream(
+        self, model: str, version: str, body: Mapping[str, Any], *, timeout_s: float, stall_s: float
+    ) -> Iterator[StreamItem]:
+        """As ``generate``: TritonRest's ``generate_stream``."""
+        return self._rest().generate_stream(model, version, body, timeout_s=timeout_s, stall_s=stall_s)
+
+    def _rest(self) -> TritonAPI:
+        from healer.edges.triton_rest import TritonRest  # it imports this module
+
+        return TritonRest(self.url, timeout_s=self.timeout_s)
 
     def load_model(self, model: str, *, config: str | None = None, timeout_s: float) -> None:
         """Load (or reload) a model. Synchronous in Triton: returns when loaded, raises when the load failed.
@@ -265,19 +272,3 @@ def _from_triton_exception(exc: Any) -> TritonError:
         return TritonUnavailable(f"HTTP {status}: {message}")
     body_message = error_message(message)
     return TritonRejected(status, body_message)
-
-
-def error_message(message: str) -> str:
-    try:
-        body = json.loads(message)
-    except ValueError:
-        return message
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        return str(body["error"])
-    return message
-
-
-def wire_array(tensor: TensorSpec) -> npt.NDArray[Any]:
-    if tensor.datatype == "BYTES":
-        return np.asarray(tensor.values, dtype=np.object_)
-    return np.ascontiguousarray(tensor.values, dtype=DATATYPES[tensor.datatype])

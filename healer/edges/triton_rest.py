@@ -19,14 +19,16 @@ import json
 import socket
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 import numpy as np
 import numpy.typing as npt
 
-from healer.edges.triton import (
+from healer.core.streams import StreamEnd, StreamEvent, StreamItem
+from healer.edges.triton_types import (
     UNAVAILABLE_STATUSES,
     IndexEntry,
     OutputTensor,
@@ -108,8 +110,12 @@ class TritonRest:
         inputs: Sequence[TensorSpec],
         output_names: Sequence[str],
         timeout_s: float,
+        *,
+        parameters: Mapping[str, Any] | None = None,
     ) -> dict[str, OutputTensor]:
         header: dict[str, Any] = {"inputs": [], "outputs": []}
+        if parameters:
+            header["parameters"] = dict(parameters)
         blobs: list[bytes] = []
         for tensor in inputs:
             raw = _to_bytes(wire_array(tensor), tensor.datatype)
@@ -138,6 +144,56 @@ class TritonRest:
             return _outputs(response, body[split:])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # not the shape Triton answers in
             raise TritonUnavailable(f"garbled answer: {type(exc).__name__}: {exc}") from exc
+
+    # ---- Triton's generate extension ---------------------------------------------------------------
+
+    def generate(self, model: str, version: str, body: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        """``POST .../generate``: one JSON answer. Triton answers some failures 200 with an ``error`` field
+        (a decoupled model that sends more than one response): a TritonRejected as any error status."""
+        status, _, data = self._request(
+            "POST",
+            f"{_version_path(model, version)}/generate",
+            json.dumps(dict(body), separators=(",", ":")).encode(),
+            timeout_s=timeout_s,
+            headers={"Content-Type": "application/json"},
+        )
+        answer = self._json(status, data)
+        if not isinstance(answer, dict):
+            raise TritonUnavailable(f"garbled answer: not a JSON object: {data[:200]!r}")
+        if isinstance(answer.get("error"), str):
+            raise TritonRejected(status, answer["error"])
+        return answer
+
+    def generate_stream(
+        self, model: str, version: str, body: Mapping[str, Any], *, timeout_s: float, stall_s: float
+    ) -> Iterator[StreamItem]:
+        """``POST .../generate_stream``: each server-sent event as it arrives (``StreamEvent``, its time in
+        seconds since the request was sent), then one ``StreamEnd``: closed by Triton, or given up when no
+        event came for ``stall_s`` (stalled) or ``timeout_s`` passed. Every read waits at most until the
+        sooner of the two; at most MAX_ANSWER_BYTES are read. Raises TritonUnavailable when no stream
+        starts (refused, reset, a garbled event) and TritonRejected when Triton answers an error status
+        (the model raised: 400 with its message in an event)."""
+        path = f"{_version_path(model, version)}/generate_stream"
+        connection = http.client.HTTPConnection(self._host, self._port, timeout=min(timeout_s, self.timeout_s))
+        try:
+            try:
+                connection.connect()
+                assert connection.sock is not None
+                sock = connection.sock
+                started = time.monotonic()
+                sock.settimeout(max(min(stall_s, timeout_s), 0.001))
+                connection.request(
+                    "POST",
+                    path,
+                    body=json.dumps(dict(body), separators=(",", ":")).encode(),
+                    headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+                )
+            except (OSError, http.client.HTTPException) as exc:
+                raise TritonUnavailable(f"{type(exc).__name__}: {exc}".strip()) from exc
+            limits = _Limits(sock, started, timeout_s, stall_s)
+            yield from _events(connection.getresponse, limits)
+        finally:
+            connection.close()
 
     # ---- repository ------------------------------------------------------------------------------
 
@@ -240,6 +296,97 @@ def _read_within(response: http.client.HTTPResponse, deadline: float, sock: sock
 
 def _part(text: str) -> str:
     return quote(text, safe="")
+
+
+def _version_path(model: str, version: str) -> str:
+    return f"/v2/models/{_part(model)}/versions/{_part(version)}"
+
+
+_LINE_LIMIT = 1 << 20  # the longest line of a stream read (an event is one line)
+
+
+class _GivenUp(Exception):
+    """No event within the stall limit, or the request's deadline passed."""
+
+
+@dataclass
+class _Limits:
+    """The stall limit (from the last event, or the request) and the request's deadline, for every read."""
+
+    sock: socket.socket
+    started: float
+    timeout_s: float
+    stall_s: float
+    last: float = 0.0
+
+    def arm(self) -> None:
+        """The socket's timeout for the next read; _GivenUp when a limit has passed already."""
+        left = min((self.last or self.started) + self.stall_s, self.started + self.timeout_s) - time.monotonic()
+        if left <= 0:
+            raise _GivenUp
+        self.sock.settimeout(left)
+
+    def end(self, *, closed: bool) -> StreamEnd:
+        now = time.monotonic()
+        return StreamEnd(now - self.started, closed=closed, stalled=not closed and now < self.started + self.timeout_s)
+
+
+def _events(response_of: Callable[[], http.client.HTTPResponse], limits: _Limits) -> Iterator[StreamItem]:
+    """A started stream's events as they arrive, then its end."""
+    try:
+        response = response_of()  # Triton answers its headers with the first event
+        if response.status != 200:
+            raise _rejected(
+                response.status, _sse_data(_read_within(response, limits.started + limits.timeout_s, limits.sock))
+            )
+        pending: list[bytes] = []
+        for line in _lines(response, limits):
+            text = line.rstrip(b"\r\n")
+            if text.startswith(b"data:"):
+                pending.append(text[5:].strip())
+            elif not text and pending:  # a blank line ends an event
+                now = time.monotonic()
+                yield StreamEvent(now - limits.started, _event(b"\n".join(pending)))
+                pending, limits.last = [], now
+        if pending:
+            yield StreamEvent(time.monotonic() - limits.started, _event(b"\n".join(pending)))
+        yield limits.end(closed=True)
+    except (_GivenUp, TimeoutError):
+        yield limits.end(closed=False)
+    except (OSError, http.client.HTTPException) as exc:  # reset, closed, a garbled answer
+        raise TritonUnavailable(f"{type(exc).__name__}: {exc}".strip()) from exc
+
+
+def _lines(response: http.client.HTTPResponse, limits: _Limits) -> Iterator[bytes]:
+    """The stream's lines until Triton closes it, each read within the limits, at most MAX_ANSWER_BYTES."""
+    size = 0
+    while True:
+        limits.arm()
+        line = response.readline(_LINE_LIMIT)
+        if not line:
+            return
+        size += len(line)
+        if size > MAX_ANSWER_BYTES or (len(line) >= _LINE_LIMIT and not line.endswith(b"\n")):
+            raise TritonUnavailable(f"garbled stream: over {MAX_ANSWER_BYTES >> 20} MiB, or a line over 1 MiB")
+        yield line
+
+
+def _event(data: bytes) -> dict[str, Any]:
+    try:
+        event = json.loads(data)
+    except ValueError as exc:
+        raise TritonUnavailable(f"garbled stream: an event is not JSON: {data[:200]!r}") from exc
+    if not isinstance(event, dict):
+        raise TritonUnavailable(f"garbled stream: an event is not a JSON object: {data[:200]!r}")
+    return event
+
+
+def _sse_data(body: bytes) -> bytes:
+    """An error answer's JSON: the body itself, or its first event's data when Triton sent it as a stream."""
+    for line in body.splitlines():
+        if line.startswith(b"data:"):
+            return line[5:].strip()
+    return body
 
 
 def _rejected(status: int, body: bytes) -> Exception:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from healer.edges.embedded import EmbeddedTriton, EmbeddedTritonError, find_tritonserver
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLE_MODELS, EXAMPLES, ROOT
 
 
 def group_members(pgid: int) -> list[int]:
@@ -129,10 +129,16 @@ def test_start_up_deadline_is_enforced(tmp_path: Path) -> None:
 
 
 def test_every_example_model_runs_the_same_code() -> None:
-    """Versions differ by their params.json only; a drifted model.py copy would make drills lie."""
+    """Versions differ by their params.json only; a drifted model.py copy would make drills lie. The dense
+    models run examples/dense_model.py; a model with code of its own (the LLM stand-in, ...) runs one
+    model.py in every version and broken variant."""
     canonical = (EXAMPLES / "dense_model.py").read_bytes()
     copies = sorted(EXAMPLES.glob("**/model.py"))
     versions = [d for d in (EXAMPLES / "model_repository").glob("*/*") if d.is_dir()]
     variants = [d for d in (EXAMPLES / "broken").glob("*/*") if d.is_dir()]
-    assert len(copies) == len(versions) + len(variants) == 20  # 2 models x (2 versions + 8 broken variants)
-    assert [c for c in copies if c.read_bytes() != canonical] == []
+    assert len(copies) == len(versions) + len(variants)
+    dense = [c for c in copies if c.parts[-3] in EXAMPLE_MODELS]
+    assert len(dense) == 20  # 2 models x (2 versions + 8 broken variants)
+    assert [c for c in dense if c.read_bytes() != canonical] == []
+    for model in {c.parts[-3] for c in copies} - set(EXAMPLE_MODELS):
+        assert len({c.read_bytes() for c in copies if c.parts[-3] == model}) == 1, model
