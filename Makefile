@@ -45,9 +45,10 @@ typecheck: $(STAMP)
 # Two workers, each running whole test files (--dist loadfile: a module's Tritons and fixtures stay in
 # one process): the tests mostly wait on Triton's loads and sleeps, so two halve the time on 2 cores
 # (18 min 13 s in one process, 9 min 8 s in two, 2026-12-03). TEST_WORKERS=0 runs them in one.
+# --durations=30: every log lists the 30 slowest tests.
 TEST_WORKERS ?= 2
 test: lint typecheck
-	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(BIN)/pytest --durations=30 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The fast tier, for every edit (under a minute on 2 cores; its tests in TEST_WORKERS workers): lint,
 # types and the tests that start no server and no other program (none of the markers in pyproject.toml;
