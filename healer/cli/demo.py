@@ -30,7 +30,7 @@ def register(command: Command) -> None:
         "--drills",
         nargs="*",
         metavar="SCENARIO",
-        help="then break the model on purpose and watch healer heal it: the drill catalog (or these scenarios) "
+        help="then break the model on purpose and watch healer heal it: the drill catalog's demo scenarios (or these) "
         "on the embedded stack with the LocalEngine, a row per scenario as it finishes (see `healer drill`)",
     )
     demo.add_argument("--report", metavar="FILE", help="with --drills: write the HTML report (timelines, chart) here")
@@ -79,14 +79,14 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             triton.cleanup()
     if args.drills is None:
         return code
+    from healer.core.drill_catalog import DEMO
     from healer.drills.command import DrillOptions, run_drills
 
     print("", file=sys.stderr if args.output in ("json", "yaml", "name") else sys.stdout)
     drilled = run_drills(
         settings,
         DrillOptions(
-            scenarios=list(args.drills),
-            everything=not args.drills,
+            scenarios=list(args.drills or DEMO),  # none named: the catalog's demo scenarios (docs/drills.md)
             report=Path(args.report) if args.report else None,
             log_level=args.file_log_level,
             output=args.output if args.output in ("json", "yaml") else None,

@@ -82,8 +82,12 @@ class Scenario:
     # The model the scenario breaks: "" is the target's own (`healer drill --model`, else the first configured
     # model with broken variants); a name is that model, which the configuration must list (else skipped).
     model: str = ""
+    # A pipeline's composing model the push breaks (docs/pipelines.md): ``model`` is the pipeline, judged by
+    # its suite; the broken variant is examples/broken/<member>/<variant>. "": the push breaks ``model``.
+    member: str = ""
     replicas: int = 1  # Triton replicas the scenario needs (STORM: 2, one sidecar each)
     fast: bool = False  # part of `make test`'s subset
+    demo: bool = True  # part of `make demo` (`healer demo --drills` without names); `healer drill` runs every one
     max_rollbacks: int | None = None  # the circuit breaker's limit for this scenario (None: the config's)
     drain_rule: bool = False  # the sidecars run with sidecar.drain (peer_urls of each other)
     bake_s: float = 0.0  # RELEASE: how long the canary bakes
@@ -234,6 +238,74 @@ CATALOG: tuple[Scenario, ...] = (
         "within atol + rtol·|expected| is a pass: nothing to do",
     ),
     Scenario(
+        "long-input",
+        "a new version of a variable-length model answers wrong only past position 32",
+        Injection.PUSH,
+        _healed(),
+        "its golden suite sends 1, 7 and 64 tokens each cycle: the 64-token request fails (the why names it), "
+        "rolled back; one golden request of 7 tokens would have passed it",
+        variant="wrong_past_32",
+        model="sequence_scorer",
+        demo=False,  # docs/drills.md: the demo already shows this heal (wrong-weights) and probes the suite
+    ),
+    # The LLM stand-in (examples/model_repository/llm_stand_in, a stand-in for an LLM backend such as vLLM
+    # or TensorRT-LLM), probed over generate_stream (probes/stream.py): its answer, its timing, its hangs.
+    Scenario(
+        "llm-degenerate",
+        "a new version of the LLM stand-in streams one word over and over",
+        Injection.PUSH,
+        _healed(),
+        "the streamed answer fails its comparators (normalised, not_degenerate): a wrong answer, rolled back",
+        variant="degenerate",
+        model="llm_stand_in",
+        demo=False,
+    ),
+    Scenario(
+        "slow-first-token",
+        "a new version of the LLM stand-in streams the right answer, its first token 700 ms late",
+        Injection.PUSH,
+        _healed(),
+        "time to first token over first_token_slo_ms fails the business tier (slow) though the answer is "
+        "right: rolled back",
+        variant="slow_first_token",
+        model="llm_stand_in",
+        demo=False,
+    ),
+    Scenario(
+        "stream-stall",
+        "a new version of the LLM stand-in stalls mid-stream: 3 s without a token after the third",
+        Injection.PUSH,
+        _healed(),
+        "no event for stall_s while the stream is open, Triton live and the version ready: a hang (code "
+        "timeout), rolled back",
+        variant="stall",
+        model="llm_stand_in",
+        demo=False,
+    ),
+    Scenario(
+        "llm-rephrased",
+        "a new version of the LLM stand-in answers in lower case, its words 60 ms apart",
+        Injection.PUSH,
+        Expectation(Outcome.NO_ROLLBACK, drained=False, workflows=0),
+        "within its comparators (the normalised text, not degenerate) and its SLOs: nothing to do",
+        variant="rephrased",
+        model="llm_stand_in",
+        demo=False,
+    ),
+    # An ensemble (examples/model_repository/scoring_pipeline): its middle model's new version breaks it.
+    Scenario(
+        "ensemble-broken",
+        "a new version of the ensemble's middle model is pushed and served: the ensemble answers wrong",
+        Injection.PUSH,
+        _healed(),
+        "the ensemble's suite fails after scoring_pipeline_mid changed version: that composing model is blamed "
+        "and restored to its stable version (not the ensemble), and the ensemble answers right again",
+        variant="wrong_factor",
+        model="scoring_pipeline",
+        member="scoring_pipeline_mid",
+        demo=False,
+    ),
+    Scenario(
         "storm",
         "the same broken push reaches two replicas at once",
         Injection.STORM,
@@ -296,6 +368,7 @@ CATALOG: tuple[Scenario, ...] = (
 
 BY_NAME = {scenario.name: scenario for scenario in CATALOG}
 FAST: tuple[str, ...] = tuple(s.name for s in CATALOG if s.fast)
+DEMO: tuple[str, ...] = tuple(s.name for s in CATALOG if s.demo)
 
 
 class UnknownScenario(ValueError):

@@ -19,14 +19,14 @@ import yaml
 
 from healer.cli import main
 from healer.cli.demo import closing_lines, invoked_as
-from healer.core.drill_catalog import EMBEDDED_CAPABILITIES, Scenario, select
+from healer.core.drill_catalog import DEMO, EMBEDDED_CAPABILITIES, Scenario, select
 from healer.core.drill_verdict import DrillResult, Observation, Verdict
 from healer.drills import command
 from healer.drills.command import DrillOptions, keep_runs, run_drills
 from healer.engines.records import RunRecords, new_record
 from healer.settings import Settings, load_settings
 from healer.vocabulary import RollbackRequest, workflow_name
-from tests.conftest import example_config_document
+from tests.conftest import EXAMPLES, example_config_document
 
 
 def _config(tmp_path: Path, state_dir: Path) -> Path:
@@ -134,3 +134,46 @@ def test_the_demo_closes_with_commands_that_work_as_printed(
         capsys.readouterr()
         assert main(words[1:]) == 0, line
         assert name in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("drills", "expected"),
+    [
+        ([], list(DEMO)),  # `make demo`: the catalog's demo scenarios, long-input left to `healer drill`
+        (["long-input", "nan"], ["nan", "long-input"]),  # named: those, in the catalog's order
+    ],
+)
+def test_the_demo_runs_the_catalog_s_demo_scenarios_unless_some_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drills: list[str], expected: list[str]
+) -> None:
+    """The Triton of the probe table and the drills themselves are stand-ins here: what is checked is
+    which scenarios `healer demo --drills` hands to the drills."""
+    from healer.cli import demo
+    from healer.edges import embedded
+
+    monkeypatch.delenv("HEALER_CONFIG", raising=False)
+    document = example_config_document()
+    document["embedded"] = {"model_repository": str(EXAMPLES / "model_repository")}
+    config = tmp_path / "healer.yaml"
+    config.write_text(yaml.safe_dump(document))
+    asked: list[DrillOptions] = []
+
+    class StandInTriton:
+        url, pid, model_repository = "127.0.0.1:1", 1, tmp_path
+
+        def __init__(self, *_: Any, **__: Any) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+        def cleanup(self) -> None:
+            pass
+
+    monkeypatch.setattr(embedded, "EmbeddedTriton", StandInTriton)
+    monkeypatch.setattr(demo, "probe_and_print", lambda *_, **__: 0)
+    monkeypatch.setattr(command, "run_drills", lambda _settings, options, **_: asked.append(options) or 0)
+    assert main(["demo", "--config", str(config), "--drills", *drills]) == 0
+    [options] = asked
+    assert [s.name for s in select(options.scenarios, everything=options.everything)] == expected
+    assert "long-input" not in DEMO and "wrong-weights" in DEMO
