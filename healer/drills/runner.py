@@ -38,6 +38,9 @@ from workflows.steps.drill_inject import (
     InjectionFailed,
     after_restart,
     delete_served_files,
+    healed_back,
+    injected_for,
+    member_target,
     next_version,
     push_again,
     push_and_serve,
@@ -158,7 +161,7 @@ class DrillRunner:
             running = self._sidecars(scenario, replicas, ports, engine)
             wait_baseline(running, self.target.model)
             before = sample([r.view for r in running], self.target.model)
-            injected = Injected(stable_record(self.target))
+            injected = injected_for(pushed_target(self.target, scenario))
             if scenario.traffic:
                 traffic = Traffic(replicas, self.target.model_settings).start()
             killed = self._inject(scenario, injected, replicas, extra)
@@ -320,13 +323,13 @@ class DrillRunner:
             if watch is not None and watch.restore_s is not None and live and injected.version:
                 # Healed: does it stay healed when a replica restarts? Checked with the sidecars stopped,
                 # or a second incident would be healed by the override again and hide it.
-                watch.after_restart = after_restart(self.target, live[0], injected.version)
+                watch.after_restart = after_restart(injected.aimed or self.target, live[0], injected.version)
             if self._reset is not None:
                 try:
                     self._reset()
                 except OSError as exc:
                     notes.append(f"cleanup: {exc}")
-            problems = restore_stable(self.target, injected, urls=live or None)
+            problems = restore_stable(injected.aimed or self.target, injected, urls=live or None)
             notes += [f"cleanup: {p}" for p in problems]
             if problems and self._recover is not None:
                 notes.append("cleanup: the target's Triton was restarted")
@@ -425,7 +428,7 @@ class DrillRunner:
     # ---- breaking it ---------------------------------------------------------------------------------
     def _inject(self, scenario: Scenario, injected: Injected, replicas: list[str], extra: list[Any]) -> bool:
         """Break the target as the scenario says; ``injected`` records the moment and the undo. True: killed."""
-        target = self.target
+        target = injected.aimed or self.target
         kind = scenario.injection
         if kind in {Injection.PUSH, Injection.FLAP, Injection.STORM}:
             push_and_serve(target, target.variant(scenario.variant), injected, replicas)
@@ -466,7 +469,7 @@ class DrillRunner:
             while True:
                 seen = sample(views, self.target.model)
                 watch.see(seen)
-                if watch.workflows and watch.restore_s is None and golden.restored(injected.version):
+                if watch.workflows and watch.restore_s is None and healed_back(golden, scenario, replicas, injected):
                     watch.restored()
                 if (
                     scenario.injection is Injection.FLAP
@@ -492,6 +495,11 @@ class DrillRunner:
             watch.mark("end", "the watch ended")
         finally:
             golden.close()
+
+
+def pushed_target(target: DrillTarget, scenario: Scenario) -> DrillTarget:
+    """What the scenario's push breaks: the target, or the composing model of it the scenario names."""
+    return member_target(target, scenario.member) if scenario.member else target
 
 
 def _aimed(runner: DrillRunner, scenario: Scenario) -> DrillResult:

@@ -153,12 +153,17 @@ class EmbeddedStack:
         assert self.target is not None and self.triton is not None
         if model in self._targets:
             return self._targets[model]
-        self._copy_in(model)
-        self.models.append(model)
+        # An ensemble comes with its composing models (its steps' model_name), which its load loads too.
+        added = (
+            [*composing_models(self.base.embedded.model_repository / model), model] if self.base.embedded else [model]
+        )
+        for name in added:
+            self._copy_in(name)
+        self.models += added
         self.triton.load_models = tuple(self.models)  # a restart (the cleanup's last resort) loads it too
         repositories = [] if self.live == self.store_root else [self.live]
         for repository in dict.fromkeys([*repositories, *self.target.pods.values()]):
-            self._fill(repository, [model])
+            self._fill(repository, added)
         for url in self.target.replicas + [r.url for r in self.replicas]:
             triton = TritonHttp(url, timeout_s=10.0)
             try:
@@ -367,3 +372,14 @@ def sidecar_settings_for(settings: Settings, *, url: str, listen: str, max_rollb
         max_rollbacks=max_rollbacks if max_rollbacks is not None else settings.sidecar.max_rollbacks,
     )
     return dataclasses.replace(settings, triton=dataclasses.replace(settings.triton, url=url), sidecar=sidecar)
+
+
+def composing_models(folder: Path) -> list[str]:
+    """An ensemble's composing models from its config.pbtxt (its steps' model_name), each once; [] for any
+    other model (docs/pipelines.md)."""
+    import re
+
+    text = (folder / "config.pbtxt").read_text() if (folder / "config.pbtxt").is_file() else ""
+    if "ensemble_scheduling" not in text:
+        return []
+    return list(dict.fromkeys(re.findall(r'model_name:\s*"([^"]+)"', text)))

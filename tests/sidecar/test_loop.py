@@ -240,7 +240,9 @@ def test_a_confirmation_cycle_probes_only_the_suspect_model_and_keeps_the_others
 ) -> None:
     business = TierThresholds(failure_threshold=3, success_threshold=1)
     settings = dataclasses.replace(
-        example_settings, sidecar=SidecarSettings(period_s=1.0, confirm_interval_s=0.2, business=business)
+        example_settings,
+        models=example_settings.models[:2],  # the two dense models: one confirmed, one left alone
+        sidecar=SidecarSettings(period_s=1.0, confirm_interval_s=0.2, business=business),
     )
     triton = ConfirmTriton(settings)
     clock = FakeClock()

@@ -9,6 +9,7 @@ request passing. Every call to Triton has a timeout, so a cleanup ends.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shutil
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -54,6 +56,8 @@ class DrillTarget:
     capabilities: frozenset[str] = frozenset()
     # repository_mode per-pod: every other replica's own repository by its host:port (a deploy reaches each)
     pods: dict[str, Path] = field(default_factory=dict)
+    # A composing model's target (member_target): the configured pipeline whose suite judges it, through it.
+    pipeline: str = ""
 
     @property
     def repositories(self) -> list[Path]:
@@ -62,7 +66,14 @@ class DrillTarget:
 
     @property
     def model_settings(self) -> ModelSettings:
-        return self.settings.model(self.model)
+        return self.settings.model(self.pipeline or self.model)
+
+    def judged(self, triton: TritonHttp, version: str) -> Any:
+        """The golden suite's verdict on ``version``: asked of the model, or of a member's pipeline through it
+        (the version the pipeline serves now)."""
+        if not self.pipeline:
+            return check_business(triton, self.model, version, self.model_settings.suite)
+        return check_business(triton, self.pipeline, "", self.model_settings.suite)
 
     @property
     def store_root(self) -> Path | None:
@@ -76,6 +87,12 @@ class DrillTarget:
         return path
 
 
+def member_target(target: DrillTarget, member: str) -> DrillTarget:
+    """``target`` (a pipeline) aimed at its composing model ``member``: pushes, cleanups and checks act on the
+    member, its evidence the pipeline's suite through the pipeline (docs/pipelines.md)."""
+    return dataclasses.replace(target, model=member, base=member, pipeline=target.model)
+
+
 @dataclass
 class Injected:
     """What an injection did: the version it pushed, the stable version to end on, how to undo it."""
@@ -86,6 +103,7 @@ class Injected:
     at: float = 0.0  # the same moment, time.monotonic()
     undo: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
     pushed: list[str] = field(default_factory=list)  # every version the drill put in place
+    aimed: DrillTarget | None = None  # what the push breaks when not the drill's target (a pipeline's member)
 
     def mark_now(self) -> None:
         self.wall, self.at = time.time(), time.monotonic()
@@ -112,6 +130,19 @@ def stable_record(target: DrillTarget) -> StableRecord:
     if choice.record is None:
         raise InjectionFailed(f"{target.model}: {choice.reason}; promote a stable version before drilling")
     return choice.record
+
+
+def injected_for(target: DrillTarget) -> Injected:
+    """An injection into ``target``, to end on its stable version now."""
+    return Injected(stable_record(target), aimed=target)
+
+
+def healed_back(golden: Any, scenario: Any, urls: Sequence[str], injected: Injected) -> bool:
+    """The drill's target restored (``golden``: its GoldenWatch), and the composing model of a pipeline the
+    scenario's push broke (``scenario.member``) no longer serving the injected version on any replica."""
+    member = getattr(scenario, "member", "")
+    restored = bool(golden.restored(injected.version))
+    return restored and (not member or member_restored(urls, member, injected.version))
 
 
 def next_version(target: DrillTarget) -> str:
@@ -145,6 +176,17 @@ def served(url: str, model: str, timeout_s: float = 5.0) -> list[str]:
 
 
 # ---- pushing versions ----------------------------------------------------------------------------------
+
+
+def member_restored(urls: Sequence[str], member: str, injected_version: str | None) -> bool:
+    """No replica serves the injected version of a pipeline's composing model ``member`` any more."""
+    for url in urls:
+        try:
+            if injected_version in served(url, member, timeout_s=2.0):
+                return False
+        except TritonError:
+            return False
+    return True
 
 
 def put_version(target: DrillTarget, version: str, source: Path, injected: Injected) -> None:
@@ -427,15 +469,17 @@ def after_restart(target: DrillTarget, url: str, injected_version: str) -> str: 
     """Load the model on ``url`` from its files, without the rollback's override, as a restarted
     Triton or a new replica does; then every served version must answer its golden request and the
     injected version must not be among them. Returns "" when so, else what is wrong."""
-    golden = target.model_settings.suite  # the whole golden suite
     triton = TritonHttp(url, timeout_s=5.0)
     try:
         try:
             if not triton.server_live():
                 return ""  # a replica the drill killed: nothing to restart here
-            triton.unload_model(target.model)
+            if not target.pipeline:  # a pipeline's member is loaded again in place: its pipeline keeps serving
+                triton.unload_model(target.model)
             deadline = time.monotonic() + LOAD_TIMEOUT_S
-            while any(r.state in {"READY", "UNLOADING"} for r in triton.repository_index() if r.name == target.model):
+            while not target.pipeline and any(
+                r.state in {"READY", "UNLOADING"} for r in triton.repository_index() if r.name == target.model
+            ):
                 if time.monotonic() > deadline:
                     return f"{url}: {target.model} not unloaded within {LOAD_TIMEOUT_S:g} s"
                 time.sleep(SERVING_POLL_S)
@@ -448,9 +492,9 @@ def after_restart(target: DrillTarget, url: str, injected_version: str) -> str: 
         if injected_version in served:
             return f"{url}: a reload from its files serves the injected v{injected_version} again"
         for version in served:
-            result = check_business(triton, target.model, version, golden)
+            result = target.judged(triton, version)
             if result.status is not Status.PASS:  # the first answer after a load may be slow
-                result = check_business(triton, target.model, version, golden)
+                result = target.judged(triton, version)
             if result.status is not Status.PASS:
                 return f"{url}: after a reload from its files v{version} fails its golden request: {result.reason}"
         return ""
@@ -489,9 +533,9 @@ def _settle(target: DrillTarget, url: str, version: str, config: dict[str, objec
             try:
                 triton.load_model(target.model, config=json.dumps(config), timeout_s=LOAD_TIMEOUT_S)
                 if triton.served_versions(target.model) == [version]:
-                    result = check_business(triton, target.model, version, target.model_settings.suite)
+                    result = target.judged(triton, version)
                     if result.status is not Status.PASS:  # the first answer after a load may be slow
-                        result = check_business(triton, target.model, version, target.model_settings.suite)
+                        result = target.judged(triton, version)
                     if result.status is Status.PASS:
                         return []
                     last = f"golden request: {result.reason}"
