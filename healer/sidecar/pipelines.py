@@ -14,7 +14,7 @@ import structlog
 
 from healer.core.pipeline import Blame, Member, blame, pipeline_members, running_version
 from healer.core.state import Incident, Probed, Verdict
-from healer.edges.triton import TritonAPI, TritonError
+from healer.edges.triton import TritonAPI, TritonError, TritonUnavailable
 from healer.settings import ModelSettings
 from healer.sidecar.clock import REAL_CLOCK, Clock
 
@@ -48,10 +48,14 @@ class PipelineWatch:
         self._lock = threading.Lock()
         self._pipelines = {m.name: _Pipeline() for m in models}
         self._blames: dict[str, Blame] = {}  # incident key -> whom it blames (decided once)
+        # Triton did not answer a config read this cycle: no more are tried until the next cycle, so a hung
+        # Triton costs one read's timeout per cycle, not one per model.
+        self._configs_down = False
 
     # ---- each probe cycle (the loop's thread and its workers) -------------------------------------------------
     def before_probe(self, names: Collection[str]) -> None:
         """The members' versions before the pipelines are probed: a pass counts only for what ran."""
+        self._configs_down = False
         for name in names:
             members = self.members(name)
             if members:
@@ -129,10 +133,11 @@ class PipelineWatch:
             pipeline = self._pipelines[name]
             read_at = pipeline.read_at
         now = self._clock.monotonic()
-        if read_at is None or now - read_at >= CONFIG_REREAD_S:
+        if (read_at is None or now - read_at >= CONFIG_REREAD_S) and not self._configs_down:
             try:
                 members = pipeline_members(model.calls, self._triton.model_config(name))
             except (TritonError, ValueError) as exc:
+                self._configs_down = isinstance(exc, TritonUnavailable)
                 log.warning("pipeline_config_unread", model=name, error=str(exc)[:300])
                 members = pipeline.members or pipeline_members(model.calls, None)
             with self._lock:
