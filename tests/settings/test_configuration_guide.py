@@ -30,7 +30,7 @@ def test_the_guide_quotes_every_example_file() -> None:
 
 
 # The examples that bring models of their own (golden.yaml's models otherwise).
-MODELS = {"comparators.yaml": ["chat_llm", "tiny_classifier"]}
+MODELS = {"comparators.yaml": ["chat_llm", "tiny_classifier"], "llm.yaml": ["llm"]}
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
