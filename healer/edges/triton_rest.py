@@ -132,7 +132,7 @@ class TritonRest:
         head = json.dumps(header, separators=(",", ":")).encode()
         status, headers, body = self._request(
             "POST",
-            f"/v2/models/{_part(model)}/versions/{_part(version)}/infer",
+            f"{_version_path(model, version)}/infer",
             head + b"".join(blobs),
             timeout_s=timeout_s,
             headers={HEADER_LENGTH: str(len(head)), "Content-Type": "application/octet-stream"},
@@ -299,6 +299,9 @@ def _part(text: str) -> str:
 
 
 def _version_path(model: str, version: str) -> str:
+    """The model's path, at ``version``; "" is the version Triton chooses (as tritonclient leaves it out)."""
+    if not version:
+        return f"/v2/models/{_part(model)}"
     return f"/v2/models/{_part(model)}/versions/{_part(version)}"
 
 

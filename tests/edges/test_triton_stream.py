@@ -24,7 +24,11 @@ def _event(data: object) -> bytes:
 
 
 def _serve(
-    status: int, script: Script, *, content_type: str = "text/event-stream; charset=utf-8"
+    status: int,
+    script: Script,
+    *,
+    content_type: str = "text/event-stream; charset=utf-8",
+    requests: list[bytes] | None = None,
 ) -> tuple[str, threading.Thread]:
     """One connection: the request read, then the status line and headers with the first chunk (as
     Triton sends them), each chunk after its wait, then the end of the chunked body."""
@@ -38,6 +42,8 @@ def _serve(
             while b"\r\n\r\n" not in request:
                 request += connection.recv(65536)
             head, _, body = request.partition(b"\r\n\r\n")
+            if requests is not None:
+                requests.append(head.split(b"\r\n")[0])
             length = next(
                 int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
             )
@@ -156,3 +162,15 @@ def test_generate_reads_one_answer_and_an_error_body_is_rejected(served: list[th
     served.append(thread)
     with pytest.raises(TritonRejected, match="exactly 1 response"):
         TritonRest(url, timeout_s=2.0).generate("m", "1", {"text_input": "hi"}, 2.0)
+
+
+def test_the_version_is_in_the_path_and_none_is_the_one_triton_chooses(served: list[threading.Thread]) -> None:
+    seen: list[bytes] = []
+    for version in ("3", ""):
+        url, thread = _serve(200, [(0.0, _event({"text_output": "a"}))], requests=seen)
+        served.append(thread)
+        list(TritonRest(url, timeout_s=2.0).generate_stream("m", version, {}, timeout_s=2.0, stall_s=1.0))
+    assert seen == [
+        b"POST /v2/models/m/versions/3/generate_stream HTTP/1.1",
+        b"POST /v2/models/m/generate_stream HTTP/1.1",
+    ]
