@@ -21,6 +21,7 @@ from healer.engines.local import LocalEngine
 from healer.settings import AlertSettings, ModelSettings, ReplicaSettings, RollbackSettings, Settings, StoreSettings
 from healer.vocabulary import RollbackRequest
 from tests.conftest import EXAMPLES
+from workflows.steps.base import StepContext
 from workflows.steps.promote import promote
 
 _names = itertools.count(1)
@@ -84,6 +85,21 @@ def serve_latest(triton: TritonHttp, model: str, timeout_s: float = 30) -> None:
             raise TimeoutError(f"{model} not unloaded within {timeout_s} s")
         time.sleep(0.05)
     triton.load_model(model, timeout_s=SETUP_LOAD_TIMEOUT_S)
+
+
+def engine_with(stack: RollbackStack, tmp_path: Path, **rollback: object) -> LocalEngine:
+    """A LocalEngine for the stack with other rollback settings (e.g. the order) or replica targets."""
+    from workflows.rollback import build_rollback_template
+    from workflows.steps.context import context_from_settings
+
+    targets = rollback.pop("targets", None)
+    settings = replace(stack.settings, rollback=replace(stack.settings.rollback, **rollback))  # type: ignore[arg-type]
+
+    def context() -> StepContext:
+        ctx = context_from_settings(settings)
+        return ctx if targets is None else replace(ctx, list_replicas=lambda: targets)
+
+    return LocalEngine(build_rollback_template(), context, tmp_path / f"runs-{id(settings)}")
 
 
 class AlertReceiver:

@@ -1,15 +1,14 @@
-"""The rollback end to end on the embedded stack: real Triton, filesystem store, LocalEngine."""
+"""The rollback end to end on the embedded stack: real Triton, filesystem store, LocalEngine. Across
+several replicas and restarts: test_rollback_replicas_triton.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 from healer.core.results import Status
-from healer.edges.embedded import EmbeddedTriton
 from probes.tiers import check_business
-from tests.support.rollback_stack import RollbackStack
+from tests.support.rollback_stack import RollbackStack, engine_with
 
 
 def test_broken_newest_version_is_rolled_back_to_the_last_stable(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
@@ -193,67 +192,7 @@ def test_deadline_stops_the_rollback_and_escalates(fs_stack_factory) -> None:  #
         assert served in (["1"], ["2"], ["1", "2"]), served
 
 
-def test_one_rollback_heals_every_replica(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Two real Tritons read one live repository (a shared volume); one workflow restores both."""
-    import shutil
-
-    from healer.edges.triton import TritonHttp
-    from healer.engines.local import LocalEngine
-    from tests.support.rollback_stack import version_source
-    from workflows.plan import ReplicaTarget
-    from workflows.rollback import build_rollback_template
-    from workflows.steps.context import context_from_settings
-
-    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("good", "2")}, stable=[1, 2]) as stack:
-        stack: RollbackStack
-        for root in (stack.live, stack.store.blobs.root):  # type: ignore[attr-defined]
-            shutil.copytree(
-                version_source("linear_scorer", ("broken", "wrong_weights")), Path(root) / stack.model / "3"
-            )
-        stack.triton.load_model(stack.model, timeout_s=60)
-        with EmbeddedTriton(stack.live, load_models=[stack.model], workdir=tmp_path / "replica") as second:
-            replica = TritonHttp(second.url, timeout_s=5)
-            try:
-                assert stack.triton.served_versions(stack.model) == replica.served_versions(stack.model) == ["3"]
-                urls = [stack.settings.triton.url, second.url]
-                engine = LocalEngine(
-                    build_rollback_template(),
-                    lambda: dataclasses.replace(
-                        context_from_settings(stack.settings),
-                        list_replicas=lambda: [ReplicaTarget(u) for u in urls],
-                    ),
-                    tmp_path / "runs-replicas",
-                )
-                status = engine.run(stack.request("3"), timeout_s=120)
-                assert status.phase == "Succeeded", status
-                assert stack.triton.served_versions(stack.model) == replica.served_versions(stack.model) == ["2"]
-                phases = {p["name"]: p for p in json.loads(status.outputs["phases"])}
-                assert set(phases["restore"]["outputs"]["replicas"]) == set(urls)
-                assert phases["restore"]["outputs"]["waves"] == [[urls[0]], [urls[1]]]  # the canary, then the rest
-                assert phases["fetch-stable"]["outputs"]["verified"] == "stamp"  # staged at promotion: no hash
-                assert all(r["verify"]["status"] == "pass" for r in phases["restore"]["outputs"]["replicas"].values())
-            finally:
-                replica.close()
-
-
 # ---- restore or change nothing ---------------------------------------------------------------------------
-
-
-def _engine_with(stack: RollbackStack, tmp_path: Path, **rollback: object) -> object:
-    """A LocalEngine for the stack with other rollback settings (e.g. the order) or replica targets."""
-
-    from healer.engines.local import LocalEngine
-    from workflows.rollback import build_rollback_template
-    from workflows.steps.context import context_from_settings
-
-    targets = rollback.pop("targets", None)
-    settings = dataclasses.replace(stack.settings, rollback=dataclasses.replace(stack.settings.rollback, **rollback))
-
-    def context() -> object:
-        ctx = context_from_settings(settings)
-        return ctx if targets is None else dataclasses.replace(ctx, list_replicas=lambda: targets)
-
-    return LocalEngine(build_rollback_template(), context, tmp_path / f"runs-{id(settings)}")
 
 
 def test_no_stable_version_leaves_the_served_model_loaded_and_escalates(fs_stack_factory) -> None:  # type: ignore[no-untyped-def]
@@ -283,8 +222,8 @@ def test_a_failed_swap_keeps_the_old_version_serving(fs_stack_factory, tmp_path:
         bad = StableRecord("1", v1.files, v1.promoted_at, v1.promoted_by, {**v1.config, "backend": "no_such_backend"})
         stack.store.update_ledger(stack.model, lambda ledger: ledger.with_stable(bad))
         for order in ("swap", "unload-first"):
-            engine = _engine_with(stack, tmp_path, order=order)
-            status = engine.run(stack.request("2", incident=f"inc-{order}"), timeout_s=120)  # type: ignore[attr-defined]
+            engine = engine_with(stack, tmp_path, order=order)
+            status = engine.run(stack.request("2", incident=f"inc-{order}"), timeout_s=120)
             assert status.phase == "Failed", (order, status)
             assert "Triton refused" in status.message, (order, status.message)
             # Either way the broken-but-answering version is loaded again afterwards, never absent.
@@ -296,142 +235,14 @@ def test_a_failed_swap_keeps_the_old_version_serving(fs_stack_factory, tmp_path:
 def test_unload_first_order_restores_too(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with fs_stack_factory("tiny_classifier", {1: ("good", "1"), 2: ("broken", "raises")}, stable=[1]) as stack:
         stack: RollbackStack
-        engine = _engine_with(stack, tmp_path, order="unload-first")
-        status = engine.run(stack.request("2"), timeout_s=120)  # type: ignore[attr-defined]
+        engine = engine_with(stack, tmp_path, order="unload-first")
+        status = engine.run(stack.request("2"), timeout_s=120)
         assert status.phase == "Succeeded", status
         assert stack.triton.served_versions(stack.model) == ["1"]
         restore = {p["name"]: p for p in json.loads(status.outputs["phases"])}["restore"]["outputs"]
         assert restore["order"] == "unload-first"
         [replica] = restore["replicas"].values()
         assert replica["action"] == "swap" and replica["unload"]["already"] is False
-
-
-def test_a_failure_on_one_replica_leaves_the_others_serving(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Replica A is restored; replica B cannot load the stable version (its repository lacks it):
-    B keeps serving what it served, A stays restored, a terminating pod is skipped and reported."""
-    from healer.edges.triton import TritonHttp
-    from tests.support.rollback_stack import write_model
-    from workflows.plan import ReplicaTarget
-
-    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
-        stack: RollbackStack
-        other_repository = tmp_path / "other-repository"
-        write_model(other_repository, "linear_scorer", stack.model, {2: ("broken", "wrong_weights")})
-        with EmbeddedTriton(other_repository, load_models=[stack.model], workdir=tmp_path / "replica-b") as second:
-            replica_b = TritonHttp(second.url, timeout_s=5)
-            try:
-                targets = [
-                    ReplicaTarget(stack.settings.triton.url, "triton-a"),
-                    ReplicaTarget("127.0.0.1:1", "triton-c", skip="terminating (deletionTimestamp set)"),
-                    ReplicaTarget(second.url, "triton-b"),
-                ]
-                engine = _engine_with(stack, tmp_path, targets=targets)
-                status = engine.run(stack.request("2"), timeout_s=120)  # type: ignore[attr-defined]
-                assert status.phase == "Failed", status
-                assert "Triton refused" in status.message
-                assert stack.triton.served_versions(stack.model) == ["1"]  # A: restored, and stays so
-                assert replica_b.served_versions(stack.model) == ["2"]  # B: as before, loaded and answering
-                golden = stack.settings.models[0].golden
-                assert check_business(stack.triton, stack.model, "1", golden).status is Status.PASS
-                assert check_business(replica_b, stack.model, "2", golden).status is Status.FAIL  # answers
-                record = engine.get(status.name)  # type: ignore[attr-defined]
-                heal_nodes = [n for n in record["status"]["nodes"].values() if n.get("templateName") == "heal"]
-                phases = json.loads(
-                    next(p["value"] for n in heal_nodes for p in n["outputs"]["parameters"] if p["name"] == "phases")
-                )
-                assert [p["name"] for p in phases] == ["lease", "fetch-stable", "restore"]
-            finally:
-                replica_b.close()
-
-
-def test_a_canary_that_cannot_serve_the_stable_version_stops_before_any_other_replica(  # type: ignore[no-untyped-def]
-    fs_stack_factory, tmp_path: Path
-) -> None:
-    """The first replica (the canary) cannot load the stable version (its repository lacks it): the
-    rollback stops there; the canary keeps serving what it served and the other replica is never touched."""
-    from healer.edges.triton import TritonHttp
-    from tests.support.rollback_stack import write_model
-    from workflows.plan import ReplicaTarget
-
-    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
-        stack: RollbackStack
-        lacking = tmp_path / "canary-repository"
-        write_model(lacking, "linear_scorer", stack.model, {2: ("broken", "wrong_weights")})
-        with EmbeddedTriton(lacking, load_models=[stack.model], workdir=tmp_path / "canary") as canary:
-            canary_client = TritonHttp(canary.url, timeout_s=5)
-            try:
-                targets = [ReplicaTarget(canary.url, "triton-0"), ReplicaTarget(stack.settings.triton.url, "triton-1")]
-                engine = _engine_with(stack, tmp_path, targets=targets, parallelism=4)
-                status = engine.run(stack.request("2"), timeout_s=120)  # type: ignore[attr-defined]
-                assert status.phase == "Failed", status
-                assert canary_client.served_versions(stack.model) == ["2"]  # as before, loaded
-                assert stack.triton.served_versions(stack.model) == ["2"]  # never touched
-                index = {(e.name, e.version): e.state for e in stack.triton.repository_index()}
-                assert index[(stack.model, "2")] == "READY"
-            finally:
-                canary_client.close()
-
-
-def test_a_replica_failing_mid_wave_stops_after_its_wave_and_leaves_it_serving(  # type: ignore[no-untyped-def]
-    fs_stack_factory, tmp_path: Path
-) -> None:
-    """Three replicas: the canary is restored, then B and C in one wave; B cannot load the stable
-    version. C is still restored (a wave finishes), B keeps serving what it served, and the error
-    names B and counts what was restored."""
-    from healer.edges.triton import TritonHttp
-    from tests.support.rollback_stack import write_model
-    from workflows.plan import ReplicaTarget
-
-    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
-        stack: RollbackStack
-        lacking = tmp_path / "b-repository"
-        write_model(lacking, "linear_scorer", stack.model, {2: ("broken", "wrong_weights")})
-        with (
-            EmbeddedTriton(lacking, load_models=[stack.model], workdir=tmp_path / "b") as b,
-            EmbeddedTriton(stack.live, load_models=[stack.model], workdir=tmp_path / "c") as c,
-        ):
-            b_client, c_client = TritonHttp(b.url, timeout_s=5), TritonHttp(c.url, timeout_s=5)
-            try:
-                assert c_client.served_versions(stack.model) == ["2"]
-                targets = [
-                    ReplicaTarget(stack.settings.triton.url, "triton-a"),
-                    ReplicaTarget(b.url, "triton-b"),
-                    ReplicaTarget(c.url, "triton-c"),
-                ]
-                engine = _engine_with(stack, tmp_path, targets=targets, parallelism=2)
-                status = engine.run(stack.request("2"), timeout_s=120)  # type: ignore[attr-defined]
-                assert status.phase == "Failed", status
-                assert stack.triton.served_versions(stack.model) == ["1"]  # the canary: restored
-                assert c_client.served_versions(stack.model) == ["1"]  # its wave-mate: restored too
-                assert b_client.served_versions(stack.model) == ["2"]  # as before, loaded and answering
-                assert "1 replica(s) failed" in status.message and b.url in status.message, status.message
-                assert "2 restored before the stop" in status.message, status.message
-            finally:
-                b_client.close()
-                c_client.close()
-
-
-def test_a_restarted_triton_serves_the_stable_version_not_the_quarantined_one(  # type: ignore[no-untyped-def]
-    fs_stack_factory, tmp_path: Path
-) -> None:
-    from healer.edges.triton import TritonHttp
-
-    with fs_stack_factory(
-        "linear_scorer", {1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "wrong_weights")}, stable=[1, 2]
-    ) as stack:
-        stack: RollbackStack
-        status = stack.engine.run(stack.request("3"), timeout_s=120)
-        assert status.phase == "Succeeded", status
-        # A new replica (or this Triton restarted) loads from config.pbtxt: Triton's default policy
-        # serves the newest version directory, which must no longer be the quarantined one.
-        with EmbeddedTriton(stack.live, load_models=[stack.model], workdir=tmp_path / "restarted") as restarted:
-            client = TritonHttp(restarted.url, timeout_s=5)
-            try:
-                assert client.served_versions(stack.model) == ["2"]
-            finally:
-                client.close()
-        moved = list((stack.live / stack.model / ".healer-quarantine").iterdir())
-        assert [p.name.split("-", 1)[0] for p in moved] == ["3"]  # kept, never deleted
 
 
 def test_two_engines_never_heal_one_model_at_once(fs_stack_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
