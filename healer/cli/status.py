@@ -30,7 +30,8 @@ def register(command: Command) -> None:
     status = command(
         "status",
         "what healer is doing across the fleet now: every pod with a healer sidecar × model, its tiers, state, "
-        "drain, incident and rollback, through the Kubernetes API (like `kubectl argo rollouts get`)",
+        "drain, incident and rollback (a pipeline: its members' versions and the member its incident blames), "
+        "through the Kubernetes API (like `kubectl argo rollouts get`)",
         EXAMPLES,
         config=False,
     )
