@@ -66,7 +66,7 @@ from healer.sidecar.golden import GoldenWatch
 from healer.sidecar.handover import Handovers, rollback_request
 from healer.sidecar.notify import Notifier
 from healer.sidecar.peers import PeerSource
-from healer.sidecar.pipelines import PipelineWatch
+from healer.sidecar.pipelines import PipelineWatch, ledger_stable
 from healer.sidecar.views import status_document
 from healer.vocabulary import TIMEOUT, RollbackRequest
 from probes.runner import probe_all
@@ -142,7 +142,7 @@ class Sidecar:
             settings, store_factory=drain_store, metrics=self.metrics, event=self.notify.event, clock=clock
         )
         # Pipelines (ensembles, BLS models with calls): their members' versions and whom an incident blames.
-        self.pipelines = PipelineWatch(settings.models, triton, clock=clock)
+        self.pipelines = PipelineWatch(settings.models, triton, clock=clock, stable_of=ledger_stable(drain_store))
         self._stopping = threading.Event()  # SIGTERM: leaving the Service (set from a signal handler)
         self._stop_at: float | None = None
         self._orphans_seen: set[str] = set()

@@ -5,8 +5,9 @@ and whom an incident blames. Only the probe loop writes it; /status reads it und
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +42,18 @@ class _Pipeline:
 class PipelineWatch:
     """Every configured model that is a pipeline (one with members), watched for blame."""
 
-    def __init__(self, models: Sequence[ModelSettings], triton: TritonAPI, *, clock: Clock = REAL_CLOCK) -> None:
+    def __init__(
+        self,
+        models: Sequence[ModelSettings],
+        triton: TritonAPI,
+        *,
+        clock: Clock = REAL_CLOCK,
+        stable_of: Callable[[str], str | None] | None = None,
+    ) -> None:
         self._models = {m.name: m for m in models}
+        # A member's newest stable version (its ledger; None: not known): the baseline of a member never seen
+        # passing here (the sidecar started with the pipeline failing), read only when an incident is blamed.
+        self._stable_of = stable_of
         self._triton = triton
         self._clock = clock
         self._lock = threading.Lock()
@@ -97,15 +108,22 @@ class PipelineWatch:
                 return decided
             pipeline = self._pipelines[incident.model]
             names = [m.name for m in pipeline.members]
+            passed = dict(pipeline.passed)
+        baseline = {m: self._stable(m) for m in names if m not in passed}
+        with self._lock:
             decided = blame(
                 incident.model,
                 incident.version,
                 members=names,
                 now={m: pipeline.now.get(m) for m in names},
-                passed=pipeline.passed,
+                passed={**{m: v for m, v in baseline.items() if v is not None}, **passed},
                 passed_own=pipeline.passed_own,
                 changed_at=pipeline.first_seen,
             )
+            from_ledger = sorted(m for m, v in baseline.items() if v is not None)
+            if decided.model is not None and from_ledger:
+                note = f"; {', '.join(from_ledger)}: its stable version ({incident.model} not seen passing here)"
+                decided = dataclasses.replace(decided, why=decided.why + note)
             if decided.model is not None:
                 self._blames[incident.key] = decided
                 while len(self._blames) > MAX_BLAMES:
@@ -167,6 +185,16 @@ class PipelineWatch:
                 "blamed_incident": pipeline.blamed_incident,
             }
 
+    def _stable(self, member: str) -> str | None:
+        """``member``'s newest stable version from its ledger (None: no store, none, or not read)."""
+        if self._stable_of is None:
+            return None
+        try:
+            return self._stable_of(member)
+        except Exception as exc:  # the store's trouble: nothing learnt about this member's baseline
+            log.warning("pipeline_baseline_unread", model=member, error=str(exc)[:300])
+            return None
+
     def _running(self, members: Sequence[Member]) -> dict[str, str | None]:
         """The version each member runs now (None: Triton did not say)."""
         out: dict[str, str | None] = {}
@@ -176,3 +204,18 @@ class PipelineWatch:
             except TritonError:
                 out[member.name] = None
         return out
+
+
+def ledger_stable(store_factory: Callable[[], Any] | None) -> Callable[[str], str | None] | None:
+    """A member's newest stable version, not quarantined, from its ledger in the store ``store_factory``
+    opens (None: no store configured). Raises what the store raises."""
+    if store_factory is None:
+        return None
+    factory = store_factory
+
+    def newest(model: str) -> str | None:
+        ledger = factory().ledger(model)
+        versions = [int(r.version) for r in ledger.stable if not ledger.is_quarantined(r.version)]
+        return str(max(versions)) if versions else None
+
+    return newest

@@ -132,3 +132,29 @@ def test_a_triton_that_does_not_answer_costs_one_config_read_per_cycle() -> None
     clock.now += CONFIG_REREAD_S
     w.before_probe([f"m{i}" for i in range(20)])
     assert triton.config_reads == 1 + 20
+
+
+def test_a_member_never_seen_passing_is_weighed_against_its_stable_version() -> None:
+    """A sidecar that starts with the pipeline already failing has seen no pass: each member's newest stable
+    version (its ledger) is the baseline; a ledger that cannot be read is nothing learnt about that member."""
+    triton, clock = StandInTriton(), FakeClock()
+    triton.served["mid"] = ["2"]
+    ledgers = {"pre": "1", "mid": "1"}
+
+    w = PipelineWatch([model("ens")], triton, clock=clock, stable_of=ledgers.get)  # type: ignore[arg-type]
+    cycle(w, Verdict.WRONG)
+    decided = w.blame(incident())
+    assert decided is not None and (decided.model, decided.version) == ("mid", "2")
+    assert decided.why.endswith("; mid, pre: its stable version (ens not seen passing here)")
+    without = PipelineWatch([model("ens")], triton, clock=clock)  # type: ignore[arg-type]
+    cycle(without, Verdict.WRONG)
+    blamed_itself = without.blame(incident())
+    assert blamed_itself is not None and blamed_itself.model == "ens" and "never seen passing" in blamed_itself.why
+
+    def unreadable(member: str) -> str | None:
+        raise OSError("store not mounted")
+
+    failing = PipelineWatch([model("ens")], triton, clock=clock, stable_of=unreadable)  # type: ignore[arg-type]
+    cycle(failing, Verdict.WRONG)
+    not_read = failing.blame(incident())  # the store's trouble is logged, never raised: no baseline
+    assert not_read is not None and not_read.model == "ens" and "never seen passing: pre, mid" in not_read.why
