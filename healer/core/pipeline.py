@@ -5,9 +5,10 @@ A pipeline's composing models (its *members*) come from Triton's own config of a
 (``ensemble_scheduling.step[].model_name``, each step's ``model_version``: -1 runs the newest version
 loaded) or from healer.yaml (``models[].calls``, a BLS model's). The members have no golden request of
 their own: the pipeline's suite is their evidence. When it fails, the one to blame is the member whose
-served version changed since the pipeline last passed (several: the most recent change); when none
-changed, the pipeline's own version. A member whose served version could not be read now is
-"nothing learnt": nobody is blamed until it is read (docs/pipelines.md).
+served version changed since the pipeline last passed (or, never seen passing, since its newest stable
+version); when none changed, the pipeline's own version. A member whose served version could not be read
+now is "nothing learnt": nobody is blamed until it is read; with no baseline, or more than one change,
+nobody is blamed either and a person decides (docs/pipelines.md).
 """
 
 from __future__ import annotations
@@ -50,6 +51,21 @@ def ensemble_members(config: Mapping[str, Any]) -> tuple[Member, ...]:
     return tuple(members.values())
 
 
+def config_members(name: str, config: Mapping[str, Any]) -> tuple[Member, ...]:
+    """``name``'s ensemble steps from a config Triton answered for it; () only for a complete config of a
+    model that is not an ensemble. A config that names another model (or none), or that has neither a
+    platform nor a backend (a partial answer: Triton still loading it), raises ValueError: not read, and
+    never taken for "not a pipeline"."""
+    named = config.get("name")
+    if named != name:
+        raise ValueError(f"config of {name}: it names {named!r}: not this model's config, not read")
+    if config.get("platform") == "ensemble" or config.get("ensemble_scheduling"):
+        return ensemble_members(config)
+    if not config.get("platform") and not config.get("backend"):
+        raise ValueError(f"config of {name}: neither platform nor backend: a partial config, not read")
+    return ()
+
+
 def pipeline_members(calls: Sequence[str], config: Mapping[str, Any] | None) -> tuple[Member, ...]:
     """A configured model's members: the ones healer.yaml declares (``calls``, a BLS model's), then its
     ensemble steps' from Triton's config (None: not read), each once."""
@@ -70,7 +86,8 @@ def running_version(member: Member, served: Sequence[str]) -> str | None:
 
 @dataclass(frozen=True)
 class Blame:
-    """Whom to roll back for a pipeline's failure. ``model`` None: nobody (nothing learnt yet)."""
+    """Whom to roll back for a pipeline's failure. ``model`` None: nobody (nothing learnt yet, or no
+    evidence: a person decides; ``why`` says which)."""
 
     model: str | None
     version: str = ""  # the version of it that serves now: the failing one
@@ -86,48 +103,49 @@ def blame(
     now: Mapping[str, str | None],
     passed: Mapping[str, str],
     passed_own: str | None = None,
-    changed_at: Mapping[str, float] | None = None,
 ) -> Blame:
     """Whom the pipeline ``pipeline`` (serving ``version``, which fails its suite) blames.
 
-    ``now``: each member's version running now (None or absent: not read); ``passed``: each member's when
-    the pipeline last passed (absent: never seen passing); ``passed_own``: the pipeline's own version then;
-    ``changed_at``: when each member's (and the pipeline's, under its own name) current version was first
-    seen, on one clock.
+    ``now``: each member's version running now (None or absent: not read); ``passed``: each member's
+    baseline, the version it ran when the pipeline last passed or else its newest stable version in its
+    ledger (absent: neither is known); ``passed_own``: the pipeline's own version likewise (None: unknown).
 
     * A member not read now: nothing learnt, nobody blamed (asked again next cycle).
-    * Members whose version changed since the last pass: the most recent change is blamed (the same time:
-      the later step of the pipeline). The pipeline's own version changed too: it competes by the same rule.
+    * A member, or the pipeline itself, with no baseline: no evidence; nobody blamed (a person decides).
+    * Exactly one of the members and the pipeline changed version since the baseline: that one.
+    * More than one changed: which broke it is not known; nobody blamed, the why names them all.
     * Nothing changed underneath: the pipeline's own version is blamed.
     """
     unread = [m for m in members if now.get(m) is None]
     if unread:
         return Blame(None, why=f"{', '.join(unread)}: served version not read; nobody blamed yet (nothing learnt)")
-    when = changed_at or {}
-    changed = [(m, passed[m], str(now[m])) for m in members if m in passed and passed[m] != now[m]]
-    order = {m: i for i, m in enumerate(members)}
-    candidates = [(when.get(m, float("-inf")), order[m], m, str(now[m])) for m, _, _ in changed]
-    own_changed = passed_own is not None and passed_own != version
-    if own_changed:
-        candidates.append((when.get(pipeline, float("-inf")), -1, pipeline, version))
-    unknown = [m for m in members if m not in passed]
-    never = f"; never seen passing: {', '.join(unknown)}" if unknown else ""
-    if not candidates:
+    unknown = [m for m in members if m not in passed] + ([f"{pipeline} itself"] if passed_own is None else [])
+    if unknown:
+        return Blame(
+            None,
+            why=(
+                f"{', '.join(unknown)}: no pass seen and no stable version in the ledger: no evidence whom to "
+                "blame; nobody blamed, a person decides"
+            ),
+        )
+    changed = [(m, passed[m], str(now[m])) for m in members if passed[m] != now[m]]
+    if passed_own != version:
+        changed.append((pipeline, str(passed_own), version))
+    listed = [f"{m} v{before}->v{after}" for m, before, after in changed]
+    if not changed:
         return Blame(
             pipeline,
             version,
             member=False,
-            why=f"no composing model changed version since {pipeline} last passed: its own v{version}{never}",
+            why=f"no composing model changed version since {pipeline} last passed: its own v{version}",
         )
-    _, _, chosen, chosen_version = max(candidates)
-    listed = [f"{m} v{before}->v{after}" for m, before, after in changed]
-    if own_changed:
-        listed.append(f"{pipeline} v{passed_own}->v{version}")
-    if len(candidates) == 1:
-        why = f"{listed[0]} since {pipeline} last passed"
-    else:
-        why = (
-            f"{len(candidates)} changed since {pipeline} last passed ({', '.join(listed)}): "
-            f"{chosen}'s change is the most recent"
+    if len(changed) > 1:
+        return Blame(
+            None,
+            why=(
+                f"{len(changed)} changed since {pipeline} last passed ({', '.join(listed)}): which one broke it "
+                "is not known; nobody blamed, a person decides"
+            ),
         )
-    return Blame(chosen, chosen_version, member=chosen != pipeline, why=why + never)
+    chosen, _, chosen_version = changed[0]
+    return Blame(chosen, chosen_version, member=chosen != pipeline, why=f"{listed[0]} since {pipeline} last passed")

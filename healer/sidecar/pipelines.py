@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from healer.core.pipeline import Blame, Member, blame, pipeline_members, running_version
+from healer.core.pipeline import Blame, Member, blame, config_members, pipeline_members, running_version
 from healer.core.state import Incident, Probed, Verdict
 from healer.edges.triton import TritonAPI, TritonError, TritonUnavailable
 from healer.settings import ModelSettings
@@ -22,16 +22,18 @@ from healer.sidecar.clock import REAL_CLOCK, Clock
 log = structlog.get_logger("healer.sidecar")
 
 CONFIG_REREAD_S = 60.0  # a model's config (is it an ensemble, of what) read again this often
+NOT_PIPELINE_READS = 2  # reads in a row (CONFIG_REREAD_S apart) before a known pipeline is taken for a plain model
 MAX_BLAMES = 64  # incidents whose blame is kept (one per pipeline at a time, in practice)
 
 
 @dataclass
 class _Pipeline:
     members: tuple[Member, ...] = ()
-    read_at: float | None = None  # when Triton's config was last read (None: never)
+    read_at: float | None = None  # when Triton's config was last read whole (None: never)
+    known: bool = False  # its config was read whole at least once: whether it is a pipeline is known
+    not_pipeline_reads: int = 0  # reads in a row that said a known pipeline is not one
     before: dict[str, str | None] = field(default_factory=dict)  # at the start of the probe
     now: dict[str, str | None] = field(default_factory=dict)  # after the probe
-    first_seen: dict[str, float] = field(default_factory=dict)  # each current version's first sight
     passed: dict[str, str] = field(default_factory=dict)  # when the pipeline last passed
     passed_own: str | None = None
     blamed: str = ""  # the member (or the pipeline) the latest incident blamed, for /status
@@ -80,14 +82,8 @@ class PipelineWatch:
         if not members:
             return
         versions = self._running(members)
-        now = self._clock.monotonic()
         with self._lock:
             pipeline = self._pipelines[name]
-            for member, version in versions.items():
-                if version is not None and (pipeline.now.get(member) != version or member not in pipeline.first_seen):
-                    pipeline.first_seen[member] = now
-            if probed.version is not None and pipeline.now.get(name) != probed.version:
-                pipeline.first_seen[name] = now
             pipeline.now = dict(versions)
             if probed.version is not None:
                 pipeline.now[name] = probed.version
@@ -100,7 +96,13 @@ class PipelineWatch:
     def blame(self, incident: Incident) -> Blame | None:
         """Whom ``incident`` (of a pipeline) blames, decided once per incident (None: not a pipeline).
         ``Blame.model`` None: nothing learnt yet, asked again at the next submission."""
-        if not self.members(incident.model):
+        members = self.members(incident.model)
+        if not self.known(incident.model):
+            # Whether it is a pipeline is unknown: rolling back its own version could undo the wrong model.
+            why = f"{incident.model}'s config not read yet: whether it is a pipeline is unknown; nobody blamed yet"
+            log.warning("pipeline_blame_undecided", model=incident.model, incident=incident.key, why=why)
+            return Blame(None, why=why)
+        if not members:
             return None
         with self._lock:
             decided = self._blames.get(incident.key)
@@ -109,16 +111,20 @@ class PipelineWatch:
             pipeline = self._pipelines[incident.model]
             names = [m.name for m in pipeline.members]
             passed = dict(pipeline.passed)
-        baseline = {m: self._stable(m) for m in names if m not in passed}
+            passed_own = pipeline.passed_own
+        # Never seen passing here: each one's newest stable version in its ledger is its baseline (none: no
+        # evidence, nobody blamed). The pipeline's own too, so that its own change is never missed.
+        baseline = {m: self._stable(m) for m in [*names, incident.model] if m not in passed}
+        if passed_own is not None:
+            baseline.pop(incident.model, None)
         with self._lock:
             decided = blame(
                 incident.model,
                 incident.version,
                 members=names,
                 now={m: pipeline.now.get(m) for m in names},
-                passed={**{m: v for m, v in baseline.items() if v is not None}, **passed},
-                passed_own=pipeline.passed_own,
-                changed_at=pipeline.first_seen,
+                passed={**{m: v for m, v in baseline.items() if v is not None and m in names}, **passed},
+                passed_own=passed_own if passed_own is not None else baseline.get(incident.model),
             )
             from_ledger = sorted(m for m, v in baseline.items() if v is not None)
             if decided.model is not None and from_ledger:
@@ -143,7 +149,9 @@ class PipelineWatch:
     # ---- what it knows ----------------------------------------------------------------------------------------
     def members(self, name: str) -> tuple[Member, ...]:
         """``name``'s members: its declared calls and, read from Triton at most every CONFIG_REREAD_S, its
-        ensemble steps (a config that cannot be read keeps what was known)."""
+        ensemble steps. A read that fails or is partial (core.pipeline.config_members) is not a read: what
+        was known is kept and it is tried again; a known pipeline is dropped only after NOT_PIPELINE_READS
+        reads in a row say it is not one."""
         model = self._models.get(name)
         if model is None:
             return ()
@@ -152,15 +160,36 @@ class PipelineWatch:
             read_at = pipeline.read_at
         now = self._clock.monotonic()
         if (read_at is None or now - read_at >= CONFIG_REREAD_S) and not self._configs_down:
+            read: tuple[Member, ...] | None
             try:
-                members = pipeline_members(model.calls, self._triton.model_config(name))
+                config = self._triton.model_config(name)
+                config_members(name, config)  # a partial answer, or another model's, raises: not read
+                read = pipeline_members(model.calls, config)
             except (TritonError, ValueError) as exc:
                 self._configs_down = isinstance(exc, TritonUnavailable)
                 log.warning("pipeline_config_unread", model=name, error=str(exc)[:300])
-                members = pipeline.members or pipeline_members(model.calls, None)
+                read = None
             with self._lock:
-                pipeline.members, pipeline.read_at = members, now
+                if read is None:
+                    if not pipeline.members:
+                        pipeline.members = pipeline_members(model.calls, None)
+                elif not read and pipeline.members and pipeline.known:
+                    pipeline.not_pipeline_reads += 1
+                    pipeline.read_at = now
+                    if pipeline.not_pipeline_reads >= NOT_PIPELINE_READS:
+                        log.warning("pipeline_dropped", model=name, reads=pipeline.not_pipeline_reads)
+                        pipeline.members, pipeline.not_pipeline_reads = (), 0
+                else:
+                    pipeline.members, pipeline.read_at, pipeline.known = read, now, True
+                    pipeline.not_pipeline_reads = 0
         return pipeline.members
+
+    def known(self, name: str) -> bool:
+        """Whether ``name``'s config has been read whole at least once (False: whether it is a pipeline,
+        and of what, is unknown)."""
+        with self._lock:
+            pipeline = self._pipelines.get(name)
+            return pipeline is not None and pipeline.known
 
     def view(self, name: str) -> dict[str, Any] | None:
         """/status's ``pipeline`` of a model (None: not a pipeline): its members with the versions they run

@@ -7,7 +7,16 @@ from typing import Any
 
 import pytest
 
-from healer.core.pipeline import LATEST, Blame, Member, blame, ensemble_members, pipeline_members, running_version
+from healer.core.pipeline import (
+    LATEST,
+    Blame,
+    Member,
+    blame,
+    config_members,
+    ensemble_members,
+    pipeline_members,
+    running_version,
+)
 
 ENSEMBLE = {
     "name": "ens",
@@ -76,77 +85,55 @@ MEMBERS = ("pre", "mid", "post")
 PASSED = {"pre": "1", "mid": "1", "post": "1"}
 
 
+NO_EVIDENCE = (
+    "no pass seen and no stable version in the ledger: no evidence whom to blame; nobody blamed, a person decides"
+)
+NOT_KNOWN = "which one broke it is not known; nobody blamed, a person decides"
+
+
 @pytest.mark.parametrize(
-    ("now", "passed", "passed_own", "version", "changed_at", "expected"),
+    ("now", "passed", "passed_own", "version", "expected"),
     [
         # one member changed: that member, at its version now
-        ({**PASSED, "mid": "2"}, PASSED, "1", "1", {}, Blame("mid", "2", True, "mid v1->v2 since ens last passed")),
+        ({**PASSED, "mid": "2"}, PASSED, "1", "1", Blame("mid", "2", True, "mid v1->v2 since ens last passed")),
         # nothing changed underneath: the pipeline's own version
         (
             PASSED,
             PASSED,
             "1",
             "1",
-            {},
             Blame("ens", "1", False, "no composing model changed version since ens last passed: its own v1"),
         ),
-        # several changed: the most recent change
+        # several changed: nobody guessed at; the why names them all
         (
             {"pre": "2", "mid": "2", "post": "1"},
             PASSED,
             "1",
             "1",
-            {"pre": 50.0, "mid": 10.0},
-            Blame(
-                "pre",
-                "2",
-                True,
-                "2 changed since ens last passed (pre v1->v2, mid v1->v2): pre's change is the most recent",
-            ),
-        ),
-        # the same time: the later step of the pipeline
-        (
-            {"pre": "2", "mid": "2", "post": "1"},
-            PASSED,
-            "1",
-            "1",
-            {"pre": 5.0, "mid": 5.0},
-            Blame(
-                "mid",
-                "2",
-                True,
-                "2 changed since ens last passed (pre v1->v2, mid v1->v2): mid's change is the most recent",
-            ),
+            Blame(None, why=f"2 changed since ens last passed (pre v1->v2, mid v1->v2): {NOT_KNOWN}"),
         ),
         # the pipeline's own version changed and no member: the pipeline
-        (PASSED, PASSED, "1", "2", {"ens": 9.0}, Blame("ens", "2", False, "ens v1->v2 since ens last passed")),
-        # the pipeline's own change and a member's: the more recent
+        (PASSED, PASSED, "1", "2", Blame("ens", "2", False, "ens v1->v2 since ens last passed")),
+        # the pipeline's own change and a member's: nobody guessed at
         (
             {**PASSED, "post": "4"},
             PASSED,
             "1",
             "2",
-            {"ens": 9.0, "post": 20.0},
-            Blame(
-                "post",
-                "4",
-                True,
-                "2 changed since ens last passed (post v1->v4, ens v1->v2): post's change is the most recent",
-            ),
+            Blame(None, why=f"2 changed since ens last passed (post v1->v4, ens v1->v2): {NOT_KNOWN}"),
         ),
-        # a member read now but never seen passing is not a change (said in the why)
+        # a member with no baseline (never seen passing, no stable version): no evidence, never the pipeline
+        ({**PASSED, "mid": "2"}, {"pre": "1", "post": "1"}, "1", "1", Blame(None, why=f"mid: {NO_EVIDENCE}")),
+        ({**PASSED}, {"pre": "1", "post": "1"}, "1", "1", Blame(None, why=f"mid: {NO_EVIDENCE}")),
+        # the pipeline's own baseline unknown: no evidence either, even with one member changed
+        ({**PASSED, "mid": "2"}, PASSED, None, "1", Blame(None, why=f"ens itself: {NO_EVIDENCE}")),
+        (PASSED, PASSED, None, "1", Blame(None, why=f"ens itself: {NO_EVIDENCE}")),
         (
-            {**PASSED, "mid": "2"},
-            {"pre": "1", "post": "1"},
-            "1",
-            "1",
             {},
-            Blame(
-                "ens",
-                "1",
-                False,
-                "no composing model changed version since ens last passed: its own v1; never seen passing: mid",
-            ),
+            {},
+            None,
+            "1",
+            Blame(None, why="pre, mid, post: served version not read; nobody blamed yet (nothing learnt)"),
         ),
         # a member not read now: nothing learnt, nobody blamed
         (
@@ -154,7 +141,6 @@ PASSED = {"pre": "1", "mid": "1", "post": "1"}
             PASSED,
             "1",
             "1",
-            {},
             Blame(None, why="mid: served version not read; nobody blamed yet (nothing learnt)"),
         ),
         (
@@ -162,7 +148,6 @@ PASSED = {"pre": "1", "mid": "1", "post": "1"}
             PASSED,
             "1",
             "1",
-            {},
             Blame(None, why="mid: served version not read; nobody blamed yet (nothing learnt)"),
         ),
     ],
@@ -170,17 +155,41 @@ PASSED = {"pre": "1", "mid": "1", "post": "1"}
 def test_whom_a_failing_pipeline_blames(
     now: dict[str, str | None],
     passed: dict[str, str],
-    passed_own: str,
+    passed_own: str | None,
     version: str,
-    changed_at: dict[str, float],
     expected: Blame,
 ) -> None:
-    assert (
-        blame("ens", version, members=MEMBERS, now=now, passed=passed, passed_own=passed_own, changed_at=changed_at)
-        == expected
-    )
+    assert blame("ens", version, members=MEMBERS, now=now, passed=passed, passed_own=passed_own) == expected
+
+
+def test_without_evidence_the_pipeline_itself_is_never_blamed() -> None:
+    """Whatever is missing, a pipeline with a member or its own version of no baseline blames nobody."""
+    for missing in MEMBERS:
+        partial = {m: v for m, v in PASSED.items() if m != missing}
+        for own in ("1", None):
+            decided = blame("ens", "1", members=MEMBERS, now=PASSED, passed=partial, passed_own=own)
+            assert decided.model is None and missing in decided.why
 
 
 def test_nothing_learnt_never_blames_anyone_whatever_changed() -> None:
     decided = blame("ens", "2", members=MEMBERS, now={"pre": "5"}, passed=PASSED, passed_own="1")
     assert decided.model is None and not decided.member
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({}, "config of ens: it names None"),  # a partial answer: no name
+        ({"name": "other", "platform": "ensemble"}, "it names 'other'"),
+        ({"name": "ens"}, "neither platform nor backend"),  # still loading: not "a plain model"
+        ({"name": "ens", "platform": "", "backend": ""}, "neither platform nor backend"),
+    ],
+)
+def test_a_partial_config_is_not_read_never_taken_for_a_plain_model(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        config_members("ens", config)
+
+
+def test_a_whole_config_says_ensemble_or_plain() -> None:
+    assert config_members("ens", {**ENSEMBLE}) == ensemble_members(ENSEMBLE)
+    assert config_members("m", {"name": "m", "platform": "", "backend": "python"}) == ()

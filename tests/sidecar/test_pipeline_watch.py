@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from healer.core.state import Incident, Probed, Verdict
-from healer.edges.triton import TritonUnavailable
+from healer.edges.triton import TritonRejected, TritonUnavailable
 from healer.settings import GoldenRequest, ModelSettings, parse_section
 from healer.sidecar.pipelines import CONFIG_REREAD_S, PipelineWatch
 from tests.support.settings_files import minimal_model
@@ -28,13 +28,19 @@ class StandInTriton:
         self.configs: dict[str, dict[str, Any]] = {"ens": ENSEMBLE, "plain": {"backend": "python"}}
         self.served: dict[str, list[str]] = {"pre": ["1"], "mid": ["1"]}
         self.down = False
+        self.loading: set[str] = set()  # models whose config read Triton rejects (HTTP 400: still loading)
+        self.partial: set[str] = set()  # models whose config comes back without platform or backend
         self.config_reads = 0
 
     def model_config(self, model: str) -> dict[str, Any]:
         self.config_reads += 1
         if self.down:
             raise TritonUnavailable("connection refused")
-        return self.configs.get(model, {"backend": "python"})
+        if model in self.loading:
+            raise TritonRejected(400, f"model '{model}' is not ready")
+        if model in self.partial:
+            return {"name": model}
+        return {"name": model, **self.configs.get(model, {"backend": "python"})}
 
     def served_versions(self, model: str) -> list[str]:
         if self.down:
@@ -122,6 +128,56 @@ def test_a_model_that_is_no_pipeline_is_not_blamed_through_the_watch() -> None:
     assert w.blame(Incident("inc-2", "plain", "1", "wrong-answer", "", 0, 0)) is None
 
 
+def test_a_config_never_read_blames_nobody_and_is_asked_again_at_once() -> None:
+    """Triton not answering, or still loading the ensemble (HTTP 400), at the sidecar's start: whether it
+    is a pipeline is unknown, so nobody is blamed (never its own version rolled back); the next read is not
+    put off CONFIG_REREAD_S, and once read the member is blamed."""
+    for trouble in ("down", "loading", "partial"):
+        triton, clock = StandInTriton(), FakeClock()
+        w = watch(triton, clock)
+        cycle(w, Verdict.GOOD)
+        stable = {"pre": "1", "mid": "1", "ens": "1"}
+        fresh = PipelineWatch([model("ens")], triton, clock=clock, stable_of=stable.get)  # type: ignore[arg-type]
+        triton.served["mid"] = ["2"]
+        triton.down = trouble == "down"
+        (triton.loading if trouble == "loading" else triton.partial if trouble == "partial" else set()).add("ens")
+        cycle(fresh, Verdict.WRONG)
+        undecided = fresh.blame(incident())
+        assert undecided is not None and undecided.model is None, trouble
+        assert "config not read" in undecided.why, trouble
+        triton.down = False
+        triton.loading.clear()
+        triton.partial.clear()
+        clock.now += 1  # well inside CONFIG_REREAD_S: a failed read set no read time
+        cycle(fresh, Verdict.WRONG)  # the next cycle
+        assert [m.name for m in fresh.members("ens")] == ["pre", "mid"], trouble
+        decided = fresh.blame(incident())
+        assert decided is not None and decided.model is not None, trouble
+
+
+def test_a_known_pipeline_is_not_dropped_on_one_read() -> None:
+    triton, clock = StandInTriton(), FakeClock()
+    w = watch(triton, clock)
+    cycle(w, Verdict.GOOD)
+    triton.partial.add("ens")  # a partial answer: not a read at all
+    clock.now += CONFIG_REREAD_S
+    assert [m.name for m in w.members("ens")] == ["pre", "mid"]
+    triton.partial.clear()
+    triton.configs["ens"] = {"backend": "python"}  # one whole answer says it is a plain model
+    clock.now += CONFIG_REREAD_S
+    assert [m.name for m in w.members("ens")] == ["pre", "mid"]
+    clock.now += CONFIG_REREAD_S  # the second in a row: believed
+    assert w.members("ens") == ()
+
+
+def test_a_config_naming_another_model_is_not_read() -> None:
+    triton, clock = StandInTriton(), FakeClock()
+    triton.configs["plain"] = {"name": "other", "backend": "python"}
+    w = watch(triton, clock)
+    assert w.members("plain") == () and not w.known("plain")
+    assert w.known("ens") is False and w.members("ens") and w.known("ens")
+
+
 def test_a_triton_that_does_not_answer_costs_one_config_read_per_cycle() -> None:
     triton, clock = StandInTriton(), FakeClock()
     w = PipelineWatch([model(f"m{i}") for i in range(20)], triton, clock=clock)  # type: ignore[arg-type]
@@ -136,20 +192,28 @@ def test_a_triton_that_does_not_answer_costs_one_config_read_per_cycle() -> None
 
 def test_a_member_never_seen_passing_is_weighed_against_its_stable_version() -> None:
     """A sidecar that starts with the pipeline already failing has seen no pass: each member's newest stable
-    version (its ledger) is the baseline; a ledger that cannot be read is nothing learnt about that member."""
+    version (its ledger), and the pipeline's own, is the baseline. Without one (no store, no stable record,
+    a ledger that cannot be read) there is no evidence: nobody is blamed, never the pipeline's own version."""
     triton, clock = StandInTriton(), FakeClock()
     triton.served["mid"] = ["2"]
-    ledgers = {"pre": "1", "mid": "1"}
+    ledgers = {"pre": "1", "mid": "1", "ens": "1"}
 
     w = PipelineWatch([model("ens")], triton, clock=clock, stable_of=ledgers.get)  # type: ignore[arg-type]
     cycle(w, Verdict.WRONG)
     decided = w.blame(incident())
     assert decided is not None and (decided.model, decided.version) == ("mid", "2")
-    assert decided.why.endswith("; mid, pre: its stable version (ens not seen passing here)")
+    assert decided.why.endswith("; ens, mid, pre: its stable version (ens not seen passing here)")
     without = PipelineWatch([model("ens")], triton, clock=clock)  # type: ignore[arg-type]
     cycle(without, Verdict.WRONG)
-    blamed_itself = without.blame(incident())
-    assert blamed_itself is not None and blamed_itself.model == "ens" and "never seen passing" in blamed_itself.why
+    nobody = without.blame(incident())
+    assert nobody is not None and nobody.model is None and "no evidence" in nobody.why
+
+    for missing in ("mid", "ens"):  # a member without a stable record; the pipeline's own unknown
+        partial = {m: v for m, v in ledgers.items() if m != missing}
+        half = PipelineWatch([model("ens")], triton, clock=clock, stable_of=partial.get)  # type: ignore[arg-type]
+        cycle(half, Verdict.WRONG)
+        undecided = half.blame(incident())
+        assert undecided is not None and undecided.model is None and "no evidence" in undecided.why, missing
 
     def unreadable(member: str) -> str | None:
         raise OSError("store not mounted")
@@ -157,4 +221,26 @@ def test_a_member_never_seen_passing_is_weighed_against_its_stable_version() -> 
     failing = PipelineWatch([model("ens")], triton, clock=clock, stable_of=unreadable)  # type: ignore[arg-type]
     cycle(failing, Verdict.WRONG)
     not_read = failing.blame(incident())  # the store's trouble is logged, never raised: no baseline
-    assert not_read is not None and not_read.model == "ens" and "never seen passing: pre, mid" in not_read.why
+    assert not_read is not None and not_read.model is None and "pre, mid, ens itself: no pass seen" in not_read.why
+
+
+def test_two_members_changed_blames_nobody_even_after_an_unread_cycle() -> None:
+    """Two members changed since the pass: a person decides (the why names both). A member unread for one
+    cycle and then read again at the same version does not make it look like the newest change."""
+    triton, clock = StandInTriton(), FakeClock()
+    w = watch(triton, clock)
+    cycle(w, Verdict.GOOD)
+    triton.served["pre"] = ["2"]
+    clock.now += 5
+    cycle(w, Verdict.WRONG)
+    triton.served["mid"] = ["2"]
+    clock.now += 5
+    cycle(w, Verdict.WRONG)
+    triton.down = True  # one cycle where nothing is read
+    cycle(w, Verdict.WRONG)
+    triton.down = False
+    clock.now += 5
+    cycle(w, Verdict.WRONG)
+    decided = w.blame(incident())
+    assert decided is not None and decided.model is None
+    assert "pre v1->v2" in decided.why and "mid v1->v2" in decided.why and "a person decides" in decided.why

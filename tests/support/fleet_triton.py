@@ -30,7 +30,7 @@ class FleetTriton:
         return [IndexEntry(MODEL, v, "READY", "") for v in self.serves]
 
     def model_config(self, model: str) -> dict[str, Any]:
-        return {"name": MODEL}
+        return {"name": MODEL, "backend": "python"}
 
     def model_metadata(self, model: str, version: str) -> dict[str, Any]:
         return golden_metadata(self.golden)

@@ -55,7 +55,7 @@ class ScriptedTriton:
         return []
 
     def model_config(self, model: str) -> dict[str, Any]:
-        return {}
+        return {"name": model, "backend": "python"}  # a plain model's whole config (Triton always names both)
 
     def model_metadata(self, model: str, version: str) -> dict[str, Any]:
         return golden_metadata(self.model_goldens.get(model, self.golden))
