@@ -153,8 +153,8 @@ class FailingSeen(StrEnum):
 class RollbackGo:
     """Whether to restore, whether the failing version may be quarantined, and why (one line each).
     ``confirmed``: a check in this incident saw the version answer wrong (this run's confirmation or an
-    earlier run's, from the audit trail): the only evidence that quarantines a version the ledger lists
-    stable (the sidecar's alone does not: a stable version that fails may be a fault around it)."""
+    earlier run's, from the audit trail). It never quarantines a version the ledger lists stable: only a
+    person does that (``quarantine_refused``)."""
 
     act: bool
     quarantine: bool
@@ -190,12 +190,16 @@ def decide_rollback(
     * Otherwise the rollback restores as asked: a person's rollback of a version that answers right is
       still theirs to ask for, and the sidecar's own check failed moments ago.
     * A version is quarantined only on evidence: a check that failed on it in this incident (this
-      confirmation, an earlier run's, or the sidecar's), or a person's flag. A stable version only on
-      ``confirmed`` evidence or the flag (decided where the ledger is written: steps.record).
+      confirmation, an earlier run's, or the sidecar's), or a person's flag. A version the ledger lists
+      stable never without the flag, whatever was seen (``quarantine_refused``; decided again where the
+      ledger is written: steps.record).
     """
     confirmed = seen is FailingSeen.FAILS or failed_before
     if quarantine_asked:
         return RollbackGo(True, True, f"v{version}: restore and quarantine, as a person asked", confirmed=confirmed)
+    stable_kept = quarantine_refused(
+        version, stable_in_ledger=stable_in_ledger, restoring=(), person_asked=False, confirmed=confirmed
+    )
     if seen is FailingSeen.PASSES and waited:
         return RollbackGo(
             False,
@@ -218,6 +222,10 @@ def decide_rollback(
             if failed_before
             else "the sidecar's check failed"
         )
+        if stable_kept:
+            return RollbackGo(
+                True, False, f"v{version}: restore; {source}", why_not_quarantined=stable_kept, confirmed=confirmed
+            )
         return RollbackGo(True, True, f"v{version}: restore; {source}", confirmed=confirmed)
     return RollbackGo(
         True,
@@ -228,6 +236,31 @@ def decide_rollback(
             "quarantine without --quarantine"
         ),
     )
+
+
+def quarantine_refused(
+    version: str, *, stable_in_ledger: bool, restoring: Collection[str], person_asked: bool, confirmed: bool = False
+) -> str:
+    """Why a rollback (its record or its escalation) must not record ``version`` quarantined, "" when it
+    may: the last gate, asked again inside the ledger's compare-and-swap, whatever the evidence.
+
+    * the version this rollback restores (or was restoring): never, not even when a person asks;
+    * a version the ledger lists stable (every version a rollback restores to is one): only when a
+      person asks (``healer rollback --quarantine``). A check that fails on it, this incident's
+      confirmation included, may judge it by requests meant for a newer version (store golden requests
+      pushed with it, a pipeline's), a flaky node or a config around it: quarantining it would take
+      away the version rollbacks restore to.
+    """
+    if version in restoring:
+        return f"v{version} is the version this rollback restores to: never quarantined"
+    if stable_in_ledger and not person_asked:
+        seen = "a check in this incident saw it answer wrong, but " if confirmed else ""
+        return (
+            f"v{version} is stable in the ledger: {seen}healer never quarantines a stable version on its own "
+            "(the check may be at fault: requests meant for another version, the node, a config); a person "
+            "decides (healer rollback --quarantine; runbooks/rollback-escalated.md)"
+        )
+    return ""
 
 
 def failing_seen(answers: Collection[object]) -> FailingSeen:

@@ -12,6 +12,7 @@ from workflows.plan import (
     decide_rollback,
     failing_seen,
     pinned_versions,
+    quarantine_refused,
     replica_action,
     replica_targets,
     touches_triton,
@@ -119,9 +120,15 @@ CONFIRM_TABLE = [
     ("the sidecar's failure, no wait: as asked", P, False, True, False, False, False, (True, True, False)),
     ("a person's rollback of a right version", P, False, False, False, False, False, (True, False, False)),
     ("a person's rollback of a right, stable version", P, False, False, False, False, True, (False, False, False)),
-    ("the sidecar's, of a stable version answering right", P, False, True, False, False, True, (True, True, False)),
+    ("the sidecar's, of a stable version answering right", P, False, True, False, False, True, (True, False, False)),
     ("a person's rollback with --quarantine", P, False, False, True, False, True, (True, True, False)),
-    ("fails again: evidence", F, True, False, False, False, True, (True, True, True)),
+    ("fails again: evidence", F, True, False, False, False, False, (True, True, True)),
+    # A stable version (what rollbacks restore to) is never quarantined without a person, whatever the
+    # evidence: requests pushed with a newer version judge it wrongly (golden_in_store), so may a node.
+    ("a stable version failing again: a person decides", F, True, False, False, False, True, (True, False, True)),
+    ("the sidecar's, a stable version failing again", F, False, True, False, False, True, (True, False, True)),
+    ("a stable version that failed earlier, served nowhere", NS, True, True, False, True, True, (True, False, True)),
+    ("a stable version failing, --quarantine", F, False, False, True, False, True, (True, True, True)),
     ("served nowhere, failed earlier in the incident", NS, True, False, False, True, False, (True, True, True)),
     ("served nowhere, a person's, no evidence", NS, False, False, False, False, False, (True, False, False)),
     (
@@ -165,6 +172,34 @@ def test_decide_rollback(
     )
     assert (go.act, go.quarantine, go.confirmed) == expected, go.why
     assert go.why and (go.quarantine or not go.act or go.why_not_quarantined)
+
+
+# (case, version, stable in the ledger, restoring, a person's --quarantine, confirmed) -> refused?
+REFUSED_TABLE = [
+    ("the failing version, not stable, evidence", "3", False, {"2"}, False, True, False),
+    ("the failing version, not stable, no evidence (the caller decides that)", "3", False, set(), False, False, False),
+    ("the restore target", "2", True, {"2"}, False, True, True),
+    ("the restore target, not (yet) stable", "2", False, {"2"}, False, False, True),
+    ("the restore target, even when a person asks", "2", True, {"2"}, True, True, True),
+    ("a stable version, confirmed failing (store requests of a newer one)", "2", True, set(), False, True, True),
+    ("a stable version, the sidecar's word only", "2", True, {"1"}, False, False, True),
+    ("a stable version, a person's --quarantine", "2", True, {"1"}, True, False, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "version", "stable", "restoring", "asked", "confirmed", "refused"),
+    REFUSED_TABLE,
+    ids=[c[0] for c in REFUSED_TABLE],
+)
+def test_quarantine_refused(
+    case: str, version: str, stable: bool, restoring: set[str], asked: bool, confirmed: bool, refused: bool
+) -> None:
+    why = quarantine_refused(
+        version, stable_in_ledger=stable, restoring=restoring, person_asked=asked, confirmed=confirmed
+    )
+    assert bool(why) is refused, case
+    assert not why or f"v{version}" in why
 
 
 @pytest.mark.parametrize(

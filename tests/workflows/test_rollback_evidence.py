@@ -253,3 +253,49 @@ def test_a_killed_rollback_run_again_finishes_its_work(
             assert lease is not None and lease.released and lease.put_back == ()
         finally:
             second.close()
+
+
+# ---- the version rollbacks restore to is never quarantined by healer alone (golden_in_store defect) -----
+
+
+def test_a_stable_version_that_fails_its_confirmation_is_restored_from_not_quarantined(fs_stack_factory: Any) -> None:
+    """v2 is stable (an earlier incident restored to it); a check now fails on it (its own confirmation
+    too: a check may judge it by requests meant for a newer version). The rollback restores v1 and
+    leaves v2's quarantine to a person: the evidence is in the audit trail, the ledger unchanged."""
+    with fs_stack_factory("linear_scorer", {1: ("good", "1"), 2: ("broken", "wrong_weights")}, stable=[1]) as stack:
+        stack: RollbackStack
+        _stable_without_its_check(stack, "2")
+        report = steps.heal(context_from_settings(stack.settings), stack.request("2", incident="inc-stable-fails"))
+        assert report["phases"][0]["outputs"]["confirm"]["seen"] == "fails"
+        assert report["to_version"] == "1" and stack.triton.served_versions(stack.model) == ["1"]
+        ledger = stack.store.ledger(stack.model)
+        assert ledger.stable_record("2") is not None and not ledger.quarantined
+        assert (stack.live / stack.model / "2").is_dir()  # not moved aside
+        records = stack.store.audit_of(stack.model, "inc-stable-fails")
+        assert [r["event"] for r in records] == ["confirmed-failing", "restored"]
+        assert "a person decides" in records[-1]["not_quarantined"]
+
+
+def test_an_escalated_rollback_of_a_stable_version_does_not_quarantine_it(fs_stack_factory: Any) -> None:
+    """The only stable version fails its confirmation and nothing else is stable: the rollback escalates.
+    The escalation used to quarantine it on that evidence (records.why_not_quarantined), taking away the
+    version every rollback restores to; now the audit record says why not and a person decides."""
+    with fs_stack_factory("linear_scorer", {2: ("broken", "wrong_weights")}, stable=[]) as stack:
+        stack: RollbackStack
+        _stable_without_its_check(stack, "2")
+        status = stack.engine.run(stack.request("2", incident="inc-stable-escalated"), timeout_s=120)
+        assert status.phase == "Failed"
+        ledger = stack.store.ledger(stack.model)
+        assert ledger.stable_record("2") is not None and not ledger.quarantined
+        records = stack.store.audit_of(stack.model, "inc-stable-escalated")
+        assert [r["event"] for r in records] == ["confirmed-failing", "escalated"]
+        assert "stable in the ledger" in records[-1]["not_quarantined"]
+
+
+def _stable_without_its_check(stack: RollbackStack, version: str) -> None:
+    """A stand-in for a stable version that a check now fails (judged by requests meant for a newer
+    version, say): the ledger's record written as a promotion writes it (record_stable), without the
+    golden check a promotion runs first (it would refuse the wrong-weights version)."""
+    from workflows.steps.promote import record_stable
+
+    record_stable(stack.settings, stack.triton, stack.store, stack.model, version, by="test")

@@ -14,6 +14,7 @@ from healer.core.ledger import QuarantineRecord, StableRecord
 from healer.edges.logs import iso_utc
 from healer.edges.store import LOST_TO_A_PUSH, StoreError
 from healer.vocabulary import AUTO, MANUAL, MANUAL_QUARANTINE, RollbackRequest
+from workflows.plan import quarantine_refused
 from workflows.steps.base import PermanentStepError, StepContext, TransientStepError, store_errors
 from workflows.steps.per_pod import per_pod
 
@@ -34,10 +35,11 @@ def record(
 ) -> dict[str, Any]:
     """Quarantine the failing version (a record; no file is touched) and append an audit record.
     ``not_quarantined``: why the failing version must not be quarantined (the version being restored,
-    no evidence against it); then only the audit record is written, saying so. A version the ledger
-    lists stable is quarantined only on ``confirmed`` evidence (a check in this incident saw it answer
-    wrong) or when a person asked (``healer rollback --quarantine``): decided in the same
-    compare-and-swap that would write the quarantine, so a promotion meanwhile counts."""
+    no evidence against it); then only the audit record is written, saying so. Whatever the caller
+    decided, the version ``restored_version`` (this rollback's target) is never quarantined, and a
+    version the ledger lists stable only when a person asked (``healer rollback --quarantine``), even
+    on ``confirmed`` evidence (plan.quarantine_refused): decided in the same compare-and-swap that
+    would write the quarantine, so a promotion meanwhile counts."""
     quarantine = QuarantineRecord(
         version=request.from_version,
         reason=f"{request.reason}: {request.detail}".strip(": "),
@@ -49,9 +51,15 @@ def record(
 
     def quarantined_unless_stable(current: Any) -> Any:
         held[:] = []
-        stable_kept = not confirmed and request.reason != MANUAL_QUARANTINE
-        if current.stable_record(request.from_version) is not None and stable_kept:
-            held.append(stable_not_quarantined(request.from_version))
+        refused = quarantine_refused(
+            request.from_version,
+            stable_in_ledger=current.stable_record(request.from_version) is not None,
+            restoring=restoring_of(request, restored_version),
+            person_asked=request.reason == MANUAL_QUARANTINE,
+            confirmed=confirmed,
+        )
+        if refused:
+            held.append(refused)
             return current
         return current.with_quarantine(quarantine)
 
@@ -82,12 +90,19 @@ def record(
     }
 
 
-def stable_not_quarantined(version: str) -> str:
-    return (
-        f"v{version} is stable in the ledger and no check in this incident saw it answer wrong: not quarantined "
-        "without a person "
-        "(healer rollback --quarantine; runbooks/rollback-escalated.md)"
-    )
+def restoring_of(
+    request: RollbackRequest, *restored: str | None, phases: list[dict[str, Any]] | None = None
+) -> set[str]:
+    """The versions this rollback restores (or was restoring): never quarantined by it."""
+    versions = {v for v in restored if v}
+    versions |= {
+        str(p["outputs"]["version"])
+        for p in phases or []
+        if isinstance(p.get("outputs"), dict) and "version" in p["outputs"]
+    }
+    if request.to_version != AUTO:
+        versions.add(request.to_version)
+    return versions
 
 
 def why_not_quarantined(  # noqa: PLR0911 (a decision table: one return per case)
@@ -105,23 +120,25 @@ def why_not_quarantined(  # noqa: PLR0911 (a decision table: one return per case
         return "no version was seen failing: nothing to quarantine"
     if not is_configured(ctx, request.model):
         return f"{request.model} is not a model of {ctx.settings.source}: nothing is written for it"
-    restoring = {
-        str(p["outputs"]["version"]) for p in phases if isinstance(p.get("outputs"), dict) and "version" in p["outputs"]
-    }
-    if request.to_version != AUTO:
-        restoring.add(request.to_version)
+    restoring = restoring_of(request, phases=phases)
     if version in restoring:
         return f"v{version} is the version this rollback was restoring"
     try:
         ledger = ctx.store.ledger(request.model)
     except (StoreError, ValueError, OSError) as exc:
         return f"the ledger could not be read ({exc}): not quarantined without it"
-    if request.reason == MANUAL_QUARANTINE:
-        return ""
     # A check in this incident saw it answer wrong (the rollback's confirmation, in the audit trail).
-    confirmed = failed_earlier(ctx, request)
-    if ledger.stable_record(version) is not None and not confirmed:
-        return stable_not_quarantined(version)
+    asked = request.reason == MANUAL_QUARANTINE
+    confirmed = False if asked else failed_earlier(ctx, request)
+    refused = quarantine_refused(
+        version,
+        stable_in_ledger=ledger.stable_record(version) is not None,
+        restoring=restoring,
+        person_asked=asked,
+        confirmed=confirmed,
+    )
+    if refused or asked:
+        return refused
     if request.reason == MANUAL and not confirmed:
         return f"a person asked for the rollback of v{version}, not its quarantine (healer rollback --quarantine)"
     return ""
