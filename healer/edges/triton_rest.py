@@ -15,6 +15,7 @@ in time), ``TritonRejected`` (Triton answered with an error status).
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import socket
 import struct
@@ -175,6 +176,7 @@ class TritonRest:
         (the model raised: 400 with its message in an event)."""
         path = f"{_version_path(model, version)}/generate_stream"
         connection = http.client.HTTPConnection(self._host, self._port, timeout=min(timeout_s, self.timeout_s))
+        sock: socket.socket | None = None
         try:
             try:
                 connection.connect()
@@ -190,10 +192,13 @@ class TritonRest:
                 )
             except (OSError, http.client.HTTPException) as exc:
                 raise TritonUnavailable(f"{type(exc).__name__}: {exc}".strip()) from exc
-            limits = _Limits(sock, started, timeout_s, stall_s)
+            limits = _Limits(started, timeout_s, stall_s)
+            connection.sock = _Bounded(sock, limits.left)
             yield from _events(connection.getresponse, limits)
         finally:
             connection.close()
+            if sock is not None:
+                sock.close()
 
     # ---- repository ------------------------------------------------------------------------------
 
@@ -230,6 +235,7 @@ class TritonRest:
         stretch it), and at most MAX_ANSWER_BYTES of it (a runaway output cannot exhaust the pod)."""
         deadline = time.monotonic() + timeout_s
         connection = http.client.HTTPConnection(self._host, self._port, timeout=min(timeout_s, self.timeout_s))
+        sock: socket.socket | None = None
         try:
             try:
                 connection.connect()
@@ -240,12 +246,13 @@ class TritonRest:
                 # Refused, unreachable, no connection or the request not taken in time: nothing was
                 # answered, and nothing says the model hangs.
                 raise TritonUnavailable(f"{type(exc).__name__}: {exc}".strip()) from exc
-            # The socket itself: http.client lets go of it (connection.sock = None) when the answer
-            # says "Connection: close", and every read must still get what is left of the deadline.
+            # Every read of the answer (status line and headers too) waits at most what is left of the
+            # deadline, however the server trickles its bytes.
             sock = connection.sock
+            connection.sock = _Bounded(sock, lambda: _left(deadline))
             try:
                 response = connection.getresponse()
-                data = _read_within(response, deadline, sock)
+                data = _read_within(response)
             except TimeoutError as exc:
                 raise TritonTimeout(f"no answer within {timeout_s:g}s: {method} {path}") from exc
             except (OSError, http.client.HTTPException) as exc:  # reset, closed, a garbled answer
@@ -253,6 +260,8 @@ class TritonRest:
             return response.status, {k.lower(): v for k, v in response.getheaders()}, data
         finally:
             connection.close()
+            if sock is not None:
+                sock.close()  # http.client lets go of it when the answer says "Connection: close"
 
     @staticmethod
     def _json(status: int, body: bytes, *, empty_ok: bool = False) -> Any:
@@ -279,11 +288,47 @@ def _left(deadline: float) -> float:
     return left
 
 
-def _read_within(response: http.client.HTTPResponse, deadline: float, sock: socket.socket) -> bytes:
+class _BoundedIO(io.RawIOBase):
+    """A socket's reads, each waiting at most ``left()`` seconds (re-armed before every recv, so a server
+    trickling a byte at a time cannot stretch a limit); ``left`` raises when a limit has passed."""
+
+    def __init__(self, sock: socket.socket, left: Callable[[], float]) -> None:
+        super().__init__()
+        self._sock = sock
+        self._left = left
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self._sock.settimeout(self._left())
+        return self._sock.recv_into(buffer)
+
+
+class _Bounded:
+    """A connected socket as http.client's response reads it: its file is a _BoundedIO."""
+
+    def __init__(self, sock: socket.socket, left: Callable[[], float]) -> None:
+        self._sock = sock
+        self._left = left
+
+    def makefile(self, mode: str = "rb", *_: Any, **__: Any) -> io.BufferedReader:
+        return io.BufferedReader(_BoundedIO(self._sock, self._left), _PIECE)
+
+    def sendall(self, data: bytes) -> None:
+        self._sock.settimeout(self._left())
+        self._sock.sendall(data)
+
+    def close(self) -> None:
+        """Nothing: http.client closes the connection before the answer is read when it says "Connection:
+        close"; the call that opened the socket closes it when done."""
+
+
+def _read_within(response: http.client.HTTPResponse) -> bytes:
+    """The answer's body, at most MAX_ANSWER_BYTES (each read bounded by the response's _Bounded socket)."""
     pieces: list[bytes] = []
     size = 0
     while True:
-        sock.settimeout(_left(deadline))
         piece = response.read1(_PIECE) if size < MAX_ANSWER_BYTES else b""
         if not piece:
             break
@@ -316,18 +361,17 @@ class _GivenUp(Exception):
 class _Limits:
     """The stall limit (from the last event, or the request) and the request's deadline, for every read."""
 
-    sock: socket.socket
     started: float
     timeout_s: float
     stall_s: float
     last: float = 0.0
 
-    def arm(self) -> None:
-        """The socket's timeout for the next read; _GivenUp when a limit has passed already."""
+    def left(self) -> float:
+        """The longest the next read may wait; _GivenUp when a limit has passed already."""
         left = min((self.last or self.started) + self.stall_s, self.started + self.timeout_s) - time.monotonic()
         if left <= 0:
             raise _GivenUp
-        self.sock.settimeout(left)
+        return left
 
     def end(self, *, closed: bool) -> StreamEnd:
         now = time.monotonic()
@@ -339,11 +383,9 @@ def _events(response_of: Callable[[], http.client.HTTPResponse], limits: _Limits
     try:
         response = response_of()  # Triton answers its headers with the first event
         if response.status != 200:
-            raise _rejected(
-                response.status, _sse_data(_read_within(response, limits.started + limits.timeout_s, limits.sock))
-            )
+            raise _rejected(response.status, _sse_data(_read_within(response)))
         pending: list[bytes] = []
-        for line in _lines(response, limits):
+        for line in _lines(response):
             text = line.rstrip(b"\r\n")
             if text.startswith(b"data:"):
                 pending.append(text[5:].strip())
@@ -360,18 +402,28 @@ def _events(response_of: Callable[[], http.client.HTTPResponse], limits: _Limits
         raise TritonUnavailable(f"{type(exc).__name__}: {exc}".strip()) from exc
 
 
-def _lines(response: http.client.HTTPResponse, limits: _Limits) -> Iterator[bytes]:
-    """The stream's lines until Triton closes it, each read within the limits, at most MAX_ANSWER_BYTES."""
+def _lines(response: http.client.HTTPResponse) -> Iterator[bytes]:
+    """The stream's lines until Triton closes it, split here from what each read brings (every read within
+    the limits: the response's socket is a _Bounded one), at most MAX_ANSWER_BYTES in all."""
     size = 0
+    buffer = bytearray()
     while True:
-        limits.arm()
-        line = response.readline(_LINE_LIMIT)
-        if not line:
+        piece = response.read1(_PIECE)
+        if not piece:
+            if buffer:
+                yield bytes(buffer)
             return
-        size += len(line)
-        if size > MAX_ANSWER_BYTES or (len(line) >= _LINE_LIMIT and not line.endswith(b"\n")):
-            raise TritonUnavailable(f"garbled stream: over {MAX_ANSWER_BYTES >> 20} MiB, or a line over 1 MiB")
-        yield line
+        size += len(piece)
+        if size > MAX_ANSWER_BYTES:
+            raise TritonUnavailable(f"garbled stream: over {MAX_ANSWER_BYTES >> 20} MiB")
+        buffer += piece
+        start = 0
+        while (newline := buffer.find(b"\n", start)) >= 0:
+            yield bytes(buffer[start : newline + 1])
+            start = newline + 1
+        del buffer[:start]
+        if len(buffer) > _LINE_LIMIT:
+            raise TritonUnavailable(f"garbled stream: a line over {_LINE_LIMIT >> 20} MiB")
 
 
 def _event(data: bytes) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from healer.core.streams import StreamEnd, StreamEvent
-from healer.edges.triton import TritonRejected, TritonUnavailable
+from healer.edges.triton import TritonRejected, TritonTimeout, TritonUnavailable
 from healer.edges.triton_rest import TritonRest
 
 Script = Sequence[tuple[float, bytes]]  # (seconds to wait, then bytes to send as one chunk)
@@ -29,6 +29,7 @@ def _serve(
     *,
     content_type: str = "text/event-stream; charset=utf-8",
     requests: list[bytes] | None = None,
+    raw: bool = False,
 ) -> tuple[str, threading.Thread]:
     """One connection: the request read, then the status line and headers with the first chunk (as
     Triton sends them), each chunk after its wait, then the end of the chunked body."""
@@ -54,8 +55,12 @@ def _serve(
             )
             for i, (wait, data) in enumerate(script):
                 time.sleep(wait)
+                if raw:  # the bytes as they are: no status line, no chunks
+                    connection.sendall(data)
+                    continue
                 connection.sendall((header if i == 0 else b"") + f"{len(data):x}\r\n".encode() + data + b"\r\n")
-            connection.sendall((header if not script else b"") + b"0\r\n\r\n")
+            if not raw:
+                connection.sendall((header if not script else b"") + b"0\r\n\r\n")
         except OSError:
             pass  # the client gave up and closed: what a stall test wants
         finally:
@@ -174,3 +179,30 @@ def test_the_version_is_in_the_path_and_none_is_the_one_triton_chooses(served: l
         b"POST /v2/models/m/versions/3/generate_stream HTTP/1.1",
         b"POST /v2/models/m/generate_stream HTTP/1.1",
     ]
+
+
+def test_a_trickle_without_a_newline_is_a_stall_at_the_stall_limit(served: list[threading.Thread]) -> None:
+    # One byte every 0.5 s, never a newline: each recv is quick, but no event comes.
+    url, thread = _serve(200, [(0.0 if i == 0 else 0.5, b"d") for i in range(24)])
+    served.append(thread)
+    started = time.monotonic()
+    [end] = stream(url, timeout_s=3.0, stall_s=1.0)
+    assert isinstance(end, StreamEnd) and end.stalled and not end.closed
+    assert time.monotonic() - started < 1.6  # the stall limit, not the server's 12 s
+
+
+@pytest.mark.parametrize("endpoint", ["generate", "generate_stream"])
+def test_headers_trickled_a_byte_at_a_time_are_bounded_by_the_deadline(
+    served: list[threading.Thread], endpoint: str
+) -> None:
+    status_line = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    url, thread = _serve(200, [(0.3, bytes([byte])) for byte in status_line], raw=True)
+    served.append(thread)
+    started = time.monotonic()
+    if endpoint == "generate":
+        with pytest.raises(TritonTimeout):
+            TritonRest(url, timeout_s=2.0).generate("m", "1", {"text_input": "hi"}, 1.0)
+    else:
+        [end] = stream(url, timeout_s=1.0, stall_s=1.0)
+        assert isinstance(end, StreamEnd) and not end.closed
+    assert time.monotonic() - started < 1.6
