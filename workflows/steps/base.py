@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -72,6 +72,9 @@ class StepContext:
     # Whether a run a lease names died with its engine (the LocalEngine's records): a run of the same
     # incident then takes the lease over at once. None: never known (Argo retries its own runs).
     run_is_dead: Callable[[str], bool] | None = None
+    # The pipelines whose suites judge a composing model, decided once at the lease (steps/pipeline.py):
+    # every replica's confirmation and verify use the same, never a fresh look-up after a swap.
+    judges: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def check_cancelled(self, during: str) -> None:
         if self.cancelled.is_set():

@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from healer.core.pipeline import pipeline_members
+from healer.core.pipeline import config_members
 from healer.core.results import ProbeResult, Status
 from healer.edges.triton import TritonRejected, TritonUnavailable
 from healer.settings import ModelSettings
@@ -32,6 +32,8 @@ def judging_pipelines(ctx: StepContext, model: str) -> list[ModelSettings]:
     Empty for a configured model: its own suite judges it."""
     if any(m.name == model for m in ctx.settings.models):
         return []
+    if model in ctx.judges:  # decided once at the lease: the same on every replica, before and after a swap
+        return [m for m in ctx.settings.models if m.name in ctx.judges[model]]
     found = []
     for candidate in ctx.settings.models:
         if model in candidate.calls:
@@ -41,12 +43,12 @@ def judging_pipelines(ctx: StepContext, model: str) -> list[ModelSettings]:
             config = ctx.triton.model_config(candidate.name)
         except TritonUnavailable as exc:
             raise TransientStepError(f"config of {candidate.name} on {ctx.triton.url}: not reachable: {exc}") from exc
-        except TritonRejected:
-            continue  # not loaded here: not a pipeline this Triton runs
+        except TritonRejected as exc:  # still loading, or not loaded here: whether it composes the model is unknown
+            raise TransientStepError(f"config of {candidate.name} on {ctx.triton.url}: refused: {exc}") from exc
         try:
-            members = pipeline_members((), config)
-        except ValueError:
-            continue
+            members = config_members(candidate.name, config)
+        except ValueError as exc:  # a partial answer: unknown too, never "not a pipeline"
+            raise TransientStepError(f"config of {candidate.name} on {ctx.triton.url}: {exc}") from exc
         if any(m.name == model for m in members):
             found.append(candidate)
     return found
@@ -54,7 +56,7 @@ def judging_pipelines(ctx: StepContext, model: str) -> list[ModelSettings]:
 
 def require_evidence(ctx: StepContext, model: str) -> list[ModelSettings]:
     """A model healer cannot verify is never touched: configured itself, or a member of a configured pipeline.
-    Returns the pipelines that judge it (empty: its own suite)."""
+    Returns the pipelines that judge it (empty: its own suite); the lease keeps them in ``ctx.judges``."""
     if any(m.name == model for m in ctx.settings.models):
         return []
     pipelines = judging_pipelines(ctx, model)

@@ -100,7 +100,11 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
     keeper = LeaseKeeper(ctx, request.model, request.incident, holder)
     ctx = dataclasses.replace(ctx, lease=keeper)
     try:
-        go = _run_phase(ctx, request, phases, "lease", lambda: _take_lease(ctx, request, keeper, holder))["confirm"]
+        lease = _run_phase(ctx, request, phases, "lease", lambda: _take_lease(ctx, request, keeper, holder))
+        go = lease["confirm"]
+        # The pipelines that judge a composing model, decided once holding the lease: the same evidence for
+        # every replica's restore, never looked up again after a swap (a refused read must not change it).
+        ctx = dataclasses.replace(ctx, judges={request.model: tuple(lease.get("judged_by", ()))})
         if not go["act"]:
             return _nothing_to_do(request, go["why"], phases)
         restored = _run_phase(
@@ -165,10 +169,13 @@ def _run_phase(
 
 def _take_lease(ctx: StepContext, request: RollbackRequest, keeper: LeaseKeeper, holder: str) -> dict[str, Any]:
     """The lease phase: the model's lease, an earlier attempt's put-back duties, then the confirmation."""
-    if not require_evidence(ctx, request.model):  # a model healer cannot verify is never touched
+    judges = require_evidence(ctx, request.model)  # a model healer cannot verify is never touched
+    if not judges:
         golden_request(ctx, request.model)
+    ctx = dataclasses.replace(ctx, judges={request.model: tuple(p.name for p in judges)})
     waited_s = keeper.take()
     out: dict[str, Any] = {"holder": holder, "waited_s": round(waited_s, 3), "expires_at": keeper.lease.expires_at}
+    out["judged_by"] = [p.name for p in judges]
     if keeper.lease.taken_from:
         out["taken_over_from"] = keeper.lease.taken_from
     if keeper.duties():
