@@ -40,7 +40,7 @@ from tests.support.pipeline_models import (
 from tests.support.rollback_stack import SETUP_LOAD_TIMEOUT_S, AlertReceiver, make_settings
 from workflows.steps.context import context_from_settings
 from workflows.steps.pipeline import reload_pipeline
-from workflows.steps.promote import promote
+from workflows.steps.promote import PromotionRefused, promote
 
 _names = iter(range(1, 1000))
 
@@ -229,3 +229,34 @@ def test_a_failure_with_nothing_changed_underneath_blames_the_ensemble_itself(pi
     for member in ("pre", "mid", "post"):
         assert pipeline.store.ledger(names[member]).quarantined == ()
     assert infer(url, ens) == expected_y()
+
+
+class PushDuringSuite(TritonHttp):
+    """The real Triton, with a hook: the first inference (the suite's) is preceded by a deploy."""
+
+    def __init__(self, url: str, push: Callable[[], None]) -> None:
+        super().__init__(url, timeout_s=5.0)
+        self._push: Callable[[], None] | None = push
+
+    def infer(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        push, self._push = self._push, None
+        if push is not None:
+            push()
+        return super().infer(*args, **kwargs)
+
+
+def test_a_member_that_changes_while_the_suite_runs_refuses_the_promotion(pipeline: Pipeline) -> None:
+    """Members read before and after the pipeline's suite must be equal: a member version loaded meanwhile
+    was never judged by it, and is not recorded stable."""
+    ens, mid = pipeline.names["ensemble"], pipeline.names["mid"]
+    triton = PushDuringSuite(
+        pipeline.settings.triton.url,
+        lambda: pipeline.push(mid, lambda root: write_step(root, mid, {2: {"factor": 2.0}})),
+    )
+    try:
+        with pytest.raises(PromotionRefused, match="its composing models changed while its suite ran"):
+            promote(pipeline.settings, triton, pipeline.store, ens, "1", by="test")
+    finally:
+        triton.close()
+    assert "2" in pipeline.triton.served_versions(mid)
+    assert [r.version for r in pipeline.store.ledger(mid).stable] == ["1"]  # v2: never judged, not stable

@@ -59,7 +59,7 @@ def promote(
         model_settings = settings.model(model)
     except KeyError:
         raise PromotionRefused(f"{model} has no golden request in {settings.source}") from None
-    golden = suite_with_store(store, model_settings)  # the whole golden suite, the store's requests too
+    golden = suite_with_store(store, model_settings, version)  # the whole suite, the store's (the version's) too
     _check_promotable(store, model, version)
     # Triton first: verifying the live files below hashes the whole version and writes its stamp, work
     # (and a write) for nothing when no Triton can pass the version anyway.
@@ -68,11 +68,17 @@ def promote(
     try:
         if not triton.model_version_ready(model, version):
             raise PromotionRefused(f"{model} v{version} is not ready on Triton {triton.url}; load it first")
+        # A pipeline's members read before and after its suite: a pass counts only for what ran throughout.
+        running = _members_running(triton, model, model_settings.calls)
         result = check_after_load(triton, model, version, golden)
         if result.status is not Status.PASS:
             raise PromotionRefused(f"{model} v{version} did not pass its golden request: {result.reason}")
-        members = pipeline_members(model_settings.calls, triton.model_config(model))
-        running = {m.name: running_version(m, triton.served_versions(m.name)) for m in members}
+        after = _members_running(triton, model, model_settings.calls)
+        if after != running:
+            raise PromotionRefused(
+                f"{model}: its composing models changed while its suite ran (before: {_listed(running)}; after: "
+                f"{_listed(after)}): the pass is not evidence for either; nothing promoted, promote again"
+            )
     except TritonError as exc:
         raise PromotionRefused(f"Triton {triton.url}: {exc}") from exc
     except ValueError as exc:  # an ensemble config healer cannot read
@@ -81,6 +87,16 @@ def promote(
     for member, member_version in running.items():
         _promote_member(settings, triton, store, member, member_version, pipeline=model, by=by)
     return record
+
+
+def _members_running(triton: TritonAPI, model: str, calls: tuple[str, ...]) -> dict[str, str | None]:
+    """The version each of ``model``'s composing models runs now (empty: not a pipeline)."""
+    members = pipeline_members(calls, triton.model_config(model))
+    return {m.name: running_version(m, triton.served_versions(m.name)) for m in members}
+
+
+def _listed(running: dict[str, str | None]) -> str:
+    return ", ".join(f"{m} v{v}" if v is not None else f"{m} none" for m, v in running.items()) or "none"
 
 
 def _check_promotable(store: ModelStore, model: str, version: str) -> None:
