@@ -15,7 +15,7 @@ import structlog
 
 from healer.core.pipeline import Blame, Member, blame, config_members, pipeline_members, running_version
 from healer.core.state import Incident, Probed, Verdict
-from healer.edges.triton import TritonAPI, TritonError, TritonUnavailable
+from healer.edges.triton import IndexEntry, TritonAPI, TritonError, TritonUnavailable
 from healer.settings import ModelSettings
 from healer.sidecar.clock import REAL_CLOCK, Clock
 
@@ -64,15 +64,21 @@ class PipelineWatch:
         # Triton did not answer a config read this cycle: no more are tried until the next cycle, so a hung
         # Triton costs one read's timeout per cycle, not one per model.
         self._configs_down = False
+        self._index_down = False  # likewise for the repository index the members' versions are read from
 
     # ---- each probe cycle (the loop's thread and its workers) -------------------------------------------------
     def before_probe(self, names: Collection[str]) -> None:
         """The members' versions before the pipelines are probed: a pass counts only for what ran."""
         self._configs_down = False
+        self._index_down = False
+        index: list[IndexEntry] | None = None
+        read = False
         for name in names:
             members = self.members(name)
             if members:
-                versions = self._running(members)
+                if not read:  # one repository index for every pipeline's members
+                    index, read = self._index(), True
+                versions = _versions(members, index)
                 with self._lock:
                     self._pipelines[name].before = versions
 
@@ -81,7 +87,7 @@ class PipelineWatch:
         members = self.members(name)
         if not members:
             return
-        versions = self._running(members)
+        versions = _versions(members, self._index())
         with self._lock:
             pipeline = self._pipelines[name]
             pipeline.now = dict(versions)
@@ -224,15 +230,30 @@ class PipelineWatch:
             log.warning("pipeline_baseline_unread", model=member, error=str(exc)[:300])
             return None
 
-    def _running(self, members: Sequence[Member]) -> dict[str, str | None]:
-        """The version each member runs now (None: Triton did not say)."""
-        out: dict[str, str | None] = {}
-        for member in members:
-            try:
-                out[member.name] = running_version(member, self._triton.served_versions(member.name))
-            except TritonError:
-                out[member.name] = None
-        return out
+    def _index(self) -> list[IndexEntry] | None:
+        """Triton's repository index (None: not read). After a TritonUnavailable no more are asked this
+        cycle: a hung Triton costs one read's timeout per cycle, not one per member or per pipeline."""
+        if self._index_down:
+            return None
+        try:
+            return self._triton.repository_index()
+        except TritonUnavailable:
+            self._index_down = True
+            return None
+        except TritonError:
+            return None
+
+
+def _versions(members: Sequence[Member], index: Sequence[IndexEntry] | None) -> dict[str, str | None]:
+    """The version each member runs, from one repository index: its READY versions (None: not read)."""
+    out: dict[str, str | None] = {}
+    for member in members:
+        if index is None:
+            out[member.name] = None
+            continue
+        ready = [str(r.version) for r in index if r.name == member.name and r.state == "READY" and r.version]
+        out[member.name] = running_version(member, ready)
+    return out
 
 
 def ledger_stable(store_factory: Callable[[], Any] | None) -> Callable[[str], str | None] | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from healer.core.state import Incident, Probed, Verdict
-from healer.edges.triton import TritonRejected, TritonUnavailable
+from healer.edges.triton import IndexEntry, TritonRejected, TritonUnavailable
 from healer.settings import GoldenRequest, ModelSettings, parse_section
 from healer.sidecar.pipelines import CONFIG_REREAD_S, PipelineWatch
 from tests.support.settings_files import minimal_model
@@ -31,6 +31,7 @@ class StandInTriton:
         self.loading: set[str] = set()  # models whose config read Triton rejects (HTTP 400: still loading)
         self.partial: set[str] = set()  # models whose config comes back without platform or backend
         self.config_reads = 0
+        self.version_reads = 0  # served-version or repository-index reads
 
     def model_config(self, model: str) -> dict[str, Any]:
         self.config_reads += 1
@@ -43,9 +44,16 @@ class StandInTriton:
         return {"name": model, **self.configs.get(model, {"backend": "python"})}
 
     def served_versions(self, model: str) -> list[str]:
+        self.version_reads += 1
         if self.down:
             raise TritonUnavailable("connection refused")
         return self.served[model]
+
+    def repository_index(self) -> list[IndexEntry]:
+        self.version_reads += 1
+        if self.down:
+            raise TritonUnavailable("connection refused")
+        return [IndexEntry(m, v, "READY", "") for m, versions in self.served.items() for v in versions]
 
 
 def model(name: str, **entry: Any) -> ModelSettings:
@@ -244,3 +252,21 @@ def test_two_members_changed_blames_nobody_even_after_an_unread_cycle() -> None:
     decided = w.blame(incident())
     assert decided is not None and decided.model is None
     assert "pre v1->v2" in decided.why and "mid v1->v2" in decided.why and "a person decides" in decided.why
+
+
+def test_the_members_versions_cost_one_index_read_and_a_hung_triton_one_per_cycle() -> None:
+    """Every pipeline's members read from one repository index before the probes; after a TritonUnavailable
+    nothing more is asked that cycle (a hung Triton: one timeout per cycle, not pipelines x members)."""
+    triton, clock = StandInTriton(), FakeClock()
+    names = [f"ens{i}" for i in range(5)]
+    for name in names:
+        triton.configs[name] = ENSEMBLE
+    w = PipelineWatch([model(n) for n in names], triton, clock=clock)  # type: ignore[arg-type]
+    w.before_probe(names)
+    assert triton.version_reads == 1
+    triton.down = True
+    before = triton.version_reads
+    w.before_probe(names)
+    for name in names:
+        w.after_probe(name, Probed(0.0, Verdict.WRONG, "1"))
+    assert triton.version_reads - before == 1
