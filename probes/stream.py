@@ -25,6 +25,7 @@ nothing in it, as Triton sends when the model ends its stream, is none).
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,11 +36,16 @@ import numpy.typing as npt
 from healer.core.results import ProbeResult, Status, Tier
 from healer.core.streams import StreamEnd, StreamEvent, StreamItem
 from healer.settings import DATATYPES, GoldenRequest, TensorSpec
-from healer.vocabulary import MODEL_ERROR, SLOW, TIMEOUT
+from healer.vocabulary import MODEL_ERROR, SLOW, TIMEOUT, WRONG_ANSWER
 from probes.comparators import shown
 from probes.compare import Comparison, compare_output, timeout_status, wrong_answer_code
 
 Answer = Mapping[str, Any]  # a generate answer, or a stream's events' fields concatenated
+
+# A stream is read as it comes, never kept whole (the sidecar's budget is 64 MiB): at most MAX_EVENTS
+# events and MAX_ANSWER_CHARS of its expected outputs concatenated. More is a runaway generation.
+MAX_EVENTS = 10_000
+MAX_ANSWER_CHARS = 256 << 10
 
 
 def json_body(request: GoldenRequest) -> dict[str, Any]:
@@ -141,6 +147,78 @@ def timings(request: GoldenRequest, events: Sequence[StreamEvent], end: StreamEn
     )
 
 
+class StreamReading:
+    """A stream read item by item (pure, bounded): its running timings (count, first token, largest gap
+    between two tokens), its expected outputs' parts, its first error event, how it ended. ``add`` says
+    when nothing more is worth reading: the end, an error event, or a cap passed (``over``)."""
+
+    def __init__(self, request: GoldenRequest) -> None:
+        self.request = request
+        self.names = [o.tensor.name for o in request.outputs]
+        self.parts: dict[str, list[Any]] = {name: [] for name in self.names}
+        self.events = 0
+        self.tokens = 0
+        self.first_token_s: float | None = None
+        self.max_gap_s: float | None = None
+        self.last_token_s: float | None = None
+        self.last_s = 0.0
+        self.size = 0
+        self.error: tuple[int, Any] | None = None  # (events before it, its message)
+        self.end: StreamEnd | None = None
+        self.over = ""
+
+    def add(self, item: StreamItem) -> bool:
+        """One item of the stream; False when the rest need not be read."""
+        if isinstance(item, StreamEnd):
+            self.end = item
+            self.over = self.over or item.over
+            return False
+        if self.error is not None or self.over:
+            return False
+        if self.events >= MAX_EVENTS:
+            self.over = f"more than {MAX_EVENTS} events"
+            return False
+        self.last_s = item.at
+        if isinstance(item.data.get("error"), str):
+            self.error = (self.events, item.data["error"])
+            self.events += 1
+            return False
+        self.events += 1
+        token = False
+        for name in self.names:
+            value = item.data.get(name)
+            if value is None:
+                continue
+            token = token or value not in ("", [])
+            self.parts[name].append(value)
+            self.size += len(value) if isinstance(value, str) else len(json.dumps(value, default=str))
+        if token:
+            if self.last_token_s is not None:
+                gap = item.at - self.last_token_s
+                self.max_gap_s = gap if self.max_gap_s is None else max(self.max_gap_s, gap)
+            else:
+                self.first_token_s = item.at
+            self.last_token_s = item.at
+            self.tokens += 1
+        if self.size > MAX_ANSWER_CHARS:
+            self.over = f"answer over {MAX_ANSWER_CHARS >> 10} KiB"
+            return False
+        return True
+
+    def answer(self) -> dict[str, Any]:
+        """Each expected output's parts as concatenated() joins them."""
+        return {name: _joined(parts) for name, parts in self.parts.items() if parts}
+
+    def timings(self, end: StreamEnd) -> Timings:
+        return Timings(self.events, self.tokens, self.first_token_s, self.max_gap_s, end.at)
+
+
+def _joined(parts: Sequence[Any]) -> Any:
+    if all(isinstance(part, str) for part in parts):
+        return "".join(parts)
+    return [item for part in parts for item in (part if isinstance(part, list) else [part])]
+
+
 def judge_generate(request: GoldenRequest, model: str, version: str, answer: Answer, elapsed_s: float) -> ProbeResult:
     """A ``generate`` answer: its fields against the expected outputs, then the latency SLO."""
     details = {**_base(request), "outputs": []}
@@ -151,11 +229,20 @@ def judge_stream(
     request: GoldenRequest, model: str, version: str, items: Sequence[StreamItem], *, serving_confirmed: bool
 ) -> ProbeResult:
     """A ``generate_stream`` stream from its events and end, with their times (see the module's rules)."""
-    events = [item for item in items if isinstance(item, StreamEvent)]
-    end = next((item for item in items if isinstance(item, StreamEnd)), None)
-    if end is None:  # the edge always ends with one; a stream cut short of it was given up at its last event
-        end = StreamEnd(events[-1].at if events else 0.0, closed=False, stalled=True)
-    times = timings(request, events, end)
+    reading = StreamReading(request)
+    for item in items:
+        if not reading.add(item):
+            break
+    return judge_reading(reading, model, version, serving_confirmed=serving_confirmed)
+
+
+def judge_reading(reading: StreamReading, model: str, version: str, *, serving_confirmed: bool) -> ProbeResult:
+    """A stream as read (StreamReading: fed by the prober as the edge yields it)."""
+    request = reading.request
+    end = reading.end
+    if end is None:  # the reading stopped early (an error event, a cap), or the stream was cut short of its end
+        end = StreamEnd(reading.last_s, closed=False, stalled=not (reading.error or reading.over))
+    times = reading.timings(end)
     details: dict[str, Any] = {**_base(request), **times.to_dict()}
     for name in ("first_token_slo_ms", "inter_token_slo_ms"):
         if getattr(request, name) is not None:
@@ -164,20 +251,29 @@ def judge_stream(
     def result(status: Status, reason: str, code: str = "", **more: Any) -> ProbeResult:
         return _result(status, model, version, end.at, reason, {**details, **more}, code)
 
-    errors = [e for e in events if isinstance(e.data.get("error"), str)]
-    if errors:
-        message = str(errors[0].data["error"]).strip().splitlines()[0] if str(errors[0].data["error"]).strip() else ""
-        before = len(events[: events.index(errors[0])])
+    if reading.error is not None:
+        before, error = reading.error
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
         return result(
-            Status.FAIL,
-            f"the stream carried an error after {before} event(s): {message}",
-            MODEL_ERROR,
-            error=errors[0].data["error"],
+            Status.FAIL, f"the stream carried an error after {before} event(s): {message}", MODEL_ERROR, error=error
         )
-    so_far = concatenated(request, events)
+    so_far = reading.answer()
+    if reading.over:
+        return _over(reading.over, result, times, so_far, serving_confirmed)
     if not end.closed:
         return _hang(request, result, end, times, so_far, serving_confirmed)
     return _judged(request, model, version, so_far, end.at, details, slow=_slow_stream(request, times))
+
+
+def _over(
+    over: str, result: Callable[..., ProbeResult], times: Timings, so_far: Answer, serving_confirmed: bool
+) -> ProbeResult:
+    """A runaway generation: more than the caps allow read. The version's failure when serving is confirmed."""
+    text = next((v for v in so_far.values() if isinstance(v, str)), None)
+    what = f"{over} after {times.events} event(s)" + (f" ({shown(text, 40)})" if text else "")
+    if serving_confirmed:
+        return result(Status.FAIL, f"{what}: max_tokens ignored? a runaway generation", WRONG_ANSWER, over=over)
+    return result(Status.ERROR, f"{what}; Triton's liveness or the version's readiness not confirmed", over=over)
 
 
 def _hang(

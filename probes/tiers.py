@@ -21,14 +21,14 @@ from collections.abc import Callable
 
 from healer.core.ledger import StableRecord
 from healer.core.results import ProbeResult, Status, Tier
-from healer.edges.triton import TritonAPI, TritonRejected, TritonTimeout, TritonUnavailable
+from healer.edges.triton import TritonAPI, TritonRejected, TritonTimeout, TritonTooLarge, TritonUnavailable
 from healer.settings import GoldenRequest
 from healer.settings.sections import ENDPOINT_GENERATE, ENDPOINT_STREAM
-from healer.vocabulary import MODEL_ERROR, SLOW, TIMEOUT
+from healer.vocabulary import MODEL_ERROR, SLOW, TIMEOUT, WRONG_ANSWER
 from probes.compare import compare_output, timeout_status, wrong_answer_code
 from probes.contract import Fit
 from probes.fit import check_fit, explained, misfit_result
-from probes.stream import json_body, judge_generate, judge_stream
+from probes.stream import StreamReading, json_body, judge_generate, judge_reading
 from probes.suite import Golden, as_suite, combine, ends_suite
 
 Clock = Callable[[], float]
@@ -136,16 +136,24 @@ def _check_request(
         return judge_generate(golden, model, version, answer, clock() - started)
     if golden.endpoint == ENDPOINT_STREAM:
         started = clock()
+        # The edge times every event; a stall or the timeout ends the stream there, judged as a hang. The
+        # events are read one at a time and let go (StreamReading keeps the running timings and the
+        # answer, within its caps); past a cap the stream is closed unread.
+        reading = StreamReading(golden)
+        stream = triton.generate_stream(
+            model, version, json_body(golden), timeout_s=golden.timeout_s, stall_s=golden.stall_limit_s
+        )
         try:
-            # The edge times every event; a stall or the timeout ends the stream there, judged as a hang.
-            items = list(
-                triton.generate_stream(
-                    model, version, json_body(golden), timeout_s=golden.timeout_s, stall_s=golden.stall_limit_s
-                )
-            )
+            for item in stream:
+                if not reading.add(item):
+                    break
         except (TritonUnavailable, TritonRejected) as exc:
             return _no_answer(exc, model, version, golden, clock() - started, serving_confirmed, _base(golden))
-        return judge_stream(golden, model, version, items, serving_confirmed=serving_confirmed)
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        return judge_reading(reading, model, version, serving_confirmed=serving_confirmed)
     return _check_infer(triton, model, version, golden, serving_confirmed, clock)
 
 
@@ -210,6 +218,14 @@ def _no_answer(
                 f"the model hangs (SLO {golden.latency_slo_ms:g} ms)"
             )
             return told(Status.FAIL, hangs, {**base_details, "timeout_s": golden.timeout_s, "error": str(exc)}, TIMEOUT)
+    if isinstance(exc, TritonTooLarge) and serving_confirmed:
+        # An answer came, longer than any golden answer: a runaway generation (max_tokens ignored?).
+        return told(
+            Status.FAIL,
+            f"{exc}: max_tokens ignored? a runaway generation",
+            {**base_details, "error": str(exc)},
+            WRONG_ANSWER,
+        )
     if isinstance(exc, TritonUnavailable):
         return told(Status.ERROR, f"golden request got no answer: {exc}", base_details)
     if exc.status == 404:

@@ -20,11 +20,13 @@ class StreamEvent:
 @dataclass(frozen=True)
 class StreamEnd:
     """How a stream ended, and when (seconds since the request was sent): ``closed`` by Triton, or given up
-    by healer: ``stalled`` (no event for the stall limit) or the request's timeout passed (neither)."""
+    by healer: ``stalled`` (no event for the stall limit), ``over`` a cap on what is read, or the request's
+    timeout passed (none of them)."""
 
     at: float
     closed: bool
     stalled: bool = False
+    over: str = ""  # why the edge stopped reading ("": it did not): more than it reads of one stream
 
 
 StreamItem = StreamEvent | StreamEnd

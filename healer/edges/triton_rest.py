@@ -35,6 +35,7 @@ from healer.edges.triton_types import (
     OutputTensor,
     TritonRejected,
     TritonTimeout,
+    TritonTooLarge,
     TritonUnavailable,
     error_message,
     served_in,
@@ -157,6 +158,7 @@ class TritonRest:
             json.dumps(dict(body), separators=(",", ":")).encode(),
             timeout_s=timeout_s,
             headers={"Content-Type": "application/json"},
+            max_bytes=MAX_GENERATE_BYTES,
         )
         answer = self._json(status, data)
         if not isinstance(answer, dict):
@@ -229,6 +231,7 @@ class TritonRest:
         *,
         timeout_s: float,
         headers: dict[str, str] | None = None,
+        max_bytes: int = 0,
     ) -> tuple[int, dict[str, str], bytes]:
         """One call under one deadline: connect (the client's timeout at most), send, then the answer
         read in pieces, each with what is left of ``timeout_s`` (a server trickling bytes cannot
@@ -252,7 +255,7 @@ class TritonRest:
             connection.sock = _Bounded(sock, lambda: _left(deadline))
             try:
                 response = connection.getresponse()
-                data = _read_within(response)
+                data = _read_within(response, max_bytes or MAX_ANSWER_BYTES)
             except TimeoutError as exc:
                 raise TritonTimeout(f"no answer within {timeout_s:g}s: {method} {path}") from exc
             except (OSError, http.client.HTTPException) as exc:  # reset, closed, a garbled answer
@@ -278,6 +281,10 @@ class TritonRest:
 # The longest answer read: a golden request's outputs are small; a version answering with a runaway
 # tensor must not take the sidecar's memory (64 MiB) with it.
 MAX_ANSWER_BYTES = 16 << 20
+# generate's JSON answer: parsed whole, so a smaller cap (16 MiB of JSON takes ~200 MiB once parsed).
+MAX_GENERATE_BYTES = 1 << 20
+# A stream's events: each is yielded and let go, but a runaway one is read no further.
+MAX_STREAM_EVENTS = 10_000
 _PIECE = 1 << 16
 
 
@@ -324,19 +331,24 @@ class _Bounded:
         close"; the call that opened the socket closes it when done."""
 
 
-def _read_within(response: http.client.HTTPResponse) -> bytes:
-    """The answer's body, at most MAX_ANSWER_BYTES (each read bounded by the response's _Bounded socket)."""
+def _read_within(response: http.client.HTTPResponse, max_bytes: int = MAX_ANSWER_BYTES) -> bytes:
+    """The answer's body, at most ``max_bytes`` (each read bounded by the response's _Bounded socket);
+    TritonTooLarge past it, read no further."""
     pieces: list[bytes] = []
     size = 0
     while True:
-        piece = response.read1(_PIECE) if size < MAX_ANSWER_BYTES else b""
+        piece = response.read1(min(_PIECE, max_bytes + 1 - size))
         if not piece:
             break
         pieces.append(piece)
         size += len(piece)
-        if size > MAX_ANSWER_BYTES:
-            raise http.client.HTTPException(f"answer larger than {MAX_ANSWER_BYTES >> 20} MiB")
+        if size > max_bytes:
+            raise TritonTooLarge(f"answer larger than {_size(max_bytes)}")
     return b"".join(pieces)
+
+
+def _size(count: int) -> str:
+    return f"{count >> 20} MiB" if count >= 1 << 20 else f"{count >> 10} KiB"
 
 
 def _part(text: str) -> str:
@@ -351,6 +363,10 @@ def _version_path(model: str, version: str) -> str:
 
 
 _LINE_LIMIT = 1 << 20  # the longest line of a stream read (an event is one line)
+
+
+class _Over(Exception):
+    """More of a stream than is read: a runaway generation (its StreamEnd says ``over``)."""
 
 
 class _GivenUp(Exception):
@@ -385,17 +401,25 @@ def _events(response_of: Callable[[], http.client.HTTPResponse], limits: _Limits
         if response.status != 200:
             raise _rejected(response.status, _sse_data(_read_within(response)))
         pending: list[bytes] = []
+        size = count = 0
         for line in _lines(response):
             text = line.rstrip(b"\r\n")
             if text.startswith(b"data:"):
                 pending.append(text[5:].strip())
+                size += len(text)
+                if size > _LINE_LIMIT:
+                    raise TritonUnavailable(f"garbled stream: an event over {_LINE_LIMIT >> 20} MiB")
             elif not text and pending:  # a blank line ends an event
+                if count >= MAX_STREAM_EVENTS:
+                    raise _Over(f"more than {MAX_STREAM_EVENTS} events")
                 now = time.monotonic()
                 yield StreamEvent(now - limits.started, _event(b"\n".join(pending)))
-                pending, limits.last = [], now
+                pending, size, count, limits.last = [], 0, count + 1, now
         if pending:
             yield StreamEvent(time.monotonic() - limits.started, _event(b"\n".join(pending)))
         yield limits.end(closed=True)
+    except _Over as over:
+        yield StreamEnd(time.monotonic() - limits.started, closed=False, over=str(over))
     except (_GivenUp, TimeoutError):
         yield limits.end(closed=False)
     except (OSError, http.client.HTTPException) as exc:  # reset, closed, a garbled answer
@@ -415,7 +439,7 @@ def _lines(response: http.client.HTTPResponse) -> Iterator[bytes]:
             return
         size += len(piece)
         if size > MAX_ANSWER_BYTES:
-            raise TritonUnavailable(f"garbled stream: over {MAX_ANSWER_BYTES >> 20} MiB")
+            raise _Over(f"stream over {MAX_ANSWER_BYTES >> 20} MiB")
         buffer += piece
         start = 0
         while (newline := buffer.find(b"\n", start)) >= 0:

@@ -30,6 +30,11 @@ class TritonTimeout(TritonUnavailable):
     """The request was sent and no answer came within the timeout (not refused, not reset)."""
 
 
+class TritonTooLarge(TritonUnavailable):
+    """Triton answered more than a call reads (a runaway output): read no further. Nothing learnt,
+    unless the caller knows the model is served (a generate answer over its cap)."""
+
+
 class TritonRejected(TritonError):
     """Triton answered with an error status."""
 

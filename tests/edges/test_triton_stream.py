@@ -9,12 +9,16 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
+from healer.core.results import Status
 from healer.core.streams import StreamEnd, StreamEvent
-from healer.edges.triton import TritonRejected, TritonTimeout, TritonUnavailable
-from healer.edges.triton_rest import TritonRest
+from healer.edges.triton import TritonRejected, TritonTimeout, TritonTooLarge, TritonUnavailable
+from healer.edges.triton_rest import MAX_GENERATE_BYTES, MAX_STREAM_EVENTS, TritonRest
+from healer.settings import GoldenRequest, parse_section
+from probes.tiers import check_business
 
 Script = Sequence[tuple[float, bytes]]  # (seconds to wait, then bytes to send as one chunk)
 
@@ -206,3 +210,41 @@ def test_headers_trickled_a_byte_at_a_time_are_bounded_by_the_deadline(
         [end] = stream(url, timeout_s=1.0, stall_s=1.0)
         assert isinstance(end, StreamEnd) and not end.closed
     assert time.monotonic() - started < 1.6
+
+
+def test_a_runaway_stream_is_read_no_further_than_its_event_cap(served: list[threading.Thread]) -> None:
+    many = _event({"text_output": "x"}) * (MAX_STREAM_EVENTS + 50)
+    url, thread = _serve(200, [(0.0, many)])
+    served.append(thread)
+    items = stream(url, timeout_s=5.0, stall_s=2.0)
+    end = items[-1]
+    assert isinstance(end, StreamEnd) and not end.closed and end.over == f"more than {MAX_STREAM_EVENTS} events"
+    assert len(items) - 1 == MAX_STREAM_EVENTS
+
+
+def test_a_generate_answer_over_its_cap_is_not_parsed_and_fails_a_served_version(
+    served: list[threading.Thread],
+) -> None:
+    runaway = json.dumps({"text_output": "word " * (MAX_GENERATE_BYTES // 5)}).encode()
+    url, thread = _serve(200, [(0.0, runaway)], content_type="application/json")
+    served.append(thread)
+    with pytest.raises(TritonTooLarge, match="larger than 1 MiB"):
+        TritonRest(url, timeout_s=2.0).generate("m", "1", {"text_input": "hi"}, 2.0)
+    request: GoldenRequest = parse_section(
+        GoldenRequest,
+        {
+            "endpoint": "generate",
+            "latency_slo_ms": 2000,
+            "timeout_s": 2,
+            "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["hi"]}],
+            "outputs": [{"name": "text_output", "datatype": "BYTES", "expect": {"normalised": "Paris"}}],
+        },
+        source="healer.yaml",
+        base_dir=Path("."),
+        key="models[0].golden",
+    )
+    url, thread = _serve(200, [(0.0, runaway)], content_type="application/json")
+    served.append(thread)
+    result = check_business(TritonRest(url, timeout_s=2.0), "m", "1", request, serving_confirmed=True)
+    assert result.status is Status.FAIL and result.code == "wrong-answer", result
+    assert "max_tokens ignored?" in result.reason

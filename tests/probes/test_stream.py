@@ -236,3 +236,33 @@ def test_an_answers_field_as_an_output(value: Any, datatype: str, expected: list
     values, got = field_values(value, datatype)
     assert got == came and values.tolist() == expected
     assert values.dtype == (np.object_ if came == "BYTES" else np.dtype(values.dtype))
+
+
+def _endless(text: str, consumed: list[int]) -> Any:
+    """A stream that never ends, counting what was read of it (a runaway generation)."""
+    at = 0.0
+    while True:
+        consumed[0] += 1
+        at += 0.001
+        yield StreamEvent(at, {"text_output": text})
+
+
+@pytest.mark.parametrize(
+    ("text", "over"),
+    [("x", "more than 10000 events"), ("word " * 200, "answer over 256 KiB")],
+    ids=["events", "text"],
+)
+def test_a_runaway_stream_is_read_no_further_than_its_caps_and_fails(text: str, over: str) -> None:
+    consumed = [0]
+    result = judge_stream(golden(), "llm", "2", _endless(text, consumed), serving_confirmed=True)
+    assert result.status is Status.FAIL and result.code == "wrong-answer", result
+    assert result.reason.startswith(over) and "max_tokens ignored?" in result.reason
+    assert consumed[0] <= 10_001  # read as it came and stopped at the cap, never kept whole
+    unconfirmed = judge_stream(golden(), "llm", "2", _endless(text, [0]), serving_confirmed=False)
+    assert unconfirmed.status is Status.ERROR and over in unconfirmed.reason
+
+
+def test_the_edges_cap_is_a_runaway_too() -> None:
+    items = [*stream(*spaced(0.1, 0.05))[:-1], StreamEnd(0.5, closed=False, over="stream over 16 MiB")]
+    result = judged(items)
+    assert result.status is Status.FAIL and result.reason.startswith("stream over 16 MiB after 6 event(s)"), result
