@@ -14,7 +14,7 @@ from probes.contract import Fit
 from probes.fit import GoldenFit, explained, misfit_result
 from probes.tiers import check_business, check_liveness, check_readiness, resolve_versions
 
-SuiteOf = Callable[[ModelSettings], tuple[GoldenRequest, ...]]
+SuiteOf = Callable[[ModelSettings, str], tuple[GoldenRequest, ...]]  # (model, version): its suite for that version
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -122,9 +122,7 @@ def _contained(
 ) -> list[ProbeResult]:
     results = [dataclasses.replace(liveness, model=model.name, version=model.version)]
     try:
-        if suites is not None and liveness.passed:
-            model = dataclasses.replace(model, suite=suites(model))  # its first request stays golden
-        return results + _probe_model(triton, model, liveness, fit, best_of)
+        return results + _probe_model(triton, model, liveness, fit, best_of, suites)
     except Exception as exc:
         return results + [
             ProbeResult(tier, Status.ERROR, model.name, model.version, 0.0, f"probe raised: {_what(exc)}")
@@ -162,7 +160,12 @@ def _what(exc: BaseException) -> str:
 
 
 def _probe_model(
-    triton: TritonAPI, model: ModelSettings, liveness: ProbeResult, fit: GoldenFit | None = None, best_of: int = 1
+    triton: TritonAPI,
+    model: ModelSettings,
+    liveness: ProbeResult,
+    fit: GoldenFit | None = None,
+    best_of: int = 1,
+    suites: SuiteOf | None = None,
 ) -> list[ProbeResult]:
     results: list[ProbeResult] = []
     if not liveness.passed:
@@ -197,7 +200,9 @@ def _probe_model(
         readiness = check_readiness(triton, model.name, version)
         results.append(readiness)
         if readiness.passed:
-            results.append(_business(triton, model, version, fit, best_of))
+            # Each version by its own suite: the model's requests in the store and the version's own.
+            judged = dataclasses.replace(model, suite=suites(model, version)) if suites is not None else model
+            results.append(_business(triton, judged, version, fit, best_of))  # its first request stays golden
         else:
             results.append(
                 ProbeResult(

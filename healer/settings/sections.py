@@ -257,12 +257,14 @@ class ModelSettings:
     required: bool = field(
         default=True, metadata=setting("whether this model failing, healing or escalated makes the pod not ready")
     )
-    # A pipeline versions requests with the model: <model>/golden/*.yaml in the store (probes/store_suite.py).
+    # A pipeline versions requests with the model: <model>/golden/*.yaml (every version's) and
+    # <model>/<version>/golden/*.yaml (that version's own) in the store (probes/store_suite.py).
     golden_in_store: bool = field(
         default=False,
         metadata=setting(
-            "also the golden requests in the store beside the model (MODEL/golden/NAME.yaml, one request "
-            "each, as under golden; data inline), after golden's; needs store"
+            "also the golden requests in the store beside the model (one request each, as under golden; data "
+            "inline), after golden's: MODEL/golden/NAME.yaml for every version, the stable ones included, and "
+            "MODEL/VERSION/golden/NAME.yaml for that version alone (files of the version); needs store"
         ),
     )
     # A BLS model's composing models (an ensemble's are read from Triton's own config): healer/core/pipeline.py.

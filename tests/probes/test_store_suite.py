@@ -85,6 +85,46 @@ def test_too_many_files_are_cut_and_told(tmp_path: Path, store: ModelStore) -> N
     assert len(requests) == MAX_FILES and "only the first 64 read" in problems[-1]
 
 
+def put_own(root: Path, version: str, name: str, document: Any) -> None:
+    """A request in ``version``'s own folder, <model>/<version>/golden/, where its files are."""
+    target = root / "seq" / version / "golden" / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(yaml.safe_dump(document))
+
+
+def test_a_versions_own_requests_follow_the_models_and_judge_that_version_alone(
+    tmp_path: Path, store: ModelStore
+) -> None:
+    """<model>/golden/ is for every version (the stable one too); <model>/<v>/golden/ for v alone: the
+    requests pushed with a new v3 never judge the stable v2 (a rollback's verify of v2 failed on them)."""
+    put(tmp_path / "store", "seven.yaml", golden_request("seven", 7))
+    put_own(tmp_path / "store", "3", "long.yaml", golden_request("long", 64))
+    put_own(tmp_path / "store", "3", "dup.yaml", golden_request("seven", 7))  # a name the model's file has
+    m = model(tmp_path)
+    assert [r.name for r in suite_with_store(store, m, "3")] == ["one", "seven", "long"]
+    assert [r.name for r in suite_with_store(store, m, "2")] == ["one", "seven"]
+    assert [r.name for r in suite_with_store(store, m)] == ["one", "seven"]
+    _, problems = read_store_requests(store, m, "3")
+    assert len(problems) == 1 and "seq/3/golden/dup.yaml" in problems[0] and "already in the suite" in problems[0]
+    assert [r.name for r in suite_with_store(store, m, "../seq/3")] == ["one", "seven"]  # never a path
+
+
+def test_the_sidecar_remembers_a_suite_per_model_and_version(tmp_path: Path, store: ModelStore) -> None:
+    clock = Clock()
+    suites = StoreSuites(lambda: store, refresh_s=60, clock=clock)
+    m = model(tmp_path)
+    put_own(tmp_path / "store", "3", "long.yaml", golden_request("long", 64))
+    assert [r.name for r in suites.suite_of(m, "3")] == ["one", "long"]
+    assert [r.name for r in suites.suite_of(m, "2")] == ["one"]  # not v3's, cached or not
+    put_own(tmp_path / "store", "2", "seven.yaml", golden_request("seven", 7))
+    clock.now = 59
+    assert [r.name for r in suites.suite_of(m, "2")] == ["one"]  # remembered for v2
+    assert [r.name for r in suites.suite_of(m, "3")] == ["one", "long"]
+    clock.now = 61
+    assert [r.name for r in suites.suite_of(m, "2")] == ["one", "seven"]
+    assert [r.name for r in suites.suite_of(m, "3")] == ["one", "long"]
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 0.0

@@ -189,3 +189,50 @@ def test_a_request_kept_in_the_store_beside_the_model_heals_it_too(
         assert stack.triton.served_versions(name) == ["1"]
         phases = json.dumps(json.loads(status.outputs["phases"]))
         assert "golden request 'long'" in phases, phases  # the rollback confirmed v2's failure with it
+
+
+def test_a_versions_own_requests_in_the_store_judge_that_version_alone(
+    example_settings: Settings, triton_server: EmbeddedTriton, tmp_path: Path
+) -> None:
+    """Per-version requests (golden_in_store): v2 answers differently past position 32, and a request
+    that expects exactly that travels in its own folder, <model>/2/golden/long_v2.yaml (a Python-backend
+    version directory with a golden/ folder in it: Triton loads it). The probe judges v2 by it and v1
+    not; a person's rollback from v2 verifies the restored v1 by v1's suite (under <model>/golden/ the
+    same request failed the stable v1's verify: the rollback escalated); promoting v2 hashes the file
+    with its other files."""
+    from healer.vocabulary import MANUAL
+
+    name = "sequence_version_suite"
+    model = model_settings(name, THREE[:2], tmp_path, golden_in_store=True)
+    new_behaviour: dict[str, Any] = golden_request("long_v2", 64)
+    new_behaviour["outputs"][0]["data"] = [2 * t + 1 + (t >= 32) for t in range(64)]
+    with sequence_stack(example_settings, triton_server, tmp_path, model) as stack:
+        for root in stack.roots:
+            write_sequence_model(root, name, {2: 32})
+            (root / name / "2" / "golden").mkdir()
+            (root / name / "2" / "golden" / "long_v2.yaml").write_text(yaml.safe_dump(new_behaviour))
+        serve_versions(stack.triton, name, [1, 2])
+        assert stack.triton.model_version_ready(name, "2") and stack.triton.model_version_ready(name, "1")
+
+        suites = StoreSuites(lambda: stack.store)
+        assert [r.name for r in suites.suite_of(model, "2")] == ["one", "seven", "long_v2"]
+        assert [r.name for r in suites.suite_of(model, "1")] == ["one", "seven"]
+        results = probe_all(stack.settings, stack.triton, suites=suites.suite_of)
+        assert business(results, "2").status is Status.PASS, business(results, "2")
+        assert business(results, "1").status is Status.PASS, business(results, "1")
+        only_v1 = dataclasses.replace(stack.settings, models=(dataclasses.replace(model, version="1"),))
+        as_v2s = StoreSuites(lambda: stack.store)  # v2's request asked of v1: what every version would face
+        wrong = business(probe_all(only_v1, stack.triton, suites=lambda m, _v: as_v2s.suite_of(m, "2")), "1")
+        assert wrong.status is Status.FAIL and "long_v2" in wrong.reason, wrong
+
+        serve_versions(stack.triton, name, [2])
+        request = RollbackRequest(model=name, from_version="2", incident="inc-own-suite", reason=MANUAL, pod="t-0")
+        status = local_engine(stack.settings).run(request, timeout_s=120)
+        assert status.phase == "Succeeded", status
+        assert stack.triton.served_versions(name) == ["1"]
+        assert not stack.store.ledger(name).quarantined
+
+        serve_versions(stack.triton, name, [2])
+        promote(stack.settings, stack.triton, stack.store, name, "2", by="test")  # its own request passes
+        record = stack.store.ledger(name).stable_record("2")
+        assert record is not None and "golden/long_v2.yaml" in record.files

@@ -224,7 +224,7 @@ def bake(ctx: StepContext, request: ReleaseRequest) -> dict[str, Any]:
     canary_url = str(record_["canary"])
     settings = ctx.settings.release
     bake_s = settings.bake_s if request.bake_s is None else request.bake_s
-    golden = golden_request(ctx, request.model)
+    golden = golden_request(ctx, request.model, request.version)
     tally, started, slowest_ms = BakeTally(), ctx.clock(), 0.0
     # Bounded: every pass either returns, raises, or sleeps toward bake_s; each check has its own
     # timeout, and inconclusive ones end it after inconclusive_limit in a row.

@@ -287,7 +287,7 @@ def _ask_failing(
     only it shows must not be outvoted by healthy ones. A slow or timed-out answer is no evidence
     against the version (a busy machine answers late too): inconclusive here."""
     pipelines = judging_pipelines(ctx, model)  # a composing model: its pipelines' suites, through them
-    golden = None if pipelines else golden_request(ctx, model)
+    golden = None if pipelines else golden_request(ctx, model, version)  # its own store requests too
     key = golden_key(ctx.settings, model)
     answers: list[Status] = []
     notes: list[str] = []

@@ -172,7 +172,7 @@ def verify(ctx: StepContext, model: str, version: str, *, stable: StableRecord |
     pipelines = judging_pipelines(ctx, model)
     if pipelines:
         return verify_member(ctx, model, version, pipelines)
-    golden = golden_request(ctx, model)
+    golden = golden_request(ctx, model, version)  # the store's requests every version must pass, and its own
     ctx.check_cancelled("verify")
     result = check_after_load(ctx.triton, model, version, golden, stable=stable, key=golden_key(ctx.settings, model))
     summary = {"status": result.status.value, "reason": result.reason, **dict(result.details)}
@@ -184,8 +184,9 @@ def verify(ctx: StepContext, model: str, version: str, *, stable: StableRecord |
     return summary
 
 
-def golden_request(ctx: StepContext, model: str) -> Any:
-    """The model's whole golden suite (probes/suite.py), with its requests in the store read afresh."""
+def golden_request(ctx: StepContext, model: str, version: str | None = None) -> Any:
+    """The model's whole golden suite (probes/suite.py), with its requests in the store read afresh:
+    those every version must pass and, for ``version``, its own (probes/store_suite.py)."""
     try:
         settings = ctx.settings.model(model)
     except KeyError as exc:
@@ -193,7 +194,7 @@ def golden_request(ctx: StepContext, model: str) -> Any:
     if not settings.golden_in_store:
         return settings.suite
     with store_errors(ctx, f"store {ctx.store.location}"):
-        return suite_with_store(ctx.store, settings)
+        return suite_with_store(ctx.store, settings, version)
 
 
 def stable_record_of(ctx: StepContext, model: str, version: str) -> StableRecord:
