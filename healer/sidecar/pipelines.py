@@ -32,6 +32,7 @@ class _Pipeline:
     read_at: float | None = None  # when Triton's config was last read whole (None: never)
     known: bool = False  # its config was read whole at least once: whether it is a pipeline is known
     not_pipeline_reads: int = 0  # reads in a row that said a known pipeline is not one
+    nested: tuple[str, ...] = ()  # members that are ensembles themselves: not expanded, nobody blamed
     before: dict[str, str | None] = field(default_factory=dict)  # at the start of the probe
     now: dict[str, str | None] = field(default_factory=dict)  # after the probe
     passed: dict[str, str] = field(default_factory=dict)  # when the pipeline last passed
@@ -111,6 +112,15 @@ class PipelineWatch:
         if not members:
             return None
         with self._lock:
+            nested = self._pipelines[incident.model].nested
+        if nested:  # an ensemble inside it: blaming its members (or the outer ensemble) would be a guess
+            why = (
+                f"{', '.join(nested)}: an ensemble inside {incident.model}; nested pipelines are not expanded: "
+                "nobody blamed, a person decides"
+            )
+            log.warning("pipeline_blame_undecided", model=incident.model, incident=incident.key, why=why)
+            return Blame(None, why=why)
+        with self._lock:
             decided = self._blames.get(incident.key)
             if decided is not None:
                 return decided
@@ -171,6 +181,7 @@ class PipelineWatch:
                 config = self._triton.model_config(name)
                 config_members(name, config)  # a partial answer, or another model's, raises: not read
                 read = pipeline_members(model.calls, config)
+                nested = self._nested(read)
             except (TritonError, ValueError) as exc:
                 self._configs_down = isinstance(exc, TritonUnavailable)
                 log.warning("pipeline_config_unread", model=name, error=str(exc)[:300])
@@ -187,8 +198,13 @@ class PipelineWatch:
                         pipeline.members, pipeline.not_pipeline_reads = (), 0
                 else:
                     pipeline.members, pipeline.read_at, pipeline.known = read, now, True
-                    pipeline.not_pipeline_reads = 0
+                    pipeline.not_pipeline_reads, pipeline.nested = 0, nested
         return pipeline.members
+
+    def _nested(self, members: Sequence[Member]) -> tuple[str, ...]:
+        """The members that are ensembles themselves (their configs read now; one that cannot be read
+        raises, and the pipeline's read does not count: whether it nests is unknown)."""
+        return tuple(m.name for m in members if config_members(m.name, self._triton.model_config(m.name)))
 
     def known(self, name: str) -> bool:
         """Whether ``name``'s config has been read whole at least once (False: whether it is a pipeline,

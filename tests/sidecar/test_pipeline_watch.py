@@ -270,3 +270,22 @@ def test_the_members_versions_cost_one_index_read_and_a_hung_triton_one_per_cycl
     for name in names:
         w.after_probe(name, Probed(0.0, Verdict.WRONG, "1"))
     assert triton.version_reads - before == 1
+
+
+def test_a_nested_ensemble_is_not_expanded_and_blames_nobody() -> None:
+    """An ensemble whose step is an ensemble: blaming the inner one (or the outer) would be a guess."""
+    triton, clock = StandInTriton(), FakeClock()
+    triton.configs["ens"] = {
+        "platform": "ensemble",
+        "ensemble_scheduling": {"step": [{"model_name": "pre"}, {"model_name": "inner"}]},
+    }
+    triton.configs["inner"] = {"platform": "ensemble", "ensemble_scheduling": {"step": [{"model_name": "mid"}]}}
+    triton.served["inner"] = ["1"]
+    stable = {"pre": "1", "inner": "1", "ens": "1"}
+    w = PipelineWatch([model("ens")], triton, clock=clock, stable_of=stable.get)  # type: ignore[arg-type]
+    cycle(w, Verdict.GOOD)
+    triton.served["inner"] = ["2"]
+    cycle(w, Verdict.WRONG)
+    decided = w.blame(incident())
+    assert decided is not None and decided.model is None
+    assert "inner: an ensemble inside ens; nested pipelines are not expanded" in decided.why
