@@ -58,8 +58,19 @@ def text_normalised(expected: str, actual: str) -> Verdict:
     return Verdict("normalised", normalise(actual) == normalise(expected), shown(expected), shown(actual))
 
 
+# The most of a text a regex searches: a pattern's time can grow with the text (and worse), and an
+# answer may be a runaway generation.
+REGEX_SEARCHED = 64 << 10
+
+
 def text_regex(pattern: str, actual: str) -> Verdict:
-    return Verdict("regex", re.search(pattern, actual) is not None, f"a match of /{pattern}/", shown(actual))
+    searched = actual[:REGEX_SEARCHED]
+    cut = (
+        f" (its first {REGEX_SEARCHED >> 10} KiB of {len(actual)} characters searched)"
+        if len(actual) > len(searched)
+        else ""
+    )
+    return Verdict("regex", re.search(pattern, searched) is not None, f"a match of /{pattern}/{cut}", shown(actual))
 
 
 def text_one_of(allowed: Sequence[str], actual: str) -> Verdict:

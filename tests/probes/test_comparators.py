@@ -201,3 +201,11 @@ def test_judge_a_numeric_answer_as_one_sequence() -> None:
 
 def test_a_default_score_tolerance_is_not_checked() -> None:
     assert math.isinf(TopK().score_atol)
+
+
+def test_a_regex_searches_the_first_64_kib_only_and_says_so() -> None:
+    long = "x" * (64 << 10) + "Paris"
+    verdict = text_regex(r"Paris", long)
+    assert not verdict.ok and f"its first 64 KiB of {len(long)} characters searched" in verdict.why()
+    assert text_regex(r"Paris", "Paris" + "x" * (64 << 10)).ok
+    assert "searched" not in text_regex(r"Lyon", "Paris").why()
