@@ -399,7 +399,11 @@ def _events(response_of: Callable[[], http.client.HTTPResponse], limits: _Limits
     try:
         response = response_of()  # Triton answers its headers with the first event
         if response.status != 200:
-            raise _rejected(response.status, _sse_data(_read_within(response)))
+            try:
+                body = _read_within(response)
+            except (_GivenUp, TimeoutError) as exc:  # an error status came: an answer, slow, not a stall
+                raise TritonTimeout(f"HTTP {response.status}: its body not read within the limits") from exc
+            raise _rejected(response.status, _sse_data(body))
         pending: list[bytes] = []
         size = count = 0
         for line in _lines(response):

@@ -230,6 +230,15 @@ def test_a_generate_answer_over_its_cap_is_not_parsed_and_fails_a_served_version
     served.append(thread)
     with pytest.raises(TritonTooLarge, match="larger than 1 MiB"):
         TritonRest(url, timeout_s=2.0).generate("m", "1", {"text_input": "hi"}, 2.0)
+    request = _generate_golden()
+    url, thread = _serve(200, [(0.0, runaway)], content_type="application/json")
+    served.append(thread)
+    result = check_business(TritonRest(url, timeout_s=2.0), "m", "1", request, serving_confirmed=True)
+    assert result.status is Status.FAIL and result.code == "wrong-answer", result
+    assert "max_tokens ignored?" in result.reason
+
+
+def _generate_golden() -> GoldenRequest:
     request: GoldenRequest = parse_section(
         GoldenRequest,
         {
@@ -243,8 +252,11 @@ def test_a_generate_answer_over_its_cap_is_not_parsed_and_fails_a_served_version
         base_dir=Path("."),
         key="models[0].golden",
     )
-    url, thread = _serve(200, [(0.0, runaway)], content_type="application/json")
+    return request
+
+
+def test_an_error_status_whose_body_comes_slowly_is_a_timeout_not_a_stall(served: list[threading.Thread]) -> None:
+    url, thread = _serve(400, [(0.0, b'data: {"err'), (2.0, b'or": "boom"}\n\n')])
     served.append(thread)
-    result = check_business(TritonRest(url, timeout_s=2.0), "m", "1", request, serving_confirmed=True)
-    assert result.status is Status.FAIL and result.code == "wrong-answer", result
-    assert "max_tokens ignored?" in result.reason
+    with pytest.raises(TritonTimeout):
+        stream(url, timeout_s=1.0, stall_s=0.5)
