@@ -16,6 +16,7 @@ ready in the same cycle (``serving_confirmed``): then the model is hanging, a ``
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 
@@ -32,6 +33,9 @@ from probes.stream import StreamReading, json_body, judge_generate, judge_readin
 from probes.suite import Golden, as_suite, combine, ends_suite
 
 Clock = Callable[[], float]
+# Triton's generate on a model that sends several responses: "generate expects model to produce exactly 1
+# response" (2.51), or words to that effect.
+_MORE_THAN_ONE_RESPONSE = re.compile(r"exactly (1|one) response|more than (1|one) response", re.IGNORECASE)
 
 
 def check_liveness(triton: TritonAPI, *, clock: Clock = time.perf_counter) -> ProbeResult:
@@ -231,13 +235,20 @@ def _no_answer(
     if exc.status == 404:
         # The model or version vanished between readiness and now: the readiness tier owns that fact.
         return told(Status.ERROR, f"not probed, model not served: {exc.message}", base_details)
-    if exc.status == 501:
-        # Triton does not serve this model on this endpoint (HTTP infer refuses a decoupled model): the
-        # request's endpoint is wrong for it, which says nothing about the version's answers.
+    several = exc.status == 200 and _MORE_THAN_ONE_RESPONSE.search(exc.message) is not None
+    if exc.status == 501 or several:
+        # Triton does not serve this model on this endpoint (HTTP infer refuses a decoupled model: 501;
+        # generate answers it 200 with an error): the request's endpoint is wrong for it, which says
+        # nothing about the version's answers.
+        what = (
+            f"the model sends more than one response, which endpoint {golden.endpoint} cannot carry"
+            if several
+            else f"Triton does not serve it on endpoint {golden.endpoint}"
+        )
         return told(
             Status.ERROR,
-            f"not probed: Triton does not serve it on endpoint {golden.endpoint} "
-            f"(HTTP 501: {_first_line(exc.message)}); a decoupled model is probed with endpoint generate_stream",
+            f"not probed: {what} (HTTP {exc.status}: {_first_line(exc.message)}); "
+            "a decoupled model is probed with endpoint generate_stream",
             {**base_details, "http_status": exc.status, "error": exc.message},
         )
     # 400/500 with Triton's message: the model refused or raised on a request it must answer.

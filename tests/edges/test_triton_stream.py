@@ -255,6 +255,16 @@ def _generate_golden() -> GoldenRequest:
     return request
 
 
+def test_generate_on_a_model_of_several_responses_is_the_wrong_endpoint_not_a_failure(
+    served: list[threading.Thread],
+) -> None:
+    refusal = json.dumps({"error": "generate expects model to produce exactly 1 response, got 2"}).encode()
+    url, thread = _serve(200, [(0.0, refusal)], content_type="application/json")
+    served.append(thread)
+    result = check_business(TritonRest(url, timeout_s=2.0), "m", "1", _generate_golden(), serving_confirmed=True)
+    assert result.status is Status.ERROR and "endpoint generate_stream" in result.reason, result
+
+
 def test_an_error_status_whose_body_comes_slowly_is_a_timeout_not_a_stall(served: list[threading.Thread]) -> None:
     url, thread = _serve(400, [(0.0, b'data: {"err'), (2.0, b'or": "boom"}\n\n')])
     served.append(thread)
