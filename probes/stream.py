@@ -288,6 +288,14 @@ def _hang(
     after = f"after {times.events} event(s)" + (f" ({shown(text, 40)})" if text else "")
     if end.stalled:
         what = f"the stream stalled: no event for {request.stall_limit_s:g} s {after}"
+    elif times.events:  # events kept coming until the timeout: slow, not hanging
+        return result(
+            Status.FAIL,
+            f"still streaming after {request.timeout_s:g} s (timeout_s), {after}",
+            SLOW,
+            timeout_s=request.timeout_s,
+            stalled=False,
+        )
     else:
         what = f"the stream still open after timeout {request.timeout_s:g} s, {after}"
     status = timeout_status(liveness_passed=serving_confirmed, readiness_passed=serving_confirmed)
