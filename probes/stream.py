@@ -39,6 +39,7 @@ from healer.settings import DATATYPES, GoldenRequest, TensorSpec
 from healer.vocabulary import MODEL_ERROR, SLOW, TIMEOUT, WRONG_ANSWER
 from probes.comparators import shown
 from probes.compare import Comparison, compare_output, timeout_status, wrong_answer_code
+from probes.suite import NO_ANSWER
 
 Answer = Mapping[str, Any]  # a generate answer, or a stream's events' fields concatenated
 
@@ -304,7 +305,9 @@ def _hang(
         return result(
             Status.FAIL, f"{what} while Triton is live and the version ready: the model hangs", TIMEOUT, **more
         )
-    return result(Status.ERROR, f"{what}; Triton's liveness or the version's readiness not confirmed", **more)
+    return result(
+        Status.ERROR, f"{what}; Triton's liveness or the version's readiness not confirmed", **more, **{NO_ANSWER: True}
+    )
 
 
 def _slow_stream(request: GoldenRequest, times: Timings) -> str:

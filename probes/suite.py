@@ -9,7 +9,8 @@ model (benchmarks/probe_latency.py measures one), spread over the sidecar's prob
 
 The why of a failure names the request (``golden request 'long': output 'OUT': ...``). A wrong answer
 outranks a slow one; a request that got no answer (a hang, Triton unreachable) ends the suite there:
-the requests after it would only wait for the same timeout each.
+the requests after it would only wait for the same timeout each. A request answered with an error (a
+404, a 501, a misfit) does not: the others are sent.
 """
 
 from __future__ import annotations
@@ -39,8 +40,12 @@ def suite_hash(golden: Golden) -> str:
 
 
 def ends_suite(result: ProbeResult) -> bool:
-    """No answer (nothing learnt, or the model hangs): the suite's later requests are not sent."""
-    return result.status is Status.ERROR or result.code == TIMEOUT
+    """No answer came (Triton unavailable, a timeout, a stall): the suite's later requests are not sent.
+    An error that is an answer (a 404, a 501, a misfit, a refused endpoint) is one request's: the next are."""
+    return result.code == TIMEOUT or (result.status is Status.ERROR and bool(result.details.get(NO_ANSWER)))
+
+
+NO_ANSWER = "no_answer"  # a result's details key: True when the request got no answer at all
 
 
 def combine(suite: Sequence[GoldenRequest], results: Sequence[ProbeResult]) -> ProbeResult:

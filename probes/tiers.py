@@ -30,7 +30,7 @@ from probes.compare import compare_output, timeout_status, wrong_answer_code
 from probes.contract import Fit
 from probes.fit import check_fit, explained, misfit_result
 from probes.stream import StreamReading, json_body, judge_generate, judge_reading
-from probes.suite import Golden, as_suite, combine, ends_suite
+from probes.suite import NO_ANSWER, Golden, as_suite, combine, ends_suite
 
 Clock = Callable[[], float]
 # Triton's generate on a model that sends several responses: "generate expects model to produce exactly 1
@@ -231,7 +231,8 @@ def _no_answer(
             WRONG_ANSWER,
         )
     if isinstance(exc, TritonUnavailable):
-        return told(Status.ERROR, f"golden request got no answer: {exc}", base_details)
+        no_answer = {} if isinstance(exc, TritonTooLarge) else {NO_ANSWER: True}
+        return told(Status.ERROR, f"golden request got no answer: {exc}", {**base_details, **no_answer})
     if exc.status == 404:
         # The model or version vanished between readiness and now: the readiness tier owns that fact.
         return told(Status.ERROR, f"not probed, model not served: {exc.message}", base_details)

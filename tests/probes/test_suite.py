@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from healer.core.results import Status
+from healer.core.results import ProbeResult, Status, Tier
 from healer.edges.triton import OutputTensor, TritonTimeout
 from healer.settings import ModelSettings, parse_section
 from healer.vocabulary import SLOW, TIMEOUT, WRONG_ANSWER
+from probes.suite import NO_ANSWER, ends_suite
 from probes.tiers import check_business
 from tests.support.sequence_model import golden_request
 
@@ -120,3 +121,21 @@ def test_an_expect_judges_a_text_answer_and_says_expected_and_actual(tmp_path: P
     )
     worst = result.details["request"]["outputs"][0]["worst"]
     assert worst["expected"] == "'the capital is paris'" and worst["actual"] == "'/////////'"
+
+
+@pytest.mark.parametrize(
+    ("result", "ends"),
+    [
+        (ProbeResult(Tier.BUSINESS, Status.ERROR, "m", "1", 1.0, "no answer", {NO_ANSWER: True}), True),
+        (ProbeResult(Tier.BUSINESS, Status.FAIL, "m", "1", 1.0, "hangs", {}, code=TIMEOUT), True),
+        (ProbeResult(Tier.BUSINESS, Status.ERROR, "m", "1", 1.0, "not served (404)", {"http_status": 404}), False),
+        (ProbeResult(Tier.BUSINESS, Status.ERROR, "m", "1", 1.0, "endpoint wrong (501)", {"http_status": 501}), False),
+        (ProbeResult(Tier.BUSINESS, Status.ERROR, "m", "1", 1.0, "misfit", {}), False),
+        (ProbeResult(Tier.BUSINESS, Status.FAIL, "m", "1", 1.0, "wrong", {}, code=WRONG_ANSWER), False),
+        (ProbeResult(Tier.BUSINESS, Status.FAIL, "m", "1", 1.0, "slow", {}, code=SLOW), False),
+        (ProbeResult(Tier.BUSINESS, Status.PASS, "m", "1", 1.0), False),
+    ],
+    ids=["no-answer", "hang", "404", "501", "misfit", "wrong", "slow", "pass"],
+)
+def test_only_a_request_that_got_no_answer_ends_the_suite(result: ProbeResult, ends: bool) -> None:
+    assert ends_suite(result) is ends
