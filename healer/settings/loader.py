@@ -9,7 +9,6 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -29,6 +28,7 @@ from healer.settings.sections import (
     STREAM_KEYS,
     DrainSettings,
     ExpectedOutput,
+    FrozenParameters,
     GoldenRequest,
     ModelSettings,
     OutputTensor,
@@ -423,7 +423,7 @@ def _build_golden(reader: Reader, key: str, data: dict[str, Any], values: dict[s
 def _parameters(reader: Reader, raw: Any, key: str) -> Mapping[str, str | int | float | bool]:
     """A golden request's parameters: names to a string, number or true/false, passed through as written."""
     if raw is None:
-        return MappingProxyType({})
+        return FrozenParameters({})
     if not isinstance(raw, dict):
         raise reader.fail(key, f"must be a mapping of parameter names to values, got {describe(raw)}")
     for name, value in raw.items():
@@ -434,7 +434,7 @@ def _parameters(reader: Reader, raw: Any, key: str) -> Mapping[str, str | int | 
                 f"{key}.{name}",
                 f"must be a string, a finite number or true/false (sent as JSON), got {describe(value)}",
             )
-    return MappingProxyType(dict(raw))
+    return FrozenParameters(raw)
 
 
 def _check_endpoint(reader: Reader, key: str, data: dict[str, Any], values: dict[str, Any]) -> None:

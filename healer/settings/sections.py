@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -18,6 +18,28 @@ import numpy.typing as npt
 from healer.settings.expect import Expect
 from healer.settings.schema import setting
 from healer.vocabulary import DATATYPES, MAX_BAKE_S, RELEASE_DEADLINE_S
+
+
+class FrozenParameters(Mapping[str, "str | int | float | bool"]):
+    """A golden request's parameters, read-only and picklable (a MappingProxyType is not: the heal runs in
+    child processes that receive the settings by pickle)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, str | int | float | bool]) -> None:
+        self._items = dict(items)
+
+    def __getitem__(self, key: str) -> str | int | float | bool:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"FrozenParameters({self._items!r})"
 
 
 @dataclass(frozen=True)
@@ -169,7 +191,7 @@ class GoldenRequest:
     )
     # Written as a mapping in the file; read by the loader's _build_golden (name -> a string, number or bool).
     parameters: Mapping[str, str | int | float | bool] = field(
-        default_factory=lambda: MappingProxyType({}),
+        default_factory=lambda: FrozenParameters({}),
         metadata=setting(
             "request parameters passed through in the body's parameters, e.g. greedy decoding, a fixed seed, "
             "a token limit",
