@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import urllib.parse
 from typing import Any
 
@@ -53,8 +54,16 @@ def ui_list(control_plane: ControlPlane, token: str, *selectors: str) -> dict[st
 def test_template_passes_argo_lint(control_plane: ControlPlane, argo_cli: ArgoCli) -> None:
     offline = argo_cli("lint", "--offline", "--kinds=workflowtemplates", str(TEMPLATE))
     assert "no linting errors found" in (offline.stdout + offline.stderr).lower()
-    through_server = argo_cli("lint", "--kinds=workflowtemplates", str(TEMPLATE))
-    assert "no linting errors found" in (through_server.stdout + through_server.stderr).lower()
+    # Through the server: once again after a refused gRPC dial (seen once in CI on a busy machine, the
+    # server already answering HTTP on the same port); a lint error is never asked again.
+    for attempt in range(2):
+        through_server = argo_cli("lint", "--kinds=workflowtemplates", str(TEMPLATE), check=False)
+        said = through_server.stdout + through_server.stderr
+        if "code = Unavailable" not in said or attempt == 1:
+            break
+        time.sleep(2.0)
+    assert through_server.returncode == 0, said
+    assert "no linting errors found" in said.lower()
 
 
 def test_template_created_through_argo_server_as_rendered(rollback_template: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from healer.edges.embedded import EmbeddedTriton
+from healer.settings import load_settings
 from tests.e2e.control_plane import ControlPlane
 from tools import walkthrough
 
@@ -129,7 +130,10 @@ def triton_at_triton_url() -> Iterator[Callable[[Path], None]]:
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", 8000)) == 0:
                 pytest.fail("127.0.0.1:8000 is taken: the README's commands need it for Triton (run under make e2e)")
-        triton = AtTritonUrl(repository, load_models=["linear_scorer", "tiny_classifier"])
+        # every model examples/healer.yaml configures (an ensemble's members come with it), as a user's
+        # Triton serving the example repository would: healer probe judges them all
+        configured = [m.name for m in load_settings(repository.parent / "healer.yaml").models]
+        triton = AtTritonUrl(repository, load_models=configured)
         started.append(triton)
         triton.start()
 
