@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from healer.core.results import Status
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.processes import free_port
 from healer.edges.store import FilesystemBlobs, ModelStore
@@ -39,7 +41,7 @@ from tests.support.pipeline_models import (
 )
 from tests.support.rollback_stack import SETUP_LOAD_TIMEOUT_S, AlertReceiver, make_settings
 from workflows.steps.context import context_from_settings
-from workflows.steps.pipeline import reload_pipeline
+from workflows.steps.pipeline import ask_pipelines, reload_pipeline
 from workflows.steps.promote import PromotionRefused, promote
 
 _names = iter(range(1, 1000))
@@ -260,3 +262,27 @@ def test_a_member_that_changes_while_the_suite_runs_refuses_the_promotion(pipeli
         triton.close()
     assert "2" in pipeline.triton.served_versions(mid)
     assert [r.version for r in pipeline.store.ledger(mid).stable] == ["1"]  # v2: never judged, not stable
+
+
+def test_a_pipelines_own_version_requests_in_the_store_judge_it(pipeline: Pipeline) -> None:
+    """golden_in_store on a pipeline: the check through it (a member's confirmation and verify) uses the suite of
+    the pipeline version it judges, ``<pipeline>/<version>/golden/`` included, as a plain model's does; another
+    version's requests are not asked of it."""
+    ens = pipeline.names["ensemble"]
+    model = dataclasses.replace(pipeline.settings.model(ens), golden_in_store=True)
+    settings = dataclasses.replace(pipeline.settings, models=(model,))
+    store_root = pipeline.roots[1]
+    # v1's own request expects the answer of a MID times 3: v1 (times 2) fails it, and only it names it.
+    (store_root / ens / "1" / "golden").mkdir()
+    (store_root / ens / "1" / "golden" / "v1_only.yaml").write_text(yaml.safe_dump(golden_request("x", 3.0)))
+    (store_root / ens / "2" / "golden").mkdir(parents=True)
+    (store_root / ens / "2" / "golden" / "v2_only.yaml").write_text(yaml.safe_dump(golden_request("x", 5.0)))
+    ctx = context_from_settings(settings)
+    try:
+        result = ask_pipelines(ctx, [model])
+        assert result.status is Status.FAIL, result.reason
+        assert "golden request 'x'" in result.reason and "v2_only" not in result.reason
+        (store_root / ens / "1" / "golden" / "v1_only.yaml").unlink()
+        assert ask_pipelines(ctx, [model]).status is Status.PASS  # the configured request and v2's not asked
+    finally:
+        ctx.triton.close()

@@ -67,11 +67,14 @@ def require_evidence(ctx: StepContext, model: str) -> list[ModelSettings]:
     return pipelines
 
 
-def _suite(ctx: StepContext, pipeline: ModelSettings) -> Any:
+def _suite(ctx: StepContext, pipeline: ModelSettings, version: str) -> Any:
+    """The pipeline's suite for the version of it being judged: its configured requests, the store's that every
+    version must pass, and ``version``'s own (``<pipeline>/<version>/golden/``), read afresh as the plain
+    model's check after a load reads them (probes/store_suite.py)."""
     if not pipeline.golden_in_store:
         return pipeline.suite
     with store_errors(ctx, f"store {ctx.store.location}"):
-        return suite_with_store(ctx.store, pipeline)
+        return suite_with_store(ctx.store, pipeline, version)
 
 
 def _served(ctx: StepContext, model: str) -> str:
@@ -87,13 +90,13 @@ def _served(ctx: StepContext, model: str) -> str:
 
 
 def ask_pipelines(ctx: StepContext, pipelines: list[ModelSettings]) -> ProbeResult:
-    """Each pipeline's suite through the pipeline on ``ctx.triton``: the first result that is not a pass,
-    else the last pass."""
+    """Each pipeline's suite (of the version of the pipeline served now, its store requests too) through the
+    pipeline on ``ctx.triton``: the first result that is not a pass, else the last pass."""
     result: ProbeResult | None = None
     for pipeline in pipelines:
         version = _served(ctx, pipeline.name)
         key = golden_key(ctx.settings, pipeline.name)
-        result = check_after_load(ctx.triton, pipeline.name, version, _suite(ctx, pipeline), key=key)
+        result = check_after_load(ctx.triton, pipeline.name, version, _suite(ctx, pipeline, version), key=key)
         if result.status is not Status.PASS:
             return result
     assert result is not None, "ask_pipelines needs at least one pipeline"
