@@ -33,6 +33,18 @@ def register(command: Command) -> None:
     webhook.add_argument(
         "--injection", required=True, metavar="FILE", help="what to inject: image, ConfigMap, resources (YAML)"
     )
+    webhook.add_argument(
+        "--alerts-config",
+        metavar="FILE",
+        help="serve the Alertmanager receiver (POST /alerts/v1/alertmanager, docs/alerts.md): the healer "
+        "config whose models, rollback engine and circuit breaker it uses",
+    )
+    webhook.add_argument(
+        "--alerts-token-file",
+        metavar="FILE",
+        help="the receiver's bearer token (a mounted Secret's file, read at each request); "
+        "required with --alerts-config",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,11 +54,28 @@ def run(args: argparse.Namespace) -> int:
 
     from healer.webhook import InjectionConfigError, serve
 
+    alerts = None
+    if args.alerts_config:
+        if not args.alerts_token_file:
+            print("healer: webhook: --alerts-config needs --alerts-token-file (the receiver's token)", file=sys.stderr)
+            return EXIT_USAGE
+        from healer.engines.factory import engine_from_settings
+        from healer.settings import ConfigError, load_settings
+        from healer.webhook.alerts import AlertReceiver
+
+        try:
+            settings = load_settings(args.alerts_config)
+        except ConfigError as exc:
+            print(f"healer: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        alerts = AlertReceiver(
+            settings, token_file=Path(args.alerts_token_file), engine_factory=lambda: engine_from_settings(settings)
+        )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        serve(args.listen, Path(args.tls_cert), Path(args.tls_key), Path(args.injection), stop)
+        serve(args.listen, Path(args.tls_cert), Path(args.tls_key), Path(args.injection), stop, alerts)
     except InjectionConfigError as exc:
         print(f"healer: {exc}", file=sys.stderr)
         return EXIT_USAGE

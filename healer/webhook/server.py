@@ -11,11 +11,12 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from healer.edges.http_listener import BackgroundServer, Request, Response
+from healer.edges.metrics import Registry
 from healer.webhook.config import InjectionConfig, load_injection_config
 from healer.webhook.patch import NotInjected, not_injected_patch, plan_injection
 
@@ -139,20 +140,40 @@ class ReloadingTLS:
             return self._context
 
 
+class AlertHandler(Protocol):
+    """What the server needs of the Alertmanager receiver (healer/webhook/alerts.py AlertReceiver)."""
+
+    path: str
+    workers: int  # its own share of the pool's workers: never the reviews'
+    metrics: Registry
+
+    def handle(self, request: Request) -> Response: ...
+
+
 class WebhookServer(BackgroundServer):
     """POST /mutate (AdmissionReview) and GET /healthz over TLS, on the listener slow clients cannot
     starve (healer/edges/http_listener.py): a total deadline per request, TLS handshake included; reviews
     are answered on a small thread pool, never behind a slow client."""
 
-    def __init__(self, listen: str, tls: ReloadingTLS, config: InjectionConfig) -> None:
+    def __init__(
+        self, listen: str, tls: ReloadingTLS, config: InjectionConfig, alerts: AlertHandler | None = None
+    ) -> None:
+        # ``alerts``: the Alertmanager receiver (healer/webhook/alerts.py), served on its own path, with
+        # its counters on GET /metrics; None: not served (404).
+        posts = {"/mutate", *((alerts.path,) if alerts else ())}
+
         def inline(request: Request) -> Response | None:
             if request.method == "GET":
+                if request.path == "/metrics" and alerts is not None:
+                    return Response(200, alerts.metrics.expose().encode(), "text/plain; version=0.0.4")
                 return Response.text(200, "ok\n") if request.path == "/healthz" else Response.text(404, "not found\n")
             if request.method != "POST":
-                return Response.text(405, "GET /healthz or POST /mutate\n")
-            return None if request.path == "/mutate" else Response.text(404, "not found\n")
+                return Response.text(405, f"GET /healthz or POST {' or '.join(sorted(posts))}\n")
+            return None if request.path in posts else Response.text(404, "not found\n")
 
         def handler(request: Request) -> Response:
+            if alerts is not None and request.path == alerts.path:
+                return alerts.handle(request)
             try:
                 answer = review(request.body, config)
             except BadReview as exc:
@@ -167,15 +188,17 @@ class WebhookServer(BackgroundServer):
             tls=tls.context,
             max_body=MAX_BODY_BYTES,
             request_deadline_s=REQUEST_DEADLINE_S,
-            workers=4,
+            workers=4 + (alerts.workers if alerts is not None else 0),
             max_connections=MAX_CONNECTIONS,
             body_budget=BODY_BUDGET_BYTES,
         )
 
 
-def serve(listen: str, cert: Path, key: Path, injection: Path, stop: threading.Event) -> None:
+def serve(
+    listen: str, cert: Path, key: Path, injection: Path, stop: threading.Event, alerts: AlertHandler | None = None
+) -> None:
     """Run until ``stop`` is set (the CLI sets it on SIGTERM)."""
-    server = WebhookServer(listen, ReloadingTLS(cert, key), load_injection_config(injection))
+    server = WebhookServer(listen, ReloadingTLS(cert, key), load_injection_config(injection), alerts)
     server.start()
     log.info("webhook_listening", address=server.address, pid=os.getpid())
     try:

@@ -1,0 +1,240 @@
+"""The Alertmanager receiver (POST ``/alerts/v1/alertmanager`` on the webhook's server): outside alerts
+handed to the rollback engine as incidents. The decisions are healer/core/alert_intake.py's; here only
+the token, the engine call (bounded) and what is said about it (log lines, metrics, the answer).
+
+* Authenticated: ``Authorization: Bearer <token>``, the token read from a mounted Secret file at each
+  request (rotated without a restart) and compared in constant time; 401 otherwise, and when the file
+  is missing or empty (nothing is accepted without a token).
+* A body over the server's cap (1 MiB) is 413 before it is read; a payload that is not Alertmanager's
+  is 400 naming what is wrong.
+* 200 when every incident was handed over (submitted or joined), held back by the breaker, or nothing
+  was to be done; 503 when an incident could not be handed over (the engine refused or did not answer
+  in time): Alertmanager sends the notification again, and an incident handed over meanwhile joins.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from healer.core.alert_intake import (
+    ALERT_PATH,
+    AlertIncident,
+    BadAlertPayload,
+    Step,
+    decide,
+    intake,
+    read_payload,
+)
+from healer.core.decisions import same_occurrence_window_s
+from healer.edges.http_listener import Request, Response
+from healer.edges.metrics import Registry
+from healer.engines import RollbackEngine
+from healer.settings import Settings
+
+log = structlog.get_logger("healer.webhook.alerts")
+
+SUBMIT_TIMEOUT_S = 6.0  # one engine call at most (the listener gives a job 10 s; the engine's own timeouts are 5 s)
+# Alert requests handled at once; the server adds as many workers to its pool, so alerts never take a
+# worker the AdmissionReviews need (a review unanswered is a Triton pod created without its sidecar).
+# A request over it is answered 503 at once: Alertmanager sends it again.
+ALERT_WORKERS = 2
+ALERTS_METRIC = "healer_outside_alerts_total"
+
+
+def alert_registry() -> Registry:
+    registry = Registry()
+    registry.counter(
+        ALERTS_METRIC,
+        "Outside alerts received, by outcome (submitted, joined, breaker_open, not_submitted, ignored) and reason.",
+    )
+    return registry
+
+
+@dataclass(frozen=True)
+class Handed:
+    incident: AlertIncident
+    outcome: str  # submitted | joined | breaker_open | not_submitted
+    workflow: str = ""
+    why: str = ""
+
+
+class AlertReceiver:
+    """One per webhook process. ``engine_factory`` builds the rollback engine on first use (the config's:
+    Argo in a cluster); ``clock``: monotonic seconds (a test's fake one)."""
+
+    path = ALERT_PATH
+    workers = ALERT_WORKERS
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        token_file: Path,
+        engine_factory: Callable[[], RollbackEngine],
+        metrics: Registry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        submit_timeout_s: float = SUBMIT_TIMEOUT_S,
+    ) -> None:
+        self.settings = settings
+        self.token_file = token_file
+        self.metrics = metrics or alert_registry()
+        self._engine_factory = engine_factory
+        self._engine: RollbackEngine | None = None
+        self._clock = clock
+        self._submit_timeout_s = submit_timeout_s
+        self._models = frozenset(m.name for m in settings.models)
+        self._hold_s = same_occurrence_window_s(settings.rollback.deadline_s)
+        self._lock = threading.Lock()  # one decision and hand-over at a time: a storm on 4 workers starts one
+        self._handed: dict[str, float] = {}  # incident key -> when its rollback was last handed over
+        self._starts: dict[str, tuple[float, ...]] = {}  # model -> the rollbacks started (the breaker's)
+        self._busy: threading.Thread | None = None  # an engine call past its bound, still running
+        self._slots = threading.BoundedSemaphore(ALERT_WORKERS)
+
+    # ---- HTTP --------------------------------------------------------------------------------------
+
+    def handle(self, request: Request) -> Response:
+        if request.path != self.path:
+            return Response.text(404, "not found\n")
+        refused = self._authenticate(request.headers.get("authorization", ""))
+        if refused:
+            log.warning("alerts_refused", why=refused)
+            return Response.text(401, f"{refused}\n")
+        if not self._slots.acquire(blocking=False):
+            return Response.text(503, f"{ALERT_WORKERS} alert requests in progress: send it again\n")
+        try:
+            return self._answer(request)
+        finally:
+            self._slots.release()
+
+    def _answer(self, request: Request) -> Response:
+        try:
+            payload = read_payload(request.body)
+        except BadAlertPayload as exc:
+            log.warning("alerts_unreadable", error=str(exc))
+            return Response.text(400, f"not an Alertmanager webhook payload: {exc}\n")
+        read = intake(payload, models=self._models)
+        for ignored in read.ignored:
+            self.metrics.inc(ALERTS_METRIC, {"outcome": "ignored", "reason": ignored.reason.value})
+            log.info(
+                "alert_ignored",
+                alertname=ignored.alertname,
+                fingerprint=ignored.fingerprint,
+                reason=ignored.reason.value,
+                why=ignored.why,
+            )
+        handed = [self.hand_over(incident) for incident in read.incidents]
+        answer = {
+            "receiver": str(payload.get("receiver", ""))[:200],
+            "incidents": [
+                {
+                    "incident": h.incident.key,
+                    "model": h.incident.model,
+                    "version": h.incident.version,
+                    "alerts": h.incident.joined,
+                    "outcome": h.outcome,
+                    "workflow": h.workflow,
+                    **({"why": h.why} if h.why else {}),
+                }
+                for h in handed
+            ],
+            "ignored": [{"alertname": i.alertname, "reason": i.reason.value, "why": i.why} for i in read.ignored],
+        }
+        code = 503 if any(h.outcome == "not_submitted" for h in handed) else 200
+        return Response(code, json.dumps(answer).encode(), "application/json")
+
+    def _authenticate(self, header: str) -> str:
+        """ "" when the request carries the token, else why not (the token itself never said)."""
+        try:
+            expected = self.token_file.read_text().strip()
+        except OSError as exc:
+            return f"no token to compare with ({self.token_file}: {exc.strerror or exc})"
+        if not expected:
+            return f"no token to compare with ({self.token_file} is empty)"
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            return "Authorization: Bearer <token> required"
+        if not hmac.compare_digest(given.strip().encode(), expected.encode()):
+            return "wrong token"
+        return ""
+
+    # ---- the hand-over -----------------------------------------------------------------------------
+
+    def hand_over(self, incident: AlertIncident) -> Handed:
+        """Decide (healer/core/alert_intake.py ``decide``) and, if asked to, submit; said in a log line
+        and the metric. Never raises."""
+        bound = log.bind(model=incident.model, version=incident.version, incident=incident.key)
+        sidecar = self.settings.sidecar
+        with self._lock:
+            now = self._clock()
+            for key, at in list(self._handed.items()):  # bounded: only incidents inside the hold stay
+                if now - at >= self._hold_s:
+                    del self._handed[key]
+            decision = decide(
+                incident,
+                now=now,
+                handed_at=self._handed.get(incident.key),
+                starts=self._starts.get(incident.model, ()),
+                max_rollbacks=sidecar.max_rollbacks,
+                window_s=sidecar.window_s,
+                hold_s=self._hold_s,
+            )
+            self._starts[incident.model] = decision.recent
+            if decision.step is Step.JOIN:
+                handed = Handed(incident, "joined", why=decision.why)
+            elif decision.step is Step.BREAKER_OPEN:
+                handed = Handed(incident, "breaker_open", why=decision.why)
+            else:
+                handed = self._submit(incident, now)
+        self.metrics.inc(ALERTS_METRIC, {"outcome": handed.outcome, "reason": incident.alertname[:100]})
+        say = bound.error if handed.outcome in {"breaker_open", "not_submitted"} else bound.warning
+        say(
+            "alert_incident",
+            outcome=handed.outcome,
+            workflow=handed.workflow,
+            why=handed.why,
+            alertname=incident.alertname,
+            alerts=incident.joined,
+            pod=incident.pod,
+        )
+        return handed
+
+    def _submit(self, incident: AlertIncident, now: float) -> Handed:
+        """One engine.submit, bounded: the engine joins a run of this incident's name (409 on Argo) or
+        starts it. Past the bound the call is left to its thread (it may still land: the next alert,
+        Alertmanager's retry, joins it) and the engine is not called again until it returns."""
+        if self._busy is not None and self._busy.is_alive():
+            return Handed(incident, "not_submitted", why="an earlier engine call has not returned")
+        box: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                if self._engine is None:
+                    self._engine = self._engine_factory()
+                box["submission"] = self._engine.submit(incident.request())
+            except Exception as exc:  # handed back to the caller as words
+                box["error"] = f"{type(exc).__name__}: {exc}"
+
+        thread = threading.Thread(target=call, name="alert-submit", daemon=True)
+        thread.start()
+        thread.join(self._submit_timeout_s)
+        if thread.is_alive():
+            self._busy = thread
+            return Handed(
+                incident, "not_submitted", why=f"the engine did not answer within {self._submit_timeout_s:g} s"
+            )
+        if "error" in box:
+            return Handed(incident, "not_submitted", why=box["error"][:300])
+        submission = box["submission"]
+        self._handed[incident.key] = now
+        if submission.created:
+            self._starts[incident.model] = (*self._starts.get(incident.model, ()), now)
+        return Handed(incident, "submitted" if submission.created else "joined", submission.name)
