@@ -86,13 +86,21 @@ def running_version(member: Member, served: Sequence[str]) -> str | None:
 
 @dataclass(frozen=True)
 class Blame:
-    """Whom to roll back for a pipeline's failure. ``model`` None: nobody (nothing learnt yet, or no
-    evidence: a person decides; ``why`` says which)."""
+    """Whom to roll back for a pipeline's failure. ``model`` None: nobody; then ``escalate`` says which kind:
+    True, a person decides (several changed, no evidence, a nested ensemble, a config never read whole): the
+    incident escalates at once, nothing rolled back, decided once; False, nothing learnt yet (a member's
+    version not read): asked again at the next submission, bounded by the healing timeout."""
 
     model: str | None
     version: str = ""  # the version of it that serves now: the failing one
     member: bool = False  # a composing model (True) or the pipeline itself
     why: str = ""
+    escalate: bool = False  # nobody blamed and nothing more to learn: a person decides, now
+
+
+def nobody(why: str) -> Blame:
+    """Nobody is blamed and waiting will not tell whom: a person decides (the incident escalates at once)."""
+    return Blame(None, why=why, escalate=True)
 
 
 def blame(
@@ -111,9 +119,11 @@ def blame(
     ledger (absent: neither is known); ``passed_own``: the pipeline's own version likewise (None: unknown).
 
     * A member not read now: nothing learnt, nobody blamed (asked again next cycle).
-    * A member, or the pipeline itself, with no baseline: no evidence; nobody blamed (a person decides).
+    * A member, or the pipeline itself, with no baseline: no evidence; nobody blamed, a person decides
+      (``escalate``: the incident escalates at once).
     * Exactly one of the members and the pipeline changed version since the baseline: that one.
-    * More than one changed: which broke it is not known; nobody blamed, the why names them all.
+    * More than one changed: which broke it is not known; nobody blamed, the why names them all, a person
+      decides (``escalate``).
     * Nothing changed underneath: the pipeline's own version is blamed.
     """
     unread = [m for m in members if now.get(m) is None]
@@ -121,12 +131,9 @@ def blame(
         return Blame(None, why=f"{', '.join(unread)}: served version not read; nobody blamed yet (nothing learnt)")
     unknown = [m for m in members if m not in passed] + ([f"{pipeline} itself"] if passed_own is None else [])
     if unknown:
-        return Blame(
-            None,
-            why=(
-                f"{', '.join(unknown)}: no pass seen and no stable version in the ledger: no evidence whom to "
-                "blame; nobody blamed, a person decides"
-            ),
+        return nobody(
+            f"{', '.join(unknown)}: no pass seen and no stable version in the ledger: no evidence whom to "
+            "blame; nobody blamed, a person decides"
         )
     changed = [(m, passed[m], str(now[m])) for m in members if passed[m] != now[m]]
     if passed_own != version:
@@ -140,12 +147,9 @@ def blame(
             why=f"no composing model changed version since {pipeline} last passed: its own v{version}",
         )
     if len(changed) > 1:
-        return Blame(
-            None,
-            why=(
-                f"{len(changed)} changed since {pipeline} last passed ({', '.join(listed)}): which one broke it "
-                "is not known; nobody blamed, a person decides"
-            ),
+        return nobody(
+            f"{len(changed)} changed since {pipeline} last passed ({', '.join(listed)}): which one broke it "
+            "is not known; nobody blamed, a person decides"
         )
     chosen, _, chosen_version = changed[0]
     return Blame(chosen, chosen_version, member=chosen != pipeline, why=f"{listed[0]} since {pipeline} last passed")

@@ -331,7 +331,11 @@ class Sidecar:
         # A pipeline's incident restores whom it blames (healer/core/pipeline.py): a composing model, or itself.
         blamed = self.pipelines.blame(incident)
         if blamed is not None and blamed.model is None:
-            return  # nothing learnt about its members yet: asked again next cycle, bounded by the healing timeout
+            if blamed.escalate:  # nobody to blame, a person decides: escalated now, as a failed rollback is
+                del self._pending[model.name]
+                why = f"{incident.model} v{incident.version}'s suite failed; {blamed.why}; nothing rolled back"
+                self._apply(model, RollbackFinished(self.clock.monotonic(), False, why))
+            return  # else nothing learnt about its members yet: asked again next cycle, bounded by the healing timeout
         request = self._request(incident)
         with tracing.continue_from(traceparent), tracing.span("submit", {"healer.incident": incident.key}) as span:
             watched = self.handovers.submit(request, owner=model.name)

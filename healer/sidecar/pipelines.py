@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from healer.core.pipeline import Blame, Member, blame, config_members, pipeline_members, running_version
+from healer.core.pipeline import Blame, Member, blame, config_members, nobody, pipeline_members, running_version
 from healer.core.state import Incident, Probed, Verdict
 from healer.edges.triton import IndexEntry, TritonAPI, TritonError, TritonUnavailable
 from healer.settings import ModelSettings
@@ -24,6 +24,7 @@ log = structlog.get_logger("healer.sidecar")
 CONFIG_REREAD_S = 60.0  # a model's config (is it an ensemble, of what) read again this often
 NOT_PIPELINE_READS = 2  # reads in a row (CONFIG_REREAD_S apart) before a known pipeline is taken for a plain model
 MAX_BLAMES = 64  # incidents whose blame is kept (one per pipeline at a time, in practice)
+UNREAD = "\0unread"  # a baseline the store did not give (its trouble): nothing learnt, never "no stable version"
 
 
 @dataclass
@@ -101,29 +102,43 @@ class PipelineWatch:
 
     # ---- an incident ------------------------------------------------------------------------------------------
     def blame(self, incident: Incident) -> Blame | None:
-        """Whom ``incident`` (of a pipeline) blames, decided once per incident (None: not a pipeline).
-        ``Blame.model`` None: nothing learnt yet, asked again at the next submission."""
-        members = self.members(incident.model)
-        if not self.known(incident.model):
-            # Whether it is a pipeline is unknown: rolling back its own version could undo the wrong model.
-            why = f"{incident.model}'s config not read yet: whether it is a pipeline is unknown; nobody blamed yet"
-            log.warning("pipeline_blame_undecided", model=incident.model, incident=incident.key, why=why)
-            return Blame(None, why=why)
-        if not members:
-            return None
-        with self._lock:
-            nested = self._pipelines[incident.model].nested
-        if nested:  # an ensemble inside it: blaming its members (or the outer ensemble) would be a guess
-            why = (
-                f"{', '.join(nested)}: an ensemble inside {incident.model}; nested pipelines are not expanded: "
-                "nobody blamed, a person decides"
-            )
-            log.warning("pipeline_blame_undecided", model=incident.model, incident=incident.key, why=why)
-            return Blame(None, why=why)
+        """Whom ``incident`` (of a pipeline) blames (None: not a pipeline), decided once per incident: a model,
+        or nobody with ``escalate`` (a person decides: the sidecar escalates at once). Nobody without
+        ``escalate``: nothing learnt yet (a member's version, or a baseline in the store, not read), asked again
+        at the next submission."""
         with self._lock:
             decided = self._blames.get(incident.key)
-            if decided is not None:
-                return decided
+        if decided is not None:  # decided once: never read again (the ledger included)
+            return decided
+        members = self.members(incident.model)
+        undecidable = self._undecidable(incident.model)
+        if undecidable is not None:
+            return self._decided(incident, undecidable)
+        if not members:
+            return None
+        return self._weigh(incident)
+
+    def _undecidable(self, name: str) -> Blame | None:
+        """Nobody blamed whatever changed, a person decides: ``name``'s config never read whole (whether it is a
+        pipeline is unknown: rolling back its own version could undo the wrong model; the read was tried every
+        cycle of the bad streak), or an ensemble nested in it. None: the members are weighed."""
+        if not self.known(name):
+            return nobody(
+                f"{name}'s config not read whole (Triton refused it, did not answer or answered part of it) in "
+                "any cycle of this incident: whether it is a pipeline is unknown; nobody blamed, a person decides"
+            )
+        with self._lock:
+            nested = self._pipelines[name].nested
+        if nested:  # an ensemble inside it: blaming its members (or the outer ensemble) would be a guess
+            return nobody(
+                f"{', '.join(nested)}: an ensemble inside {name}; nested pipelines are not expanded: "
+                "nobody blamed, a person decides"
+            )
+        return None
+
+    def _weigh(self, incident: Incident) -> Blame:
+        """What changed since the pipeline last passed (or since the stable versions), decided (core.pipeline)."""
+        with self._lock:
             pipeline = self._pipelines[incident.model]
             names = [m.name for m in pipeline.members]
             passed = dict(pipeline.passed)
@@ -133,6 +148,11 @@ class PipelineWatch:
         baseline = {m: self._stable(m) for m in [*names, incident.model] if m not in passed}
         if passed_own is not None:
             baseline.pop(incident.model, None)
+        unread = [m for m, v in baseline.items() if v is UNREAD]
+        if unread:  # the store's trouble: nothing learnt (not "no evidence"), asked again at the next submission
+            why = f"{', '.join(unread)}: stable version in the ledger not read; nobody blamed yet (nothing learnt)"
+            log.warning("pipeline_blame_undecided", model=incident.model, incident=incident.key, why=why)
+            return Blame(None, why=why)
         with self._lock:
             decided = blame(
                 incident.model,
@@ -146,14 +166,22 @@ class PipelineWatch:
             if decided.model is not None and from_ledger:
                 note = f"; {', '.join(from_ledger)}: its stable version ({incident.model} not seen passing here)"
                 decided = dataclasses.replace(decided, why=decided.why + note)
-            if decided.model is not None:
-                self._blames[incident.key] = decided
-                while len(self._blames) > MAX_BLAMES:
-                    del self._blames[next(iter(self._blames))]
-                pipeline.blamed, pipeline.blamed_why = decided.model, decided.why
-                pipeline.blamed_incident = incident.key
+        if decided.model is not None or decided.escalate:
+            return self._decided(incident, decided)
+        log.warning("pipeline_blame_undecided", model=incident.model, incident=incident.key, why=decided.why)
+        return decided
+
+    def _decided(self, incident: Incident, decided: Blame) -> Blame:
+        """``incident``'s blame, decided for good: kept (never decided again) and shown in /status."""
+        with self._lock:
+            self._blames[incident.key] = decided
+            while len(self._blames) > MAX_BLAMES:
+                del self._blames[next(iter(self._blames))]
+            pipeline = self._pipelines[incident.model]
+            pipeline.blamed, pipeline.blamed_why = decided.model or "", decided.why
+            pipeline.blamed_incident = incident.key
         log.warning(
-            "pipeline_blamed" if decided.model else "pipeline_blame_undecided",
+            "pipeline_blamed" if decided.model else "pipeline_blamed_nobody",
             model=incident.model,
             incident=incident.key,
             blamed=decided.model,
@@ -237,14 +265,14 @@ class PipelineWatch:
             }
 
     def _stable(self, member: str) -> str | None:
-        """``member``'s newest stable version from its ledger (None: no store, none, or not read)."""
+        """``member``'s newest stable version from its ledger (None: no store or none; UNREAD: not read)."""
         if self._stable_of is None:
             return None
         try:
             return self._stable_of(member)
         except Exception as exc:  # the store's trouble: nothing learnt about this member's baseline
             log.warning("pipeline_baseline_unread", model=member, error=str(exc)[:300])
-            return None
+            return UNREAD
 
     def _index(self) -> list[IndexEntry] | None:
         """Triton's repository index (None: not read). After a TritonUnavailable no more are asked this

@@ -14,6 +14,7 @@ from healer.core.pipeline import (
     blame,
     config_members,
     ensemble_members,
+    nobody,
     pipeline_members,
     running_version,
 )
@@ -110,7 +111,7 @@ NOT_KNOWN = "which one broke it is not known; nobody blamed, a person decides"
             PASSED,
             "1",
             "1",
-            Blame(None, why=f"2 changed since ens last passed (pre v1->v2, mid v1->v2): {NOT_KNOWN}"),
+            nobody(f"2 changed since ens last passed (pre v1->v2, mid v1->v2): {NOT_KNOWN}"),
         ),
         # the pipeline's own version changed and no member: the pipeline
         (PASSED, PASSED, "1", "2", Blame("ens", "2", False, "ens v1->v2 since ens last passed")),
@@ -120,14 +121,14 @@ NOT_KNOWN = "which one broke it is not known; nobody blamed, a person decides"
             PASSED,
             "1",
             "2",
-            Blame(None, why=f"2 changed since ens last passed (post v1->v4, ens v1->v2): {NOT_KNOWN}"),
+            nobody(f"2 changed since ens last passed (post v1->v4, ens v1->v2): {NOT_KNOWN}"),
         ),
         # a member with no baseline (never seen passing, no stable version): no evidence, never the pipeline
-        ({**PASSED, "mid": "2"}, {"pre": "1", "post": "1"}, "1", "1", Blame(None, why=f"mid: {NO_EVIDENCE}")),
-        ({**PASSED}, {"pre": "1", "post": "1"}, "1", "1", Blame(None, why=f"mid: {NO_EVIDENCE}")),
+        ({**PASSED, "mid": "2"}, {"pre": "1", "post": "1"}, "1", "1", nobody(f"mid: {NO_EVIDENCE}")),
+        ({**PASSED}, {"pre": "1", "post": "1"}, "1", "1", nobody(f"mid: {NO_EVIDENCE}")),
         # the pipeline's own baseline unknown: no evidence either, even with one member changed
-        ({**PASSED, "mid": "2"}, PASSED, None, "1", Blame(None, why=f"ens itself: {NO_EVIDENCE}")),
-        (PASSED, PASSED, None, "1", Blame(None, why=f"ens itself: {NO_EVIDENCE}")),
+        ({**PASSED, "mid": "2"}, PASSED, None, "1", nobody(f"ens itself: {NO_EVIDENCE}")),
+        (PASSED, PASSED, None, "1", nobody(f"ens itself: {NO_EVIDENCE}")),
         (
             {},
             {},
@@ -169,11 +170,21 @@ def test_without_evidence_the_pipeline_itself_is_never_blamed() -> None:
         for own in ("1", None):
             decided = blame("ens", "1", members=MEMBERS, now=PASSED, passed=partial, passed_own=own)
             assert decided.model is None and missing in decided.why
+            assert decided.escalate  # a person decides, now: waiting learns nothing more
 
 
 def test_nothing_learnt_never_blames_anyone_whatever_changed() -> None:
     decided = blame("ens", "2", members=MEMBERS, now={"pre": "5"}, passed=PASSED, passed_own="1")
     assert decided.model is None and not decided.member
+    assert not decided.escalate  # asked again at the next submission, not escalated at once
+
+
+def test_nobody_blamed_for_good_escalates_and_a_model_blamed_never_does() -> None:
+    """Blame.escalate is the sidecar's cue to escalate at once: only when nobody is blamed and no later cycle
+    can tell whom (several changed, no evidence); never with a model to roll back."""
+    assert nobody("x") == Blame(None, why="x", escalate=True)
+    changed = blame("ens", "1", members=MEMBERS, now={**PASSED, "mid": "2"}, passed=PASSED, passed_own="1")
+    assert changed.model == "mid" and not changed.escalate
 
 
 @pytest.mark.parametrize(

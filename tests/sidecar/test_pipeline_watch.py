@@ -138,8 +138,9 @@ def test_a_model_that_is_no_pipeline_is_not_blamed_through_the_watch() -> None:
 
 def test_a_config_never_read_blames_nobody_and_is_asked_again_at_once() -> None:
     """Triton not answering, or still loading the ensemble (HTTP 400), at the sidecar's start: whether it
-    is a pipeline is unknown, so nobody is blamed (never its own version rolled back); the next read is not
-    put off CONFIG_REREAD_S, and once read the member is blamed."""
+    is a pipeline is unknown, so nobody is blamed (never its own version rolled back) and a person decides
+    (escalate: that incident's blame is decided for good); the next read is not put off CONFIG_REREAD_S, and
+    once read the next incident's member is blamed."""
     for trouble in ("down", "loading", "partial"):
         triton, clock = StandInTriton(), FakeClock()
         w = watch(triton, clock)
@@ -151,15 +152,16 @@ def test_a_config_never_read_blames_nobody_and_is_asked_again_at_once() -> None:
         (triton.loading if trouble == "loading" else triton.partial if trouble == "partial" else set()).add("ens")
         cycle(fresh, Verdict.WRONG)
         undecided = fresh.blame(incident())
-        assert undecided is not None and undecided.model is None, trouble
-        assert "config not read" in undecided.why, trouble
+        assert undecided is not None and undecided.model is None and undecided.escalate, trouble
+        assert "config not read whole" in undecided.why and "a person decides" in undecided.why, trouble
         triton.down = False
         triton.loading.clear()
         triton.partial.clear()
         clock.now += 1  # well inside CONFIG_REREAD_S: a failed read set no read time
         cycle(fresh, Verdict.WRONG)  # the next cycle
         assert [m.name for m in fresh.members("ens")] == ["pre", "mid"], trouble
-        decided = fresh.blame(incident())
+        assert fresh.blame(incident()) == undecided, trouble  # decided once for that incident
+        decided = fresh.blame(incident("inc-2"))
         assert decided is not None and decided.model is not None, trouble
 
 
@@ -228,8 +230,36 @@ def test_a_member_never_seen_passing_is_weighed_against_its_stable_version() -> 
 
     failing = PipelineWatch([model("ens")], triton, clock=clock, stable_of=unreadable)  # type: ignore[arg-type]
     cycle(failing, Verdict.WRONG)
-    not_read = failing.blame(incident())  # the store's trouble is logged, never raised: no baseline
-    assert not_read is not None and not_read.model is None and "pre, mid, ens itself: no pass seen" in not_read.why
+    not_read = failing.blame(incident())  # the store's trouble is logged, never raised: nothing learnt yet
+    assert not_read is not None and not_read.model is None and not not_read.escalate
+    assert "pre, mid, ens: stable version in the ledger not read; nobody blamed yet" in not_read.why
+
+
+def test_nobody_blamed_is_decided_once_and_the_ledger_read_once() -> None:
+    """An incident that blames nobody for good (no evidence, several changed) is not decided again each cycle:
+    the members' ledgers are read once, at its first blame, and /status shows why nobody is blamed."""
+    triton, clock = StandInTriton(), FakeClock()
+    triton.served["mid"] = ["2"]
+    triton.served["pre"] = ["2"]
+    reads: list[str] = []
+
+    def stable(member: str) -> str | None:
+        reads.append(member)
+        return "1"
+
+    w = PipelineWatch([model("ens")], triton, clock=clock, stable_of=stable)  # type: ignore[arg-type]
+    cycle(w, Verdict.WRONG)
+    first = w.blame(incident())
+    assert first is not None and first.model is None and first.escalate
+    assert "2 changed since ens last passed (pre v1->v2, mid v1->v2)" in first.why
+    assert sorted(reads) == ["ens", "mid", "pre"]
+    for _ in range(3):
+        cycle(w, Verdict.WRONG)
+        assert w.blame(incident()) == first
+    assert len(reads) == 3
+    view = w.view("ens")
+    assert view is not None and (view["blamed"], view["blamed_incident"]) == ("", "inc-1")
+    assert view["blamed_why"] == first.why
 
 
 def test_two_members_changed_blames_nobody_even_after_an_unread_cycle() -> None:
@@ -289,3 +319,4 @@ def test_a_nested_ensemble_is_not_expanded_and_blames_nobody() -> None:
     decided = w.blame(incident())
     assert decided is not None and decided.model is None
     assert "inner: an ensemble inside ens; nested pipelines are not expanded" in decided.why
+    assert decided.escalate

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from healer.core.decisions import healing_timeout_s
 from healer.core.results import Status
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.processes import free_port
@@ -64,6 +65,7 @@ class Pipeline:
     store: ModelStore
     roots: tuple[Path, Path]  # the live repository and the store's root
     names: dict[str, str]
+    alerts: AlertReceiver
 
     def push(self, model: str, write: Callable[[Path], object]) -> None:
         """A deploy: the new files in the store and the live repository, then a load (the newest version)."""
@@ -106,7 +108,7 @@ def pipeline(example_settings: Settings, triton_server: EmbeddedTriton, tmp_path
         try:
             triton.load_model(prefix, timeout_s=SETUP_LOAD_TIMEOUT_S)  # loads its composing models too
             promote(settings, triton, store, prefix, "1", by="test")
-            yield Pipeline(settings, triton, store, (live, store_root), names)
+            yield Pipeline(settings, triton, store, (live, store_root), names, alerts)
         finally:
             for name in names.values():
                 with contextlib.suppress(Exception):  # best effort: the shared Triton outlives the test
@@ -286,3 +288,33 @@ def test_a_pipelines_own_version_requests_in_the_store_judge_it(pipeline: Pipeli
         assert ask_pipelines(ctx, [model]).status is Status.PASS  # the configured request and v2's not asked
     finally:
         ctx.triton.close()
+
+
+def test_two_members_changed_escalates_at_once_once_and_rolls_back_nothing(pipeline: Pipeline) -> None:
+    """PRE and MID both pushed (a sidecar started after both, so no pass between them): which one broke the
+    ensemble is not known. Nobody is blamed and a person decides at once (not after the healing timeout):
+    one escalation, its alert naming both changes and why nobody is blamed; nothing is rolled back."""
+    ens, pre, mid = pipeline.names["ensemble"], pipeline.names["pre"], pipeline.names["mid"]
+    pipeline.push(pre, lambda root: write_step(root, pre, {2: {"factor": 1.0, "offset": 1.0}}))  # harmless
+    pipeline.push(mid, lambda root: write_step(root, mid, {2: {"factor": 3.0}}))  # wrong
+    assert infer(pipeline.settings.triton.url, ens) == expected_y(3.0)
+    timeout_s = healing_timeout_s(pipeline.settings.rollback.deadline_s)
+    started = time.monotonic()
+    with Running(pipeline.settings) as running:
+        status = running.wait_for(lambda s: s["models"][ens]["state"] == "escalated", 30)
+        escalated_s = time.monotonic() - started
+        time.sleep(3 * pipeline.settings.sidecar.period_s)  # more wrong answers: nothing more sent or done
+        status = running.status()
+        assert not running.sidecar.handovers.watching  # no rollback was submitted
+    assert escalated_s < timeout_s / 3, (escalated_s, timeout_s)
+    view = status["models"][ens]["pipeline"]
+    assert view["blamed"] == "" and "a person decides" in view["blamed_why"]
+    firing = [a for a in pipeline.alerts.alerts if not a.get("endsAt") and a["labels"]["model"] == ens]
+    assert len(firing) == 1, pipeline.alerts.alerts  # once per incident (re-sent only after ALERT_RESEND_S)
+    description = firing[0]["annotations"]["description"]
+    assert f"{pre} v1->v2" in description and f"{mid} v1->v2" in description, description
+    assert "nobody blamed" in description and "nothing rolled back" in description, description
+    # Do no harm: nothing restored, nothing quarantined.
+    assert pipeline.triton.served_versions(pre) == ["2"] and pipeline.triton.served_versions(mid) == ["2"]
+    for name in (ens, pre, mid):
+        assert pipeline.store.ledger(name).quarantined == ()
