@@ -5,7 +5,10 @@ Weights live in params.json next to this file, so versions of a model differ onl
 by their parameters, as retrained versions do. Drill knobs: ``extra_latency_ms`` makes a
 version slow without changing its answers (from its request number ``slow_after`` on, if set: a
 version that passes its first checks and slows down later); ``wrong_every`` (every Nth request) and
-``wrong_once_at`` (the Nth request only) make some answers wrong (negated), the rest right.
+``wrong_once_at`` (the Nth request only) make some answers wrong (negated), the rest right;
+``fail_every`` (a test fixture's, examples/broken/linear_scorer/fails_one_in_ten) makes every Nth
+single-row request raise (Triton counts it a failure, reason BACKEND): the golden request sends two rows
+and never meets it, real traffic does (docs/traffic-signal.md).
 """
 
 import json
@@ -29,6 +32,8 @@ class TritonPythonModel:
         self.wrong_every = int(params.get("wrong_every", 0))
         self.wrong_once_at = int(params.get("wrong_once_at", 0))
         self.requests = 0
+        self.fail_every = int(params.get("fail_every", 0))
+        self.single_rows = 0
         self.input_name = config["input"][0]["name"]
         self.output_names = [output["name"] for output in config["output"]]
 
@@ -36,6 +41,10 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy().astype(np.float32)
+            if self.fail_every and x.shape[0] == 1:
+                self.single_rows += 1
+                if self.single_rows % self.fail_every == 0:
+                    raise pb_utils.TritonModelException(f"single-row request {self.single_rows} fails (fail_every)")
             logits = x @ self.weights + self.bias
             self.requests += 1
             if self.requests == self.wrong_once_at or (self.wrong_every and self.requests % self.wrong_every == 0):

@@ -1,0 +1,77 @@
+"""Triton's metrics endpoint (its Prometheus text, by default on port 8002): one bounded scrape.
+
+One GET with a total deadline (every read re-armed with what is left of ``timeout_s``) and a size cap
+(MAX_METRICS_BYTES: the body is read no further). Whatever goes wrong (refused, a timeout, an HTTP
+error, an answer over the cap, text that is not Prometheus text) is ``MetricsUnavailable``: nothing
+learnt, never a failure of a model. The parsing is pure (healer/core/traffic.py).
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import time
+import urllib.parse
+
+from healer.core.traffic import MAX_METRICS_BYTES, Counters, Key, MetricsUnreadable, parse_metrics
+
+CHUNK = 64 * 1024
+
+
+class MetricsUnavailable(RuntimeError):
+    """The metrics endpoint could not be read within the limits: nothing learnt."""
+
+
+def metrics_url_for(triton_url: str, port: int = 8002) -> str:
+    """Triton's default metrics URL beside its HTTP address (host:port or a URL): port 8002, /metrics."""
+    parsed = urllib.parse.urlsplit(triton_url if "://" in triton_url else f"http://{triton_url}")
+    host = parsed.hostname or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{port}/metrics"
+
+
+def scrape_text(url: str, *, timeout_s: float, max_bytes: int = MAX_METRICS_BYTES) -> str:
+    """The endpoint's text, read within ``timeout_s`` in all and at most ``max_bytes``."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise MetricsUnavailable(f"metrics URL {url!r} is not http(s)://host:port/path")
+    deadline = time.monotonic() + timeout_s
+    kind = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
+    connection = kind(parsed.hostname, parsed.port, timeout=timeout_s)
+    try:
+        connection.request("GET", parsed.path or "/metrics", headers={"Accept": "text/plain"})
+        response = connection.getresponse()
+        if response.status != 200:
+            raise MetricsUnavailable(f"{url}: HTTP {response.status}")
+        length = response.getheader("Content-Length")
+        if length is not None and length.isdigit() and int(length) > max_bytes:
+            raise MetricsUnavailable(f"{url}: {length} bytes, over {max_bytes} bytes")
+        body = bytearray()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise MetricsUnavailable(f"{url}: not read within {timeout_s:g} s")
+            if connection.sock is not None:
+                connection.sock.settimeout(left)
+            chunk = response.read1(CHUNK) if hasattr(response, "read1") else response.read(CHUNK)
+            if not chunk:
+                break
+            body += chunk
+            if len(body) > max_bytes:
+                raise MetricsUnavailable(f"{url}: over {max_bytes} bytes")
+        return body.decode("utf-8", errors="replace")
+    except (OSError, http.client.HTTPException) as exc:
+        if isinstance(exc, socket.timeout | TimeoutError):
+            raise MetricsUnavailable(f"{url}: not read within {timeout_s:g} s") from exc
+        raise MetricsUnavailable(f"{url}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        connection.close()
+
+
+def scrape(url: str, *, timeout_s: float, max_bytes: int = MAX_METRICS_BYTES) -> dict[Key, Counters]:
+    """Triton's counters per (model, version); MetricsUnavailable when they could not be read."""
+    text = scrape_text(url, timeout_s=timeout_s, max_bytes=max_bytes)
+    try:
+        return parse_metrics(text, max_bytes=max_bytes)
+    except MetricsUnreadable as exc:
+        raise MetricsUnavailable(f"{url}: {exc}") from exc
