@@ -1,9 +1,10 @@
 """Outside alerts as incidents (pure): an Alertmanager webhook payload read into the rollbacks it asks
 for, and the reasons the rest are ignored (healer/webhook/alerts.py serves it; docs/alerts.md).
 
-* An alert becomes an incident only when it is firing and carries ``model`` (a model healer watches),
-  ``version`` (a version number) and ``pod`` or ``namespace``; anything else is acknowledged and
-  ignored with a reason (counted, logged), never guessed at.
+* An alert becomes an incident only when it is firing, is not one of healer's own (``Healer*``), and
+  carries ``model`` (a model healer watches), ``version`` (a version number) and ``pod`` or
+  ``namespace``; anything else is acknowledged and ignored with a reason (counted, logged), never
+  guessed at.
 * Its incident key is the sidecar's (healer/core/state.py ``incident_key``) over the model, the version
   and ``ALERT_CONTENT``: every alert about one broken version is one incident, whichever pod, rule or
   Alertmanager replica sent it, so an alert storm starts one workflow (its name is the key's).
@@ -33,6 +34,9 @@ ALERT_CONTENT = "alertmanager"  # the incident key's content part: one key per b
 PAYLOAD_VERSION = "4"  # Alertmanager's webhook payload version
 MAX_ALERTS = 1000  # alerts read from one payload; Alertmanager's max_alerts is 0 (all) by default
 
+# healer's own alerts (HealerRollbackEscalated, ...) carry model and version labels too: routed back
+# here by a catch-all route they must never start the rollback they report on.
+OWN_ALERT_PREFIX = "Healer"
 MODEL_LABEL, VERSION_LABEL, POD_LABEL, NAMESPACE_LABEL = "model", "version", "pod", "namespace"
 _VERSION = re.compile(r"[1-9][0-9]{0,17}")  # a Triton version number, as VERSION_PATTERN
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")  # a pod or namespace name as a label gives it
@@ -49,6 +53,7 @@ class IgnoreReason(StrEnum):
     NO_WHERE = "no-pod-or-namespace-label"
     NOT_WATCHED = "model-not-watched"
     BAD_LABEL = "bad-label"
+    OWN_ALERT = "healer-alert"
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,8 @@ def read_alert(alert: Mapping[str, Any], watched: frozenset[str]) -> AlertIncide
         return Ignored(
             name, fingerprint, IgnoreReason.RESOLVED, "resolved: nothing to act on (a rollback under way goes on)"
         )
+    if name.startswith(OWN_ALERT_PREFIX):
+        return Ignored(name, fingerprint, IgnoreReason.OWN_ALERT, f"{name} is healer's own alert: never acted on here")
     problem = _label_problem(labels, watched)
     if problem is not None:
         return Ignored(name, fingerprint, *problem)

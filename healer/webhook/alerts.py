@@ -54,7 +54,8 @@ def alert_registry() -> Registry:
     registry = Registry()
     registry.counter(
         ALERTS_METRIC,
-        "Outside alerts received, by outcome (submitted, joined, breaker_open, not_submitted, ignored) and reason.",
+        "Outside alerts received, by outcome (submitted, joined, breaker_open, not_submitted, ignored) and reason "
+        "(the alert's name, or why it was ignored).",
     )
     return registry
 
@@ -194,7 +195,9 @@ class AlertReceiver:
                 handed = Handed(incident, "breaker_open", why=decision.why)
             else:
                 handed = self._submit(incident, now)
-        self.metrics.inc(ALERTS_METRIC, {"outcome": handed.outcome, "reason": incident.alertname[:100]})
+        self.metrics.inc(
+            ALERTS_METRIC, {"outcome": handed.outcome, "reason": incident.alertname[:100]}, incident.joined
+        )
         say = bound.error if handed.outcome in {"breaker_open", "not_submitted"} else bound.warning
         say(
             "alert_incident",

@@ -80,6 +80,11 @@ def test_a_payload_that_is_not_alertmanagers_is_refused_naming_what_is_wrong(raw
         ({"model": "linear_scorer", "version": "2", "pod": "a/b"}, "firing", IgnoreReason.BAD_LABEL),
         ({"model": "linear_scorer", "version": "2", "namespace": "-x"}, "firing", IgnoreReason.BAD_LABEL),
         ({"model": "other", "version": "2", **WHERE}, "firing", IgnoreReason.NOT_WATCHED),
+        (
+            {"alertname": "HealerRollbackEscalated", "model": "linear_scorer", "version": "2", **WHERE},
+            "firing",
+            IgnoreReason.OWN_ALERT,
+        ),
     ],
 )
 def test_alerts_that_name_no_incident_are_ignored_with_their_reason(
@@ -88,7 +93,7 @@ def test_alerts_that_name_no_incident_are_ignored_with_their_reason(
     read = intake(read_payload(body(payload(alert(status, **labels)))), models=MODELS)
     assert read.incidents == ()
     assert [i.reason for i in read.ignored] == [reason]
-    assert read.ignored[0].why and read.ignored[0].alertname == "TritonErrors"
+    assert read.ignored[0].why and read.ignored[0].alertname == labels.get("alertname", "TritonErrors")
 
 
 @pytest.mark.parametrize(

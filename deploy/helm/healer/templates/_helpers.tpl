@@ -143,9 +143,19 @@ the image is pulled by content), else :<tag> (default the chart's appVersion).
 {{- end }}
 {{- end }}
 
-{{/* The namespaces that get the healer-config ConfigMap: Triton's and Argo's (once if the same). */}}
+{{/* The namespaces that get the healer-config ConfigMap: Triton's and Argo's (once if the same), and the
+release's when the webhook's alert receiver reads it (alertReceiver.enabled). */}}
 {{- define "healer.configNamespaces" -}}
-{{ toYaml (list .Values.triton.namespace .Values.argo.namespace | uniq) }}
+{{- $namespaces := list .Values.triton.namespace .Values.argo.namespace -}}
+{{- if and .Values.webhook.enabled .Values.alertReceiver.enabled -}}
+{{- $namespaces = append $namespaces .Release.Namespace -}}
+{{- end -}}
+{{ toYaml ($namespaces | uniq) }}
+{{- end }}
+
+{{/* The alert receiver's token Secret: alertReceiver.existingSecret, or the one the chart writes. */}}
+{{- define "healer.alertReceiver.secretName" -}}
+{{ .Values.alertReceiver.existingSecret | default (printf "%s-alert-receiver" (include "healer.fullname" .)) }}
 {{- end }}
 
 {{/*
