@@ -1,0 +1,307 @@
+"""Triton's own numbers as the sidecar sees them (docs/traffic-signal.md; healer/core/traffic.py decides).
+
+Once per full cycle the sidecar scrapes its own pod's Triton metrics endpoint (healer/edges/
+triton_metrics.py: a total timeout, a 4 MiB cap) and keeps, per model and version, samples of Triton's
+counters beside healer's own requests to that version so far: every golden request goes through
+``counting`` (a TritonAPI that counts the inference calls it passes on), so Triton's counts minus
+healer's are the real traffic. With ``sidecar.traffic.enabled`` a version whose real traffic fails more
+than ``max_failure_ratio`` (or is slower than ``max_mean_latency_ms``) over one window, and again over a
+second window wholly after it, is a business failure of that version: ``merged`` turns the model's
+cycle verdict into a wrong answer for it (the golden request passing does not clear it), and the
+existing path (failure_threshold, the incident key, one rollback fleet-wide) follows. Nothing learnt
+(no traffic, the endpoint unreachable or unreadable, a counter reset) never fails a version.
+
+With the endpoint read at all (enabled, or ``metrics_url`` set), every incident gets its blast radius:
+the real requests the failing version failed (and served) between the first failure seen and the
+restore; in the incident line, ``healer_incident_failed_requests_total``, the ModelRestored Event, and
+(the part up to the decision) the rollback request's detail, which its audit record and its Argo page
+show.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import structlog
+
+from healer.core.state import Incident, Probed, Verdict
+from healer.core.traffic import (
+    FAILURE_RATIO,
+    BlastRadius,
+    Counters,
+    Judged,
+    Key,
+    Limits,
+    Overrides,
+    Sample,
+    Signal,
+    TrafficState,
+    blast_radius,
+    judge_window,
+    limits_for,
+    since_reset,
+    step,
+)
+from healer.edges.metrics import Registry
+from healer.edges.triton import TritonAPI
+from healer.edges.triton_metrics import MetricsUnavailable, metrics_url_for, scrape
+from healer.settings import Settings
+from healer.sidecar.clock import Clock
+from healer.sidecar.notify import Notifier
+from healer.vocabulary import MODEL_ERROR, SLOW, RollbackRequest
+
+log = structlog.get_logger("healer.sidecar")
+
+HISTORY_S = 600.0  # samples kept this long at least (an incident's blast radius reaches back this far)
+SAMPLES_PER_WINDOW = 10  # a sample is kept every window_s / this (the newest always): memory stays flat
+TRAFFIC_CONTENT = "traffic"  # the incident key's content for a traffic failure: the same on every replica
+
+Scrape = Callable[[str, float], Mapping[Key, Counters]]
+
+
+def _scrape(url: str, timeout_s: float) -> Mapping[Key, Counters]:
+    return scrape(url, timeout_s=timeout_s)
+
+
+def declare(metrics: Registry) -> None:
+    """The traffic signal's metrics (docs/traffic-signal.md)."""
+    metrics.counter("healer_traffic_scrapes_total", "Scrapes of Triton's metrics endpoint by result (ok, error).")
+    metrics.gauge("healer_traffic_failure_ratio", "Real requests failed / real requests over the last window.")
+    metrics.gauge("healer_traffic_requests", "Real requests (healer's own subtracted) over the last window.")
+    metrics.gauge("healer_traffic_signal", "1 for a model version's traffic signal (quiet, suspect, confirmed).")
+    metrics.counter(
+        "healer_incident_failed_requests_total",
+        "Real requests the failing version failed between an incident's first failure and its restore.",
+    )
+    metrics.counter(
+        "healer_incident_served_requests_total",
+        "Real requests the failing version answered between an incident's first failure and its restore.",
+    )
+
+
+class CountingTriton:
+    """A TritonAPI passing every call on, counting the inference requests (infer, generate,
+    generate_stream) per (model, version): healer's own requests, which Triton's metrics count too."""
+
+    def __init__(self, inner: TritonAPI, count: Callable[[str, str, bool, float], None], clock: Clock) -> None:
+        self._inner = inner
+        self._count = count
+        self._clock = clock
+        self.url = inner.url
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _counted(self, model: str, version: str, call: Callable[[], Any]) -> Any:
+        started = self._clock.monotonic()
+        failed = True
+        try:
+            answer = call()
+            failed = False
+            return answer
+        finally:
+            self._count(model, version, failed, (self._clock.monotonic() - started) * 1000.0)
+
+    def infer(self, model: str, version: str, *args: Any, **kwargs: Any) -> Any:
+        return self._counted(model, version, lambda: self._inner.infer(model, version, *args, **kwargs))
+
+    def generate(self, model: str, version: str, *args: Any, **kwargs: Any) -> Any:
+        return self._counted(model, version, lambda: self._inner.generate(model, version, *args, **kwargs))
+
+    def generate_stream(self, model: str, version: str, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        self._count(model, version, False, 0.0)  # one request; its time is not Triton's request duration
+        return self._inner.generate_stream(model, version, *args, **kwargs)
+
+
+def watch_traffic(
+    settings: Settings, triton: TritonAPI, metrics: Registry, clock: Clock, notify: Notifier
+) -> tuple[TrafficWatch, TritonAPI]:
+    """The sidecar's TrafficWatch, and ``triton`` counting healer's own requests; every incident the
+    Notifier closes gets its blast radius."""
+    watch = TrafficWatch(settings, metrics=metrics, clock=clock)
+    notify.blast_of = watch.restored
+    return watch, watch.counting(triton)
+
+
+class TrafficWatch:
+    def __init__(self, settings: Settings, *, metrics: Registry, clock: Clock, scrape: Scrape = _scrape) -> None:
+        traffic = settings.sidecar.traffic
+        self.judging = traffic.enabled
+        self.reading = traffic.enabled or traffic.metrics_url is not None
+        self.url = traffic.metrics_url or metrics_url_for(settings.triton.url)
+        self.timeout_s = traffic.timeout_s
+        self._limits = Limits(
+            window_s=traffic.window_s,
+            min_requests=traffic.min_requests,
+            max_failure_ratio=traffic.max_failure_ratio,
+            max_mean_latency_ms=traffic.max_mean_latency_ms,
+        )
+        self._overrides = {
+            o.model: Overrides(o.min_requests, o.max_failure_ratio, o.max_mean_latency_ms) for o in traffic.models
+        }
+        self._models = frozenset(m.name for m in settings.models)
+        self._scrape = scrape
+        self._clock = clock
+        self._metrics = metrics
+        self._lock = threading.Lock()  # healer's own counts come from the probe workers
+        self._own: dict[Key, tuple[int, int, float]] = {}
+        self._samples: dict[Key, deque[Sample]] = {}
+        self._states: dict[Key, TrafficState] = {}
+        self._signals: dict[Key, Signal] = {}
+        self._since: dict[Key, float] = {}  # when a version's traffic began failing (kept across a reset)
+        self._present: frozenset[Key] = frozenset()  # the versions in the last scrape (loaded)
+        self.error = ""  # why the last scrape learnt nothing ("" when it was read)
+        if self.reading:  # declared only when the endpoint is read: no empty series otherwise
+            declare(metrics)
+
+    # ---- healer's own requests ------------------------------------------------------------------------
+    def counting(self, triton: TritonAPI) -> TritonAPI:
+        """``triton`` counting healer's own inference requests (as it is when the endpoint is not read)."""
+        if not self.reading:
+            return triton
+        counted: TritonAPI = CountingTriton(triton, self._own_request, self._clock)
+        return counted
+
+    def _own_request(self, model: str, version: str, failed: bool, ms: float) -> None:
+        with self._lock:
+            own, own_failed, own_ms = self._own.get((model, version), (0, 0, 0.0))
+            self._own[(model, version)] = (own + 1, own_failed + int(failed), own_ms + (0.0 if failed else ms))
+
+    # ---- one scrape per full cycle ----------------------------------------------------------------------
+    def observe(self) -> None:
+        """Scrape once, keep the samples, judge each configured model's versions (when judging). Never
+        raises: a bug here is logged and nothing is learnt this period."""
+        if not self.reading:
+            return
+        try:
+            self._observe()
+        except Exception:
+            log.exception("traffic_not_observed")
+
+    def _observe(self) -> None:
+        now = self._clock.monotonic()
+        try:
+            counters = self._scrape(self.url, self.timeout_s)
+        except MetricsUnavailable as exc:
+            self._metrics.inc("healer_traffic_scrapes_total", {"result": "error"})
+            if str(exc) != self.error:
+                log.warning("triton_metrics_unavailable", url=self.url, error=str(exc), learnt=False)
+            self.error = str(exc)
+            return
+        self._metrics.inc("healer_traffic_scrapes_total", {"result": "ok"})
+        self.error = ""
+        with self._lock:
+            own = dict(self._own)
+        present = frozenset(k for k in counters if k[0] in self._models)
+        for key in present:
+            o = own.get(key, (0, 0, 0.0))
+            self._keep(key, Sample(now, counters[key], o[0], o[1], o[2]))
+        for key in set(self._samples) - present:  # unloaded: kept for the blast radius, until too old
+            if self._samples[key][-1].at < now - self._horizon_s:
+                del self._samples[key]
+                self._states.pop(key, None)
+                self._signals.pop(key, None)
+                self._since.pop(key, None)
+        self._present = present
+        if self.judging:
+            for key in present:
+                self._judge(key, now)
+
+    @property
+    def _horizon_s(self) -> float:
+        return max(HISTORY_S, 3 * self._limits.window_s)
+
+    def _keep(self, key: Key, sample: Sample) -> None:
+        samples = self._samples.setdefault(key, deque())
+        if samples and len(since_reset([samples[-1], sample])) == 1:
+            self._states.pop(key, None)  # a counter went down: the version's judgement starts anew
+        spacing = self._limits.window_s / SAMPLES_PER_WINDOW
+        # The newest sample replaces the previous one when that one is closer than the spacing to the one before.
+        if len(samples) >= 2 and samples[-1].at - samples[-2].at < spacing:
+            samples.pop()
+        samples.append(sample)
+        while samples and samples[0].at < sample.at - self._horizon_s:
+            samples.popleft()
+
+    def _judge(self, key: Key, now: float) -> None:
+        limits = limits_for(self._limits, self._overrides, key[0])
+        window = judge_window(list(self._samples[key]), now, limits)
+        before = self._signals.get(key, Signal.QUIET)
+        self._states[key], signal = step(self._states.get(key, TrafficState()), window)
+        self._signals[key] = signal
+        if signal is Signal.QUIET and window.judged is Judged.WITHIN:
+            self._since.pop(key, None)
+        elif signal is not Signal.QUIET and key not in self._since and self._states[key].since is not None:
+            self._since[key] = self._states[key].since  # type: ignore[assignment]
+        labels = {"model": key[0], "version": key[1]}
+        if window.requests:
+            self._metrics.set("healer_traffic_failure_ratio", labels, window.ratio)
+        self._metrics.set("healer_traffic_requests", labels, float(window.requests))
+        for each in Signal:
+            self._metrics.set("healer_traffic_signal", {**labels, "signal": each.value}, float(each is signal))
+        if signal is not before:
+            log.info("traffic_signal", model=key[0], version=key[1], signal=signal.value, why=window.why)
+
+    # ---- what the loop asks ----------------------------------------------------------------------------
+    def merged(self, model: str, probed: Probed) -> Probed:
+        """The cycle's verdict with the traffic signal: the version the golden request found served (a
+        GOOD verdict's), its traffic confirmed over a limit, makes it a wrong answer of that version.
+        A wrong or not-ready verdict stands; an inconclusive one (no version known served) is left so."""
+        if not self.judging or probed.verdict is not Verdict.GOOD or probed.version is None:
+            return probed
+        key = (model, probed.version)
+        state = self._states.get(key)
+        if key not in self._present or self._signals.get(key) is not Signal.CONFIRMED or state is None:
+            return probed
+        window = state.window
+        latency = window is not None and window.code != FAILURE_RATIO
+        return Probed(
+            probed.at,
+            Verdict.WRONG,
+            version=probed.version,
+            reason_code=SLOW if latency else MODEL_ERROR,
+            detail=f"real traffic: {window.why if window is not None else 'over its limit'}",
+            content=f"{TRAFFIC_CONTENT}:{window.code if window is not None else ''}",
+        )
+
+    def first_seen(self, model: str, version: str) -> float | None:
+        """When the traffic of this version began failing, as its first window over a limit says."""
+        return self._since.get((model, version))
+
+    def blast(self, incident: Incident, until: float) -> BlastRadius:
+        """The failing version's real failed and served requests from the first failure seen to ``until``."""
+        samples = list(self._samples.get((incident.model, incident.version), ()))
+        seen = self.first_seen(incident.model, incident.version)
+        since = incident.first_bad_at if seen is None else min(seen, incident.first_bad_at)
+        return blast_radius(samples, since, until)
+
+    def with_blast(self, request: RollbackRequest, incident: Incident) -> RollbackRequest:
+        """The rollback's request with the blast radius up to now in its detail (the audit record and the
+        Argo page show it); unchanged when the endpoint is not read."""
+        if not self.reading:
+            return request
+        words = f"; blast radius at the decision: {self.blast(incident, self._clock.monotonic()).words()}"
+        return dataclasses.replace(request, detail=request.detail[: 500 - len(words)] + words)
+
+    def restored(self, incident: Incident, at: float) -> BlastRadius:
+        """The incident is closed: its blast radius counted in the metrics and returned (for the line, the Event)."""
+        if not self.reading:
+            return BlastRadius()
+        radius = self.blast(incident, at)
+        if radius.measured:
+            labels = {"model": incident.model}
+            self._metrics.inc("healer_incident_failed_requests_total", labels, float(radius.failed))
+            self._metrics.inc("healer_incident_served_requests_total", labels, float(radius.served))
+        return radius
+
+    def view(self) -> dict[str, Any]:
+        """For /status: each version's signal and the last scrape's trouble."""
+        return {
+            "metrics_url": self.url,
+            "error": self.error,
+            "versions": {f"{m}/{v}": self._signals.get((m, v), Signal.QUIET).value for m, v in sorted(self._present)},
+        }
