@@ -47,6 +47,8 @@ from healer.settings.sections import (
     TensorSpec,
     TierThresholds,
     TracingSettings,
+    TrafficLimits,
+    TrafficSettings,
     TritonSettings,
     hash_inputs,
 )
@@ -100,6 +102,8 @@ __all__ = [
     "TensorSpec",
     "TierThresholds",
     "TracingSettings",
+    "TrafficLimits",
+    "TrafficSettings",
     "TritonSettings",
     "check_listen",
     "declared_keys",

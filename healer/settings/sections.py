@@ -671,6 +671,61 @@ class DrainSettings:
 
 
 @dataclass(frozen=True)
+class TrafficLimits:
+    """One model's own limits on its real traffic (docs/traffic-signal.md); unset keys take sidecar.traffic's."""
+
+    model: str = field(metadata=setting("the model these limits are for", form="model-name"))
+    min_requests: int | None = field(
+        default=None, metadata=setting("its min_requests", minimum=1, default_doc="sidecar.traffic's")
+    )
+    max_failure_ratio: float | None = field(
+        default=None, metadata=setting("its max_failure_ratio", minimum=0, maximum=1, default_doc="sidecar.traffic's")
+    )
+    max_mean_latency_ms: float | None = field(
+        default=None, metadata=setting("its max_mean_latency_ms", minimum=0.001, default_doc="sidecar.traffic's")
+    )
+
+
+@dataclass(frozen=True)
+class TrafficSettings:
+    """Triton's own numbers as a signal (docs/traffic-signal.md): the sidecar reads its pod's Triton metrics
+    and judges the real traffic of each model version over a window. Off by default."""
+
+    enabled: bool = field(
+        default=False,
+        metadata=setting("judge real traffic from Triton's metrics: a failure ratio or latency over its limit fails"),
+    )
+    metrics_url: str | None = field(
+        default=None,
+        metadata=setting(
+            "Triton's metrics endpoint; set alone (enabled false) it measures every incident's blast radius only",
+            form="url",
+            default_doc="triton.url's host, port 8002, /metrics (when enabled)",
+        ),
+    )
+    window_s: float = field(default=30.0, metadata=setting("the window real traffic is judged over", minimum=1))
+    min_requests: int = field(
+        default=20, metadata=setting("fewer real requests in a window: nothing learnt", minimum=1)
+    )
+    max_failure_ratio: float = field(
+        default=0.05,
+        metadata=setting("failed / real requests in a window over this fails the version", minimum=0, maximum=1),
+    )
+    max_mean_latency_ms: float | None = field(
+        default=None,
+        metadata=setting(
+            "the real requests' mean latency (Triton's request duration) over this fails the version",
+            minimum=0.001,
+            default_doc="latency not judged",
+        ),
+    )
+    timeout_s: float = field(default=1.0, metadata=setting("one scrape of the metrics endpoint", minimum=0.001))
+    models: tuple[TrafficLimits, ...] = field(
+        default=(), metadata=setting("per-model limits over these", default_doc="none")
+    )
+
+
+@dataclass(frozen=True)
 class SidecarSettings:
     """The probe sidecar. Production default period: 5 s (a detection in ~15 s with threshold 3)."""
 
@@ -727,6 +782,10 @@ class SidecarSettings:
         metadata=setting(
             "drain a replica set without ever emptying its Service", default_doc="every failing pod drains"
         ),
+    )
+    traffic: TrafficSettings = field(
+        default_factory=TrafficSettings,
+        metadata=setting("Triton's own numbers as a signal, and every incident's blast radius; off by default"),
     )
     # The pod's terminationGracePeriodSeconds: after SIGTERM, an in-pod rollback gets part of it to
     # finish, then is cancelled so that it stops cleanly and its exit handler alerts within it.

@@ -67,6 +67,7 @@ from healer.sidecar.handover import Handovers, rollback_request
 from healer.sidecar.notify import Notifier
 from healer.sidecar.peers import PeerSource
 from healer.sidecar.pipelines import PipelineWatch, ledger_stable
+from healer.sidecar.traffic import watch_traffic
 from healer.sidecar.views import status_document
 from healer.vocabulary import TIMEOUT, RollbackRequest
 from probes.runner import probe_all
@@ -133,6 +134,7 @@ class Sidecar:
             clock=clock,
         )
         self.notify = Notifier(settings, metrics=self.metrics, pod=pod, kube=kube, send_alert=send_alert, clock=clock)
+        self.traffic, self.triton = watch_traffic(settings, triton, self.metrics, clock, self.notify)  # traffic.py
         # The store the drain set and the golden fit read, opened on first use (within their own bounds).
         drain_store = drain_store if drain_store is not None else lazy_store(settings)
         self.drain_keeper = DrainKeeper(settings, peers, store_factory=drain_store, metrics=self.metrics, clock=clock)
@@ -192,6 +194,8 @@ class Sidecar:
         trace_id = uuid.uuid4().hex[:16]
         models = [m for m in self.settings.models if only is None or m.name in only]
         with structlog.contextvars.bound_contextvars(trace_id=trace_id):
+            if only is None:
+                self.traffic.observe()  # Triton's metrics, once a period (never raises)
             now = self.clock.monotonic()
             results: list[ProbeResult] | None = None
             serving_before = self.book.serving_flags()
@@ -249,6 +253,7 @@ class Sidecar:
             self._probed[model.name] = mine
             self._step(model, "golden_fit", self.golden.seen, model.name, mine)
             verdict = confirmation_verdict(verdict_for(mine, probed_at), confirming=confirming)
+            verdict = self.traffic.merged(model.name, verdict)  # real traffic's verdict (healer/sidecar/traffic.py)
             self._step(model, "pipeline", self.pipelines.after_probe, model.name, verdict)
             self._step(model, "verdict", self._apply_verdict, model, verdict)
             self.answered_at[model.name] = self.clock.monotonic()
@@ -356,7 +361,9 @@ class Sidecar:
 
     def _request(self, incident: Incident) -> RollbackRequest:
         """The rollback an incident asks for: of the model, or of the composing model a pipeline's blames."""
-        request = rollback_request(incident, pod=self.pod, triton_url=self.triton_url)
+        request = self.traffic.with_blast(
+            rollback_request(incident, pod=self.pod, triton_url=self.triton_url), incident
+        )
         blamed = self.pipelines.blame(incident)
         if blamed is not None and blamed.member and blamed.model is not None:
             detail = f"{incident.model}'s suite failed; blamed: {blamed.why}: {incident.detail}"[:500]

@@ -5,13 +5,14 @@ others."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
 from healer.core.decisions import AlertStep, alert_step
 from healer.core.state import Incident, Phase
+from healer.core.traffic import BlastRadius
 from healer.edges.alerts import Delivery, DeliveryStatus, PostAlerts, deliver_alert, escalate_to_people, post_alerts
 from healer.edges.logs import iso_utc
 from healer.edges.metrics import Registry
@@ -42,6 +43,8 @@ class Notifier:
         self._kube = kube
         self._post = send_alert or post_alerts
         self._clock = clock
+        # The incident's blast radius (healer/sidecar/traffic.py TrafficWatch.restored; None: not measured).
+        self.blast_of: Callable[[Incident, float], BlastRadius] | None = None
         self._firing: dict[str, dict[str, Any]] = {}  # model -> the alert kept firing while escalated
         self._alert_sent_at: dict[str, float] = {}
 
@@ -116,6 +119,12 @@ class Notifier:
 
     def restored(self, incident: Incident, at: float, *, trace_id: str = "") -> None:
         restore_s = at - incident.detected_at
+        blast = self.blast_of(incident, at) if self.blast_of is not None else None
+        radius = (
+            {}
+            if blast is None or not blast.measured
+            else {"failed_requests": blast.failed, "served_requests": blast.served}
+        )
         self._metrics.observe("healer_time_to_restore_seconds", {"model": incident.model}, restore_s)
         # The canonical line: one per incident, everything a person asks about it.
         log.info(
@@ -131,11 +140,13 @@ class Notifier:
             time_to_detect_s=round(incident.detected_at - incident.first_bad_at, 3),
             time_to_restore_s=round(restore_s, 3),
             workflow=incident.workflow,
+            **radius,
             **_traced(trace_id),
         )
+        words = f"; blast radius: {blast.words()}" if blast is not None and blast.measured else ""
         self.event(
             "ModelRestored",
-            f"{incident.model}: golden request passes again ({incident.workflow}){_trace_note(trace_id)}",
+            f"{incident.model}: golden request passes again ({incident.workflow}){words}{_trace_note(trace_id)}",
             "Normal",
         )
 

@@ -76,7 +76,12 @@ def _full_document() -> dict[str, Any]:
         "store": {"s3": {"bucket": "b"}},
         "live_repository": "/models",
         "rollback": {"argo": {}, "alert": {}, "replicas": {"namespace": "ml", "selector": "a=b"}},
-        "sidecar": {"readiness": {}, "business": {}, "drain": {"peers": {"namespace": "ml", "selector": "a=b"}}},
+        "sidecar": {
+            "readiness": {},
+            "business": {},
+            "drain": {"peers": {"namespace": "ml", "selector": "a=b"}},
+            "traffic": {"models": [{"model": "m"}]},
+        },
         "tracing": {},
         "release": {},
         "models": [
