@@ -163,7 +163,7 @@ class DrillRunner:
             before = sample([r.view for r in running], self.target.model)
             injected = injected_for(pushed_target(self.target, scenario))
             if scenario.traffic:
-                traffic = Traffic(replicas, self.target.model_settings).start()
+                traffic = Traffic(replicas, self.target.model_settings, suite_of=self.target.suite).start()
             killed = self._inject(scenario, injected, replicas, extra)
             watch = Watch(injected.at, wrong_before=before.wrong_answers)
             if killed:
@@ -215,7 +215,7 @@ class DrillRunner:
             put_version(self.target, version, source, injected)
             injected.version = version
             if scenario.traffic:
-                traffic = Traffic(replicas, self.target.model_settings).start()
+                traffic = Traffic(replicas, self.target.model_settings, suite_of=self.target.suite).start()
             injected.mark_now()
             watch = Watch(injected.at)
             found = self._release(scenario, injected, replicas, watch, running)
@@ -462,7 +462,7 @@ class DrillRunner:
             + (thresholds.business.failure_threshold + thresholds.business.success_threshold + 2) * self.period_s
             + 30.0
         )
-        golden = GoldenWatch(replicas, self.target.model_settings)
+        golden = GoldenWatch(replicas, self.target.model_settings, suite_of=self.target.suite)
         pushes = 1
         flaps = scenario.max_rollbacks or self.settings.sidecar.max_rollbacks
         try:

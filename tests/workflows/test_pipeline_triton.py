@@ -32,6 +32,7 @@ from healer.settings import Settings, SidecarSettings, StoreSettings, TierThresh
 from healer.settings.sections import ModelSettings
 from healer.sidecar import Sidecar
 from healer.sidecar.views import SidecarServer
+from healer.vocabulary import RollbackRequest
 from tests.support.pipeline_models import (
     ENSEMBLE_CONFIG,
     GOLDEN_X,
@@ -42,8 +43,11 @@ from tests.support.pipeline_models import (
 )
 from tests.support.rollback_stack import SETUP_LOAD_TIMEOUT_S, AlertReceiver, make_settings
 from workflows.steps.context import context_from_settings
+from workflows.steps.drill_inject import DrillTarget, member_target
+from workflows.steps.drill_observe import GoldenWatch
 from workflows.steps.pipeline import ask_pipelines, reload_pipeline
 from workflows.steps.promote import PromotionRefused, promote
+from workflows.steps.rollback import escalate
 
 _names = iter(range(1, 1000))
 
@@ -318,3 +322,59 @@ def test_two_members_changed_escalates_at_once_once_and_rolls_back_nothing(pipel
     assert pipeline.triton.served_versions(pre) == ["2"] and pipeline.triton.served_versions(mid) == ["2"]
     for name in (ens, pre, mid):
         assert pipeline.store.ledger(name).quarantined == ()
+
+
+def test_a_members_escalated_rollback_is_recorded_in_its_own_ledger(pipeline: Pipeline) -> None:
+    """The exit handler of a member's rollback that failed (here: its stable version's files gone): the member
+    is not in healer.yaml, yet its ledger and audit trail get what a plain model's escalation writes, the audit
+    record naming the pipeline, the blamed member and the evidence."""
+    ens, mid = pipeline.names["ensemble"], pipeline.names["mid"]
+    request = RollbackRequest(
+        model=mid,
+        from_version="2",
+        reason="wrong-answer",
+        incident="inc-member-escalated",
+        detail=f"{ens}'s suite failed; blamed: {mid} v1->v2 since {ens} last passed: output 'Y': 4/4 values off",
+    )
+    ctx = context_from_settings(pipeline.settings)
+    try:
+        outcome = escalate(ctx, request, failure="fetch-stable: v1's files differ from the ledger")
+    finally:
+        ctx.triton.close()
+    assert "record_error" not in outcome, outcome
+    [audit] = [r for r in pipeline.store.audit_of(mid, request.incident) if r.get("event") == "escalated"]
+    assert audit["from_version"] == "2" and audit["detail"] == request.detail
+    assert audit["evidence"]["pipelines"] == [ens] and audit["evidence"]["blamed"] == mid
+    assert "v1's files differ" in audit["evidence"]["failure"]
+    # As a plain model's escalation: the failing version, never stable, is quarantined; the stable one never.
+    assert [q.version for q in pipeline.store.ledger(mid).quarantined] == ["2"]
+    assert pipeline.store.ledger(ens).quarantined == () and pipeline.store.audit_of(ens, request.incident) == []
+
+
+def test_a_drill_judges_by_the_suite_the_sidecar_uses_store_requests_included(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    """A drill's verification (GoldenWatch: restored on every replica; a member's check through its pipeline)
+    and its traffic judge by the suite the sidecar probes with: healer.yaml's requests and, with
+    golden_in_store, the store's. A store request the ensemble fails makes it not restored."""
+    ens, mid = pipeline.names["ensemble"], pipeline.names["mid"]
+    url = pipeline.settings.triton.url
+    model = dataclasses.replace(pipeline.settings.model(ens), golden_in_store=True)
+    settings = dataclasses.replace(pipeline.settings, models=(model,))
+    target = DrillTarget(settings, ens, pipeline.roots[0], pipeline.store, [url], tmp_path)
+    member = member_target(target, mid)
+    triton = TritonHttp(url, timeout_s=5.0)
+    watch = GoldenWatch([url], target.model_settings, suite_of=target.suite)
+    try:
+        assert member.judged(triton, "1").status is Status.PASS and watch.restored(None)
+        # A request every version must pass, kept in the store: the ensemble (MID times 2) answers it wrong.
+        (pipeline.roots[1] / ens / "golden").mkdir()
+        (pipeline.roots[1] / ens / "golden" / "times3.yaml").write_text(yaml.safe_dump(golden_request("t3", 3.0)))
+        fresh = dataclasses.replace(target, suites=None)  # a new drill: nothing remembered
+        judged = member_target(fresh, mid).judged(triton, "1")
+        assert judged.status is Status.FAIL and "golden request 't3'" in judged.reason, judged.reason
+        assert not GoldenWatch([url], target.model_settings, suite_of=fresh.suite).restored(None)
+        assert [r.name for r in fresh.suite("1")] == ["golden", "t3"]
+    finally:
+        watch.close()
+        triton.close()

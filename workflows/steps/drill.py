@@ -190,7 +190,7 @@ def watch(
     # The injection's moment on this pod's monotonic clock.
     at = time.monotonic() - (time.time() - injected.wall) if injected.wall else time.monotonic()
     seen = Watch(at, wrong_before=wrong_before)
-    golden = GoldenWatch(target.replicas, target.model_settings)
+    golden = GoldenWatch(target.replicas, target.model_settings, suite_of=target.suite)
     try:
         while True:
             seen.see(sample(views, target.model))

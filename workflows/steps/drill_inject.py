@@ -27,7 +27,8 @@ from healer.core.results import Status
 from healer.edges.logs import iso_utc
 from healer.edges.store import DISPLACED_DIR, QUARANTINE_DIR, FilesystemBlobs, ModelStore, StoreError, is_derived
 from healer.edges.triton import TritonError, TritonHttp
-from healer.settings import VERSION_PATTERN, ModelSettings, Settings
+from healer.settings import VERSION_PATTERN, GoldenRequest, ModelSettings, Settings
+from probes.store_suite import StoreSuites
 from probes.tiers import check_business
 
 log = structlog.get_logger(__name__)
@@ -58,6 +59,8 @@ class DrillTarget:
     pods: dict[str, Path] = field(default_factory=dict)
     # A composing model's target (member_target): the configured pipeline whose suite judges it, through it.
     pipeline: str = ""
+    # The suites with the store's requests (golden_in_store), read as the sidecar reads them: made on first use.
+    suites: StoreSuites | None = field(default=None, compare=False, repr=False)
 
     @property
     def repositories(self) -> list[Path]:
@@ -68,12 +71,27 @@ class DrillTarget:
     def model_settings(self) -> ModelSettings:
         return self.settings.model(self.pipeline or self.model)
 
+    def suite(self, version: str | None = None) -> tuple[GoldenRequest, ...]:
+        """The suite the sidecar judges ``version`` of the target's model (or its pipeline) by: the configured
+        requests and, with golden_in_store, the store's (every version's, then ``version``'s own), remembered
+        as the sidecar remembers them (probes/store_suite.py StoreSuites; a store that does not answer: the
+        last suite read, the configured one before any)."""
+        if self.suites is None:
+            store = self.store
+            self.suites = StoreSuites(lambda: store)
+        return self.suites.suite_of(self.model_settings, version)
+
     def judged(self, triton: TritonHttp, version: str) -> Any:
         """The golden suite's verdict on ``version``: asked of the model, or of a member's pipeline through it
-        (the version the pipeline serves now)."""
+        (the version the pipeline serves now, judged by that version's suite)."""
         if not self.pipeline:
-            return check_business(triton, self.model, version, self.model_settings.suite)
-        return check_business(triton, self.pipeline, "", self.model_settings.suite)
+            return check_business(triton, self.model, version, self.suite(version))
+        try:
+            served = [v for v in triton.served_versions(self.pipeline) if v.isdigit()]
+        except TritonError:
+            served = []
+        newest = max(served, key=int) if served else None
+        return check_business(triton, self.pipeline, "", self.suite(newest))
 
     @property
     def store_root(self) -> Path | None:

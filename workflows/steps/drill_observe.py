@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from healer.core.drill_verdict import Mark, Observation, PhaseSpan
 from healer.core.results import Status
 from healer.edges.triton import TritonError, TritonHttp
-from healer.settings import ModelSettings
+from healer.settings import GoldenRequest, ModelSettings
 from probes.tiers import check_business
 
 
@@ -83,12 +83,18 @@ class HttpView:
         return self._get("/readyz")[0]
 
 
+Suites = Callable[[str | None], Sequence[GoldenRequest]]  # a version's golden suite (None: every version's)
+
+
 class GoldenWatch:
     """Is the target restored? On every replica: the injected version no longer served, and the golden
-    request passes on every version that is. One client per replica, used from one thread."""
+    suite passes on every version that is. One client per replica, used from one thread. ``suite_of``: the
+    suite the sidecar judges a version by (DrillTarget.suite: the store's requests too); default: the
+    configured one."""
 
-    def __init__(self, urls: Sequence[str], model: ModelSettings) -> None:
+    def __init__(self, urls: Sequence[str], model: ModelSettings, *, suite_of: Suites | None = None) -> None:
         self.model = model
+        self._suite_of = suite_of or (lambda version: model.suite)
         self._clients = {url: TritonHttp(url, timeout_s=2.0) for url in urls}
 
     def restored(self, injected_version: str | None) -> bool:
@@ -100,7 +106,7 @@ class GoldenWatch:
             if not versions or injected_version in versions:
                 return False
             for version in versions:
-                result = check_business(triton, self.model.name, version, self.model.suite)
+                result = check_business(triton, self.model.name, version, self._suite_of(version))
                 if result.status is not Status.PASS:
                     return False
         return True
@@ -124,10 +130,14 @@ class Traffic:
     """Clients: the golden request to the default version (what Triton routes an unpinned request to:
     the highest version served), round robin over the replicas every ``interval_s`` from a thread,
     counting answers that are wrong (a wrong value, NaN, an error from the model, over the SLO).
-    A replica that does not answer is not counted either way."""
+    A replica that does not answer is not counted either way. ``suite_of``: as GoldenWatch's; asked for the
+    requests every version must pass (the version a client is routed to is not known here)."""
 
-    def __init__(self, urls: Sequence[str], model: ModelSettings, interval_s: float = 0.05) -> None:
+    def __init__(
+        self, urls: Sequence[str], model: ModelSettings, interval_s: float = 0.05, *, suite_of: Suites | None = None
+    ) -> None:
         self.model, self.urls, self.interval_s = model, list(urls), interval_s
+        self._suite_of = suite_of or (lambda version: model.suite)
         self.requests = self.wrong = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="drill-traffic", daemon=True)
@@ -143,7 +153,7 @@ class Traffic:
             while not self._stop.wait(self.interval_s):
                 triton = clients[i % len(clients)]
                 i += 1
-                result = check_business(triton, self.model.name, "", self.model.suite)
+                result = check_business(triton, self.model.name, "", self._suite_of(None))
                 if result.status is Status.ERROR:
                     continue
                 self.requests += 1

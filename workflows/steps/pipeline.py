@@ -18,10 +18,18 @@ from healer.core.pipeline import config_members
 from healer.core.results import ProbeResult, Status
 from healer.edges.triton import TritonRejected, TritonUnavailable
 from healer.settings import ModelSettings
+from healer.vocabulary import RollbackRequest
 from probes.fit import golden_key
 from probes.store_suite import suite_with_store
 from probes.tiers import check_after_load
-from workflows.steps.base import GoldenFailed, PermanentStepError, StepContext, TransientStepError, store_errors
+from workflows.steps.base import (
+    GoldenFailed,
+    PermanentStepError,
+    StepContext,
+    StepError,
+    TransientStepError,
+    store_errors,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +73,32 @@ def require_evidence(ctx: StepContext, model: str) -> list[ModelSettings]:
             f"{model} has no golden request in {ctx.settings.source} and no configured pipeline composes it"
         )
     return pipelines
+
+
+def member_of(ctx: StepContext, model: str) -> list[str]:
+    """The configured pipelines whose suites judge ``model`` (empty: a configured model, or none composes it),
+    for what an escalation records. When Triton cannot tell (unreachable, a config refused), empty too: nothing
+    is written for a model not known to be healer's (the alert goes out all the same)."""
+    if any(m.name == model for m in ctx.settings.models):
+        return []
+    try:
+        return [p.name for p in judging_pipelines(ctx, model)]
+    except StepError as exc:
+        log.warning("member_pipelines_unknown", model=model, error=str(exc)[:300])
+        return []
+
+
+def member_evidence(request: RollbackRequest, pipelines: list[str], failure: str = "") -> dict[str, Any]:
+    """What judged a composing model, for its audit record: the pipelines whose suites are its evidence, the
+    member blamed, the blame and the pipeline's failure as the sidecar sent them (the request's detail), and
+    why the rollback escalated (``failure``)."""
+    return {
+        "pipelines": pipelines,
+        "blamed": request.model,
+        "version": request.from_version,
+        "detail": request.detail,
+        **({"failure": failure} if failure else {}),
+    }
 
 
 def _suite(ctx: StepContext, pipeline: ModelSettings, version: str) -> Any:

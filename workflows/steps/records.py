@@ -6,6 +6,7 @@ file, old copies pruned)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -32,6 +33,7 @@ def record(
     *,
     not_quarantined: str = "",
     confirmed: bool = False,
+    evidence: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Quarantine the failing version (a record; no file is touched) and append an audit record.
     ``not_quarantined``: why the failing version must not be quarantined (the version being restored,
@@ -39,7 +41,8 @@ def record(
     decided, the version ``restored_version`` (this rollback's target) is never quarantined, and a
     version the ledger lists stable only when a person asked (``healer rollback --quarantine``), even
     on ``confirmed`` evidence (plan.quarantine_refused): decided in the same compare-and-swap that
-    would write the quarantine, so a promotion meanwhile counts."""
+    would write the quarantine, so a promotion meanwhile counts. ``evidence``: what judged a composing model
+    (its pipelines, the blame; workflows/steps/pipeline.py ``member_evidence``), in the audit record."""
     quarantine = QuarantineRecord(
         version=request.from_version,
         reason=f"{request.reason}: {request.detail}".strip(": "),
@@ -81,6 +84,7 @@ def record(
                 "pod": request.pod,
                 "workflow": ctx.workflow_name,
                 **({"not_quarantined": not_quarantined} if not_quarantined else {}),
+                **({"evidence": evidence} if evidence else {}),
             },
         )
     return {
@@ -106,19 +110,20 @@ def restoring_of(
 
 
 def why_not_quarantined(  # noqa: PLR0911 (a decision table: one return per case)
-    ctx: StepContext, request: RollbackRequest, phases: list[dict[str, Any]]
+    ctx: StepContext, request: RollbackRequest, phases: list[dict[str, Any]], *, member_of: Sequence[str] = ()
 ) -> str:
     """Why an escalation must not quarantine the failing version ("" when it may): the ledger
     records it as stable (a stable version that fails is a fault around it, a config or the
     node, until a person says otherwise; quarantining it would leave nothing to restore), or it
     is the version the run was restoring. An unreadable ledger: not quarantined either (never
-    act on "nothing was learnt")."""
+    act on "nothing was learnt"). ``member_of``: the configured pipelines whose suites judge it (a
+    composing model: recorded as a configured model is)."""
     from healer.settings import UNKNOWN_VERSION
 
     version = request.from_version
     if version == UNKNOWN_VERSION:
         return "no version was seen failing: nothing to quarantine"
-    if not is_configured(ctx, request.model):
+    if not is_configured(ctx, request.model) and not member_of:
         return f"{request.model} is not a model of {ctx.settings.source}: nothing is written for it"
     restoring = restoring_of(request, phases=phases)
     if version in restoring:

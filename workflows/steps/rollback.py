@@ -26,7 +26,7 @@ from workflows.plan import FailingSeen, decide_rollback, failing_seen
 from workflows.steps.base import StepContext, StepError
 from workflows.steps.lease import LeaseKeeper
 from workflows.steps.per_pod import per_pod, set_aside_on_replicas
-from workflows.steps.pipeline import ask_pipelines, judging_pipelines, require_evidence
+from workflows.steps.pipeline import ask_pipelines, judging_pipelines, member_evidence, member_of, require_evidence
 from workflows.steps.records import (
     failed_earlier,
     is_configured,
@@ -350,9 +350,12 @@ def escalate(
     if told.pod_error is not None:
         outcome["pod_error"] = f"{type(told.pod_error).__name__}: {told.pod_error}"
     try:
-        keep = why_not_quarantined(ctx, request, tried)
-        if is_configured(ctx, request.model):
-            record(ctx, request, None, "escalated", not_quarantined=keep)
+        # A composing model is recorded as a configured model is, its pipelines' suites named as the evidence.
+        pipelines = member_of(ctx, request.model)
+        keep = why_not_quarantined(ctx, request, tried, member_of=pipelines)
+        if is_configured(ctx, request.model) or pipelines:
+            evidence = member_evidence(request, pipelines, failure) if pipelines else None
+            record(ctx, request, None, "escalated", not_quarantined=keep, evidence=evidence)
         outcome["quarantined"] = not keep
         if keep:
             outcome["not_quarantined"] = keep
