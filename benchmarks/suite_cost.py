@@ -15,10 +15,16 @@ the rest of a cycle is Triton answering (here on the same cores). Exits 1 when o
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
 import os
+import pstats
 import statistics
+import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from healer.core.results import Status, Tier
@@ -47,14 +53,18 @@ def suite_settings(names: list[str], size: int, url: str) -> Settings:
     return Settings(source="benchmark", triton=TritonSettings(url=url, timeout_s=5.0), models=models)
 
 
-def median_cycle_s(settings: Settings, client: TritonRest, cycles: int) -> tuple[float, float]:
+def median_cycle_s(
+    settings: Settings, client: TritonRest, cycles: int, profile: Path | None = None
+) -> tuple[float, float]:
     """The median cycle's wall time, and the median CPU time this process (the prober: healer's client,
-    what a sidecar pays) spent in a cycle; the rest of the wall time is Triton's side."""
+    what a sidecar pays) spent in a cycle; the rest of the wall time is Triton's side. ``profile``: the
+    cycles' cProfile statistics written there (every thread's: the probes run on the pool's workers)."""
     probe_all(settings, client, concurrency=8)  # warm-up: every model's first answers
     times, cpu = [], []
     for _ in range(cycles):
         started, cpu_started = time.perf_counter(), time.process_time()
-        results = probe_all(settings, client, concurrency=8)
+        with _profiled(profile):
+            results = probe_all(settings, client, concurrency=8)
         times.append(time.perf_counter() - started)
         cpu.append(time.process_time() - cpu_started)
         failed = [r for r in results if r.tier is Tier.BUSINESS and r.status is not Status.PASS]
@@ -63,14 +73,59 @@ def median_cycle_s(settings: Settings, client: TritonRest, cycles: int) -> tuple
     return statistics.median(times), statistics.median(cpu)
 
 
+@contextlib.contextmanager
+def _profiled(path: Path | None) -> Iterator[None]:
+    """cProfile over every thread while the block runs (threading.setprofile_all_threads is 3.12: each new
+    worker thread is given a profiler of its own through threading.setprofile), the statistics added to
+    ``path``. Profiling slows the cycle: the cycle times of a profiled run are not the benchmark's figures."""
+    if path is None:
+        yield
+        return
+    profilers: list[cProfile.Profile] = []
+    lock = threading.Lock()
+
+    def start(*_: object) -> None:
+        profiler = cProfile.Profile()
+        with lock:
+            profilers.append(profiler)
+        sys.setprofile(None)
+        profiler.enable()
+
+    main_profiler = cProfile.Profile()
+    threading.setprofile(start)
+    main_profiler.enable()
+    try:
+        yield
+    finally:
+        main_profiler.disable()
+        threading.setprofile(None)
+        for thread in threading.enumerate():  # the pool's workers, let go without waiting: done by now
+            if thread.name.startswith("probe"):
+                thread.join(timeout=5)
+        with lock:
+            for profiler in profilers:
+                profiler.disable()
+            stats = pstats.Stats(main_profiler)
+            for profiler in profilers:
+                stats.add(profiler)
+        if path.exists():
+            stats.add(str(path))
+        stats.dump_stats(path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", type=int, default=10)
     parser.add_argument("--suite", type=int, default=10)
     parser.add_argument("--cycles", type=int, default=7)
+    parser.add_argument(
+        "--profile", type=Path, help="write the suite cycles' cProfile statistics here (slows them: no figures)"
+    )
     args = parser.parse_args()
     configure_logging(level="warning")
     names = [f"seq_{i:03d}" for i in range(args.models)]
+    if args.profile is not None:
+        args.profile.unlink(missing_ok=True)  # the cycles' statistics are added up there
     with tempfile.TemporaryDirectory(prefix="suite-cost-") as tmp:
         for name in names:
             write_sequence_model(Path(tmp), name, {1: 0})
@@ -78,7 +133,9 @@ def main() -> int:
             client = TritonRest(server.url, timeout_s=5.0)
             load_before = os.getloadavg()[0]
             one, _ = median_cycle_s(suite_settings(names, 1, server.url), client, args.cycles)
-            many, many_cpu = median_cycle_s(suite_settings(names, args.suite, server.url), client, args.cycles)
+            many, many_cpu = median_cycle_s(
+                suite_settings(names, args.suite, server.url), client, args.cycles, args.profile
+            )
             load_after = os.getloadavg()[0]
     per_request_ms = (many - one) / (args.models * (args.suite - 1)) * 1000
     at_100 = many * 100 / args.models

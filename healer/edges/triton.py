@@ -123,6 +123,7 @@ class TritonHttp:
         self._http = triton_http
         self._client = triton_http.InferenceServerClient(url, connection_timeout=timeout_s, network_timeout=timeout_s)
         self._timed_clients: dict[float, Any] = {}
+        self._rest_client: TritonAPI | None = None
 
     def server_live(self) -> bool:
         return bool(self._call(self._client.is_server_live))
@@ -206,9 +207,12 @@ class TritonHttp:
         return self._rest().generate_stream(model, version, body, timeout_s=timeout_s, stall_s=stall_s)
 
     def _rest(self) -> TritonAPI:
-        from healer.edges.triton_rest import TritonRest  # it imports this module
+        """One TritonRest for the adapter's life (its kept connection reused), closed by ``close``."""
+        if self._rest_client is None:
+            from healer.edges.triton_rest import TritonRest  # it imports this module
 
-        return TritonRest(self.url, timeout_s=self.timeout_s)
+            self._rest_client = TritonRest(self.url, timeout_s=self.timeout_s)
+        return self._rest_client
 
     def load_model(self, model: str, *, config: str | None = None, timeout_s: float) -> None:
         """Load (or reload) a model. Synchronous in Triton: returns when loaded, raises when the load failed.
@@ -223,6 +227,8 @@ class TritonHttp:
         self._call(self._client.unload_model, model)
 
     def close(self) -> None:
+        if self._rest_client is not None:
+            self._rest_client.close()
         for client in (self._client, *self._timed_clients.values()):
             # Closing a dead connection has nothing left to report.
             with contextlib.suppress(Exception):
