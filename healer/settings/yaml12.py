@@ -1,9 +1,23 @@
 """healer.yaml's YAML: 1.2 floats (``1e-3`` is a number), no key given twice, string keys only, and a
-bound on nesting, each refused with the file and where."""
+bound on nesting, each refused with the file and where.
+
+Read in one pass over the parser's events (libyaml's parser when PyYAML has it), each value built as its
+event comes: PyYAML's usual way composes the whole document's node graph first (a node and two marks for
+every scalar), which for a healer.yaml with golden suites written inline took ~60 MiB for 1 MiB of YAML
+(100 models x 10 requests: the sidecar's peak RSS 124 MiB, issue 30) and stayed with the process as the
+allocator's freed memory. The one pass reads the plain subset every healer.yaml uses: mappings with string
+keys, sequences, scalars of YAML's standard tags, anchors and aliases. Anything else (a merge key ``<<``, a
+``!!set``, a non-string key, a key given twice, nesting past the bound, a syntax error) is read again the
+composed way, which reads it as before or raises the error it always raised (the file, the key path, the
+line): one reader's semantics and messages, the one-pass reader never the last word on an error."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -19,6 +33,40 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 def load_yaml(text: str, source: str) -> Any:
     """The YAML document, refusing excessive nesting and any mapping key that is not a string."""
+    with contextlib.suppress(Exception):  # outside the one-pass subset, or an error in the text
+        return _OnePass(text).document()
+    return _composed(text, source)  # reads it as before, or raises the error it always raised
+
+
+def give_back_freed_memory() -> None:
+    """The heap freed while reading (the file's text, the document, their temporaries) handed back to the
+    system: glibc's malloc keeps freed memory for the process otherwise, and a sidecar's RSS would carry
+    the size of its healer.yaml for good (100 models with suites inline: 6 MiB, issue 30). glibc only:
+    elsewhere (musl, macOS) there is nothing to call, and nothing is done."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return None
+    except (ValueError, OSError):  # not a glibc system
+        return None
+    import ctypes  # only on glibc
+
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def _composed(text: str, source: str) -> Any:
+    """PyYAML's way: the document's node graph composed, its keys checked, then constructed."""
     # Nesting first, from the parser's events: the parser keeps its own stack, it does not recurse.
     depth = 0
     for event in yaml.parse(text, Loader=_Yaml12FloatLoader):
@@ -105,3 +153,121 @@ _Yaml12FloatLoader.add_implicit_resolver(
     ),
     list("-+0123456789."),
 )
+
+
+# ---- the one-pass reader -----------------------------------------------------------------------------
+
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SCALAR_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}" for name in ("null", "bool", "int", "float", "str", "binary", "timestamp")
+)
+
+
+def _c_parser() -> Any:
+    """libyaml's parser, when PyYAML was built with it (the pure-Python parser's events, ~25x faster)."""
+    try:
+        from yaml._yaml import CParser
+    except ImportError:  # PyYAML without libyaml: the pure-Python parser's events
+        return None
+    return CParser
+
+
+_CParser: Any = _c_parser()
+
+
+class _Unsupported(Exception):
+    """Outside the subset the one pass reads (or an error in the text): read the composed way."""
+
+
+@dataclass
+class _Open:
+    """A mapping or sequence whose end has not come yet; a mapping's key waiting for its value."""
+
+    value: Any
+    mapping: bool
+    key: str | None = None
+
+
+class _OnePass:
+    """The document built from the parser's events as they come, each scalar by the composed reader's own
+    resolver and constructors (one node at a time, let go at once); _Unsupported outside the plain subset."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._helper = _Yaml12FloatLoader("")  # its resolver (YAML 1.2 floats) and scalar constructors
+        self._anchors: dict[str, Any] = {}
+        self._stack: list[_Open] = []
+        self._root: Any = None
+
+    def document(self) -> Any:
+        parser: Any = _CParser(self._text) if _CParser is not None else _Yaml12FloatLoader(self._text)
+        documents = 0
+        try:
+            while parser.check_event():
+                event = parser.get_event()
+                if isinstance(event, yaml.ScalarEvent):
+                    self._scalar(event)
+                elif isinstance(event, yaml.AliasEvent):
+                    if self._expects_key() or event.anchor not in self._anchors:
+                        raise _Unsupported
+                    self._place(self._anchors[event.anchor])
+                elif isinstance(event, yaml.CollectionStartEvent):
+                    self._start(event)
+                elif isinstance(event, yaml.CollectionEndEvent):
+                    self._place(self._stack.pop().value)
+                elif isinstance(event, yaml.DocumentStartEvent):
+                    documents += 1
+                    if documents > 1:  # more than one document: the composer's error
+                        raise _Unsupported
+        finally:
+            parser.dispose()
+        return self._root
+
+    def _expects_key(self) -> bool:
+        return bool(self._stack) and self._stack[-1].mapping and self._stack[-1].key is None
+
+    def _scalar(self, event: yaml.ScalarEvent) -> None:
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = self._helper.resolve(yaml.ScalarNode, event.value, event.implicit)  # type: ignore[no-untyped-call]
+        key = self._expects_key()
+        if tag not in _SCALAR_TAGS or (key and tag != _STR_TAG):  # a merge key, a non-string key, a tag
+            raise _Unsupported
+        node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)  # type: ignore[arg-type]
+        value = self._helper.yaml_constructors[tag](self._helper, node)
+        self._anchor(event.anchor, value)
+        self._place(value, key=key)
+
+    def _start(self, event: yaml.CollectionStartEvent) -> None:
+        mapping = isinstance(event, yaml.MappingStartEvent)
+        kind, default = (yaml.MappingNode, _MAP_TAG) if mapping else (yaml.SequenceNode, _SEQ_TAG)
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = self._helper.resolve(kind, None, event.implicit)  # type: ignore[no-untyped-call]
+        if self._expects_key() or tag != default or len(self._stack) >= MAX_YAML_DEPTH:
+            raise _Unsupported
+        value: Any = {} if mapping else []
+        self._anchor(event.anchor, value)  # known before its contents, as the composer has it
+        self._stack.append(_Open(value, mapping))
+
+    def _anchor(self, anchor: str | None, value: Any) -> None:
+        if anchor is not None:
+            if anchor in self._anchors:  # an anchor given twice: the composer's error
+                raise _Unsupported
+            self._anchors[anchor] = value
+
+    def _place(self, value: Any, *, key: bool = False) -> None:
+        if not self._stack:
+            self._root = value
+            return
+        top = self._stack[-1]
+        if not top.mapping:
+            top.value.append(value)
+        elif key:
+            if value in top.value:  # a key given twice
+                raise _Unsupported
+            top.key = value
+        else:
+            top.value[top.key] = value
+            top.key = None
