@@ -42,7 +42,7 @@ from healer.settings.sections import (
     TracingSettings,
 )
 from healer.settings.tensors import load_tensor_file, to_array
-from healer.settings.yaml12 import load_yaml
+from healer.settings.yaml12 import give_back_freed_memory, load_yaml
 from healer.vocabulary import DATATYPES, MODEL_NAME_PATTERN, VERSION_PATTERN
 
 T = TypeVar("T")
@@ -94,9 +94,12 @@ def load_settings(path: str | Path) -> Settings:
     except RecursionError as exc:  # the depth check should stop this first; never a traceback all the same
         raise ConfigError(source, "", "nested too deeply to read") from exc
     try:
-        return parse_settings(document, source=source, base_dir=path.parent)
+        settings = parse_settings(document, source=source, base_dir=path.parent)
     except RecursionError as exc:
         raise ConfigError(source, "", "nested too deeply to read") from exc
+    del text, document  # only the settings are kept
+    give_back_freed_memory()
+    return settings
 
 
 def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
