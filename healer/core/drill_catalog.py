@@ -69,6 +69,9 @@ class Expectation:
     # Releases: at most this many replicas ever served the new version (None: any number).
     max_touched: int | None = None
     quarantined: bool | None = None  # the new version ends quarantined (True) or not (False); None: either
+    # "metrics": the rollback was decided on Triton's own numbers (its detail says "real traffic"), not a
+    # golden request (docs/traffic-signal.md); "": either.
+    detected_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,9 @@ class Scenario:
     bake_s: float = 0.0  # RELEASE: how long the canary bakes
     stop_halfway: bool = False  # RELEASE: the release is stopped (`argo stop`) once its bake has started
     traffic: bool = False  # clients send requests (default version) to every replica: wrong answers served are counted
+    # The sidecars judge real traffic from Triton's metrics (sidecar.traffic), and the clients send single-row
+    # requests, counting the failed ones (docs/traffic-signal.md).
+    traffic_signal: bool = False
 
     @property
     def needs(self) -> frozenset[str]:
@@ -229,6 +235,17 @@ CATALOG: tuple[Scenario, ...] = (
         Expectation(Outcome.NO_ROLLBACK, drained=False, workflows=0, wrong_answers=2),
         "isolated wrong answers never add up: each is re-probed, the re-probe passes, the streak resets",
         variant="one_in_five",
+    ),
+    Scenario(
+        "fails-one-in-ten",
+        "a new version fails one real (single-row) request in ten and passes every golden request",
+        Injection.PUSH,
+        Expectation(Outcome.HEALED, drained=True, workflows=1, detected_by="metrics"),
+        "the golden request never sees it; Triton's own numbers do: real traffic over max_failure_ratio in one "
+        "window and again in the next (sidecar.traffic), and the version is rolled back (docs/traffic-signal.md)",
+        variant="fails_one_in_ten",
+        traffic_signal=True,
+        demo=False,
     ),
     Scenario(
         "within-tolerance",

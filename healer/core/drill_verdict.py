@@ -73,6 +73,7 @@ class Observation:
     # Clients' requests (default version) during the drill, and how many were answered wrong.
     requests: int = 0
     wrong_served: int = 0
+    detected_by: str = ""  # "metrics": the rollback's detail says real traffic decided it; "golden": not
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,8 @@ def _release_misses(expect: Expectation, observation: Observation) -> list[str]:
         missed.append(f"blast radius: {touched} replica(s) served the new version, at most {expect.max_touched}")
     if expect.quarantined is not None and observation.quarantined is not expect.quarantined:
         missed.append(f"quarantine: expected {'quarantined' if expect.quarantined else 'not quarantined'}")
+    if expect.detected_by and observation.detected_by != expect.detected_by:  # which signal decided
+        missed.append(f"detected by: {observation.detected_by or 'no rollback'}, expected {expect.detected_by}")
     return missed
 
 
@@ -282,6 +285,7 @@ class DrillResult:
                 else {}
             ),
             **({"requests": o.requests, "wrong_served": o.wrong_served} if o.requests else {}),
+            **({"detected_by": o.detected_by} if o.detected_by else {}),
         }
 
 

@@ -28,6 +28,7 @@ import structlog
 from healer.core.drill_catalog import Injection, Scenario
 from healer.core.drill_verdict import DrillResult, Observation, finished, judge
 from healer.drills.phases import release_floor_s, run_phases
+from healer.drills.traffic_signal import SingleRowClients, clients_for, with_detected_by, with_traffic_signal
 from healer.edges.logs import iso_utc
 from healer.edges.processes import free_port
 from healer.engines import RollbackEngine
@@ -153,7 +154,7 @@ class DrillRunner:
         replicas: list[str] = []
         notes: list[str] = []
         error = ""
-        traffic: Traffic | None = None
+        traffic: Traffic | SingleRowClients | None = None
         try:
             replicas = self._replicas(scenario, extra)
             ports = [free_port() for _ in replicas]
@@ -162,8 +163,7 @@ class DrillRunner:
             wait_baseline(running, self.target.model)
             before = sample([r.view for r in running], self.target.model)
             injected = injected_for(pushed_target(self.target, scenario))
-            if scenario.traffic:
-                traffic = Traffic(replicas, self.target.model_settings, suite_of=self.target.suite).start()
+            traffic = clients_for(scenario, replicas, self.target)  # the golden request, or single rows
             killed = self._inject(scenario, injected, replicas, extra)
             watch = Watch(injected.at, wrong_before=before.wrong_answers)
             if killed:
@@ -182,6 +182,7 @@ class DrillRunner:
             observation = dataclasses.replace(observation, error=error)
         if traffic is not None:
             observation = dataclasses.replace(observation, requests=traffic.requests, wrong_served=traffic.wrong)
+        observation = with_detected_by(scenario, observation, engine)  # the traffic signal's drill
         verdict = judge(scenario, observation, budget_s)
         started = iso_utc(injected.wall) if injected is not None and injected.wall else ""
         return DrillResult(scenario, observation, verdict, budget_s, started_at=started, notes=tuple(notes))
@@ -389,6 +390,7 @@ class DrillRunner:
                 url=url,
                 listen=f"127.0.0.1:{port}",
                 max_rollbacks=scenario.max_rollbacks,
+                traffic_signal=scenario.traffic_signal,  # the sidecars judge real traffic (docs/traffic-signal.md)
             )
             peers = None
             if scenario.drain_rule:
@@ -582,7 +584,11 @@ def _aimed_at(settings: Settings, replicas: list[str], sidecars: Sequence[str] =
     )
 
 
-def _sidecar_settings(settings: Settings, *, url: str, listen: str, max_rollbacks: int | None) -> Settings:
+def _sidecar_settings(
+    settings: Settings, *, url: str, listen: str, max_rollbacks: int | None, traffic_signal: bool = False
+) -> Settings:
     from healer.drills.stack import sidecar_settings_for
 
-    return sidecar_settings_for(settings, url=url, listen=listen, max_rollbacks=max_rollbacks)
+    settings = sidecar_settings_for(settings, url=url, listen=listen, max_rollbacks=max_rollbacks)
+    # traffic_signal: the sidecars judge real traffic from Triton's metrics (docs/traffic-signal.md)
+    return with_traffic_signal(settings, url) if traffic_signal else settings

@@ -25,6 +25,7 @@ from pathlib import Path
 import structlog
 
 from healer.core.drill_catalog import EMBEDDED_CAPABILITIES
+from healer.drills.traffic_signal import METRICS_URLS
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.store import FilesystemBlobs, ModelStore, StoreError, store_from_settings
 from healer.edges.triton import TritonError, TritonHttp
@@ -138,6 +139,7 @@ class EmbeddedStack:
             self._fill(self.live)
         self.triton = self._triton(self.live, "triton")
         self.triton.start()
+        METRICS_URLS[self.triton.url] = self.triton.metrics_url  # the fails-one-in-ten drill's sidecars read it
         self.target = self._aim(
             self.model, pods={self.triton.url: self.live} if self.mode == REPOSITORY_PER_POD else {}
         )
@@ -220,6 +222,7 @@ class EmbeddedStack:
         self.triton.stop()
         before = self.triton.url
         self.triton.start()
+        METRICS_URLS[self.triton.url] = self.triton.metrics_url  # the fails-one-in-ten drill's sidecars read it
         self.target.replicas[0] = self.triton.url  # the list every target shares
         if before in self.target.pods:
             self.target.pods[self.triton.url] = self.target.pods.pop(before)
@@ -245,6 +248,7 @@ class EmbeddedStack:
         replica = self._triton(repository, f"triton-{name}")
         self.replicas.append(replica)
         replica.start()
+        METRICS_URLS[replica.url] = replica.metrics_url  # the fails-one-in-ten drill's sidecars read it
         if self.mode == REPOSITORY_PER_POD:
             self.target.pods[replica.url] = repository
         return replica

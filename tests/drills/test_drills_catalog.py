@@ -59,6 +59,7 @@ def test_the_catalog_covers_every_breakage_of_the_issue_once() -> None:
         "flapping",
         "one-off",
         "one-in-five",
+        "fails-one-in-ten",
         "within-tolerance",
         "long-input",
         "llm-degenerate",
@@ -76,6 +77,7 @@ def test_the_catalog_covers_every_breakage_of_the_issue_once() -> None:
     assert set(FAST) == {"wrong-weights", "one-off", "triton-killed"}
     # `make demo` runs the catalog but the scenarios docs/drills.md says why it leaves out.
     assert set(BY_NAME) - set(DEMO) == {
+        "fails-one-in-ten",
         "long-input",
         "llm-degenerate",
         "slow-first-token",
