@@ -244,7 +244,7 @@ def judge_reading(reading: StreamReading, model: str, version: str, *, serving_c
     if end is None:  # the reading stopped early (an error event, a cap), or the stream was cut short of its end
         end = StreamEnd(reading.last_s, closed=False, stalled=not (reading.error or reading.over))
     times = reading.timings(end)
-    details: dict[str, Any] = {**_base(request), **times.to_dict()}
+    details: dict[str, Any] = {**_base(request), **times.to_dict(), "request_name": request.name}
     for name in ("first_token_slo_ms", "inter_token_slo_ms"):
         if getattr(request, name) is not None:
             details[name] = getattr(request, name)

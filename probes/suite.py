@@ -58,7 +58,7 @@ def combine(suite: Sequence[GoldenRequest], results: Sequence[ProbeResult]) -> P
     errors = [(r, q) for r, q in zip(results, suite, strict=False) if r.status is Status.ERROR]
     latency_ms = sum(r.latency_ms for r in results)
     per_request = [
-        {"name": q.name, "status": r.status.value, "latency_ms": round(r.latency_ms, 3), **_why(r)}
+        {"name": q.name, "status": r.status.value, "latency_ms": round(r.latency_ms, 3), **_why(r), **_tokens(r)}
         for r, q in zip(results, suite, strict=False)
     ]
     details = {
@@ -85,3 +85,8 @@ def combine(suite: Sequence[GoldenRequest], results: Sequence[ProbeResult]) -> P
 
 def _why(result: ProbeResult) -> dict[str, str]:
     return {"reason": result.reason, **({"code": result.code} if result.code else {})} if result.reason else {}
+
+
+def _tokens(result: ProbeResult) -> dict[str, float]:
+    """A streamed request's token times (probes/stream.py), kept per request: the sidecar exports them."""
+    return {k: result.details[k] for k in ("first_token_ms", "max_gap_ms") if result.details.get(k) is not None}

@@ -21,6 +21,11 @@ INCIDENT_BUCKETS = (
 )  # fmt: skip
 
 
+# A streamed answer's first token (a model loaded warm: tens of ms; an LLM's prefill: up to seconds) and the
+# largest gap between two of its tokens.
+TOKEN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
 def _labels(labels: Mapping[str, str]) -> Labels:
     return tuple(sorted(labels.items()))
 
@@ -119,6 +124,17 @@ def sidecar_registry() -> Registry:
         "Re-probes of a model that answered wrong, between two periods (fast confirmation).",
     )
     registry.histogram("healer_probe_latency_seconds", "Probe latency by model and tier.", LATENCY_BUCKETS)
+    registry.histogram(
+        "healer_golden_first_token_seconds",
+        "Time to the first token of each streamed golden request (endpoint generate_stream), by model, version "
+        "and request.",
+        TOKEN_BUCKETS,
+    )
+    registry.histogram(
+        "healer_golden_inter_token_gap_seconds",
+        "The largest gap between two tokens of each streamed golden request's answer, by model, version and request.",
+        TOKEN_BUCKETS,
+    )
     registry.gauge("healer_model_state", "1 for the state each model is in (healthy, suspect, healing, escalated).")
     registry.gauge("healer_model_serving", "1 when the pod may take traffic for the model (feeds /readyz).")
     registry.counter(

@@ -15,6 +15,7 @@ from healer.core.results import ProbeResult, Status, Tier
 from healer.core.state import Action, Event, ModelState, Phase, Policy, Probed, Verdict, transition
 from healer.edges.metrics import Registry
 from healer.settings import ModelSettings, TierThresholds
+from healer.sidecar.token_metrics import observe_token_times
 
 log = structlog.get_logger("healer.sidecar")
 
@@ -88,6 +89,7 @@ class ModelBook:
                     input_hash=result.details.get("input_hash"),
                     latency_ms=round(result.latency_ms, 3),
                 )
+        observe_token_times(self._metrics, results)  # streamed requests' token times (token_metrics.py)
         live = any(r.tier is Tier.LIVENESS and r.passed for r in results)
         with self.lock:
             # A confirmation cycle probed some models: the others keep their last results.
