@@ -1,0 +1,52 @@
+"""The info alerts of the steps (issue 31 item 4; docs/alerts.md): a healed incident (records.record) and a
+release rolled out (release.roll_out), each sent once, resolving itself (healer/edges/alerts.py
+``tell_info``), only while ``rollback.alert.info`` is on. Never raises: the action is done either way."""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+
+from healer.edges.alerts import (
+    Delivery,
+    DeliveryStatus,
+    InfoEvent,
+    argo_ui_url,
+    healed_event,
+    released_event,
+    tell_info,
+)
+from healer.vocabulary import ReleaseRequest, RollbackRequest
+from workflows.steps.base import StepContext
+
+log = structlog.get_logger(__name__)
+
+
+def tell_healed(ctx: StepContext, request: RollbackRequest, to_version: str) -> Delivery:
+    event = healed_event(request, to_version=to_version, workflow=ctx.workflow_name, at=time.time())
+    return _tell(ctx, event)
+
+
+def tell_released(ctx: StepContext, request: ReleaseRequest, *, from_version: str, replicas: int) -> Delivery:
+    event = released_event(
+        request.model,
+        request.version,
+        request.release,
+        from_version=from_version,
+        replicas=replicas,
+        workflow=ctx.workflow_name,
+        at=time.time(),
+        traceparent=request.traceparent,
+    )
+    return _tell(ctx, event)
+
+
+def _tell(ctx: StepContext, event: InfoEvent) -> Delivery:
+    settings = ctx.settings.rollback
+    # The Argo UI's page of the run, where Argo runs it (argo-server serves the UI on its own address).
+    ui = argo_ui_url(settings.argo.host, settings.argo.namespace, event.workflow) if settings.engine == "argo" else ""
+    delivery = tell_info(event, settings.alert, ctx.send_alert, workflow_url=ui)
+    if delivery.status is DeliveryStatus.FAILED:
+        log.warning("info_alert_not_sent", alertname=event.alertname, model=event.model, error=delivery.error)
+    return delivery
