@@ -76,6 +76,7 @@ class DeliveryStatus(enum.Enum):
     SENT = "sent"
     NO_WEBHOOK = "no_webhook"  # nowhere to send it: not a failure to report
     FAILED = "failed"
+    OFF = "off"  # an info alert while rollback.alert.info is off: not sent, by choice
 
 
 @dataclass(frozen=True)
@@ -191,3 +192,167 @@ def build_release_alert(
         },
         "startsAt": iso_utc(time.time()),
     }
+
+
+# ---- a word for every action: info alerts that resolve themselves (issue 31 item 4) -------------------
+
+HEALED_ALERT_NAME = "HealerIncidentHealed"
+RELEASED_ALERT_NAME = "HealerReleaseRolledOut"
+OBSERVED_ALERT_NAME = "HealerObservedDecision"
+INFO_ALERT_NAMES = (HEALED_ALERT_NAME, RELEASED_ALERT_NAME, OBSERVED_ALERT_NAME)
+INFO_SEVERITY = "info"
+# An info alert is sent once and resolves itself: endsAt this far ahead (Alertmanager shows it firing
+# until then, then resolved). Long enough for a chat route's group_wait and one group_interval.
+INFO_RESOLVES_AFTER_S = 300.0
+INFO_RUNBOOK_PAGE = "healer-info.md"
+
+
+@dataclass(frozen=True)
+class InfoEvent:
+    """One action healer took (or, observing only, would have taken), as people hear of it."""
+
+    alertname: str  # one of INFO_ALERT_NAMES
+    model: str
+    version: str  # the version the action was about (the failing one, the one released)
+    incident: str  # the incident key, or the release's id
+    summary: str
+    why: str  # what was seen and what was done, in words
+    at: float  # wall-clock seconds: when it was done (or decided)
+    started_at: float | None = None  # when the incident or release began, if known
+    blast_radius: int | None = None  # failed requests between the first failure and the restore, when measured
+    workflow: str = ""
+    traceparent: str = ""
+    details: Mapping[str, str] | None = None  # more annotations (e.g. to_version)
+
+
+def info_runbook_url(runbook_url: str, alertname: str) -> str:
+    """The info alerts' runbook page beside the escalation's (rollback.alert.runbook_url names the latter),
+    at the alert's own section; a URL of the site's own that is not the escalation page is used as it is."""
+    base, _, page = runbook_url.rpartition("/")
+    return f"{base}/{INFO_RUNBOOK_PAGE}#{alertname.lower()}" if page == "rollback-escalated.md" else runbook_url
+
+
+def argo_ui_url(argo_host: str, namespace: str, workflow: str) -> str:
+    """A workflow's page in the Argo UI, which argo-server serves on its own address."""
+    return f"{argo_host.rstrip('/')}/workflows/{namespace}/{workflow}" if workflow else ""
+
+
+def build_info_alert(event: InfoEvent, *, runbook_url: str, workflow_url: str = "") -> dict[str, Any]:
+    """An info alert (pure): severity info, startsAt the action, endsAt INFO_RESOLVES_AFTER_S later so
+    that it resolves itself; the why, the times, the blast radius when known, and the links."""
+    trace_id = trace_id_of(event.traceparent)
+    times = [f"done at {iso_utc(event.at)}"]
+    if event.started_at is not None:
+        times.insert(0, f"began at {iso_utc(event.started_at)}")
+        times.append(f"took {event.at - event.started_at:.1f} s")
+    description = [
+        event.why,
+        ", ".join(times),
+        f"Blast radius: {event.blast_radius} failed request(s) between the first failure and the restore"
+        if event.blast_radius is not None
+        else "Blast radius: not measured",
+    ]
+    links = {
+        "runbook_url": info_runbook_url(runbook_url, event.alertname),
+        **({"workflow": event.workflow} if event.workflow else {}),
+        **({"argo_ui_url": workflow_url} if workflow_url else {}),
+        **({"trace_id": trace_id} if trace_id else {}),
+        **({"trace_url": url} if trace_id and (url := trace_url(trace_id)) else {}),
+    }
+    return {
+        "labels": {
+            "alertname": event.alertname,
+            "severity": INFO_SEVERITY,
+            "model": event.model,
+            "version": event.version,
+            "incident": event.incident,
+        },
+        "annotations": {
+            "summary": event.summary,
+            "description": "\n".join(description),
+            **({"blast_radius": str(event.blast_radius)} if event.blast_radius is not None else {}),
+            **links,
+            **(event.details or {}),
+        },
+        "startsAt": iso_utc(event.at),
+        "endsAt": iso_utc(event.at + INFO_RESOLVES_AFTER_S),
+    }
+
+
+def tell_info(event: InfoEvent, config: AlertSettings, post: PostAlerts, *, workflow_url: str = "") -> Delivery:
+    """Send one info alert, when ``rollback.alert.info`` is on (and a webhook_url is set). Never raises:
+    a word about an action must never stop or undo the action."""
+    if not config.info:
+        return Delivery(DeliveryStatus.OFF, "rollback.alert.info is off")
+    try:
+        alert = build_info_alert(event, runbook_url=config.runbook_url, workflow_url=workflow_url)
+    except Exception as exc:  # a bad field must not stop the action it reports
+        return Delivery(DeliveryStatus.FAILED, f"{type(exc).__name__}: {exc}")
+    return deliver_alert(post, config.webhook_url, alert, config.timeout_s)
+
+
+def healed_event(
+    request: RollbackRequest, *, to_version: str, workflow: str, at: float, blast_radius: int | None = None
+) -> InfoEvent:
+    """A rollback that restored every replica and recorded it (workflows/steps/records.py)."""
+    return InfoEvent(
+        alertname=HEALED_ALERT_NAME,
+        model=request.model,
+        version=request.from_version,
+        incident=request.incident,
+        summary=f"healer restored {request.model} v{to_version} in place of v{request.from_version}",
+        why=(
+            f"Detected: {request.reason} {request.detail}".rstrip()
+            + f"\nDone: v{to_version} (stable) restored and verified on every replica that served "
+            f"v{request.from_version}" + (f" (detected on {request.pod})" if request.pod else "")
+        ),
+        at=at,
+        blast_radius=blast_radius,
+        workflow=workflow,
+        traceparent=request.traceparent,
+        details={"to_version": to_version, "reason": request.reason},
+    )
+
+
+def released_event(
+    model: str,
+    version: str,
+    release: str,
+    *,
+    from_version: str,
+    replicas: int,
+    workflow: str,
+    at: float,
+    traceparent: str = "",
+) -> InfoEvent:
+    """A release rolled out to every replica and promoted stable (workflows/steps/release.py roll_out)."""
+    return InfoEvent(
+        alertname=RELEASED_ALERT_NAME,
+        model=model,
+        version=version,
+        incident=release,
+        summary=f"healer released {model} v{version} (was v{from_version})",
+        why=f"Done: v{version} passed its canary and bake, rolled out to {replicas} replica(s), verified on "
+        f"each, and promoted stable in place of v{from_version}",
+        at=at,
+        workflow=workflow,
+        traceparent=traceparent,
+        details={"from_version": from_version},
+    )
+
+
+def observed_event(
+    model: str, version: str, incident: str, *, plan: str, why: str, at: float, started_at: float | None = None
+) -> InfoEvent:
+    """An observe-only decision: what healer would have done (``plan``: drain or not, which version it
+    would restore, the waves, an escalation) and why, nothing touched. For observe mode's caller."""
+    return InfoEvent(
+        alertname=OBSERVED_ALERT_NAME,
+        model=model,
+        version=version,
+        incident=incident,
+        summary=f"healer observed {model} v{version} failing and would have acted (observe-only: nothing touched)",
+        why=f"Seen: {why}\nWould have: {plan}\nNothing was touched (observe-only)",
+        at=at,
+        started_at=started_at,
+    )

@@ -374,6 +374,14 @@ class AlertSettings:
         default="https://github.com/healer-dev/healer/blob/main/runbooks/rollback-escalated.md",
         metadata=setting("the runbook an escalation alert links to", form="url"),
     )
+    # A word for every action (issue 31 item 4; docs/alerts.md): off by default, the escalations only.
+    info: bool = field(
+        default=False,
+        metadata=setting(
+            "also send an info alert, resolving itself 5 minutes later, for every action: a healed incident, "
+            "a release rolled out, an observe-only decision (escalations stay critical)"
+        ),
+    )
 
 
 @dataclass(frozen=True)

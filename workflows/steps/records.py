@@ -17,6 +17,7 @@ from healer.edges.store import LOST_TO_A_PUSH, StoreError
 from healer.vocabulary import AUTO, MANUAL, MANUAL_QUARANTINE, RollbackRequest
 from workflows.plan import quarantine_refused
 from workflows.steps.base import PermanentStepError, StepContext, TransientStepError, store_errors
+from workflows.steps.info import tell_healed
 from workflows.steps.per_pod import per_pod
 
 log = structlog.get_logger(__name__)
@@ -87,6 +88,8 @@ def record(
                 **({"evidence": evidence} if evidence else {}),
             },
         )
+    if outcome == "restored" and restored_version:  # a word for the action (rollback.alert.info)
+        tell_healed(ctx, request, restored_version)
     return {
         "quarantined": None if not_quarantined else request.from_version,
         "ledger_generation": ledger.generation,

@@ -61,6 +61,7 @@ from workflows.steps.base import (
     TransientStepError,
     store_errors,
 )
+from workflows.steps.info import tell_released
 from workflows.steps.lease import LeaseKeeper
 from workflows.steps.per_pod import per_pod, set_aside_on_replicas
 from workflows.steps.records import pin_config_in_store, quarantine_files
@@ -325,6 +326,7 @@ def roll_out(ctx: StepContext, request: ReleaseRequest) -> dict[str, Any]:
                     raise TransientStepError(f"promote {request.model} v{request.version}: {exc}") from exc
                 raise PermanentStepError(f"promote {request.model} v{request.version}: {exc}") from exc
         audit(leased, request, "released", {"from_version": stable.version, "replicas": len(swapped["replicas"])})
+        tell_released(leased, request, from_version=stable.version, replicas=len(swapped["replicas"]))
     return {"from_version": stable.version, "promoted_at": promoted.promoted_at, **swapped}
 
 
