@@ -251,6 +251,49 @@ class GoldenRequest:
         return self.stall_s if self.stall_s is not None else self.timeout_s
 
 
+@dataclass(frozen=True)
+class AgreementSettings:
+    """Agreement with the stable version (docs/agreement.md): the replay set in the store (MODEL/replay/,
+    MODEL/VERSION/replay/) sent to the new and the stable version, judged by these rules during a release's
+    bake and by ``healer promote --agreement``. At least one of the three rules."""
+
+    argmax_min_ratio: float | None = field(
+        default=None,
+        metadata=setting(
+            "the share of inputs whose class outputs (floats, more than one value on the last axis) have the "
+            "same argmax on both versions must be at least this",
+            minimum=0,
+            maximum=1,
+            default_doc="not judged",
+        ),
+    )
+    label_min_ratio: float | None = field(
+        default=None,
+        metadata=setting(
+            "the share of inputs whose label outputs (integers, booleans, BYTES) are equal on both must be at least "
+            "this",
+            minimum=0,
+            maximum=1,
+            default_doc="not judged",
+        ),
+    )
+    max_abs_diff: float | None = field(
+        default=None,
+        metadata=setting(
+            "each input's largest absolute difference over the float outputs, at at_quantile, within this",
+            minimum=0,
+            default_doc="not judged",
+        ),
+    )
+    at_quantile: float = field(
+        default=0.99, metadata=setting("the quantile of the inputs max_abs_diff holds for", minimum=0, maximum=1)
+    )
+    outputs: tuple[str, ...] = field(
+        default=(), metadata=setting("the outputs judged", default_doc="every output either version returns")
+    )
+    timeout_s: float = field(default=5.0, metadata=setting("one replay input's request to one version", minimum=0.001))
+
+
 @dataclass(frozen=True, eq=False, init=False)
 class ModelSettings:
     """One model and its golden suite. ``suite`` is every golden request (the key ``golden``: one mapping,
@@ -300,6 +343,14 @@ class ModelSettings:
             default_doc="none (an ensemble: its steps' models)",
         ),
     )
+    # Agreement with the stable version on the store's replay set (docs/agreement.md): None, no such gate.
+    agreement: AgreementSettings | None = field(
+        default=None,
+        metadata=setting(
+            "judge a release (and promote --agreement) by its answers to the replay set beside the stable version's",
+            default_doc="no agreement gate",
+        ),
+    )
     golden: GoldenRequest = field(default=None)  # type: ignore[assignment]  # set by __init__: suite[0]
     # Whether healer.yaml wrote golden as a list: its requests' keys are golden[i], else golden.
     listed: bool = False
@@ -315,6 +366,7 @@ class ModelSettings:
         listed: bool = False,
         golden_in_store: bool = False,
         calls: tuple[str, ...] = (),
+        agreement: AgreementSettings | None = None,
     ) -> None:
         if golden is None and not suite:
             raise TypeError("ModelSettings needs golden or suite")
@@ -326,6 +378,7 @@ class ModelSettings:
         object.__setattr__(self, "listed", listed)
         object.__setattr__(self, "golden_in_store", golden_in_store)
         object.__setattr__(self, "calls", tuple(calls))
+        object.__setattr__(self, "agreement", agreement)
 
     def golden_key(self, index: int) -> str:
         """A request's key within the model's mapping: ``golden`` or ``golden[2]``."""

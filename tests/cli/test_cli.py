@@ -152,7 +152,7 @@ def test_bad_config_exits_64_naming_file_and_key(tmp_path: Path, capsys: pytest.
     assert code == EXIT_USAGE
     err = capsys.readouterr().err.strip()
     # One line naming the file, the key and the keys allowed there (the list grows with the settings).
-    assert err.startswith(f"healer: {config}: models[0].extra_key: unknown key (allowed here: calls, golden, "), err
+    assert err.startswith(f"healer: {config}: models[0].extra_key: unknown key (allowed here: agreement, calls, "), err
     assert err.endswith(", name, required, version)") and "\n" not in err, err
 
 

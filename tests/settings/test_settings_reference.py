@@ -87,6 +87,7 @@ def _full_document() -> dict[str, Any]:
         "models": [
             {
                 "name": "m",
+                "agreement": {},
                 "golden": [
                     {"latency_slo_ms": 1, "inputs": [tensor], "outputs": [dict(tensor)]},
                     {

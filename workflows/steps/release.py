@@ -6,7 +6,10 @@ canary    the checks (workflows/release_plan.py), the model's lease, the way bac
           version's file hashes), then the new version loaded on that one replica beside the stable
           one (both pinned) and its golden request passed there; a wrong answer puts the canary back
           at once and quarantines the version
-bake      the canary's golden request every ``release.check_interval_s`` for ``bake_s``; two wrong
+bake      the agreement gate first when the model has agreement rules (its replay set sent to the new and
+          the stable version on the canary: disagreeing, or learning nothing, stops the release without
+          quarantining the version); then the canary's golden request every ``release.check_interval_s``
+          for ``bake_s``; two wrong
           answers (each asked again at once) quarantine the version; inconclusive checks in a row
           stop the release without quarantining it; the new version must serve on the canary only
 roll-out  the lease again, the files checked against the canary's record (what was baked is what
@@ -226,6 +229,7 @@ def bake(ctx: StepContext, request: ReleaseRequest) -> dict[str, Any]:
     settings = ctx.settings.release
     bake_s = settings.bake_s if request.bake_s is None else request.bake_s
     golden = golden_request(ctx, request.model, request.version)
+    agreed = agree_on_canary(ctx, request, canary_url, str(record_.get("stable", "")))
     tally, started, slowest_ms = BakeTally(), ctx.clock(), 0.0
     # Bounded: every pass either returns, raises, or sleeps toward bake_s; each check has its own
     # timeout, and inconclusive ones end it after inconclusive_limit in a row.
@@ -255,10 +259,48 @@ def bake(ctx: StepContext, request: ReleaseRequest) -> dict[str, Any]:
                 "passes": tally.passes,
                 "wrong": tally.wrong,
                 "slowest_ms": round(slowest_ms, 3),
+                **agreed,
             }
         if verdict is not BakeVerdict.RECHECK:
             wait = settings.check_interval_s if status == "error" else min(settings.check_interval_s, bake_s - elapsed)
             ctx.sleep(max(0.0, wait))
+
+
+def agree_on_canary(ctx: StepContext, request: ReleaseRequest, url: str, stable: str) -> dict[str, Any]:
+    """The agreement gate (docs/agreement.md), once at the bake's start, when the model has agreement rules:
+    the replay set sent to the new and the stable version, both loaded on the canary. Disagreeing stops
+    the release (the disagreeing inputs in the why and in an audit record), as does learning nothing; the
+    version is not quarantined either way (different from the stable version is not proven wrong)."""
+    from healer.core.agreement import Agreement
+    from workflows.steps.agreement import agreement_gate
+
+    model = ctx.settings.model(request.model)
+    if model.agreement is None:
+        return {}
+    started = ctx.clock()
+    with on_replica(ctx, url) as replica, store_errors(ctx, f"replay set in {ctx.store.location}"):
+        verdict = agreement_gate(
+            model,
+            ctx.store,
+            replica.triton,
+            stable=stable,
+            candidate=request.version,
+            cancelled=lambda: ctx.check_cancelled("the agreement gate"),
+        )
+    report = {**verdict.report(), "stable": stable, "seconds": round(ctx.clock() - started, 3)}
+    audit(ctx, request, "release-agreement", report)
+    if verdict.status is Agreement.DISAGREES:
+        raise PermanentStepError(
+            f"v{request.version} disagrees with the stable v{stable} on the replay set, on the canary {url}: "
+            f"{verdict.why}; the release is stopped, v{request.version} is not quarantined (it differs, which "
+            "is not proof that it is wrong: change the model's agreement rules if that is intended)"
+        )
+    if verdict.status is Agreement.ERROR:
+        raise PermanentStepError(
+            f"agreement with the stable v{stable} on the canary {url}: {verdict.why}; the release is stopped, "
+            f"v{request.version} is not quarantined"
+        )
+    return {"agreement": report}
 
 
 def _bake_check(ctx: StepContext, request: ReleaseRequest, url: str, golden: Any) -> tuple[str, str]:

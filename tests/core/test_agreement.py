@@ -1,0 +1,130 @@
+"""The agreement judge (healer/core/agreement.py), table-tested: two versions' answers to the same replay
+inputs, judged by the model's rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from healer.core.agreement import SHOWN, Agreement, Answer, Rules, judge
+
+
+def probs(*rows: list[float]) -> dict[str, Any]:
+    """A classifier's answer: PROBS (float32) and its argmax as LABEL (int64)."""
+    values = np.asarray(rows, dtype=np.float32)
+    return {"PROBS": values, "LABEL": values.argmax(axis=-1).reshape(-1, 1).astype(np.int64)}
+
+
+SAME = probs([0.1, 0.8, 0.1])
+NEAR = probs([0.105, 0.795, 0.1])  # 0.005 away, same class
+FLIPPED = probs([0.5, 0.4, 0.1])  # another class
+NAN = {"PROBS": np.asarray([[np.nan, 0.8, 0.1]], dtype=np.float32), "LABEL": SAME["LABEL"]}
+
+
+def answers(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[Answer]:
+    return [Answer(f"replay/set.npy[{i}]", a, b) for i, (a, b) in enumerate(pairs)]
+
+
+def flipped(n: int, of: int) -> list[Answer]:
+    return answers([(SAME, FLIPPED)] * n + [(SAME, NEAR)] * (of - n))
+
+
+CASES = [
+    # (id, answers, rules, status, in the why)
+    ("identical", answers([(SAME, SAME)] * 10), Rules(argmax_min_ratio=0.99), Agreement.AGREES, "agrees on 10"),
+    ("near, within 0.01", answers([(SAME, NEAR)] * 10), Rules(max_abs_diff=0.01), Agreement.AGREES, "agrees"),
+    ("near, over 0.001", answers([(SAME, NEAR)] * 10), Rules(max_abs_diff=0.001), Agreement.DISAGREES, "over 0.001"),
+    ("5 % flipped, argmax 0.99", flipped(5, 100), Rules(argmax_min_ratio=0.99), Agreement.DISAGREES, "95.0%"),
+    ("5 % flipped, argmax 0.95", flipped(5, 100), Rules(argmax_min_ratio=0.95), Agreement.AGREES, "5 of them"),
+    ("5 % flipped, labels 0.99", flipped(5, 100), Rules(label_min_ratio=0.99), Agreement.DISAGREES, "labels agree"),
+    (
+        "1 of 200 flipped: argmax and the 0.99 quantile within",
+        flipped(1, 200),
+        Rules(argmax_min_ratio=0.99, max_abs_diff=0.01, at_quantile=0.99),
+        Agreement.AGREES,
+        "1 of them outside a rule",
+    ),
+    (
+        "2 of 100 flipped: the 0.99 quantile is a flipped one",
+        flipped(2, 100),
+        Rules(max_abs_diff=0.01, at_quantile=0.99),
+        Agreement.DISAGREES,
+        "0.99 quantile is 0.4",
+    ),
+    ("NaN on one side", answers([(SAME, NAN)]), Rules(max_abs_diff=0.01), Agreement.DISAGREES, "inf"),
+    ("NaN on both sides", answers([(NAN, NAN)]), Rules(max_abs_diff=0.01), Agreement.AGREES, "agrees"),
+    (
+        "an output missing",
+        answers([(SAME, {"PROBS": SAME["PROBS"]})]),
+        Rules(label_min_ratio=1.0),
+        Agreement.DISAGREES,
+        "LABEL missing from the new version",
+    ),
+    (
+        "another shape",
+        answers([(SAME, probs([0.1, 0.8, 0.05, 0.05]))]),
+        Rules(argmax_min_ratio=0.5),
+        Agreement.DISAGREES,
+        "float32[1, 3] vs float32[1, 4]",
+    ),
+    (
+        "only the outputs named are judged",
+        answers([(SAME, {**FLIPPED, "PROBS": SAME["PROBS"]})]),
+        Rules(argmax_min_ratio=1.0, outputs=("PROBS",)),
+        Agreement.AGREES,
+        "agrees",
+    ),
+    ("no rule", answers([(SAME, SAME)]), Rules(), Agreement.ERROR, "no agreement rule set"),
+    ("no inputs", [], Rules(argmax_min_ratio=0.99), Agreement.ERROR, "nothing learnt"),
+    (
+        "argmax without a class output",
+        answers([({"Y": np.asarray([[1.0]])}, {"Y": np.asarray([[1.0]])})]),
+        Rules(argmax_min_ratio=0.99),
+        Agreement.ERROR,
+        "no class output",
+    ),
+    (
+        "labels without a label output",
+        answers([({"Y": np.asarray([[1.0, 2.0]])}, {"Y": np.asarray([[1.0, 2.0]])})]),
+        Rules(label_min_ratio=0.99),
+        Agreement.ERROR,
+        "no label output",
+    ),
+    (
+        "BYTES labels compare exactly",
+        answers([({"T": np.asarray([b"cat"], dtype=object)}, {"T": np.asarray([b"dog"], dtype=object)})]),
+        Rules(label_min_ratio=1.0),
+        Agreement.DISAGREES,
+        "b'cat'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("answers_", "rules", "status", "said"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_judge(answers_: list[Answer], rules: Rules, status: Agreement, said: str) -> None:
+    verdict = judge(answers_, rules)
+    assert verdict.status is status, verdict.why
+    assert said in verdict.why
+
+
+def test_the_disagreeing_inputs_are_named_and_counted_the_first_few_shown() -> None:
+    pairs = [(SAME, NEAR)] * 100
+    for i in (3, 17, 40, 41, 42, 60, 99):
+        pairs[i] = (SAME, FLIPPED)
+    verdict = judge(answers(pairs), Rules(argmax_min_ratio=0.99))
+    assert verdict.status is Agreement.DISAGREES
+    assert verdict.disagreeing == 7 and len(verdict.shown) == SHOWN
+    assert [d.name for d in verdict.shown] == [f"replay/set.npy[{i}]" for i in (3, 17, 40, 41, 42)]
+    assert "PROBS argmax [1] vs [0]" in str(verdict.shown[0])
+    assert "7 of 100 inputs differ" in verdict.why and "(and 2 more)" in verdict.why
+    assert verdict.argmax_ratio == pytest.approx(0.93)
+    report = verdict.report()
+    assert report["agreement"] == "disagrees" and len(report["shown"]) == SHOWN
+
+
+def test_the_quantile_is_an_observed_difference() -> None:
+    verdict = judge(flipped(1, 200), Rules(max_abs_diff=0.01, at_quantile=0.99))
+    assert verdict.diff_at_quantile == pytest.approx(0.005, abs=1e-6)  # a NEAR one, not between
+    assert judge(flipped(1, 200), Rules(max_abs_diff=0.01, at_quantile=1.0)).status is Agreement.DISAGREES
