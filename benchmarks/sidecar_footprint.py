@@ -18,6 +18,10 @@ built the client. A healthy pod makes no API call: it lists its peers only when 
 
 ``--tracing``: the same with ``tracing.enabled`` (OpenTelemetry's SDK and OTLP/HTTP exporter loaded
 and configured at start-up; a healthy pod makes no span, so this is the cost of being ready to).
+
+``--traffic``: with ``sidecar.traffic.enabled`` (Triton's metrics endpoint read every period, every
+version's samples kept, docs/traffic-signal.md). ``--extra-models N``: N more copies of linear_scorer
+served and configured (the cost per model: compare two runs).
 """
 
 from __future__ import annotations
@@ -65,13 +69,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(stat[11]) + int(stat[12])) / ticks  # utime + stime
 
 
-def prepare(scratch: Path, period: float, port: int) -> tuple[Path, dict[str, Any]]:
-    """A model repository with three models and the sidecar's config for them."""
+def prepare(scratch: Path, period: float, port: int, extra: int = 0) -> tuple[Path, dict[str, Any]]:
+    """A model repository with three models (and ``extra`` more) and the sidecar's config for them."""
     repo = scratch / "repo"
     shutil.copytree(ROOT / "examples" / "model_repository", repo)
-    shutil.copytree(repo / "linear_scorer", repo / "linear_scorer_b")
-    config = repo / "linear_scorer_b" / "config.pbtxt"
-    config.write_text(config.read_text().replace('name: "linear_scorer"', 'name: "linear_scorer_b"'))
+    for copy in ["linear_scorer_b", *(f"linear_scorer_x{i}" for i in range(extra))]:
+        shutil.copytree(repo / "linear_scorer", repo / copy)
+        config = repo / copy / "config.pbtxt"
+        config.write_text(config.read_text().replace('name: "linear_scorer"', f'name: "{copy}"'))
     document = yaml.safe_load((ROOT / "examples" / "healer.yaml").read_text())
     document.pop("embedded")
     # The two dense example models (healer.yaml configures more: each its own benchmark's business).
@@ -79,6 +84,7 @@ def prepare(scratch: Path, period: float, port: int) -> tuple[Path, dict[str, An
     golden_input = ROOT / "examples" / "golden" / "tiny_classifier_input.npy"
     document["models"][1]["golden"]["inputs"][0]["file"] = str(golden_input)
     document["models"].append({**document["models"][0], "name": "linear_scorer_b"})
+    document["models"] += [{**document["models"][0], "name": f"linear_scorer_x{i}"} for i in range(extra)]
     document["store"] = {"filesystem": {"root": str(repo)}}
     document["rollback"] = {"state_dir": str(scratch / "runs")}
     document["sidecar"] = {"listen": f"127.0.0.1:{port}", "period_s": period}
@@ -188,7 +194,7 @@ def measure(
     return max(samples) / 1024, peak / 1024, cpu_used, wall, probes
 
 
-def main() -> int:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--period", type=float, default=1.0)
@@ -198,16 +204,25 @@ def main() -> int:
         help="run one case: off-cluster, in-cluster, in-cluster with draining",
     )
     parser.add_argument("--tracing", action="store_true", help="with tracing.enabled (an OTLP endpoint nobody reads)")
-    args = parser.parse_args()
+    parser.add_argument("--traffic", action="store_true", help="with sidecar.traffic.enabled (Triton's metrics read)")
+    parser.add_argument("--extra-models", type=int, default=0, help="more copies of linear_scorer, each configured")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = arguments()
     configure_logging(level="warning")
     scratch = Path(tempfile.mkdtemp(prefix="healer-footprint-"))
     ok = True
     try:
-        _repo, document = prepare(scratch, args.period, 0)
+        _repo, document = prepare(scratch, args.period, 0, args.extra_models)
         if args.tracing:  # nothing listens there: a healthy sidecar sends nothing anyway
             document["tracing"] = {"enabled": True, "otlp_endpoint": f"http://127.0.0.1:{free_port()}/v1/traces"}
         repo = scratch / "repo"
-        with EmbeddedTriton(repo, load_models=["linear_scorer", "tiny_classifier", "linear_scorer_b"]) as server:
+        models = [m["name"] for m in document["models"]]
+        with EmbeddedTriton(repo, load_models=models) as server:
+            if args.traffic:  # every version's counters read each period (no traffic: nothing learnt)
+                document["sidecar"]["traffic"] = {"enabled": True, "metrics_url": server.metrics_url}
             cases = [c for c in ("off", "in", "in-drain") if args.only in (None, c)]
             for case in cases:
                 port = free_port()
@@ -239,14 +254,20 @@ def main() -> int:
                     "in": "in-cluster (Kubernetes client built for Events and the diagnosis annotation)",
                     "in-drain": "in-cluster with the draining rule on (its drain set read from the store at start-up)",
                 }[case]
-                print(f"healer sidecar, {where}" + (", tracing on" if args.tracing else ""))
+                print(
+                    f"healer sidecar, {where}"
+                    + (", tracing on" if args.tracing else "")
+                    + (", traffic signal on" if args.traffic else "")
+                )
                 if case != "off":
                     calls = (
                         ", ".join(sorted(set(seen)))
                         or "none: a healthy pod reads its peers only when it wants to drain"
                     )
                     print(f"  Kubernetes API calls while healthy: {len(seen)} ({calls})")
-                print(f"  3 models, period {args.period:g} s, {wall:.0f} s window, {probes:.0f} probe results")
+                print(
+                    f"  {len(models)} models, period {args.period:g} s, {wall:.0f} s window, {probes:.0f} probe results"
+                )
                 print(f"  RSS max over the window: {rss_mib:6.1f} MiB (peak since start {peak_mib:.1f} MiB)")
                 print(f"  target: peak <= {RSS_TARGET_MIB:g} MiB")
                 share = f"{cpu_pct:.2f} % of one core (target <= {CPU_TARGET_PCT:g} %)"

@@ -45,7 +45,7 @@ class MetricsUnreadable(ValueError):
     """The metrics text is not Prometheus text healer can read (nothing learnt)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Counters:
     """One model version's counters at one scrape (cumulative, except ``pending``)."""
 
@@ -119,7 +119,7 @@ def _labels(raw: str, number: int) -> dict[str, str]:
 # ---- samples and a window's judgement --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One scrape of one version: Triton's counters, and healer's own requests to it so far (its golden
     requests: ``own`` sent, ``own_failed`` of them answered with an error, ``own_ms`` their summed time)."""

@@ -57,7 +57,9 @@ from healer.vocabulary import MODEL_ERROR, SLOW, RollbackRequest
 log = structlog.get_logger("healer.sidecar")
 
 HISTORY_S = 600.0  # samples kept this long at least (an incident's blast radius reaches back this far)
-SAMPLES_PER_WINDOW = 10  # a sample is kept every window_s / this (the newest always): memory stays flat
+SAMPLES_PER_WINDOW = 10  # a sample is kept every window_s / this (the newest always) ...
+RECENT_WINDOWS = 3  # ... over the last windows; older ones (the blast radius's) thinned to at most ...
+OLD_SAMPLES = 120  # ... this many over HISTORY_S: about 150 samples (~50 KiB) per version at most
 TRAFFIC_CONTENT = "traffic"  # the incident key's content for a traffic failure: the same on every replica
 
 Scrape = Callable[[str, float], Mapping[Key, Counters]]
@@ -219,13 +221,24 @@ class TrafficWatch:
         samples = self._samples.setdefault(key, deque())
         if samples and len(since_reset([samples[-1], sample])) == 1:
             self._states.pop(key, None)  # a counter went down: the version's judgement starts anew
-        spacing = self._limits.window_s / SAMPLES_PER_WINDOW
-        # The newest sample replaces the previous one when that one is closer than the spacing to the one before.
-        if len(samples) >= 2 and samples[-1].at - samples[-2].at < spacing:
+        fine = self._limits.window_s / SAMPLES_PER_WINDOW
+        # The newest sample replaces the previous one when that one is closer than ``fine`` to the one before.
+        if len(samples) >= 2 and samples[-1].at - samples[-2].at < fine:
             samples.pop()
         samples.append(sample)
         while samples and samples[0].at < sample.at - self._horizon_s:
             samples.popleft()
+        # Older than RECENT_WINDOWS windows (the blast radius's part only), one sample per ``coarse`` is kept.
+        coarse = max(fine, self._horizon_s / OLD_SAMPLES)
+        cutoff = sample.at - RECENT_WINDOWS * self._limits.window_s
+        kept: list[Sample] = []
+        for each in samples:
+            if len(kept) >= 2 and each.at < cutoff and each.at - kept[-2].at < coarse:
+                kept[-1] = each  # the one before is dropped: its neighbours are closer than coarse
+            else:
+                kept.append(each)
+        if len(kept) < len(samples):
+            self._samples[key] = deque(kept)
 
     def _judge(self, key: Key, now: float) -> None:
         limits = limits_for(self._limits, self._overrides, key[0])

@@ -1,0 +1,138 @@
+"""healer/sidecar/traffic.py with fake time and a fake scrape (a stand-in for Triton's metrics endpoint;
+the real one: tests/sidecar/test_traffic_triton.py): healer's own requests subtracted, the verdict
+merged, nothing learnt when the endpoint fails, memory bounded."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from healer.core.state import Incident, Probed, Verdict
+from healer.core.traffic import Counters, Key
+from healer.edges.metrics import Registry
+from healer.edges.triton_metrics import MetricsUnavailable
+from healer.settings import Settings, TrafficSettings
+from healer.sidecar.traffic import CountingTriton, TrafficWatch
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.now
+
+    def wait(self, event: threading.Event, timeout_s: float) -> bool:
+        self.now += timeout_s
+        return event.is_set()
+
+
+class StandInTriton:
+    """A stand-in for Triton's metrics: ``rate`` real requests a second, ``failing`` of them failed."""
+
+    def __init__(self, clock: FakeClock, rate: float = 20.0, failing: float = 0.0) -> None:
+        self.clock, self.rate, self.failing = clock, rate, failing
+        self.success = self.failure = 0.0
+        self.last = clock.now
+        self.down = False
+
+    def scrape(self, url: str, timeout_s: float) -> Mapping[Key, Counters]:
+        if self.down:
+            raise MetricsUnavailable("refused")
+        elapsed = self.clock.now - self.last
+        self.last = self.clock.now
+        self.failure += self.rate * elapsed * self.failing
+        self.success += self.rate * elapsed * (1 - self.failing)
+        return {("linear_scorer", "3"): Counters(success=round(self.success), failure=round(self.failure))}
+
+
+def watch(example_settings: Settings, triton: StandInTriton, clock: FakeClock, **traffic: Any) -> TrafficWatch:
+    limits = {"enabled": True, "metrics_url": "http://127.0.0.1:1/metrics", "window_s": 4.0, **traffic}
+    settings = dataclasses.replace(
+        example_settings, sidecar=dataclasses.replace(example_settings.sidecar, traffic=TrafficSettings(**limits))
+    )
+    return TrafficWatch(settings, metrics=Registry(), clock=clock, scrape=triton.scrape)
+
+
+def good(at: float) -> Probed:
+    return Probed(at, Verdict.GOOD, version="3")
+
+
+def run(w: TrafficWatch, clock: FakeClock, seconds: float, period: float = 0.5) -> list[Probed]:
+    verdicts = []
+    for _ in range(int(seconds / period)):
+        clock.now += period
+        w.observe()
+        verdicts.append(w.merged("linear_scorer", good(clock.now)))
+    return verdicts
+
+
+def test_failing_real_traffic_turns_a_passing_golden_request_into_a_wrong_answer_within_two_windows(
+    example_settings: Settings,
+) -> None:
+    clock = FakeClock()
+    triton = StandInTriton(clock, failing=0.1)
+    w = watch(example_settings, triton, clock)
+    verdicts = run(w, clock, 8.0)
+    first_wrong = next(i for i, v in enumerate(verdicts) if v.verdict is Verdict.WRONG)
+    assert (first_wrong + 1) * 0.5 <= 2 * 4.0
+    wrong = verdicts[first_wrong]
+    assert (wrong.version, wrong.reason_code, wrong.content) == ("3", "model-error", "traffic:failure-ratio")
+    assert wrong.detail.startswith("real traffic: ")
+    # another version served (the restored one): its golden verdict stands
+    assert w.merged("linear_scorer", Probed(clock.now, Verdict.GOOD, version="2")).verdict is Verdict.GOOD
+
+
+def test_healthy_traffic_no_traffic_and_an_unreachable_endpoint_decide_nothing(example_settings: Settings) -> None:
+    clock = FakeClock()
+    for triton in (StandInTriton(clock, failing=0.01), StandInTriton(clock, rate=1.0, failing=0.5)):
+        w = watch(example_settings, triton, clock)
+        assert all(v.verdict is Verdict.GOOD for v in run(w, clock, 20.0))
+    down = StandInTriton(clock, failing=0.5)
+    down.down = True
+    w = watch(example_settings, down, clock)
+    assert all(v.verdict is Verdict.GOOD for v in run(w, clock, 20.0))
+    assert w.error == "refused"
+
+
+def test_healer_own_requests_are_not_real_traffic(example_settings: Settings) -> None:
+    clock = FakeClock()
+    triton = StandInTriton(clock, rate=40.0, failing=0.5)  # every request Triton counts is healer's own...
+    w = watch(example_settings, triton, clock)
+
+    class Inner:
+        url = "127.0.0.1:1"
+
+        def infer(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            raise RuntimeError("model error")
+
+    counting = CountingTriton(Inner(), w._own_request, clock)  # type: ignore[arg-type]
+    for _ in range(40):
+        clock.now += 0.5
+        for _ in range(20):  # ... sent through the counting client: 20 a period, half of them failed
+            with contextlib.suppress(RuntimeError):
+                counting.infer("linear_scorer", "3", (), (), 1.0)
+        w.observe()
+        assert w.merged("linear_scorer", good(clock.now)).verdict is Verdict.GOOD
+
+
+def test_samples_stay_bounded_and_the_blast_radius_reaches_back(example_settings: Settings) -> None:
+    clock = FakeClock()
+    triton = StandInTriton(clock, rate=10.0, failing=0.1)
+    w = watch(example_settings, triton, clock, window_s=2.0)
+    start = clock.now
+    run(w, clock, 900.0)
+    samples = w._samples[("linear_scorer", "3")]
+    assert len(samples) <= 160, len(samples)
+    incident = Incident("inc-1", "linear_scorer", "3", "model-error", "", first_bad_at=clock.now - 500, detected_at=0)
+    radius = w.restored(incident, clock.now)
+    # from the first failure the traffic signal saw (the start), as far back as samples are kept (600 s)
+    assert radius.measured and 500 <= radius.span_s <= 600, radius
+    assert abs(radius.served - 10 * radius.span_s) <= 20 and 0.09 <= radius.failed / radius.served <= 0.11, radius
+    assert clock.now - start == 900.0
