@@ -45,9 +45,10 @@ from tests.support.rollback_stack import SETUP_LOAD_TIMEOUT_S, AlertReceiver, ma
 from workflows.steps.context import context_from_settings
 from workflows.steps.drill_inject import DrillTarget, member_target
 from workflows.steps.drill_observe import GoldenWatch
+from workflows.steps.lease import LeaseKeeper
 from workflows.steps.pipeline import ask_pipelines, reload_pipeline
 from workflows.steps.promote import PromotionRefused, promote
-from workflows.steps.rollback import escalate
+from workflows.steps.rollback import escalate, heal
 
 _names = iter(range(1, 1000))
 
@@ -378,3 +379,38 @@ def test_a_drill_judges_by_the_suite_the_sidecar_uses_store_requests_included(
     finally:
         watch.close()
         triton.close()
+
+
+def test_two_replicas_blaming_different_members_do_not_roll_both_back(pipeline: Pipeline) -> None:
+    """Each replica's sidecar blames on its own: replicas that saw PRE and MID change in different orders blame
+    different members of one failure (one incident key), and their rollbacks are of different models, so the
+    members' own leases do not serialise them. A member's rollback also holds its pipeline's lease: the second
+    (PRE's) waits while the first (MID's) holds it, touching nothing, then confirms through the pipeline having
+    waited: the pipeline passes again, so it does nothing; PRE v2 is neither restored nor quarantined."""
+    ens, pre, mid = pipeline.names["ensemble"], pipeline.names["pre"], pipeline.names["mid"]
+    pipeline.push(pre, lambda root: write_step(root, pre, {2: {"factor": 1.0, "offset": 1.0}}))  # harmless
+    pipeline.push(mid, lambda root: write_step(root, mid, {2: {"factor": 3.0}}))  # wrong
+    incident = "inc-two-blames"
+    ctx = context_from_settings(pipeline.settings)
+    first = LeaseKeeper(dataclasses.replace(ctx, workflow_name="healer-rollback-mid-1"), ens, incident, "mid's run")
+    first.take()  # the first replica's rollback of MID, under way
+    report: dict[str, Any] = {}
+    second = dataclasses.replace(ctx, workflow_name="healer-rollback-pre-2")
+    request = RollbackRequest(
+        model=pre, from_version="2", reason="wrong-answer", incident=incident, detail=f"{pre} v1->v2 since {ens}"
+    )
+    thread = threading.Thread(target=lambda: report.update(heal(second, request)), daemon=True)
+    try:
+        thread.start()
+        time.sleep(3.0)
+        assert thread.is_alive() and pipeline.triton.served_versions(pre) == ["2"]  # waiting, nothing touched
+        # The first rollback heals the pipeline (as MID's restore would: MID right again).
+        pipeline.push(mid, lambda root: write_step(root, mid, {3: {"factor": 2.0}}))
+        assert infer(pipeline.settings.triton.url, ens) == expected_y()
+    finally:
+        first.release()
+        thread.join(60)
+        ctx.triton.close()
+    assert "nothing_to_do" in report, report
+    assert pipeline.triton.served_versions(pre) == ["2"]
+    assert pipeline.store.ledger(pre).quarantined == ()

@@ -19,6 +19,7 @@ from healer.core.results import Status
 from healer.edges.alerts import escalate_to_people
 from healer.edges.logs import iso_utc
 from healer.edges.store import StoreError
+from healer.settings import ModelSettings
 from healer.vocabulary import MANUAL_QUARANTINE, PERSON_REASONS, SLOW, TIMEOUT, RollbackRequest
 from probes.fit import golden_key, newest_stable
 from probes.tiers import check_after_load
@@ -26,7 +27,13 @@ from workflows.plan import FailingSeen, decide_rollback, failing_seen
 from workflows.steps.base import StepContext, StepError
 from workflows.steps.lease import LeaseKeeper
 from workflows.steps.per_pod import per_pod, set_aside_on_replicas
-from workflows.steps.pipeline import ask_pipelines, judging_pipelines, member_evidence, member_of, require_evidence
+from workflows.steps.pipeline import (
+    ask_pipelines,
+    judging_pipelines,
+    member_evidence,
+    member_of,
+    require_evidence,
+)
 from workflows.steps.records import (
     failed_earlier,
     is_configured,
@@ -99,8 +106,9 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
     holder = f"{request.incident}/{ctx.workflow_name or 'local'}/{socket.gethostname()}/{uuid.uuid4().hex[:8]}"
     keeper = LeaseKeeper(ctx, request.model, request.incident, holder)
     ctx = dataclasses.replace(ctx, lease=keeper)
+    held: list[LeaseKeeper] = []  # a composing model's: its pipelines' leases too (hold_pipelines)
     try:
-        lease = _run_phase(ctx, request, phases, "lease", lambda: _take_lease(ctx, request, keeper, holder))
+        lease = _run_phase(ctx, request, phases, "lease", lambda: _take_lease(ctx, request, keeper, holder, held))
         go = lease["confirm"]
         # The pipelines that judge a composing model, decided once holding the lease: the same evidence for
         # every replica's restore, never looked up again after a swap (a refused read must not change it).
@@ -126,6 +134,8 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
             ctx, request, phases, "record", lambda: _fence_then_record(ctx, request, keeper, version, go)
         )
     finally:
+        for other in reversed(held):
+            other.release()
         keeper.release()
     return {
         "model": request.model,
@@ -167,13 +177,20 @@ def _run_phase(
         report.duration_s = round(ctx.clock() - started, 3)
 
 
-def _take_lease(ctx: StepContext, request: RollbackRequest, keeper: LeaseKeeper, holder: str) -> dict[str, Any]:
-    """The lease phase: the model's lease, an earlier attempt's put-back duties, then the confirmation."""
+def _take_lease(
+    ctx: StepContext, request: RollbackRequest, keeper: LeaseKeeper, holder: str, held: list[LeaseKeeper]
+) -> dict[str, Any]:
+    """The lease phase: the model's lease (a composing model's: its pipelines' too, into ``held``), an earlier
+    attempt's put-back duties, then the confirmation."""
     judges = require_evidence(ctx, request.model)  # a model healer cannot verify is never touched
     if not judges:
         golden_request(ctx, request.model)
     ctx = dataclasses.replace(ctx, judges={request.model: tuple(p.name for p in judges)})
     waited_s = keeper.take()
+    started = ctx.clock()
+    hold_pipelines(ctx, request.incident, holder, judges, held)
+    waited_s += ctx.clock() - started
+    waited = bool(keeper.waited_for) or any(h.waited_for for h in held)
     out: dict[str, Any] = {"holder": holder, "waited_s": round(waited_s, 3), "expires_at": keeper.lease.expires_at}
     out["judged_by"] = [p.name for p in judges]
     if keeper.lease.taken_from:
@@ -181,9 +198,25 @@ def _take_lease(ctx: StepContext, request: RollbackRequest, keeper: LeaseKeeper,
     if keeper.duties():
         out["put_back"] = put_back_unloaded(ctx, request.model, keeper, request.triton_url)
     # Only now, holding the lease and after any wait, is what serves known: ask the version again.
-    go = confirm_failing(ctx, request, waited=bool(keeper.waited_for))
+    go = confirm_failing(ctx, request, waited=waited)
     out["confirm"] = go
     return out
+
+
+def hold_pipelines(
+    ctx: StepContext, incident: str, holder: str, pipelines: list[ModelSettings], held: list[LeaseKeeper]
+) -> None:
+    """A composing model's rollback also holds the lease of each pipeline that judges it (sorted by name, after
+    the member's own: never a cycle), for the whole heal. Each replica's sidecar blames on its own: two replicas
+    that saw the members change in different orders may blame different members of one failure, and their
+    rollbacks (different models: different leases) would otherwise confirm the same failing pipeline and
+    restore (and quarantine) both. Held this way, the second waits for the first, then confirms again having
+    waited: the pipeline passing by then, it does nothing (workflows/plan.py decide_rollback). Each keeper is
+    put in ``held`` before it is taken: the caller releases every one, also when a take fails."""
+    for name in sorted({p.name for p in pipelines}):
+        keeper = LeaseKeeper(ctx, name, incident, holder)
+        held.append(keeper)
+        keeper.take()
 
 
 def _fence_then_record(
