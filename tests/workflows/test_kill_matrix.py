@@ -61,12 +61,26 @@ KILL_POINTS: dict[str, Callable[[], None]] = {
     ),
 }
 
-# Every phase boundary in both orders; the unload's two kill points exist only in unload-first.
+# The kill points whose path depends on rollback.order (workflows/steps/replicas.py: only a SWAP under
+# unload-first differs, in _unload_then_load: the put-back duty written into the lease, the unload, then
+# the load). The unload's two kill points exist only there. after-staging is killed before any replica
+# is touched, so the rerun restores both replicas from scratch: under unload-first that is the whole
+# _unload_then_load path on each (the canary, then the wave of one), once per order.
+#
+# The others are run in swap order only, because the state they leave and the rerun's path are the
+# same in both orders:
+# - mid-staging: killed in fetch_version (healer/edges/store/versions.py), before restore_replicas; the
+#   fetch, the staging sweep and the lease do not read the order; the rerun then restores as after-staging's.
+# - after-replica-1-of-2: the canary was restored and its put-back duty cleared before the kill
+#   (forget_unloaded writes the lease at once), so the lease is as in swap; the rerun leaves the canary
+#   (already on v2) and swaps the other replica: the after-staging rerun's path, for one replica.
+# - before-record, after-ledger-write, after-quarantine-rename: killed after restore_replicas returned
+#   (every replica on v2, no put-back duty); the rerun's plan is "already" on both, which no order changes.
+ORDER_DEPENDENT = ("after-staging", "during-unload", "between-unload-and-load")
+UNLOAD_FIRST_ONLY = ("during-unload", "between-unload-and-load")
 CASES = [
-    (order, kill_point)
-    for order in ("swap", "unload-first")
-    for kill_point in KILL_POINTS
-    if order == "unload-first" or kill_point not in ("during-unload", "between-unload-and-load")
+    *[("swap", kill_point) for kill_point in KILL_POINTS if kill_point not in UNLOAD_FIRST_ONLY],
+    *[("unload-first", kill_point) for kill_point in KILL_POINTS if kill_point in ORDER_DEPENDENT],
 ]
 
 
