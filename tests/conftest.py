@@ -24,6 +24,7 @@ import yaml
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.triton import TritonHttp
 from healer.settings import ModelSettings, Settings, load_settings
+from tests.support import slow_first
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -134,6 +135,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             for mark in FIXTURE_MARKS.get(fixture, ()):
                 if mark.name != "timeout" or item.get_closest_marker("timeout") is None:
                     item.add_marker(mark)
+    slow_first.reorder(items)
+
+
+# ---- the slowest files first in xdist's workers (tests/support/slow_first.py, tests/durations.json) --------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    slow_first.disable_xdist_reorder(config)
+    slow_first.Recorder.register(config)
 
 
 @pytest.hookimpl(wrapper=True)
