@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ import pytest
 
 from healer.cli import promote as promote_cli
 from healer.cli.output import EXIT_REFUSED
+from healer.core.agreement import Agreement
 from healer.edges.embedded import EmbeddedTriton
 from healer.edges.triton import TritonHttp
 from healer.engines.factory import local_release_engine
@@ -26,6 +28,7 @@ from healer.settings.sections import AgreementSettings
 from healer.vocabulary import ReleaseRequest
 from tests.support.agreement_models import npy_bytes, replay_inputs, write_flipping_version, write_good_version
 from tests.support.rollback_stack import RollbackStack, serve_versions, with_replicas
+from workflows.steps.agreement import agreement_gate
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -147,3 +150,22 @@ def test_a_version_within_tolerance_is_released(fs_stack_factory: Any, tmp_path:
         assert [r.served_versions(stack.model) for r in replicas] == [["2"]]
         assert stack.store.ledger(stack.model).stable_record("2") is not None
         print(f"\nwithin tolerance: released in {took:.1f} s; gate {agreement['seconds']} s, {agreement['why']}")
+
+        # Nothing learnt is never a verdict: an input a version refuses, a file that does not load, no set.
+        serve_versions(stack.triton, stack.model, [1, 2])
+        model = settings.model(stack.model)
+        replay = Path(stack.store.blobs.root) / stack.model / "replay"
+        bad = replay / "wrong_shape.yaml"
+        bad.write_text("inputs:\n  - {name: INPUT, datatype: FP32, shape: [1, 5], data: [[1, 2, 3, 4, 5]]}\n")
+        verdict = agreement_gate(model, stack.store, stack.triton, stable="1", candidate="2")
+        assert verdict.status is Agreement.ERROR and "no answer: replay/wrong_shape.yaml" in verdict.why, verdict
+        assert "v1" in verdict.why and "nothing learnt" in verdict.why
+        bad.write_text("inputs: [")
+        verdict = agreement_gate(model, stack.store, stack.triton, stable="1", candidate="2")
+        assert (
+            verdict.status is Agreement.ERROR
+            and f"{stack.model}/replay/wrong_shape.yaml: not valid YAML" in verdict.why
+        )
+        shutil.rmtree(replay)
+        verdict = agreement_gate(model, stack.store, stack.triton, stable="1", candidate="2")
+        assert verdict.status is Agreement.ERROR and "no replay set" in verdict.why, verdict
