@@ -120,7 +120,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     if args.runs_command in ("get", "show"):
         missing = f"no run {args.name!r} in {settings.rollback.state_dir}"
         return _get(records.get, args.name, args.output, not_found=KeyError, missing=missing)
-    show_runs(records.runs(), args.output)
+    show_runs(records.runs(plans=True), args.output)  # observed models' plans too (phase Planned)
     return 0
 
 

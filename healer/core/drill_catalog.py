@@ -23,6 +23,7 @@ class Outcome(StrEnum):
     NO_ROLLBACK = "no-rollback"  # nothing to act on: nothing submitted, the model serves and passes
     RELEASED = "released"  # `healer release`: the new version serves on every replica and is stable
     STOPPED = "stopped"  # `healer release` stopped: every replica serves the stable version again
+    OBSERVED = "observed"  # observe mode (docs/observe.md): the plan recorded, nothing touched
     INCONCLUSIVE = "inconclusive"  # none of the above within the time given, or the drill itself failed
 
 
@@ -72,6 +73,8 @@ class Expectation:
     # "metrics": the rollback was decided on Triton's own numbers (its detail says "real traffic"), not a
     # golden request (docs/traffic-signal.md); "": either.
     detected_by: str = ""
+    # Observe mode: the served version, every replica's readiness and the repository's files checked unchanged.
+    untouched: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class Scenario:
     # The sidecars judge real traffic from Triton's metrics (sidecar.traffic), and the clients send single-row
     # requests, counting the failed ones (docs/traffic-signal.md).
     traffic_signal: bool = False
+    mode: str = ""  # "observe": the sidecars only decide and record (sidecar.mode, docs/observe.md); "": the config's
 
     @property
     def needs(self) -> frozenset[str]:
@@ -117,6 +121,7 @@ BUDGETED: dict[Outcome, str] = {
     Outcome.BREAKER_OPEN: "escalate",
     Outcome.DRAINED: "detect",
     Outcome.NOT_LIVE: "detect",
+    Outcome.OBSERVED: "detect",  # the plan recorded
 }
 
 
@@ -253,6 +258,18 @@ CATALOG: tuple[Scenario, ...] = (
         Injection.PUSH_WITHIN_TOLERANCE,
         Expectation(Outcome.NO_ROLLBACK, drained=False, workflows=0),
         "within atol + rtol·|expected| is a pass: nothing to do",
+    ),
+    Scenario(
+        "observe",
+        "a new version with wrong weights is pushed to a model in observe mode",
+        Injection.PUSH,
+        Expectation(Outcome.OBSERVED, drained=False, workflows=0, untouched=True),
+        "observed: plan recorded, nothing touched: detected as in act mode and the plan recorded (the version it "
+        "would restore, the drain, the replicas and waves, no escalation), while the broken version keeps "
+        "serving, /readyz stays 200 and the repository's files stay as pushed",
+        variant="wrong_weights",
+        mode="observe",
+        demo=False,  # docs/drills.md: `make drills` runs it; the demo shows healer acting
     ),
     Scenario(
         "long-input",

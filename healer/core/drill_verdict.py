@@ -73,6 +73,9 @@ class Observation:
     # Clients' requests (default version) during the drill, and how many were answered wrong.
     requests: int = 0
     wrong_served: int = 0
+    # Observe mode: the plan a sidecar recorded (its summary), and what was touched ("" nothing; None: not checked).
+    planned: str = ""
+    untouched: str | None = None
     detected_by: str = ""  # "metrics": the rollback's detail says real traffic decided it; "golden": not
 
 
@@ -95,6 +98,8 @@ def classify(observation: Observation) -> Outcome:
             outcome = Outcome.STOPPED
         else:
             outcome = Outcome.INCONCLUSIVE
+    elif o.planned and not o.workflows and not o.drained:
+        outcome = Outcome.OBSERVED
     elif o.escalate_s is not None:
         outcome = Outcome.BREAKER_OPEN if o.breaker_open else Outcome.ESCALATED
     elif o.workflows:
@@ -154,13 +159,16 @@ def judge(scenario: Scenario, observation: Observation, budget_s: float) -> Verd
 
 
 def _release_misses(expect: Expectation, observation: Observation) -> list[str]:
-    """A release's side conditions: how many replicas served the new version, its quarantine."""
+    """A release's side conditions (how many replicas served the new version, its quarantine), an observe
+    drill's (nothing touched), and which signal decided the rollback (the traffic signal's drill)."""
     missed = []
     touched = observation.touched
     if expect.max_touched is not None and (touched is None or touched > expect.max_touched):
         missed.append(f"blast radius: {touched} replica(s) served the new version, at most {expect.max_touched}")
     if expect.quarantined is not None and observation.quarantined is not expect.quarantined:
         missed.append(f"quarantine: expected {'quarantined' if expect.quarantined else 'not quarantined'}")
+    if expect.untouched and observation.untouched != "":  # observe mode: nothing may be touched
+        missed.append(f"untouched: {observation.untouched or 'not checked'}")
     if expect.detected_by and observation.detected_by != expect.detected_by:  # which signal decided
         missed.append(f"detected by: {observation.detected_by or 'no rollback'}, expected {expect.detected_by}")
     return missed
@@ -181,6 +189,8 @@ def finished(
         done = o.restore_s is not None and o.final_state == "healthy"
     elif expected in {Outcome.HEALED, Outcome.ESCALATED, Outcome.BREAKER_OPEN}:
         done = False  # nothing yet: keep waiting for the detection (up to give_up_s)
+    elif expected is Outcome.OBSERVED:
+        done = bool(o.planned) and o.detect_s is not None and elapsed_s >= o.detect_s + quiet_s
     elif expected in {Outcome.NOT_LIVE, Outcome.DRAINED}:
         done = o.detect_s is not None and elapsed_s >= o.detect_s + quiet_s
     else:
@@ -285,6 +295,7 @@ class DrillResult:
                 else {}
             ),
             **({"requests": o.requests, "wrong_served": o.wrong_served} if o.requests else {}),
+            **({"planned": o.planned, "untouched": o.untouched} if o.planned else {}),
             **({"detected_by": o.detected_by} if o.detected_by else {}),
         }
 

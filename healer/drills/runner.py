@@ -27,6 +27,7 @@ import structlog
 
 from healer.core.drill_catalog import Injection, Scenario
 from healer.core.drill_verdict import DrillResult, Observation, finished, judge
+from healer.drills.observed import check_untouched, watch_notes, watching
 from healer.drills.phases import release_floor_s, run_phases
 from healer.drills.traffic_signal import SingleRowClients, clients_for, with_detected_by, with_traffic_signal
 from healer.edges.logs import iso_utc
@@ -166,9 +167,11 @@ class DrillRunner:
             traffic = clients_for(scenario, replicas, self.target)  # the golden request, or single rows
             killed = self._inject(scenario, injected, replicas, extra)
             watch = Watch(injected.at, wrong_before=before.wrong_answers)
+            watching(watch, scenario, self.settings, self.target.model)  # observe mode: the files as pushed
             if killed:
                 watch.mark("killed", f"SIGKILL to Triton {replicas[0]}")
             self._watch(scenario, watch, [r.view for r in running], replicas, injected)
+            check_untouched(watch, self.settings, self.target.model, replicas, injected)  # observe: before clean-up
             if engine is not None:
                 watch.phases = [span for name in watch.workflows for span in run_phases(engine, name, injected)]
         except Exception as exc:  # the drill's own failure: reported, and the target still cleaned up
@@ -176,7 +179,7 @@ class DrillRunner:
         finally:
             if traffic is not None:
                 traffic.stop()
-            notes += self._clean_up(running, engine, injected, watch, replicas, extra, budget_s)
+            notes += self._clean_up(running, engine, injected, watch, replicas, extra, budget_s) + watch_notes(watch)
         observation = watch.observation() if watch is not None else Observation(error=error or "not injected")
         if error:
             observation = dataclasses.replace(observation, error=error)
@@ -389,8 +392,7 @@ class DrillRunner:
                 _aimed_at(self.settings, replicas, [f"127.0.0.1:{p}" for p in ports] if self._per_pod else []),
                 url=url,
                 listen=f"127.0.0.1:{port}",
-                max_rollbacks=scenario.max_rollbacks,
-                traffic_signal=scenario.traffic_signal,  # the sidecars judge real traffic (docs/traffic-signal.md)
+                scenario=scenario,
             )
             peers = None
             if scenario.drain_rule:
@@ -584,11 +586,13 @@ def _aimed_at(settings: Settings, replicas: list[str], sidecars: Sequence[str] =
     )
 
 
-def _sidecar_settings(
-    settings: Settings, *, url: str, listen: str, max_rollbacks: int | None, traffic_signal: bool = False
-) -> Settings:
+def _sidecar_settings(settings: Settings, *, url: str, listen: str, scenario: Scenario) -> Settings:
     from healer.drills.stack import sidecar_settings_for
 
-    settings = sidecar_settings_for(settings, url=url, listen=listen, max_rollbacks=max_rollbacks)
-    # traffic_signal: the sidecars judge real traffic from Triton's metrics (docs/traffic-signal.md)
-    return with_traffic_signal(settings, url) if traffic_signal else settings
+    settings = sidecar_settings_for(settings, url=url, listen=listen, max_rollbacks=scenario.max_rollbacks)
+    if scenario.traffic_signal:  # the sidecars judge real traffic from Triton's metrics (docs/traffic-signal.md)
+        settings = with_traffic_signal(settings, url)
+    if not scenario.mode:
+        return settings
+    # observe: the sidecars only decide and record (docs/observe.md)
+    return dataclasses.replace(settings, sidecar=dataclasses.replace(settings.sidecar, mode=scenario.mode))

@@ -43,6 +43,8 @@ class FleetRow:
     breaker: str
     problem: str = ""  # why the row is not what a healthy one would be
     pipeline: str = ""  # a pipeline's members and the versions they run, and whom its incident blamed
+    mode: str = "act"  # observe: healer decides and records a plan, never acts (docs/observe.md)
+    plan: str = ""  # an observed model's last plan, in one line
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,11 @@ def _model_rows(name: str, pod: FleetPod, document: Mapping[str, Any], phases: M
         rollback = f"{workflow} {phases.get(workflow, '')}".strip() if workflow else "-"
         state = str(entry.get("state", "?"))
         problem = str(entry.get("reason") or "") if state != "healthy" else ""
+        plan = entry.get("plan") or {}
+        if entry.get("mode") == "observe" and plan and state == "escalated" and not workflow:
+            # An observed model's incident is held, planned, until it answers right: nothing ran.
+            state, rollback = "planned", f"{plan.get('name', '')} Planned"
+            problem = f"observe: {plan.get('summary', '')}"
         rows.append(
             FleetRow(
                 pod=name,
@@ -161,6 +168,8 @@ def _model_rows(name: str, pod: FleetPod, document: Mapping[str, Any], phases: M
                 breaker="OPEN" if entry.get("breaker_open") else f"{entry.get('rollbacks_in_window', 0)} in window",
                 problem=problem,
                 pipeline=_pipeline(entry.get("pipeline"), str(incident.get("key") or "")),
+                mode=str(entry.get("mode") or "act"),
+                plan=str(plan.get("summary") or ""),
             )
         )
     return rows
@@ -235,7 +244,8 @@ def format_fleet(view: FleetView, *, wide: bool = False) -> str:
         header.append("BREAKER")
     rows = [header]
     for row in view.rows:
-        cells = [row.pod, row.model, row.state, row.serving, row.tiers, row.drain, row.incident, row.rollback]
+        model = f"{row.model} (observe)" if row.mode == "observe" else row.model
+        cells = [row.pod, model, row.state, row.serving, row.tiers, row.drain, row.incident, row.rollback]
         if wide:
             cells.append(row.breaker)
         rows.append(cells)

@@ -30,11 +30,14 @@ from healer.core.labels import (
     ENGINE_ANNOTATION,
     ENGINE_GONE_ANNOTATION,
     ENGINE_INSTANCE_ANNOTATION,
+    FROM_VERSION_LABEL,
     INCIDENT_LABEL,
     MODEL_LABEL,
+    REASON_LABEL,
     TO_VERSION_LABEL,
     request_labels,
 )
+from healer.core.observe import PLAN_PREFIX, PLANNED, Plan
 from healer.engines import EngineNotFound, EngineRejected, EngineUnavailable
 from healer.vocabulary import RELEASE_TEMPLATE_NAME, TEMPLATE_NAME, ReleaseRequest, RollbackRequest
 
@@ -107,10 +110,11 @@ class RunRecords:
                 time.sleep(0.01)  # an exclusive create is visible before its first write completes
         raise EngineRejected(f"{path}: not a run record")
 
-    def runs(self) -> list[dict[str, Any]]:
-        """Every run, newest first (a missing folder: none)."""
+    def runs(self, *, plans: bool = False) -> list[dict[str, Any]]:
+        """Every run, newest first (a missing folder: none); ``plans``: with the plans of observed models
+        (phase Planned: nothing was run; healer/core/observe.py)."""
         runs = []
-        for prefix in (TEMPLATE_NAME, RELEASE_TEMPLATE_NAME):
+        for prefix in (TEMPLATE_NAME, RELEASE_TEMPLATE_NAME, *((PLAN_PREFIX,) if plans else ())):
             for path in sorted(self.state_dir.glob(f"{prefix}-*.json")):
                 with contextlib.suppress(ValueError, OSError):
                     runs.append(json.loads(path.read_text()))
@@ -232,6 +236,65 @@ def new_release_record(
     metadata["annotations"]["workflows.argoproj.io/description"] = f"release {request.release}"
     record["spec"]["workflowTemplateRef"] = {"name": RELEASE_TEMPLATE_NAME}
     return record
+
+
+def plan_record(plan: Plan, *, pod: str = "") -> dict[str, Any]:
+    """An observed model's plan in a run's shape (``healer runs list`` and ``get`` show it), phase Planned:
+    never a run (its name is not one: healer-plan-...), nothing was submitted, loaded or drained. A node per
+    part of the plan (drain, fetch-stable, restore, escalate), each Skipped with what it would do."""
+    at = timestamp(plan.planned_at) if plan.planned_at else now_text()
+    parameters = {"model": plan.model, "from-version": plan.version, "incident": plan.incident, "pod": pod}
+    parts = [
+        ("drain", plan.drain.why),
+        ("fetch-stable", f"would restore v{plan.restore}: {plan.restore_why}" if plan.restore else plan.restore_why),
+        (
+            "restore",
+            "; ".join(f"wave {i}: {', '.join(wave)}" for i, wave in enumerate(plan.waves))
+            + ("; skipped: " + "; ".join(plan.replicas.skipped) if plan.replicas.skipped else "")
+            or plan.replicas.error
+            or "nothing: no rollback",
+        ),
+        ("escalate", plan.escalate_why if plan.escalate else "would not escalate"),
+    ]
+    nodes: dict[str, dict[str, Any]] = {
+        plan.name: {"id": plan.name, "name": plan.name, "displayName": plan.name, "type": "Steps", "phase": PLANNED},
+        **{
+            f"{plan.name}.{step}": {
+                "id": f"{plan.name}.{step}",
+                "name": f"{plan.name}.{step}",
+                "displayName": step,
+                "templateName": step,
+                "type": "Skipped",
+                "phase": PLANNED,
+                "message": message,
+                "startedAt": at,
+                "finishedAt": at,
+            }
+            for step, message in parts
+        },
+    }
+    nodes[plan.name]["outputs"] = {"parameters": [{"name": "to-version", "value": plan.restore}]}
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {
+            "name": plan.name,
+            "creationTimestamp": at,
+            "labels": {
+                MODEL_LABEL: plan.model,
+                FROM_VERSION_LABEL: plan.version,
+                TO_VERSION_LABEL: plan.restore,
+                INCIDENT_LABEL: plan.incident,
+                REASON_LABEL: plan.reason,
+            },
+            "annotations": {
+                "workflows.argoproj.io/title": f"Plan (observe) {plan.model} v{plan.version}: {plan.decision.value}",
+                "workflows.argoproj.io/description": plan.summary,
+            },
+        },
+        "spec": {"arguments": {"parameters": [{"name": k, "value": v} for k, v in parameters.items()]}},
+        "status": {"phase": PLANNED, "message": plan.summary, "nodes": nodes, "plan": plan.to_dict()},
+    }
 
 
 def mark_orphaned_runs(state_dir: Path, *, prefix: str = TEMPLATE_NAME) -> list[dict[str, Any]]:

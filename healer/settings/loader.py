@@ -559,6 +559,7 @@ def _build_model(reader: Reader, key: str, data: dict[str, Any], values: dict[st
         listed=listed,
         golden_in_store=values["golden_in_store"],
         calls=calls,
+        mode=values["mode"],
         agreement=values["agreement"],
     )
 

@@ -294,6 +294,12 @@ class AgreementSettings:
     timeout_s: float = field(default=5.0, metadata=setting("one replay input's request to one version", minimum=0.001))
 
 
+# What the sidecar does with what it decides (docs/observe.md): act on it, or only record the plan.
+MODE_ACT = "act"
+MODE_OBSERVE = "observe"
+MODES = (MODE_ACT, MODE_OBSERVE)
+
+
 @dataclass(frozen=True, eq=False, init=False)
 class ModelSettings:
     """One model and its golden suite. ``suite`` is every golden request (the key ``golden``: one mapping,
@@ -343,6 +349,16 @@ class ModelSettings:
             default_doc="none (an ensemble: its steps' models)",
         ),
     )
+    # Observe-only (docs/observe.md): None follows sidecar.mode.
+    mode: str | None = field(
+        default=None,
+        metadata=setting(
+            "act: heal this model; observe: detect, decide and record the plan without acting (no drain, no "
+            "rollback); overrides sidecar.mode, and a change is read without a restart",
+            choices=MODES,
+            default_doc="sidecar.mode",
+        ),
+    )
     # Agreement with the stable version on the store's replay set (docs/agreement.md): None, no such gate.
     agreement: AgreementSettings | None = field(
         default=None,
@@ -366,6 +382,7 @@ class ModelSettings:
         listed: bool = False,
         golden_in_store: bool = False,
         calls: tuple[str, ...] = (),
+        mode: str | None = None,
         agreement: AgreementSettings | None = None,
     ) -> None:
         if golden is None and not suite:
@@ -378,6 +395,7 @@ class ModelSettings:
         object.__setattr__(self, "listed", listed)
         object.__setattr__(self, "golden_in_store", golden_in_store)
         object.__setattr__(self, "calls", tuple(calls))
+        object.__setattr__(self, "mode", mode)
         object.__setattr__(self, "agreement", agreement)
 
     def golden_key(self, index: int) -> str:
@@ -842,6 +860,15 @@ class SidecarSettings:
         default=None,
         metadata=setting(
             "drain a replica set without ever emptying its Service", default_doc="every failing pod drains"
+        ),
+    )
+    mode: str = field(
+        default=MODE_ACT,
+        metadata=setting(
+            "act: drain and roll back; observe: detect, decide and record the plan (healer status, metrics, "
+            "Events, healer runs) without acting, for every model whose own mode is not set; a change is read "
+            "without a restart (docs/observe.md)",
+            choices=MODES,
         ),
     )
     traffic: TrafficSettings = field(

@@ -31,6 +31,7 @@ class ModelBook:
         self.last_results: dict[str, list[ProbeResult]] = {}
         self.triton_live = False
         self.cycles = 0
+        self.observing: frozenset[str] = frozenset()  # models in observe mode: they never drain (docs/observe.md)
 
     def apply(self, model: str, event: Event, policy: Policy) -> list[Action]:
         """The state machine (healer/core/state.py ``transition``) on one event; the actions it asks for."""
@@ -106,11 +107,12 @@ class ModelBook:
             return {name: state.serving for name, state in self.states.items()}
 
     def model_problems(self, models: Sequence[ModelSettings]) -> list[str]:
-        """Required models that must not take traffic here (call with the lock held)."""
+        """Required models that must not take traffic here (call with the lock held); an observed model never
+        is one (healer/sidecar/observe.py: it only records what it would do)."""
         return [
             f"{model.name}: {state.phase.value}{' (not ready)' if state.not_ready else ''}"
             for model in models
-            if model.required and not (state := self.states[model.name]).serving
+            if model.required and model.name not in self.observing and not (state := self.states[model.name]).serving
         ]
 
     def _export_state(self, model: str, state: ModelState) -> None:

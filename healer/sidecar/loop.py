@@ -65,6 +65,7 @@ from healer.sidecar.drain import DrainKeeper, short_error
 from healer.sidecar.golden import GoldenWatch
 from healer.sidecar.handover import Handovers, rollback_request
 from healer.sidecar.notify import Notifier
+from healer.sidecar.observe import intercept, observer_for, reload_modes
 from healer.sidecar.peers import PeerSource
 from healer.sidecar.pipelines import PipelineWatch, ledger_stable
 from healer.sidecar.traffic import watch_traffic
@@ -145,6 +146,7 @@ class Sidecar:
         )
         # Pipelines (ensembles, BLS models with calls): their members' versions and whom an incident blames.
         self.pipelines = PipelineWatch(settings.models, triton, clock=clock, stable_of=ledger_stable(drain_store))
+        self.observer = observer_for(self, drain_store)  # observe-only models: planned, never acted on
         self._stopping = threading.Event()  # SIGTERM: leaving the Service (set from a signal handler)
         self._stop_at: float | None = None
         self._orphans_seen: set[str] = set()
@@ -195,6 +197,7 @@ class Sidecar:
         models = [m for m in self.settings.models if only is None or m.name in only]
         with structlog.contextvars.bound_contextvars(trace_id=trace_id):
             if only is None:
+                reload_modes(self)  # observe <-> act, read again when the settings file changed (never raises)
                 self.traffic.observe()  # Triton's metrics, once a period (never raises)
             now = self.clock.monotonic()
             results: list[ProbeResult] | None = None
@@ -284,6 +287,8 @@ class Sidecar:
             self._perform(model, action)
 
     def _perform(self, model: ModelSettings, action: Action) -> None:
+        if model.name in self.book.observing and intercept(self, model, action):
+            return  # observe mode: planned and recorded, nothing done
         if isinstance(action, SubmitRollback):
             self._submit(model, action.incident)
         elif isinstance(action, Escalate):
@@ -476,6 +481,7 @@ class Sidecar:
             ready=ready,
             stopping=self._stopping.is_set(),
             pipeline_of=self.pipelines.view,
+            observe_of=self.observer.view,
         )
 
     # ---- what the loop learnt (healer/sidecar/book.py), as the endpoints read it --------------------------

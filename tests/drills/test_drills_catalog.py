@@ -61,6 +61,7 @@ def test_the_catalog_covers_every_breakage_of_the_issue_once() -> None:
         "one-in-five",
         "fails-one-in-ten",
         "within-tolerance",
+        "observe",
         "long-input",
         "llm-degenerate",
         "slow-first-token",
@@ -78,6 +79,7 @@ def test_the_catalog_covers_every_breakage_of_the_issue_once() -> None:
     # `make demo` runs the catalog but the scenarios docs/drills.md says why it leaves out.
     assert set(BY_NAME) - set(DEMO) == {
         "fails-one-in-ten",
+        "observe",
         "long-input",
         "llm-degenerate",
         "slow-first-token",
@@ -107,6 +109,7 @@ EXPECTED = {
     "stream-stall": Outcome.HEALED,  # a stall is a hang
     "llm-rephrased": Outcome.NO_ROLLBACK,  # within its comparators
     "storm": Outcome.HEALED,
+    "observe": Outcome.OBSERVED,  # observe mode: planned, nothing touched
 }
 
 

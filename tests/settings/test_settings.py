@@ -346,7 +346,7 @@ def _missing_golden() -> dict[str, Any]:
         pytest.param(
             _config({**_model(), "versions": 2}),
             "<file>: models[0].versions: unknown key "
-            "(allowed here: agreement, calls, golden, golden_in_store, name, required, version)",
+            "(allowed here: agreement, calls, golden, golden_in_store, mode, name, required, version)",
             id="unknown-model-key",
         ),
         pytest.param(

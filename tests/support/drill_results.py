@@ -51,6 +51,11 @@ def full_catalog_results() -> list[DrillResult]:
             release_phase="Succeeded", release_s=7.9, touched=2, released_everywhere=True, quarantined=False,
             requests=128, final_state="healthy", marks=(Mark(0, "injected"), Mark(7.9, "release-ended")),
         ),
+        Outcome.OBSERVED: Observation(
+            detect_s=0.9, planned="would roll back linear_scorer v3 to v2 (1 replica(s), 1 wave(s)); would drain; "
+            "nothing done", untouched="", min_ready=1, wrong_answers=3, final_state="planned",
+            marks=(Mark(0, "injected"), Mark(0.9, "planned")),
+        ),
         Outcome.STOPPED: Observation(
             release_phase="Failed", release_s=1.7, touched=1, back_on_stable=True, quarantined=True,
             requests=32, wrong_served=1, final_state="healthy", marks=(Mark(0, "injected"), Mark(1.7, "release-ended")),

@@ -178,15 +178,21 @@ class Sample:
     breaker_open: bool
     bad_streak: int  # the largest bad streak seen
     wrong_answers: int = 0  # wrong answers the sidecars counted since they started, all together
+    plans: tuple[str, ...] = ()  # observe mode: each sidecar's last plan (its summary), where it recorded one
 
 
 def sample(views: Sequence[SidecarView], model: str) -> Sample:
     states, ready, live, workflows = [], [], [], []
     breaker, streak, wrong = False, 0, 0
+    plans: list[str] = []
     for view in views:
         status = view.status()
         entry = status.get("models", {}).get(model, {}) if status else {}
-        states.append(str(entry.get("state", "")))
+        state, plan = str(entry.get("state", "")), entry.get("plan") or {}
+        if plan:  # observe mode (docs/observe.md): an incident held as planned is not an escalation
+            plans.append(str(plan.get("summary", "")))
+            state = "planned" if state == "escalated" else state
+        states.append(state)
         live.append(bool(status.get("triton_live", False)) if status else False)
         workflow = str(entry.get("workflow") or (entry.get("incident") or {}).get("workflow") or "")
         if workflow:
@@ -195,7 +201,7 @@ def sample(views: Sequence[SidecarView], model: str) -> Sample:
         streak = max(streak, int(entry.get("bad_streak", 0) or 0))
         wrong += int(entry.get("wrong_answers", 0) or 0)
         ready.append(view.readyz() == 200)
-    return Sample(states, ready, live, workflows, breaker, streak, wrong)
+    return Sample(states, ready, live, workflows, breaker, streak, wrong, tuple(plans))
 
 
 class Watch:
@@ -226,6 +232,10 @@ class Watch:
         self.last: Sample | None = None
         self._healthy_again = False
         self.wrong_answers = 0
+        self.planned = ""  # observe mode: the first plan a sidecar recorded
+        self.files: dict[str, str] | None = None  # observe mode: the model's files as the push left them
+        self.untouched: str | None = None  # observe mode: what was touched since ("" nothing; None: not checked)
+        self.notes: list[str] = []  # observe mode: the report's lines (the plan, what was checked)
 
     def now_s(self) -> float:
         return round(self.clock() - self.injected_at, 3)
@@ -243,7 +253,10 @@ class Watch:
             if workflow not in self.workflows:
                 self.workflows.append(workflow)
                 self.mark("submitted", workflow)
-        acting = any(s in {"healing", "escalated"} for s in seen.states)
+        acting = any(s in {"healing", "escalated", "planned"} for s in seen.states)
+        if seen.plans and not self.planned:
+            self.planned = seen.plans[0]
+            self.mark("planned", seen.plans[0])
         wrong = max(0, seen.wrong_answers - self.wrong_before)
         if wrong > self.wrong_answers:
             if not acting:
@@ -290,12 +303,14 @@ class Watch:
             marks=tuple(sorted(self.marks, key=lambda m: m.at_s)),
             phases=tuple(self.phases),
             error=self.error,
+            planned=self.planned,
+            untouched=self.untouched,
         )
 
 
 def _overall(states: Sequence[str]) -> str:
     """One state for the replica set: the worst any sidecar reports."""
-    for state in ("escalated", "healing", "suspect", "", "healthy"):
+    for state in ("escalated", "healing", "planned", "suspect", "", "healthy"):
         if state in states:
             return state or "unknown"
     return "unknown"

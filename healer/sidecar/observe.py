@@ -1,0 +1,367 @@
+"""Observe-only, the sidecar's side (docs/observe.md): the I/O around healer/core/observe.py.
+
+For a model in mode ``observe`` the loop (healer/sidecar/loop.py) hands the state machine's rollback or
+escalation to ``Observer.plan`` instead of acting: it reads what a rollback would read (the ledger, the
+replicas, the peers and the drain set), read-only and bounded, asks the pure rule for the ``Plan``, and
+says it: a record ``healer runs list`` shows as Planned (``rollback.state_dir``, best effort), the
+``healer_observed_decisions_total`` counter, a Normal Event (WouldRollback, WouldEscalate), a log line and
+/status (``healer status``). Nothing is drained, submitted, loaded or written besides the plan's record.
+
+The modes are read again when the settings file changes (``reload``: the mounted ConfigMap's file, by its
+inode, mtime and size, once per probe cycle): only the modes; a file that does not load keeps the last good
+ones, says so in the log, an Event and ``healer_settings_reloads_total{outcome="refused"}``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from healer.core.decisions import Peer, drain_plan
+from healer.core.ledger import choose_restore_version
+from healer.core.observe import (
+    Decision,
+    DrainView,
+    Plan,
+    Replicas,
+    drain_without_rule,
+    held,
+    mode_changes,
+    modes,
+    plan_of,
+    state_after_switch,
+)
+from healer.core.state import Incident
+from healer.edges.metrics import Registry
+from healer.settings import ModelSettings, Settings
+from healer.settings.sections import MODE_OBSERVE
+from healer.sidecar.clock import Clock
+from healer.sidecar.drain import DrainKeeper, short_error
+from healer.sidecar.handover import BoundedCalls
+
+log = structlog.get_logger("healer.sidecar")
+
+PLAN_READS_S = 5.0  # everything one plan reads (ledger, replicas, peers, drain set), at most this long in all
+
+DECISIONS = "healer_observed_decisions_total"
+OBSERVED = "healer_model_observed"
+RELOADS = "healer_settings_reloads_total"
+DECISIONS_HELP = "What observed models' incidents would have led to (rollback, escalate, recovered): nothing was done."
+
+
+def file_stamp(path: str) -> tuple[int, int, int] | None:
+    """What changes when a file is replaced or written (a ConfigMap's update swaps a symlink: a new inode);
+    None when it cannot be read (not a file: settings built in code)."""
+    try:
+        stat = os.stat(path)  # follows the ConfigMap's ..data symlink
+    except (OSError, ValueError):
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+class Observer:
+    """Each model's mode, and the plans of the observed ones."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        metrics: Registry,
+        event: Callable[[str, str, str], None],
+        clock: Clock,
+        store_factory: Callable[[], Any] | None,
+        drain_keeper: DrainKeeper,
+        pod: str = "",
+        triton_url: str = "",
+        load: Callable[[str], Settings] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._metrics = metrics
+        self._event = event
+        self._clock = clock
+        self._store_factory = store_factory
+        self._store: Any = None
+        self._keeper = drain_keeper
+        self._pod = pod
+        self._triton_url = triton_url
+        self._load = load
+        self._calls = BoundedCalls(PLAN_READS_S)
+        self.modes: dict[str, str] = modes(settings)
+        self.plans: dict[str, Plan] = {}  # each model's last plan
+        self._stamp = file_stamp(settings.source)
+        self._refused_stamp: tuple[int, int, int] | None = None
+        metrics.gauge(OBSERVED, "1 while a model is in observe mode: healer decides and records, never acts.")
+        self._export_modes()
+
+    @property
+    def observing(self) -> frozenset[str]:
+        return frozenset(name for name, mode in self.modes.items() if mode == MODE_OBSERVE)
+
+    def view(self, model: str) -> dict[str, Any]:
+        """The model's mode and last plan, for /status."""
+        plan = self.plans.get(model)
+        return {"mode": self.modes.get(model, ""), "plan": plan.to_dict() if plan is not None else None}
+
+    # ---- the modes, read again when the file changes -------------------------------------------------------
+    def reload(self) -> dict[str, tuple[str, str]]:
+        """The modes from the settings file when it changed since last read: the models whose mode changed
+        (name -> (before, after)); {} when nothing changed or the file was refused (the last good modes kept)."""
+        stamp = file_stamp(self._settings.source)
+        if stamp is None or stamp in (self._stamp, self._refused_stamp):
+            return {}
+        source = self._settings.source
+        try:
+            fresh = self._loader()(source)
+        except Exception as exc:  # any refusal: the file names the key; the modes in force stay
+            self._refused_stamp = stamp
+            why = short_error(exc)
+            log.error("settings_reload_refused", file=source, error=why, kept="the last good modes")
+            self._count(RELOADS, "Reads of the settings file after a change, by outcome.", {"outcome": "refused"})
+            self._event("SettingsRefused", f"{source} not applied, the last good modes kept: {why}"[:1000], "Warning")
+            return {}
+        self._stamp, self._refused_stamp = stamp, None
+        after = modes(fresh)
+        changes = mode_changes(self.modes, after)
+        self.modes.update({name: mode for name, mode in after.items() if name in self.modes})
+        added = sorted(set(after) - set(self.modes))
+        self._count(RELOADS, "Reads of the settings file after a change, by outcome.", {"outcome": "applied"})
+        log.warning(
+            "settings_reloaded",
+            file=source,
+            modes_changed={name: f"{a} -> {b}" for name, (a, b) in changes.items()},
+            not_applied="only the modes are read again; every other key, and models added"
+            + (f" ({', '.join(added)})" if added else "")
+            + ", at the sidecar's restart",
+        )
+        for name, (before, now) in changes.items():
+            self._event("ModeChanged", f"{name}: mode {before} -> {now} (read from {source})", "Normal")
+        self._export_modes()
+        return changes
+
+    def _loader(self) -> Callable[[str], Settings]:
+        if self._load is not None:
+            return self._load
+        from healer.settings import load_settings
+
+        return load_settings
+
+    def _export_modes(self) -> None:
+        for name, mode in self.modes.items():
+            self._metrics.set(OBSERVED, {"model": name}, 1.0 if mode == MODE_OBSERVE else 0.0)
+
+    def _count(self, name: str, help_text: str, labels: Mapping[str, str]) -> None:
+        # Declared on first use: an acting sidecar exports no empty series of it.
+        self._metrics.counter(name, help_text)
+        self._metrics.inc(name, labels)
+
+    # ---- a plan ---------------------------------------------------------------------------------------
+    def plan(
+        self,
+        model: ModelSettings,
+        incident: Incident,
+        *,
+        escalation: str | None,
+        blamed: tuple[str, str] | None,
+        my_readiness: Callable[[], bool],
+    ) -> Plan:
+        """What a rollback (``escalation`` None) or an escalation of ``incident`` would do, read and said;
+        nothing of it done."""
+        deadline = self._clock.monotonic() + PLAN_READS_S
+        target, version = blamed if blamed is not None else (incident.model, incident.version)
+        restore, restore_why, restore_read = self._restore(target, version, deadline)
+        rollback = self._settings.rollback
+        plan = plan_of(
+            incident,
+            escalation=escalation,
+            restore=restore,
+            restore_why=restore_why,
+            restore_read=restore_read,
+            drain=self._drain(model, deadline, my_readiness),
+            replicas=self._replicas(deadline),
+            parallelism=rollback.parallelism,
+            max_parallelism=rollback.max_parallelism,
+            one_at_a_time=rollback.order != "swap",
+            blamed=blamed,
+            planned_at=self._clock.wall(),
+        )
+        self.plans[model.name] = plan
+        self._say(plan, detect_s=incident.detected_at - incident.first_bad_at)
+        return plan
+
+    def recovered(self, model: str, incident: Incident) -> None:
+        """An observed model answers right again with nothing done: its incident is over."""
+        self._count(DECISIONS, DECISIONS_HELP, {"model": model, "decision": Decision.RECOVERED.value})
+        log.info("observed_decision", model=model, decision=Decision.RECOVERED.value, incident=incident.key)
+        self._event("ObservedRecovered", f"{model}: answers right again; nothing was done (observe mode)", "Normal")
+
+    def _bounded(self, label: str, what: str, call: Callable[[], Any], deadline: float) -> Any:
+        left = deadline - self._clock.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"{what}: no time left of the plan's {PLAN_READS_S:g} s")
+        return self._calls.run(label, what, call, timeout_s=left)
+
+    def _opened(self, deadline: float) -> Any:
+        if self._store is None:
+            assert self._store_factory is not None
+            self._store = self._bounded("observe-store", "open the store", self._store_factory, deadline)
+        return self._store
+
+    def _restore(self, model: str, failing: str, deadline: float) -> tuple[str | None, str, bool]:
+        """(the version the rollback would restore, why, whether the ledger was read)."""
+        if self._store_factory is None:
+            return None, "no store configured: there is no stable version to restore", True
+        try:
+            store = self._opened(deadline)
+            ledger = self._bounded("observe-store", "read the ledger", lambda: store.ledger(model), deadline)
+            available = self._bounded("observe-store", "list the versions", lambda: store.versions(model), deadline)
+        except Exception as exc:  # nothing learnt: the plan says so
+            return None, f"the ledger could not be read: {short_error(exc)}", False
+        choice = choose_restore_version(ledger, failing_version=failing, available=available)
+        return (choice.record.version if choice.record is not None else None), choice.reason, True
+
+    def _drain(self, model: ModelSettings, deadline: float, my_readiness: Callable[[], bool]) -> DrainView:
+        """Would this pod leave the Service? The draining rule on the peers and the drain set, read only."""
+        drain, source = self._keeper.settings, self._keeper.peers
+        if not model.required or drain is None or source is None:
+            return drain_without_rule(required=model.required)
+        try:
+            listed = self._bounded("observe-peers", "read the peers", source.peers, deadline)
+            store = self._opened(deadline)
+            drained = self._bounded(
+                "observe-store", "read the drain set", lambda: dict(store.drain_set(drain.drain_set).drained), deadline
+            )
+        except Exception as exc:
+            return DrainView(None, f"the peers or the drain set could not be read: {short_error(exc)}")
+        me = source.me
+        mine = next((p for p in listed if p.name == me), None)
+        peers = [p for p in listed if p.name != me]
+        if mine is not None or not source.lists_me:
+            peers.append(Peer(me, my_readiness(), mine.terminating if mine is not None else False))
+        rule = drain_plan(
+            me, wants=True, peers=peers, drained=drained, min_ready=drain.min_ready, now_wall=self._clock.wall()
+        )
+        return DrainView(rule.drain if rule.learnt else None, f"would be {rule.why}")
+
+    def _replicas(self, deadline: float) -> Replicas:
+        from workflows.steps.context import replica_lister
+
+        lister = replica_lister(self._settings)
+        if lister is None:
+            own = self._pod or self._triton_url or self._settings.triton.url
+            return Replicas(names=(own,), own_only=True)
+        try:
+            targets = self._bounded("observe-replicas", "list the replicas", lister, deadline)
+        except Exception as exc:
+            return Replicas(error=short_error(exc))
+        return Replicas(
+            names=tuple(t.name or t.url for t in targets if not t.skip),
+            skipped=tuple(f"{t.name or t.url}: {t.skip}" for t in targets if t.skip),
+        )
+
+    def _say(self, plan: Plan, *, detect_s: float) -> None:
+        self._count(DECISIONS, DECISIONS_HELP, {"model": plan.model, "decision": plan.decision.value})
+        written = self._write(plan)
+        log.warning(
+            "observed_decision",
+            model=plan.model,
+            version=plan.version,
+            incident=plan.incident,
+            decision=plan.decision.value,
+            plan=plan.name,
+            summary=plan.summary,
+            restore=plan.restore,
+            drain=plan.drain.drain,
+            drain_why=plan.drain.why,
+            waves=[list(w) for w in plan.waves],
+            escalate=plan.escalate,
+            detect_s=round(detect_s, 3),
+            record=written,
+        )
+        reason = "WouldRollback" if plan.decision is Decision.ROLLBACK else "WouldEscalate"
+        self._event(reason, f"{plan.model} v{plan.version}: {plan.summary} (plan {plan.name})"[:1000], "Normal")
+
+    def _write(self, plan: Plan) -> str:
+        """The plan's record beside the LocalEngine's runs (``healer runs list``); best effort: the plan is
+        in /status and the Event either way. Returns where, or why not."""
+        from healer.engines.records import RunRecords, plan_record
+
+        state_dir = Path(self._settings.rollback.state_dir)
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            created = RunRecords(state_dir).create(plan.name, plan_record(plan, pod=self._pod))
+        except OSError as exc:  # a read-only root filesystem, a full disk
+            log.warning("plan_record_not_written", plan=plan.name, error=short_error(exc))
+            return f"not written: {short_error(exc)}"
+        return str(state_dir / f"{plan.name}.json") + ("" if created else " (recorded before)")
+
+
+# ---- the loop's hooks (healer/sidecar/loop.py) ------------------------------------------------------------
+
+
+def intercept(sidecar: Any, model: ModelSettings, action: Any) -> bool:
+    """An action of the state machine for an observed model, planned instead of done; False: done as usual
+    (an escalation or a restore of a rollback that ran: it was submitted while the model acted, and its end
+    is told as any run's)."""
+    from healer.core.state import Escalate, Restored, SubmitRollback
+
+    observer: Observer = sidecar.observer
+    incident: Incident = action.incident
+    if incident.workflow:
+        return False
+    if isinstance(action, Restored):
+        observer.recovered(model.name, incident)
+        return True
+    if not isinstance(action, SubmitRollback | Escalate):
+        return False
+    request = sidecar._request(incident)  # a pipeline's incident restores whom it blames
+    blamed = (request.model, request.from_version) if request.model != incident.model else None
+    plan = observer.plan(
+        model,
+        incident,
+        escalation=action.why if isinstance(action, Escalate) else None,
+        blamed=blamed,
+        my_readiness=lambda: bool(sidecar.ready()[0]),
+    )
+    with sidecar.book.lock:
+        sidecar.book.states[model.name] = held(sidecar.book.states[model.name], plan)
+    return True
+
+
+def observer_for(sidecar: Any, store_factory: Callable[[], Any] | None) -> Observer:
+    """The sidecar's Observer (its settings, metrics, Events, clock, drain keeper), its observed models
+    taken out of the drain (healer/sidecar/book.py ``observing``)."""
+    observer = Observer(
+        sidecar.settings,
+        metrics=sidecar.metrics,
+        event=sidecar.notify.event,
+        clock=sidecar.clock,
+        store_factory=store_factory,
+        drain_keeper=sidecar.drain_keeper,
+        pod=sidecar.pod,
+        triton_url=sidecar.triton_url,
+    )
+    sidecar.book.observing = observer.observing
+    return observer
+
+
+def reload_modes(sidecar: Any) -> None:
+    """The modes read again when the settings file changed; a model switched to act starts its detection
+    over (healer/core/observe.py ``state_after_switch``), and the drain follows the new modes. Never raises:
+    a bug here leaves the modes as they were, the cycle goes on."""
+    try:
+        observer: Observer = sidecar.observer
+        changes = observer.reload()
+        if not changes:
+            return
+        with sidecar.book.lock:
+            for name, (_before, after) in changes.items():
+                sidecar.book.states[name] = state_after_switch(sidecar.book.states[name], to=after)
+                if after == MODE_OBSERVE:
+                    sidecar._pending.pop(name, None)  # decided, not yet taken by an engine: not handed over
+            sidecar.book.observing = observer.observing
+    except Exception:
+        log.exception("modes_not_reloaded")
