@@ -299,3 +299,35 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "not within 5 s"
         time.sleep(0.02)
+
+
+def test_headers_are_read_without_the_email_parser_as_http_client_reads_them(loopback: Callable[..., Loopback]) -> None:
+    # Names in any case, a folded line (obsolete, still read), a length to split the answer by.
+    raw = (
+        b"HTTP/1.1 200 OK\r\ncontent-TYPE: application/json\r\nX-Folded: one\r\n two\r\n"
+        b"Inference-Header-Content-Length: 11\r\nContent-Length: 11\r\n\r\n" + b'{"ok":true}'
+    )
+
+    def send_raw(sock: socket.socket, _: int, __: int) -> bool:
+        sock.sendall(raw)
+        return True
+
+    server = loopback(always(send_raw))
+    status, headers, body = TritonRest(server.url, timeout_s=2.0)._request("GET", "/x", timeout_s=2.0)
+    assert (status, body) == (200, b'{"ok":true}')
+    assert headers == {
+        "content-type": "application/json",
+        "x-folded": "one two",
+        "inference-header-content-length": "11",
+        "content-length": "11",
+    }
+
+
+def test_a_garbled_header_line_is_nothing_learnt(loopback: Callable[..., Loopback]) -> None:
+    def send_garbled(sock: socket.socket, _: int, __: int) -> bool:
+        sock.sendall(b"HTTP/1.1 200 OK\r\nno colon here\r\nContent-Length: 2\r\n\r\n{}")
+        return True
+
+    server = loopback(always(send_garbled))
+    with pytest.raises(TritonUnavailable, match="garbled header"):
+        TritonRest(server.url, timeout_s=2.0).model_config("m")
