@@ -30,7 +30,7 @@ from healer.edges.triton import TritonHttp
 from healer.settings import Settings
 from probes.tiers import check_business
 from tests.support.kill_points import kill_after, kill_before, kill_in_child
-from tests.support.rollback_stack import RollbackStack, filesystem_stack, relaxed_slo, version_source
+from tests.support.rollback_stack import RollbackStack, filesystem_stack, relaxed_slo
 from workflows import steps
 from workflows.plan import ReplicaTarget
 from workflows.steps import replicas
@@ -126,7 +126,9 @@ def test_kill_matrix_converges_on_the_rerun(  # type: ignore[no-untyped-def]
         triton_server,
         store_root,
         tmp_path,
-        versions={1: ("good", "1"), 2: ("good", "2")},
+        # The wrong push: v3 with wrong weights, in the live repository and the store; the stack promotes
+        # v1 and v2, then serves its newest version, v3, on the first replica (the second is loaded below).
+        versions={1: ("good", "1"), 2: ("good", "2"), 3: ("broken", "wrong_weights")},
         stable=[1, 2],
         store=store,
     ) as stack:
@@ -135,12 +137,8 @@ def test_kill_matrix_converges_on_the_rerun(  # type: ignore[no-untyped-def]
             stack.settings, rollback=dataclasses.replace(stack.settings.rollback, order=order)
         )
         golden = settings.models[0].golden
-        # The wrong push: v3 with wrong weights, served by both replicas.
-        for root in (stack.live, store_root):
-            shutil.copytree(version_source("linear_scorer", ("broken", "wrong_weights")), root / stack.model / "3")
         second = TritonHttp(second_triton.url, timeout_s=5.0)
         try:
-            stack.triton.load_model(stack.model, timeout_s=120)
             second.load_model(stack.model, timeout_s=120)
             urls = [triton_server.url, second_triton.url]
             assert [TritonHttp(u, timeout_s=5).served_versions(stack.model) for u in urls] == [["3"], ["3"]]

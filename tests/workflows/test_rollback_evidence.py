@@ -32,7 +32,7 @@ from healer.settings import Settings
 from healer.vocabulary import MANUAL, MANUAL_QUARANTINE, RollbackRequest
 from probes.tiers import check_business
 from tests.support.kill_points import kill_after, kill_during, kill_in_child
-from tests.support.rollback_stack import RollbackStack, filesystem_stack, relaxed_slo, version_source, with_replicas
+from tests.support.rollback_stack import RollbackStack, filesystem_stack, relaxed_slo, with_replicas
 from tests.workflows.test_kill_matrix import KILL_POINTS, ORDER_DEPENDENT, UNLOAD_FIRST_ONLY
 from workflows import steps
 from workflows.steps import replicas
@@ -204,7 +204,9 @@ def test_a_killed_rollback_run_again_finishes_its_work(
         triton_server,
         store_root,
         tmp_path,
-        versions={1: ("good", "1")},
+        # The wrong push: v2, in the live repository and the store; the stack promotes v1, then serves
+        # its newest version, v2, on the first replica (the second is loaded below).
+        versions={1: ("good", "1"), 2: ("broken", "wrong_weights")},
         stable=[1],
         store=store,
     ) as stack:
@@ -213,11 +215,8 @@ def test_a_killed_rollback_run_again_finishes_its_work(
             stack.settings, rollback=dataclasses.replace(stack.settings.rollback, order=order)
         )
         settings = with_replicas(ordered, [triton_server.url, second_triton.url])
-        for root in (stack.live, store_root):  # the wrong push: v2, served by both replicas
-            shutil.copytree(version_source("linear_scorer", ("broken", "wrong_weights")), root / stack.model / "2")
         second = TritonHttp(second_triton.url, timeout_s=5.0)
         try:
-            stack.triton.load_model(stack.model, timeout_s=120)
             second.load_model(stack.model, timeout_s=120)
             assert [c.served_versions(stack.model) for c in (stack.triton, second)] == [["2"], ["2"]]
             request = _manual(stack, "2", f"inc-killed-{order}")  # `healer rollback M 2 --incident ID`
