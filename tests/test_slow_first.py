@@ -19,11 +19,12 @@ from tests.support.slow_first import DURATIONS, load_durations, slowest_first
 from tools.test_durations import merged
 
 
-def test_the_checked_in_table_is_valid_and_names_only_test_files_that_exist() -> None:
+def test_the_checked_in_table_is_valid_and_names_test_files() -> None:
+    """A file renamed or removed since the last refresh is only left out of the order (it counts as fast),
+    not an error: whoever renames a test file need not touch the table. An entirely stale table is."""
     table = load_durations(DURATIONS)
-    assert table, f"{DURATIONS} is empty: refresh it (python -m tools.test_durations)"
-    for name in table:
-        assert name.startswith("tests/") and (ROOT / name).is_file(), f"{DURATIONS}: {name} does not exist"
+    assert all(name.startswith("tests/") and name.endswith(".py") for name in table), table
+    assert any((ROOT / name).is_file() for name in table), f"{DURATIONS}: refresh it (python -m tools.test_durations)"
 
 
 def _items(*nodeids: str) -> list[pytest.Item]:
