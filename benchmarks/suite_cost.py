@@ -6,10 +6,16 @@ suite of 1 and of S, the cost of one request, and the cycle extrapolated to 100 
 default 5 s period (linear in models x requests: measured so at 1, 10 and 100 models in docs/scale.md).
 
     .venv/bin/python -m benchmarks.suite_cost [--models 10] [--suite 10] [--cycles 7]
-    .venv/bin/python -m benchmarks.suite_cost --models 100 --cycles 5    # measured at 100 (about 75 s on 2 cores)
+    .venv/bin/python -m benchmarks.suite_cost --models 100 --cycles 5    # measured at 100 (about 60 s on 2 cores)
+    .venv/bin/python -m benchmarks.suite_cost --models 30 --cycles 3 --profile /tmp/cycle.prof   # where it goes
 
 It prints the prober's own CPU time in a cycle too (this process: healer's client, what a sidecar pays);
 the rest of a cycle is Triton answering (here on the same cores). Exits 1 when over the target.
+``--profile`` writes cProfile statistics of the suite cycles, every probe worker's thread included
+(``python -c "import pstats; pstats.Stats('/tmp/cycle.prof').sort_stats('tottime').print_stats(20)"``);
+its times are wall times, a thread's waits on Triton and on the GIL included, and a profiled run's
+cycle times are not the benchmark's figures. Since TritonRest keeps its connections (issue 30) the
+client opens a connection per probe worker, not one per request: docs/measured.md has the figures.
 """
 
 from __future__ import annotations
