@@ -45,6 +45,7 @@ class FleetRow:
     pipeline: str = ""  # a pipeline's members and the versions they run, and whom its incident blamed
     mode: str = "act"  # observe: healer decides and records a plan, never acts (docs/observe.md)
     plan: str = ""  # an observed model's last plan, in one line
+    traffic: str = ""  # the traffic signal's last window per version, or why nothing was learnt (traffic_line)
 
 
 @dataclass(frozen=True)
@@ -170,9 +171,33 @@ def _model_rows(name: str, pod: FleetPod, document: Mapping[str, Any], phases: M
                 pipeline=_pipeline(entry.get("pipeline"), str(incident.get("key") or "")),
                 mode=str(entry.get("mode") or "act"),
                 plan=str(plan.get("summary") or ""),
+                traffic=traffic_line(entry.get("traffic")),
             )
         )
     return rows
+
+
+def traffic_line(entry: Any) -> str:
+    """The traffic signal of a /status entry (healer/sidecar/traffic_view.py) in one line: each version's
+    last window (failed of real requests, the ratio, the verdict and signal) or why nothing was learnt;
+    "" when the sidecar reads no traffic."""
+    if not isinstance(entry, Mapping):
+        return ""
+    if entry.get("learnt"):  # the endpoint not read, or no version of the model listed
+        return f"traffic: {entry['learnt']}"
+    parts: list[str] = []
+    for version, each in sorted((entry.get("versions") or {}).items()):
+        if not isinstance(each, Mapping):
+            continue
+        if "requests" not in each or each.get("learnt"):
+            parts.append(f"v{version} {each.get('learnt') or 'nothing learnt'}")
+        else:
+            parts.append(
+                f"v{version} {each.get('failures')} failed of {each.get('requests')} real requests "
+                f"({float(each.get('ratio') or 0.0):.1%}) over {each.get('window_s')} s: {each.get('verdict')}, "
+                f"{each.get('signal')}"
+            )
+    return "traffic: " + "; ".join(parts) if parts else ""
 
 
 def _pipeline(view: Mapping[str, Any] | None, incident: str) -> str:
@@ -257,6 +282,7 @@ def format_fleet(view: FleetView, *, wide: bool = False) -> str:
     )
     lines += [f"  {row.pod} {row.model}: {row.problem}" for row in view.rows if row.problem]
     lines += [f"  {row.pod} {row.model}: {row.pipeline}" for row in view.rows if row.pipeline]
+    lines += [f"  {row.pod} {row.model}: {row.traffic}" for row in view.rows if row.traffic]
     lines += [f"  {note}" for note in view.notes]
     return "\n".join(lines)
 

@@ -69,6 +69,7 @@ from healer.sidecar.observe import intercept, observer_for, reload_modes
 from healer.sidecar.peers import PeerSource
 from healer.sidecar.pipelines import PipelineWatch, ledger_stable
 from healer.sidecar.traffic import watch_traffic
+from healer.sidecar.traffic_view import model_traffic
 from healer.sidecar.views import status_document
 from healer.vocabulary import TIMEOUT, RollbackRequest
 from probes.runner import probe_all
@@ -287,7 +288,7 @@ class Sidecar:
             self._perform(model, action)
 
     def _perform(self, model: ModelSettings, action: Action) -> None:
-        if model.name in self.book.observing and intercept(self, model, action):
+        if (model.name in self.book.observing or self._member_planned(model, action)) and intercept(self, model, action):
             return  # observe mode: planned and recorded, nothing done
         if isinstance(action, SubmitRollback):
             self._submit(model, action.incident)
@@ -346,6 +347,10 @@ class Sidecar:
                 why = f"{incident.model} v{incident.version}'s suite failed; {blamed.why}; nothing rolled back"
                 self._apply(model, RollbackFinished(self.clock.monotonic(), False, why))
             return  # else nothing learnt about its members yet: asked again next cycle, bounded by the healing timeout
+        if blamed is not None and blamed.member and blamed.model in self.book.observing:
+            del self._pending[model.name]  # the member it blames is observed: its rollback planned, not done
+            intercept(self, model, SubmitRollback(incident))
+            return
         request = self._request(incident)
         with tracing.continue_from(traceparent), tracing.span("submit", {"healer.incident": incident.key}) as span:
             watched = self.handovers.submit(request, owner=model.name)
@@ -363,6 +368,11 @@ class Sidecar:
             + (f" (trace {trace_id})" if trace_id else ""),
             "Warning",
         )
+
+    def _member_planned(self, model: ModelSettings, action: Action) -> bool:
+        """An acting pipeline's incident planned because the member it blames is observed: its end is the plan's."""
+        plan = self.observer.plans.get(model.name)
+        return isinstance(action, Restored) and plan is not None and plan.incident == action.incident.key
 
     def _request(self, incident: Incident) -> RollbackRequest:
         """The rollback an incident asks for: of the model, or of the composing model a pipeline's blames."""
@@ -471,17 +481,17 @@ class Sidecar:
 
     def status(self) -> dict[str, Any]:
         """The /status document (healer/sidecar/views.py ``status_document``)."""
-        ready = self.ready()
         return status_document(
             self.settings,
             self.pod,
             self.book,
             self.drain_keeper,
             workflow_of=self.handovers.workflow,
-            ready=ready,
+            ready=self.ready(),
             stopping=self._stopping.is_set(),
             pipeline_of=self.pipelines.view,
             observe_of=self.observer.view,
+            traffic_of=lambda name: model_traffic(self.traffic, name),  # healer/sidecar/traffic_view.py
         )
 
     # ---- what the loop learnt (healer/sidecar/book.py), as the endpoints read it --------------------------

@@ -48,6 +48,11 @@ class Notifier:
         self._firing: dict[str, dict[str, Any]] = {}  # model -> the alert kept firing while escalated
         self._alert_sent_at: dict[str, float] = {}
 
+    @property
+    def post(self) -> PostAlerts:
+        """How alerts are sent (``post_alerts``, or the one the sidecar was given)."""
+        return self._post
+
     def detected(self, incident: Incident, *, trace_id: str = "") -> None:
         detect_s = incident.detected_at - incident.first_bad_at
         self._metrics.observe("healer_time_to_detect_seconds", {"model": incident.model}, detect_s)

@@ -42,6 +42,7 @@ from healer.settings.sections import MODE_OBSERVE
 from healer.sidecar.clock import Clock
 from healer.sidecar.drain import DrainKeeper, short_error
 from healer.sidecar.handover import BoundedCalls
+from healer.sidecar.info_word import InfoWord
 
 log = structlog.get_logger("healer.sidecar")
 
@@ -92,6 +93,8 @@ class Observer:
         self._calls = BoundedCalls(PLAN_READS_S)
         self.modes: dict[str, str] = modes(settings)
         self.plans: dict[str, Plan] = {}  # each model's last plan
+        self.tell: Callable[[Plan, Incident], None] | None = None  # the info alert (healer/sidecar/info_word.py)
+        self.info_word: InfoWord | None = None
         self._stamp = file_stamp(settings.source)
         self._refused_stamp: tuple[int, int, int] | None = None
         metrics.gauge(OBSERVED, "1 while a model is in observe mode: healer decides and records, never acts.")
@@ -190,6 +193,8 @@ class Observer:
         )
         self.plans[model.name] = plan
         self._say(plan, detect_s=incident.detected_at - incident.first_bad_at)
+        if self.tell is not None:
+            self.tell(plan, incident)  # queued for a worker: never blocks the loop
         return plan
 
     def recovered(self, model: str, incident: Incident) -> None:
@@ -345,6 +350,9 @@ def observer_for(sidecar: Any, store_factory: Callable[[], Any] | None) -> Obser
         triton_url=sidecar.triton_url,
     )
     sidecar.book.observing = observer.observing
+    word = InfoWord(sidecar.settings.rollback.alert, sidecar.notify.post)  # rollback.alert.info: an info alert
+    observer.tell = lambda plan, incident: word.observed(plan, incident, wall_of=sidecar.notify.wall_of)
+    observer.info_word = word
     return observer
 
 

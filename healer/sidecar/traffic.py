@@ -40,6 +40,7 @@ from healer.core.traffic import (
     Sample,
     Signal,
     TrafficState,
+    Window,
     blast_radius,
     judge_window,
     limits_for,
@@ -156,6 +157,7 @@ class TrafficWatch:
         self._signals: dict[Key, Signal] = {}
         self._since: dict[Key, float] = {}  # when a version's traffic began failing (kept across a reset)
         self._present: frozenset[Key] = frozenset()  # the versions in the last scrape (loaded)
+        self.last_windows: dict[Key, Window] = {}  # each version's last judged window (/status: traffic_view.py)
         self.error = ""  # why the last scrape learnt nothing ("" when it was read)
         if self.reading:  # declared only when the endpoint is read: no empty series otherwise
             declare(metrics)
@@ -208,6 +210,7 @@ class TrafficWatch:
                 self._states.pop(key, None)
                 self._signals.pop(key, None)
                 self._since.pop(key, None)
+                self.last_windows.pop(key, None)
         self._present = present
         if self.judging:
             for key in present:
@@ -243,6 +246,7 @@ class TrafficWatch:
     def _judge(self, key: Key, now: float) -> None:
         limits = limits_for(self._limits, self._overrides, key[0])
         window = judge_window(list(self._samples[key]), now, limits)
+        self.last_windows[key] = window
         before = self._signals.get(key, Signal.QUIET)
         self._states[key], signal = step(self._states.get(key, TrafficState()), window)
         self._signals[key] = signal
@@ -312,7 +316,7 @@ class TrafficWatch:
         return radius
 
     def view(self) -> dict[str, Any]:
-        """For /status: each version's signal and the last scrape's trouble."""
+        """For /status: each version's signal and the last scrape's trouble (per model: traffic_view.py)."""
         return {
             "metrics_url": self.url,
             "error": self.error,

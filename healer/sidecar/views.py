@@ -57,11 +57,13 @@ def status_document(
     stopping: bool,
     pipeline_of: Callable[[str], dict[str, Any] | None] = lambda name: None,
     observe_of: Callable[[str], dict[str, Any]] = lambda name: {},
+    traffic_of: Callable[[str], dict[str, Any] | None] = lambda name: None,
 ) -> dict[str, Any]:
     """Each model's state, last results and rollback, and the drain as this pod stands in it (what the
     peers weigh a drain against: HttpPeers reads it). ``ready``: /readyz's answer, taken before.
     ``pipeline_of``: a pipeline's members, their versions and whom its incident blames (None: not one).
-    ``observe_of``: the model's mode and its last plan (healer/sidecar/observe.py)."""
+    ``observe_of``: the model's mode and its last plan (healer/sidecar/observe.py). ``traffic_of``: the
+    traffic signal's last window per version (healer/sidecar/traffic_view.py; None: not read)."""
     pipelines = {name: pipeline_of(name) for name in book.states}
     ready_now, ready_lines = ready
     drain = settings.sidecar.drain
@@ -82,6 +84,9 @@ def status_document(
             if pipelines.get(name) is not None:
                 entry["pipeline"] = pipelines[name]
             entry.update(observe_of(name))
+            traffic = traffic_of(name)
+            if traffic is not None:
+                entry["traffic"] = traffic
             models[name] = entry
         wants = wants_drain(book.model_problems(settings.models), stopping=stopping)
         decision = keeper.decision
