@@ -288,7 +288,7 @@ class Sidecar:
             self._perform(model, action)
 
     def _perform(self, model: ModelSettings, action: Action) -> None:
-        if (model.name in self.book.observing or self._member_planned(model, action)) and intercept(self, model, action):
+        if model.name in self.book.observing and intercept(self, model, action):
             return  # observe mode: planned and recorded, nothing done
         if isinstance(action, SubmitRollback):
             self._submit(model, action.incident)
@@ -347,10 +347,6 @@ class Sidecar:
                 why = f"{incident.model} v{incident.version}'s suite failed; {blamed.why}; nothing rolled back"
                 self._apply(model, RollbackFinished(self.clock.monotonic(), False, why))
             return  # else nothing learnt about its members yet: asked again next cycle, bounded by the healing timeout
-        if blamed is not None and blamed.member and blamed.model in self.book.observing:
-            del self._pending[model.name]  # the member it blames is observed: its rollback planned, not done
-            intercept(self, model, SubmitRollback(incident))
-            return
         request = self._request(incident)
         with tracing.continue_from(traceparent), tracing.span("submit", {"healer.incident": incident.key}) as span:
             watched = self.handovers.submit(request, owner=model.name)
@@ -368,11 +364,6 @@ class Sidecar:
             + (f" (trace {trace_id})" if trace_id else ""),
             "Warning",
         )
-
-    def _member_planned(self, model: ModelSettings, action: Action) -> bool:
-        """An acting pipeline's incident planned because the member it blames is observed: its end is the plan's."""
-        plan = self.observer.plans.get(model.name)
-        return isinstance(action, Restored) and plan is not None and plan.incident == action.incident.key
 
     def _request(self, incident: Incident) -> RollbackRequest:
         """The rollback an incident asks for: of the model, or of the composing model a pipeline's blames."""
