@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
@@ -124,6 +125,7 @@ class TritonHttp:
         self._client = triton_http.InferenceServerClient(url, connection_timeout=timeout_s, network_timeout=timeout_s)
         self._timed_clients: dict[float, Any] = {}
         self._rest_client: TritonAPI | None = None
+        self._rest_lock = threading.Lock()  # one TritonRest even when threads ask at once (one pool, closed)
 
     def server_live(self) -> bool:
         return bool(self._call(self._client.is_server_live))
@@ -208,11 +210,12 @@ class TritonHttp:
 
     def _rest(self) -> TritonAPI:
         """One TritonRest for the adapter's life (its kept connection reused), closed by ``close``."""
-        if self._rest_client is None:
-            from healer.edges.triton_rest import TritonRest  # it imports this module
+        with self._rest_lock:
+            if self._rest_client is None:
+                from healer.edges.triton_rest import TritonRest  # it imports this module
 
-            self._rest_client = TritonRest(self.url, timeout_s=self.timeout_s)
-        return self._rest_client
+                self._rest_client = TritonRest(self.url, timeout_s=self.timeout_s)
+            return self._rest_client
 
     def load_model(self, model: str, *, config: str | None = None, timeout_s: float) -> None:
         """Load (or reload) a model. Synchronous in Triton: returns when loaded, raises when the load failed.
@@ -227,8 +230,9 @@ class TritonHttp:
         self._call(self._client.unload_model, model)
 
     def close(self) -> None:
-        if self._rest_client is not None:
-            self._rest_client.close()
+        with self._rest_lock:
+            if self._rest_client is not None:
+                self._rest_client.close()
         for client in (self._client, *self._timed_clients.values()):
             # Closing a dead connection has nothing left to report.
             with contextlib.suppress(Exception):

@@ -12,8 +12,9 @@ Inf reach the comparison exactly as Triton sent them.
 Kept connections: at most MAX_IDLE_CONNECTIONS idle ones (one per probe worker is what a sidecar uses);
 one that failed, timed out, was cut off, was answered too large or "Connection: close" is closed, never
 reused; an idle one the server closed meanwhile is noticed before it is used (a peek at its socket), and
-when the server closes it just as a call is sent (the first read or write fails before any byte of an
-answer came back), the call is sent once more on a new connection. A stream (``generate_stream``) has a
+when the server closes it just as a call is sent (the write fails, or the connection closes within
+STALE_CLOSE_S with no byte of an answer), the call is sent once more on a new connection, unless it is a
+repository call (load, unload, index: never sent twice). A stream (``generate_stream``) has a
 connection of its own, closed when the stream ends: it can be cut off halfway.
 
 Errors come out as healer/edges/triton.py describes: ``TritonUnavailable`` (no answer: refused, reset,
@@ -242,13 +243,16 @@ class TritonRest:
         cannot exhaust the pod). The connection is kept for the next call only when the answer was read
         whole; after any failure it is closed.
 
-        Sent once more, on a new connection, only when a kept connection failed before any byte of an
-        answer came back (the server closed it while idle: a reset or a broken pipe on the first write or
-        read). Triton may then have been sent the request, or even run it: that is harmless for every call
-        here. Reads (health, metadata, config, the index) change nothing; an inference or a generate asks
-        a model for an answer and Triton keeps nothing from it (a golden request is a single request, not
-        part of a stateful sequence); a load or unload asked twice ends in the same state. A timeout, or
-        a failure after part of an answer came, is never sent again."""
+        Sent once more, on a new connection, only when a kept connection went stale while idle (the
+        server closed it, and that crossed this call): the send itself failed with a reset or a broken
+        pipe, or the connection closed, with no byte of an answer, within STALE_CLOSE_S of the request
+        going out (see there). Triton may then have been sent the request: harmless for the calls sent
+        again. Reads (health, metadata, config) change nothing; an inference or a generate asks a model for
+        an answer and Triton keeps nothing from it (a golden request is a single request, not part of a
+        stateful sequence). A repository call (POST /v2/repository/...: load, unload, index) is never sent
+        again: Triton may have worked on it for long before the connection went, and that failure is
+        reported as it came, not hidden behind a second load. A timeout, a failure after part of an answer
+        came, or a close later than STALE_CLOSE_S is never sent again."""
         deadline = time.monotonic() + timeout_s
         connection = self._pool.kept()
         while True:
@@ -258,7 +262,7 @@ class TritonRest:
             try:
                 return self._exchange(connection, method, path, body, headers, timeout_s, max_bytes)
             except _ClosedWhileIdle as closed:
-                if time.monotonic() >= deadline:
+                if not _may_resend(method, path) or time.monotonic() >= deadline:
                     raise _unavailable(closed.error) from closed.error
                 connection = None  # once: a new connection is never _ClosedWhileIdle
 
@@ -285,6 +289,7 @@ class TritonRest:
                 # Refused, unreachable, or the request not taken in time: nothing was answered, and
                 # nothing says the model hangs.
                 raise _unavailable(exc) from exc
+            sent = time.monotonic()
             # Every read of the answer (status line and headers too) waits at most what is left of the
             # deadline, however the server trickles its bytes.
             try:
@@ -293,7 +298,8 @@ class TritonRest:
             except TimeoutError as exc:
                 raise TritonTimeout(f"no answer within {timeout_s:g}s: {method} {path}") from exc
             except (OSError, http.client.HTTPException) as exc:  # reset, closed, a garbled answer
-                if reused and connection.bounded.received == 0 and isinstance(exc, ConnectionError):
+                stale = reused and connection.bounded.received == 0 and time.monotonic() - sent <= STALE_CLOSE_S
+                if stale and isinstance(exc, ConnectionError):
                     raise _ClosedWhileIdle(exc) from exc  # RemoteDisconnected is a ConnectionResetError
                 raise _unavailable(exc) from exc
         except BaseException:
@@ -335,6 +341,17 @@ MAX_ANSWER_BYTES = 16 << 20
 MAX_GENERATE_BYTES = 1 << 20
 # A stream's events: each is yielded and let go, but a runaway one is read no further.
 MAX_STREAM_EVENTS = 10_000
+# A kept connection that closes, with no byte of an answer, within this long of a request going out was
+# closed by the server while idle (its close crossed the request), and the call is sent once more. The
+# close of an idle connection reaches the client one round trip after the request at most: well under a
+# millisecond on the pod's loopback, a few across a cluster's network; 50 ms leaves room for a busy
+# node's scheduler and stays far below what Triton's work on a request takes. A close later than this
+# came after the server had the request for a while (it worked on it, then crashed or was cut off): that
+# failure is reported, never hidden behind a second send.
+STALE_CLOSE_S = 0.05
+# Never sent twice: a repository call (load, unload, index) may have run for long before its connection
+# went; a second load would hide the first's failure and run it all again.
+NOT_RESENT_PREFIX = "/v2/repository/"
 # Idle connections kept per client: the sidecar probes 8 models at once by default (probe_concurrency);
 # a connection handed back past this many is closed.
 MAX_IDLE_CONNECTIONS = 16
@@ -350,6 +367,11 @@ class _ClosedWhileIdle(Exception):
     def __init__(self, error: BaseException) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+def _may_resend(method: str, path: str) -> bool:
+    """Whether a call whose kept connection went stale may be sent once more: any but a repository POST."""
+    return not (method == "POST" and path.startswith(NOT_RESENT_PREFIX))
 
 
 def _left(deadline: float) -> float:

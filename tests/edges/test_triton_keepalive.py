@@ -20,7 +20,7 @@ import pytest
 
 from healer.core.streams import StreamEnd
 from healer.edges.triton import TritonTimeout, TritonUnavailable
-from healer.edges.triton_rest import MAX_IDLE_CONNECTIONS, TritonRest
+from healer.edges.triton_rest import MAX_IDLE_CONNECTIONS, STALE_CLOSE_S, TritonRest
 from healer.settings import TensorSpec
 
 # What the server does with one request: given the connection, its number (0 = the first accepted) and
@@ -208,6 +208,43 @@ def test_a_call_the_server_hangs_up_on_is_sent_once_more_on_a_new_connection(
         assert second["Y"].values.tolist() == [2.0]
 
 
+def worked_then_gone(work_s: float) -> Action:
+    """The request taken and worked on for ``work_s``, then the connection closed with no answer (Triton
+    killed mid-load, a proxy's reset)."""
+
+    def act(_sock: socket.socket, _: int, __: int) -> bool:
+        time.sleep(work_s)
+        return False
+
+    return act
+
+
+@pytest.mark.parametrize("work_s", [0.0, STALE_CLOSE_S * 8])
+def test_a_load_on_a_kept_connection_that_closes_is_never_sent_again(
+    loopback: Callable[..., Loopback], work_s: float
+) -> None:
+    # An unload on connection 0 (kept), then the load on it: Triton works on it, the connection goes with
+    # no answer. The load's failure is reported; a second load would hide it and run it all again.
+    server = loopback(lambda c, r: worked_then_gone(work_s) if (c, r) == (0, 1) else answer(b""))
+    client = TritonRest(server.url, timeout_s=2.0)
+    client.unload_model("m")
+    with pytest.raises(TritonUnavailable, match="RemoteDisconnected"):
+        client.load_model("m", timeout_s=10.0)
+    assert [r for _, r in server.requests if b"/load" in r] == [b"POST /v2/repository/models/m/load HTTP/1.1"]
+    client.unload_model("m")  # the next call: a new connection, not the failed one
+    assert [number for number, _ in server.requests] == [0, 0, 1]
+
+
+def test_a_read_whose_kept_connection_closes_after_work_is_not_sent_again(loopback: Callable[..., Loopback]) -> None:
+    # The close came long after the request went out (STALE_CLOSE_S x 8): not a stale idle connection.
+    server = loopback(lambda c, r: worked_then_gone(STALE_CLOSE_S * 8) if (c, r) == (0, 1) else answer())
+    client = TritonRest(server.url, timeout_s=2.0)
+    client.model_config("m")
+    with pytest.raises(TritonUnavailable, match="RemoteDisconnected"):
+        client.model_config("m")
+    assert [number for number, _ in server.requests] == [0, 0]
+
+
 def test_a_new_connection_hung_up_on_is_not_sent_again(loopback: Callable[..., Loopback]) -> None:
     server = loopback(always(hang_up))
     with pytest.raises(TritonUnavailable, match="RemoteDisconnected"):
@@ -331,3 +368,32 @@ def test_a_garbled_header_line_is_nothing_learnt(loopback: Callable[..., Loopbac
     server = loopback(always(send_garbled))
     with pytest.raises(TritonUnavailable, match="garbled header"):
         TritonRest(server.url, timeout_s=2.0).model_config("m")
+
+
+def test_threads_asking_tritonhttp_for_its_rest_client_at_once_share_one(
+    loopback: Callable[..., Loopback], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # TritonHttp makes its TritonRest (for generate) on first use: threads asking at once get one client,
+    # one pool that close() closes. The real TritonRest, its construction slowed to widen the race.
+    from healer.edges import triton_rest
+    from healer.edges.triton import TritonHttp
+
+    made: list[TritonRest] = []
+
+    class SlowToMake(TritonRest):
+        def __init__(self, url: str, *, timeout_s: float) -> None:
+            time.sleep(0.2)
+            super().__init__(url, timeout_s=timeout_s)
+            made.append(self)
+
+    monkeypatch.setattr(triton_rest, "TritonRest", SlowToMake)
+    server = loopback(always(answer()))
+    adapter = TritonHttp(server.url, timeout_s=2.0)
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(adapter._rest())) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    adapter.close()
+    assert len(made) == 1 and len(got) == 4 and all(client is made[0] for client in got)
