@@ -2,9 +2,9 @@
 for, and the reasons the rest are ignored (healer/webhook/alerts.py serves it; docs/alerts.md).
 
 * An alert becomes an incident only when it is firing, is not one of healer's own (``Healer*``), and
-  carries ``model`` (a model healer watches), ``version`` (a version number) and ``pod`` or
-  ``namespace``; anything else is acknowledged and ignored with a reason (counted, logged), never
-  guessed at.
+  carries ``model`` (a model healer watches and acts on: a model in observe mode is ignored, reason
+  ``observed``), ``version`` (a version number) and ``pod`` or ``namespace``; anything else is
+  acknowledged and ignored with a reason (counted, logged), never guessed at.
 * Its incident key is the sidecar's (healer/core/state.py ``incident_key``) over the model, the version
   and ``ALERT_CONTENT``: every alert about one broken version is one incident, whichever pod, rule or
   Alertmanager replica sent it, so an alert storm starts one workflow (its name is the key's).
@@ -54,6 +54,7 @@ class IgnoreReason(StrEnum):
     NOT_WATCHED = "model-not-watched"
     BAD_LABEL = "bad-label"
     OWN_ALERT = "healer-alert"
+    OBSERVED = "observed"  # the model is in observe mode: healer plans, never acts (docs/observe.md)
 
 
 @dataclass(frozen=True)
@@ -126,14 +127,16 @@ def read_payload(body: bytes) -> dict[str, Any]:
     return document
 
 
-def intake(payload: Mapping[str, Any], *, models: Iterable[str]) -> Intake:
+def intake(payload: Mapping[str, Any], *, models: Iterable[str], observed: Iterable[str] = ()) -> Intake:
     """Each alert of a checked payload (``read_payload``) as an incident or a reason to ignore it.
-    Alerts of one incident are read as one (the first's names, ``joined`` counting them)."""
+    Alerts of one incident are read as one (the first's names, ``joined`` counting them). ``observed``: the
+    models in observe mode (healer/core/observe.py ``observed_models``): their alerts are ignored."""
     watched = frozenset(models)
+    only_watched = frozenset(observed)
     incidents: dict[str, AlertIncident] = {}
     ignored: list[Ignored] = []
     for alert in payload["alerts"]:
-        read = read_alert(alert, watched)
+        read = read_alert(alert, watched, only_watched)
         if isinstance(read, Ignored):
             ignored.append(read)
         elif read.key in incidents:
@@ -144,7 +147,9 @@ def intake(payload: Mapping[str, Any], *, models: Iterable[str]) -> Intake:
     return Intake(tuple(incidents.values()), tuple(ignored))
 
 
-def read_alert(alert: Mapping[str, Any], watched: frozenset[str]) -> AlertIncident | Ignored:
+def read_alert(
+    alert: Mapping[str, Any], watched: frozenset[str], observed: frozenset[str] = frozenset()
+) -> AlertIncident | Ignored:
     labels: Mapping[str, str] = alert.get("labels") or {}
     annotations: Mapping[str, str] = alert.get("annotations") or {}
     name = labels.get("alertname", "")[:200]
@@ -159,6 +164,13 @@ def read_alert(alert: Mapping[str, Any], watched: frozenset[str]) -> AlertIncide
     if problem is not None:
         return Ignored(name, fingerprint, *problem)
     model, version = labels[MODEL_LABEL], labels[VERSION_LABEL]
+    if model in observed:
+        return Ignored(
+            name,
+            fingerprint,
+            IgnoreReason.OBSERVED,
+            f"model {model!r} is in observe mode (sidecar.mode, models[].mode): healer plans, never acts on it",
+        )
     pod, namespace = labels.get(POD_LABEL, ""), labels.get(NAMESPACE_LABEL, "")
     summary = annotations.get("summary") or annotations.get("description") or name or "(no summary)"
     return AlertIncident(

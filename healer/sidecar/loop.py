@@ -65,7 +65,7 @@ from healer.sidecar.drain import DrainKeeper, short_error
 from healer.sidecar.golden import GoldenWatch
 from healer.sidecar.handover import Handovers, rollback_request
 from healer.sidecar.notify import Notifier
-from healer.sidecar.observe import intercept, observer_for, reload_modes
+from healer.sidecar.observe import intercept, observer_for, plan_for_member, reload_modes
 from healer.sidecar.peers import PeerSource
 from healer.sidecar.pipelines import PipelineWatch, ledger_stable
 from healer.sidecar.traffic import watch_traffic
@@ -288,8 +288,8 @@ class Sidecar:
             self._perform(model, action)
 
     def _perform(self, model: ModelSettings, action: Action) -> None:
-        if model.name in self.book.observing and intercept(self, model, action):
-            return  # observe mode: planned and recorded, nothing done
+        if intercept(self, model, action):
+            return  # observe mode (the model's, or the member its pipeline blames): planned, nothing done
         if isinstance(action, SubmitRollback):
             self._submit(model, action.incident)
         elif isinstance(action, Escalate):
@@ -303,8 +303,7 @@ class Sidecar:
                 self.notify.restored(action.incident, action.at, trace_id=tracing.trace_id_of(traceparent))
 
     def _submit(self, model: ModelSettings, incident: Incident) -> None:
-        """The decision to roll back: the incident's trace starts here (at its first bad answer) with
-        what the probes said and the decision; the submission is a child of it."""
+        """The decision to roll back: the incident's trace (from its first bad answer); the submission a child."""
         with tracing.start_incident_span(
             model=model.name,
             version=incident.version,
@@ -347,6 +346,8 @@ class Sidecar:
                 why = f"{incident.model} v{incident.version}'s suite failed; {blamed.why}; nothing rolled back"
                 self._apply(model, RollbackFinished(self.clock.monotonic(), False, why))
             return  # else nothing learnt about its members yet: asked again next cycle, bounded by the healing timeout
+        if plan_for_member(self, model, incident, blamed):
+            return  # the member it blames is observed: its rollback planned (healer/sidecar/observe.py), not done
         request = self._request(incident)
         with tracing.continue_from(traceparent), tracing.span("submit", {"healer.incident": incident.key}) as span:
             watched = self.handovers.submit(request, owner=model.name)
@@ -382,8 +383,7 @@ class Sidecar:
         return self.handovers.drain(timeout_s)
 
     def begin_stop(self) -> None:
-        """SIGTERM: leave the Service now (/readyz 503, /status ``stopping``: the peers stop counting this
-        pod). Safe from a signal handler: no lock is taken."""
+        """SIGTERM: leave the Service now (/readyz 503, /status ``stopping``); safe in a signal handler: no lock."""
         if self._stop_at is None:
             self._stop_at = self.clock.monotonic()
         self._stopping.set()

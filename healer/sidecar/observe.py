@@ -14,7 +14,6 @@ ones, says so in the log, an Event and ``healer_settings_reloads_total{outcome="
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from healer.core.observe import (
 )
 from healer.core.state import Incident
 from healer.edges.metrics import Registry
+from healer.edges.settings_file import SettingsFile, SettingsRefused
 from healer.settings import ModelSettings, Settings
 from healer.settings.sections import MODE_OBSERVE
 from healer.sidecar.clock import Clock
@@ -52,16 +52,6 @@ DECISIONS = "healer_observed_decisions_total"
 OBSERVED = "healer_model_observed"
 RELOADS = "healer_settings_reloads_total"
 DECISIONS_HELP = "What observed models' incidents would have led to (rollback, escalate, recovered): nothing was done."
-
-
-def file_stamp(path: str) -> tuple[int, int, int] | None:
-    """What changes when a file is replaced or written (a ConfigMap's update swaps a symlink: a new inode);
-    None when it cannot be read (not a file: settings built in code)."""
-    try:
-        stat = os.stat(path)  # follows the ConfigMap's ..data symlink
-    except (OSError, ValueError):
-        return None
-    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
 class Observer:
@@ -89,14 +79,12 @@ class Observer:
         self._keeper = drain_keeper
         self._pod = pod
         self._triton_url = triton_url
-        self._load = load
         self._calls = BoundedCalls(PLAN_READS_S)
         self.modes: dict[str, str] = modes(settings)
         self.plans: dict[str, Plan] = {}  # each model's last plan
         self.tell: Callable[[Plan, Incident], None] | None = None  # the info alert (healer/sidecar/info_word.py)
         self.info_word: InfoWord | None = None
-        self._stamp = file_stamp(settings.source)
-        self._refused_stamp: tuple[int, int, int] | None = None
+        self._file = SettingsFile(settings.source, load)  # the same reader as the alert receiver's
         metrics.gauge(OBSERVED, "1 while a model is in observe mode: healer decides and records, never acts.")
         self._export_modes()
 
@@ -113,20 +101,17 @@ class Observer:
     def reload(self) -> dict[str, tuple[str, str]]:
         """The modes from the settings file when it changed since last read: the models whose mode changed
         (name -> (before, after)); {} when nothing changed or the file was refused (the last good modes kept)."""
-        stamp = file_stamp(self._settings.source)
-        if stamp is None or stamp in (self._stamp, self._refused_stamp):
-            return {}
-        source = self._settings.source
+        source = self._file.source
         try:
-            fresh = self._loader()(source)
-        except Exception as exc:  # any refusal: the file names the key; the modes in force stay
-            self._refused_stamp = stamp
-            why = short_error(exc)
+            fresh = self._file.changed()
+        except SettingsRefused as refused:  # the file names the key; the modes in force stay
+            why = short_error(refused.__cause__ or refused)
             log.error("settings_reload_refused", file=source, error=why, kept="the last good modes")
             self._count(RELOADS, "Reads of the settings file after a change, by outcome.", {"outcome": "refused"})
             self._event("SettingsRefused", f"{source} not applied, the last good modes kept: {why}"[:1000], "Warning")
             return {}
-        self._stamp, self._refused_stamp = stamp, None
+        if fresh is None:
+            return {}
         after = modes(fresh)
         changes = mode_changes(self.modes, after)
         self.modes.update({name: mode for name, mode in after.items() if name in self.modes})
@@ -144,13 +129,6 @@ class Observer:
             self._event("ModeChanged", f"{name}: mode {before} -> {now} (read from {source})", "Normal")
         self._export_modes()
         return changes
-
-    def _loader(self) -> Callable[[str], Settings]:
-        if self._load is not None:
-            return self._load
-        from healer.settings import load_settings
-
-        return load_settings
 
     def _export_modes(self) -> None:
         for name, mode in self.modes.items():
@@ -311,6 +289,12 @@ def intercept(sidecar: Any, model: ModelSettings, action: Any) -> bool:
     """An action of the state machine for an observed model, planned instead of done; False: done as usual
     (an escalation or a restore of a rollback that ran: it was submitted while the model acted, and its end
     is told as any run's)."""
+    if model.name not in sidecar.book.observing and not _planned_for_member(sidecar.observer, model, action):
+        return False  # the model acts
+    return _instead(sidecar, model, action)
+
+
+def _instead(sidecar: Any, model: ModelSettings, action: Any) -> bool:
     from healer.core.state import Escalate, Restored, SubmitRollback
 
     observer: Observer = sidecar.observer
@@ -333,6 +317,26 @@ def intercept(sidecar: Any, model: ModelSettings, action: Any) -> bool:
     )
     with sidecar.book.lock:
         sidecar.book.states[model.name] = held(sidecar.book.states[model.name], plan)
+    return True
+
+
+def _planned_for_member(observer: Observer, model: ModelSettings, action: Any) -> bool:
+    """An acting pipeline's incident planned because the member it blames is observed: its end is the plan's."""
+    from healer.core.state import Restored
+
+    plan = observer.plans.get(model.name)
+    return isinstance(action, Restored) and plan is not None and plan.incident == action.incident.key
+
+
+def plan_for_member(sidecar: Any, model: ModelSettings, incident: Incident, blamed: Any) -> bool:
+    """An acting pipeline's incident that blames a composing model in observe mode: the member's rollback is
+    planned (the observe path), never submitted; True when so (the pending submission dropped)."""
+    from healer.core.state import SubmitRollback
+
+    if blamed is None or not blamed.member or blamed.model not in sidecar.book.observing:
+        return False
+    sidecar._pending.pop(model.name, None)
+    _instead(sidecar, model, SubmitRollback(incident))
     return True
 
 

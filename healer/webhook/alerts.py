@@ -35,8 +35,10 @@ from healer.core.alert_intake import (
     read_payload,
 )
 from healer.core.decisions import same_occurrence_window_s
+from healer.core.observe import observed_models
 from healer.edges.http_listener import Request, Response
 from healer.edges.metrics import Registry
+from healer.edges.settings_file import SettingsFile, SettingsRefused
 from healer.engines import RollbackEngine
 from healer.settings import Settings
 
@@ -55,7 +57,7 @@ def alert_registry() -> Registry:
     registry.counter(
         ALERTS_METRIC,
         "Outside alerts received, by outcome (submitted, joined, breaker_open, not_submitted, ignored) and reason "
-        "(the alert's name, or why it was ignored).",
+        "(the alert's name, or why it was ignored: observed for a model in observe mode).",
     )
     return registry
 
@@ -93,6 +95,11 @@ class AlertReceiver:
         self._clock = clock
         self._submit_timeout_s = submit_timeout_s
         self._models = frozenset(m.name for m in settings.models)
+        # Observed models' alerts are ignored; the modes follow the settings file as the sidecar's do (the
+        # same reader: healer/edges/settings_file.py), read again at each request when the file changed.
+        self._observed = observed_models(settings)
+        self._file = SettingsFile(settings.source)
+        self._modes_lock = threading.Lock()
         self._hold_s = same_occurrence_window_s(settings.rollback.deadline_s)
         self._lock = threading.Lock()  # one decision and hand-over at a time: a storm on 4 workers starts one
         self._handed: dict[str, float] = {}  # incident key -> when its rollback was last handed over
@@ -122,7 +129,7 @@ class AlertReceiver:
         except BadAlertPayload as exc:
             log.warning("alerts_unreadable", error=str(exc))
             return Response.text(400, f"not an Alertmanager webhook payload: {exc}\n")
-        read = intake(payload, models=self._models)
+        read = intake(payload, models=self._models, observed=self._modes())
         for ignored in read.ignored:
             self.metrics.inc(ALERTS_METRIC, {"outcome": "ignored", "reason": ignored.reason.value})
             log.info(
@@ -151,6 +158,27 @@ class AlertReceiver:
         }
         code = 503 if any(h.outcome == "not_submitted" for h in handed) else 200
         return Response(code, json.dumps(answer).encode(), "application/json")
+
+    def _modes(self) -> frozenset[str]:
+        """The observed models, read again when the settings file changed; a file that does not load keeps
+        the last good modes (said once per version of the file)."""
+        with self._modes_lock:
+            try:
+                fresh = self._file.changed()
+            except SettingsRefused as refused:
+                log.error(
+                    "settings_reload_refused",
+                    file=self._file.source,
+                    error=str(refused)[:300],
+                    kept="the last good modes",
+                )
+                return self._observed
+            if fresh is not None:
+                observed = frozenset(observed_models(fresh) & self._models)  # models added: at a restart
+                if observed != self._observed:
+                    log.warning("alert_modes_reloaded", file=self._file.source, observed=sorted(observed))
+                self._observed = observed
+            return self._observed
 
     def _authenticate(self, header: str) -> str:
         """ "" when the request carries the token, else why not (the token itself never said)."""
