@@ -13,8 +13,10 @@ The rules, each applied when set:
   outputs; that many of the inputs (the quantile, an observed value) must be within the limit.
 
 An input whose answers do not have the same outputs, shapes or datatypes on both versions disagrees on
-every rule. A rule that applies to no output (argmax without a class output) is an error, never a
-verdict: nothing was learnt. The disagreeing inputs are named, with what differs, the first few kept.
+every rule. A class output with a value that is not finite (NaN, inf) has no class: on the new version the
+input disagrees on argmax; on the stable version the argmax rule is an error (nothing learnt). A rule that
+applies to no output (argmax without a class output) is an error, never a verdict: nothing was learnt. The
+disagreeing inputs are named, with what differs, the first few kept.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ class _Judged:
     argmax_same: bool | None = None  # None: no class output in this input
     labels_same: bool | None = None
     largest_diff: float | None = None
+    stable_not_finite: bool = False  # a class output of the stable version with NaN or inf: no class to compare
     notes: list[str] = field(default_factory=list)
 
 
@@ -160,10 +163,18 @@ def _judge_one(answer: Answer, outputs: tuple[str, ...]) -> _Judged:
             largest = float(diff.max()) if diff.size else 0.0
             judged.largest_diff = largest if judged.largest_diff is None else max(judged.largest_diff, largest)
             if _is_class_output(a):
+                # A row with a value that is not finite has no class (argmax of a NaN row is 0): on the new
+                # version the input disagrees; on the stable version nothing is learnt (judge: an error).
+                finite_a, finite_b = bool(np.isfinite(a).all()), bool(np.isfinite(b).all())
+                if not finite_a:
+                    judged.stable_not_finite = True
+                    judged.notes.append(f"{name} not finite on the stable version")
                 arg_a, arg_b = np.argmax(a, axis=-1), np.argmax(b, axis=-1)
-                same = bool(np.array_equal(arg_a, arg_b))
+                same = finite_b and bool(np.array_equal(arg_a, arg_b))
                 judged.argmax_same = same if judged.argmax_same is None else judged.argmax_same and same
-                if not same:
+                if not finite_b:
+                    judged.notes.append(f"{name} not finite on the new version")
+                elif not same:
                     judged.notes.append(f"{name} argmax {_short(arg_a)} vs {_short(arg_b)}")
             if largest > 0:
                 judged.notes.append(f"max |diff| {largest:.4g} ({name})")
@@ -222,6 +233,12 @@ def judge(answers: Sequence[Answer], rules: Rules) -> Verdict:
     diffs = [j.largest_diff for j in judged if j.largest_diff is not None]
     at_q = float(np.quantile(np.asarray(diffs), rules.at_quantile, method="higher")) if diffs else None
     unjudged = _unjudged(rules, argmax_ratio, label_ratio, at_q)
+    unclassed = [a.name for a, j in zip(answers, judged, strict=True) if j.stable_not_finite]
+    if rules.argmax_min_ratio is not None and unclassed:
+        unjudged.append(
+            f"argmax_min_ratio: the stable version's class output is not finite (NaN or inf) on {len(unclassed)} "
+            f"input(s), first {unclassed[0]}: no class to compare with"
+        )
     if unjudged:
         return Verdict(Agreement.ERROR, "; ".join(unjudged) + ": nothing judged", inputs=len(answers))
     broken, bad = _broken(rules, judged, argmax_ratio, label_ratio, at_q)

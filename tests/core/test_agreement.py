@@ -21,6 +21,9 @@ SAME = probs([0.1, 0.8, 0.1])
 NEAR = probs([0.105, 0.795, 0.1])  # 0.005 away, same class
 FLIPPED = probs([0.5, 0.4, 0.1])  # another class
 NAN = {"PROBS": np.asarray([[np.nan, 0.8, 0.1]], dtype=np.float32), "LABEL": SAME["LABEL"]}
+FIRST = probs([0.9, 0.05, 0.05])  # class 0: what argmax makes of a NaN row
+ALL_NAN = {"PROBS": np.full((1, 3), np.nan, dtype=np.float32), "LABEL": FIRST["LABEL"]}
+INF = {"PROBS": np.asarray([[0.1, np.inf, 0.1]], dtype=np.float32), "LABEL": SAME["LABEL"]}
 
 
 def answers(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[Answer]:
@@ -55,6 +58,25 @@ CASES = [
     ),
     ("NaN on one side", answers([(SAME, NAN)]), Rules(max_abs_diff=0.01), Agreement.DISAGREES, "inf"),
     ("NaN on both sides", answers([(NAN, NAN)]), Rules(max_abs_diff=0.01), Agreement.AGREES, "agrees"),
+    # A class output that is not finite has no class: argmax of a NaN row is 0, which must not "agree".
+    ("all-NaN new, argmax", answers([(FIRST, ALL_NAN)] * 10), Rules(argmax_min_ratio=0.9), Agreement.DISAGREES, "0.0%"),
+    (
+        "one NaN new, argmax",
+        answers([(SAME, NAN)] * 10),
+        Rules(argmax_min_ratio=0.9),
+        Agreement.DISAGREES,
+        "not finite",
+    ),
+    ("inf new, argmax", answers([(SAME, INF)] * 10), Rules(argmax_min_ratio=0.9), Agreement.DISAGREES, "new version"),
+    ("NaN stable, argmax", answers([(NAN, SAME)] * 10), Rules(argmax_min_ratio=0.9), Agreement.ERROR, "no class to"),
+    ("NaN both, argmax", answers([(ALL_NAN, ALL_NAN)] * 10), Rules(argmax_min_ratio=0.9), Agreement.ERROR, "stable"),
+    (
+        "1 NaN of 100 new, argmax 0.95",
+        answers([(SAME, NAN)] + [(SAME, SAME)] * 99),
+        Rules(argmax_min_ratio=0.95),
+        Agreement.AGREES,
+        "1 of them outside a rule",
+    ),
     (
         "an output missing",
         answers([(SAME, {"PROBS": SAME["PROBS"]})]),
