@@ -103,6 +103,12 @@ class Scenario:
     # requests, counting the failed ones (docs/traffic-signal.md).
     traffic_signal: bool = False
     mode: str = ""  # "observe": the sidecars only decide and record (sidecar.mode, docs/observe.md); "": the config's
+    # RELEASE: the model released with agreement rules (healer/drills/agreement.py RULES, unless the config has
+    # its own) and judged on the pushed variant's replay set (its replay/ folder, docs/agreement.md).
+    agreement: bool = False
+    # An outside alert starts the rollback (healer/drills/outside_alert.py; no sidecar probes the model): "wrong"
+    # names the pushed broken version, "right" the stable version that answers right; "": no alert.
+    alert: str = ""
 
     @property
     def needs(self) -> frozenset[str]:
@@ -397,6 +403,43 @@ CATALOG: tuple[Scenario, ...] = (
         replicas=2,
         bake_s=60.0,
         stop_halfway=True,
+    ),
+    Scenario(
+        "replay-disagrees",
+        "a release whose new version flips 5 % of its replay set's labels and passes every golden request",
+        Injection.RELEASE,
+        Expectation(Outcome.STOPPED, max_touched=1, quarantined=False),
+        "release stopped at the canary, stable serving everywhere: the agreement gate (its bake's first step, "
+        "both versions on the canary) finds the labels of 5 of 100 replay inputs changed, below label_min_ratio; "
+        "put back, not quarantined (disagreeing is not proof of wrong), the inputs named (docs/agreement.md)",
+        variant="flips_five_percent",
+        model="tiny_classifier",
+        replicas=2,
+        bake_s=2.0,
+        agreement=True,
+        demo=False,
+    ),
+    Scenario(
+        "outside-alert",
+        "an outside alert (Alertmanager's webhook) names a pushed version that answers wrong",
+        Injection.PUSH,
+        Expectation(Outcome.HEALED, workflows=1),
+        "the receiver (POST /alerts/v1/alertmanager, its bearer token) turns the alert into one incident and one "
+        "rollback, whose confirmation finds the version failing: the stable version restored on every replica, "
+        "with no sidecar probing the model (docs/alerts.md)",
+        variant="wrong_weights",
+        alert="wrong",
+        demo=False,
+    ),
+    Scenario(
+        "outside-alert-right",
+        "an outside alert names the served version, which answers right",
+        Injection.PUSH,
+        Expectation(Outcome.NO_ROLLBACK, drained=False, workflows=0, untouched=True),
+        "the alert's rollback confirms before it touches anything: the version passes its golden requests, so "
+        "nothing is unloaded, restored or quarantined; an alert alone is no evidence (docs/alerts.md)",
+        alert="right",
+        demo=False,
     ),
 )
 

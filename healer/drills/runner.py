@@ -27,7 +27,9 @@ import structlog
 
 from healer.core.drill_catalog import Injection, Scenario
 from healer.core.drill_verdict import DrillResult, Observation, finished, judge
+from healer.drills.agreement import release_settings
 from healer.drills.observed import check_untouched, watch_notes, watching
+from healer.drills.outside_alert import run_alert
 from healer.drills.phases import release_floor_s, run_phases
 from healer.drills.traffic_signal import SingleRowClients, clients_for, with_detected_by, with_traffic_signal
 from healer.edges.logs import iso_utc
@@ -144,8 +146,8 @@ class DrillRunner:
     def run(self, scenario: Scenario) -> DrillResult:
         if scenario.model and scenario.model != self.target.model:
             return _aimed(self, scenario)
-        if scenario.injection is Injection.RELEASE:
-            return self._run_release(scenario)
+        if scenario.injection is Injection.RELEASE or scenario.alert:
+            return self._run_release(scenario) if not scenario.alert else run_alert(self, scenario)
         budget_s = self.settings.rollback.deadline_s
         extra: list[Any] = []
         running: list[_Running] = []
@@ -254,9 +256,7 @@ class DrillRunner:
         version, model = injected.version, self.target.model
         views = [r.view for r in running]
         aimed = _aimed_at(self.settings, replicas, [r.address for r in running] if self._per_pod else [])
-        settings = dataclasses.replace(
-            aimed, release=dataclasses.replace(aimed.release, check_interval_s=min(0.5, self.period_s))
-        )
+        settings = release_settings(aimed, scenario, model, check_interval_s=min(0.5, self.period_s))
         releases = local_release_engine(settings, state_dir=self.scratch / "releases" / scenario.name)
         request = ReleaseRequest(
             model=model, version=version, release=f"drill-{scenario.name}-{int(time.time())}", bake_s=scenario.bake_s

@@ -73,6 +73,9 @@ def test_the_catalog_covers_every_breakage_of_the_issue_once() -> None:
         "bad-release",
         "slow-release",
         "release-interrupted",
+        "replay-disagrees",
+        "outside-alert",
+        "outside-alert-right",
     ]
     assert len(BY_NAME) == len(CATALOG)
     assert set(FAST) == {"wrong-weights", "one-off", "triton-killed"}
@@ -86,6 +89,9 @@ def test_the_catalog_covers_every_breakage_of_the_issue_once() -> None:
         "stream-stall",
         "llm-rephrased",
         "ensemble-broken",
+        "replay-disagrees",
+        "outside-alert",
+        "outside-alert-right",
     }
 
 
@@ -192,7 +198,7 @@ def test_select_names_an_unknown_scenario() -> None:
 
 def test_runnable_skips_what_the_target_cannot_do_and_says_why() -> None:
     ok, skipped = runnable(CATALOG, frozenset({"filesystem-store"}))
-    releases = ["good-release", "bad-release", "slow-release", "release-interrupted"]
+    releases = ["good-release", "bad-release", "slow-release", "release-interrupted", "replay-disagrees"]
     assert {s.name for s in CATALOG} - {s.name for s in ok} == {"triton-killed", "storm", *releases}
     assert skipped == [
         "triton-killed: needs own-triton (the embedded stack has it)",

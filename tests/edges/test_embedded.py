@@ -146,7 +146,7 @@ def test_every_example_model_runs_the_same_code() -> None:
     variants = [d for d in (EXAMPLES / "broken").glob("*/*") if d.is_dir()]
     assert len(copies) == len(versions) + len(variants)
     dense = [c for c in copies if c.parts[-3] in EXAMPLE_MODELS]
-    assert len(dense) == 22  # 2 models x (2 versions + 9 broken variants)
+    assert len(dense) == 24  # 2 models x (2 versions + 10 broken variants)
     assert [c for c in dense if c.read_bytes() != canonical] == []
     for model in {c.parts[-3] for c in copies} - set(EXAMPLE_MODELS):
         assert len({c.read_bytes() for c in copies if c.parts[-3] == model}) == 1, model

@@ -68,5 +68,11 @@ def full_catalog_results() -> list[DrillResult]:
     results[interrupted] = result(
         "release-interrupted", dataclasses.replace(by_outcome[Outcome.STOPPED], quarantined=False)
     )
+    disagrees = next(i for i, s in enumerate(CATALOG) if s.name == "replay-disagrees")  # put back, not quarantined
+    results[disagrees] = result("replay-disagrees", dataclasses.replace(by_outcome[Outcome.STOPPED], quarantined=False))
+    left_alone = next(i for i, s in enumerate(CATALOG) if s.name == "outside-alert-right")  # nothing touched
+    results[left_alone] = result(
+        "outside-alert-right", dataclasses.replace(by_outcome[Outcome.NO_ROLLBACK], untouched="")
+    )
     results[4] = result("hang", dataclasses.replace(healed, restore_s=120.0))  # missed the budget
     return results

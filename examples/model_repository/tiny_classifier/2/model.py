@@ -8,7 +8,10 @@ version that passes its first checks and slows down later); ``wrong_every`` (eve
 ``wrong_once_at`` (the Nth request only) make some answers wrong (negated), the rest right;
 ``fail_every`` (a test fixture's, examples/broken/linear_scorer/fails_one_in_ten) makes every Nth
 single-row request raise (Triton counts it a failure, reason BACKEND): the golden request sends two rows
-and never meets it, real traffic does (docs/traffic-signal.md).
+and never meets it, real traffic does (docs/traffic-signal.md); ``flip_below`` (a test fixture's,
+examples/broken/*/flips_five_percent) changes the answer of every row whose first feature is below it (the
+class: its two largest logits swapped; a linear head: negated): the golden rows never are, the variant's
+replay set has 5 in 100 such rows (the replay-disagrees drill, docs/agreement.md).
 """
 
 import json
@@ -34,6 +37,7 @@ class TritonPythonModel:
         self.requests = 0
         self.fail_every = int(params.get("fail_every", 0))
         self.single_rows = 0
+        self.flip_below = params.get("flip_below")
         self.input_name = config["input"][0]["name"]
         self.output_names = [output["name"] for output in config["output"]]
 
@@ -49,6 +53,13 @@ class TritonPythonModel:
             self.requests += 1
             if self.requests == self.wrong_once_at or (self.wrong_every and self.requests % self.wrong_every == 0):
                 logits = -logits
+            if self.flip_below is not None:
+                for row in np.nonzero(x[:, 0] < float(self.flip_below))[0]:
+                    if self.head == "softmax":
+                        top_two = np.argsort(logits[row])[-2:]
+                        logits[row, top_two] = logits[row, top_two[::-1]]
+                    else:
+                        logits[row] = -logits[row]
             if self.head == "softmax":
                 shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
                 values = [
