@@ -111,6 +111,18 @@ class PipelineWatch:
         if decided is not None:  # decided once: never read again (the ledger included)
             return decided
         members = self.members(incident.model)
+        model = self._models.get(incident.model)
+        if not self.known(incident.model) and (model is None or not model.calls):
+            # Configured without ``calls`` and its config never read: most likely a plain model whose config
+            # read fails (not a pipeline known to be one): nothing learnt, asked again at the next submission,
+            # as any model's failure waits; the healing timeout escalates it. Never its own version rolled
+            # back on a guess, never escalated at once on one.
+            why = (
+                f"{incident.model}'s config not read yet (it has no calls): whether it is a pipeline is unknown; "
+                "nobody blamed yet (asked again)"
+            )
+            log.warning("pipeline_blame_undecided", model=incident.model, incident=incident.key, why=why)
+            return Blame(None, why=why)
         undecidable = self._undecidable(incident.model)
         if undecidable is not None:
             return self._decided(incident, undecidable)
@@ -119,9 +131,10 @@ class PipelineWatch:
         return self._weigh(incident)
 
     def _undecidable(self, name: str) -> Blame | None:
-        """Nobody blamed whatever changed, a person decides: ``name``'s config never read whole (whether it is a
-        pipeline is unknown: rolling back its own version could undo the wrong model; the read was tried every
-        cycle of the bad streak), or an ensemble nested in it. None: the members are weighed."""
+        """Nobody blamed whatever changed, a person decides: ``name`` (a pipeline by its ``calls``) with its config
+        never read whole (whether it is also an ensemble, of what, is unknown: rolling back its own version could
+        undo the wrong model; the read was tried every cycle of the bad streak), or an ensemble nested in it.
+        None: the members are weighed."""
         if not self.known(name):
             return nobody(
                 f"{name}'s config not read whole (Triton refused it, did not answer or answered part of it) in "

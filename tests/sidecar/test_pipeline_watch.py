@@ -137,10 +137,11 @@ def test_a_model_that_is_no_pipeline_is_not_blamed_through_the_watch() -> None:
 
 
 def test_a_config_never_read_blames_nobody_and_is_asked_again_at_once() -> None:
-    """Triton not answering, or still loading the ensemble (HTTP 400), at the sidecar's start: whether it
-    is a pipeline is unknown, so nobody is blamed (never its own version rolled back) and a person decides
-    (escalate: that incident's blame is decided for good); the next read is not put off CONFIG_REREAD_S, and
-    once read the next incident's member is blamed."""
+    """Triton not answering, or still loading the ensemble (HTTP 400), at the sidecar's start: whether a model
+    configured without ``calls`` is a pipeline is unknown, so nobody is blamed (never its own version rolled
+    back) and nothing is decided: asked again at the next submission, as a plain model's failure waits (the
+    healing timeout escalates it). The next read is not put off CONFIG_REREAD_S, and once read the same
+    incident's member is blamed."""
     for trouble in ("down", "loading", "partial"):
         triton, clock = StandInTriton(), FakeClock()
         w = watch(triton, clock)
@@ -152,17 +153,48 @@ def test_a_config_never_read_blames_nobody_and_is_asked_again_at_once() -> None:
         (triton.loading if trouble == "loading" else triton.partial if trouble == "partial" else set()).add("ens")
         cycle(fresh, Verdict.WRONG)
         undecided = fresh.blame(incident())
-        assert undecided is not None and undecided.model is None and undecided.escalate, trouble
-        assert "config not read whole" in undecided.why and "a person decides" in undecided.why, trouble
+        assert undecided is not None and undecided.model is None and not undecided.escalate, trouble
+        assert "config not read yet" in undecided.why and "asked again" in undecided.why, trouble
         triton.down = False
         triton.loading.clear()
         triton.partial.clear()
         clock.now += 1  # well inside CONFIG_REREAD_S: a failed read set no read time
         cycle(fresh, Verdict.WRONG)  # the next cycle
         assert [m.name for m in fresh.members("ens")] == ["pre", "mid"], trouble
-        assert fresh.blame(incident()) == undecided, trouble  # decided once for that incident
-        decided = fresh.blame(incident("inc-2"))
-        assert decided is not None and decided.model is not None, trouble
+        decided = fresh.blame(incident())
+        assert decided is not None and decided.model == "mid", trouble
+
+
+def test_a_plain_model_whose_config_is_never_read_waits_and_is_not_escalated() -> None:
+    # A model with no calls (not an ensemble by its config, which Triton refuses every cycle): each
+    # submission asks again; nothing is decided for good, nothing escalated at once.
+    triton, clock = StandInTriton(), FakeClock()
+    triton.loading.add("plain")
+    w = PipelineWatch([model("plain")], triton, clock=clock)  # type: ignore[arg-type]
+    for key in ("inc-1", "inc-1", "inc-2"):
+        w.before_probe(["plain"])
+        blamed = w.blame(Incident(key, "plain", "3", "wrong-answer", "", 0, 0))
+        assert blamed is not None and blamed.model is None and not blamed.escalate, blamed
+        clock.now += 1
+    triton.loading.clear()
+    clock.now += 1
+    assert w.blame(Incident("inc-1", "plain", "3", "wrong-answer", "", 0, 0)) is None  # read: not a pipeline
+
+
+def test_a_pipeline_by_its_calls_whose_config_is_never_read_escalates_at_once() -> None:
+    """A BLS model (``calls``) whose config is never read whole: whether it is also an ensemble, of what, is
+    unknown; nobody blamed, a person decides (escalate: decided for good for that incident)."""
+    triton, clock = StandInTriton(), FakeClock()
+    triton.served["tok"] = ["1"]
+    triton.loading.add("bls")
+    w = PipelineWatch([model("bls", calls=("tok",))], triton, clock=clock)  # type: ignore[arg-type]
+    w.before_probe(["bls"])
+    first = w.blame(Incident("inc-1", "bls", "2", "wrong-answer", "", 0, 0))
+    assert first is not None and first.model is None and first.escalate
+    assert "config not read whole" in first.why and "a person decides" in first.why
+    triton.loading.clear()
+    clock.now += 1
+    assert w.blame(Incident("inc-1", "bls", "2", "wrong-answer", "", 0, 0)) == first  # decided once
 
 
 def test_a_known_pipeline_is_not_dropped_on_one_read() -> None:
