@@ -6,7 +6,8 @@ event comes: PyYAML's usual way composes the whole document's node graph first (
 every scalar), which for a healer.yaml with golden suites written inline took ~60 MiB for 1 MiB of YAML
 (100 models x 10 requests: the sidecar's peak RSS 124 MiB, issue 30) and stayed with the process as the
 allocator's freed memory. The one pass reads the plain subset every healer.yaml uses: mappings with string
-keys, sequences, scalars of YAML's standard tags, anchors and aliases. Anything else (a merge key ``<<``, a
+keys, sequences, scalars of YAML's standard tags, anchors and aliases (the nodes they expand to bounded:
+_Expansion, in both readers). Anything else (a merge key ``<<``, a
 ``!!set``, a non-string key, a key given twice, nesting past the bound, a syntax error) is read again the
 composed way, which reads it as before or raises the error it always raised (the file, the key path, the
 line): one reader's semantics and messages, the one-pass reader never the last word on an error."""
@@ -27,6 +28,12 @@ from healer.settings.schema import ConfigError
 # Deep enough for any config (a tensor's nesting is its rank, at most 64 in numpy); PyYAML builds the
 # document recursively, so a file nested thousands of levels deep would otherwise hit RecursionError.
 MAX_YAML_DEPTH = 100
+# Aliases may make a document's nodes many more than its text has ("billion laughs": 9 aliases of 9
+# aliases of ... : 500 bytes that expand to 10^8 numbers). A document's nodes with every alias expanded
+# are at most MAX_EXPANDED_NODES or EXPANSION_FACTOR x the nodes written in it, whichever is more: a
+# config that shares a suite's tensors through anchors stays far below; a 1 MiB file stays linear.
+MAX_EXPANDED_NODES = 100_000
+EXPANSION_FACTOR = 10
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -67,9 +74,14 @@ _MALLOC_TRIM = _malloc_trim()
 
 def _composed(text: str, source: str) -> Any:
     """PyYAML's way: the document's node graph composed, its keys checked, then constructed."""
-    # Nesting first, from the parser's events: the parser keeps its own stack, it does not recurse.
+    # Nesting and aliases' expansion first, from the parser's events: the parser keeps its own stack.
     depth = 0
+    expansion = _Expansion()
     for event in yaml.parse(text, Loader=_Yaml12FloatLoader):
+        try:
+            expansion.add(event)
+        except _TooLarge as exc:
+            raise ConfigError(source, "", str(exc)) from None
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_YAML_DEPTH:
@@ -87,6 +99,53 @@ def _composed(text: str, source: str) -> Any:
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+class _TooLarge(Exception):
+    """Aliases expand the document past its bound (the message says where)."""
+
+
+class _Expansion:
+    """The nodes of a document with every alias expanded, counted from its parser's events (nothing built):
+    _TooLarge at the first alias past max(MAX_EXPANDED_NODES, EXPANSION_FACTOR x the nodes written so far)."""
+
+    __slots__ = ("_anchors", "_open", "expanded", "own")
+
+    def __init__(self) -> None:
+        self._anchors: dict[str, int] = {}  # an anchored node's nodes, its aliases expanded
+        self._open: list[list[Any]] = [[0, None]]  # each open collection's [nodes so far, anchor]
+        self.own = 0  # nodes written in the text (an alias counts one)
+        self.expanded = 0  # nodes once every alias is expanded
+
+    def add(self, event: yaml.Event) -> None:
+        if isinstance(event, yaml.ScalarEvent):
+            self.own += 1
+            self.expanded += 1
+            self._open[-1][0] += 1
+            if event.anchor is not None:
+                self._anchors[event.anchor] = 1
+        elif isinstance(event, yaml.CollectionStartEvent):
+            self.own += 1
+            self.expanded += 1
+            self._open.append([1, event.anchor])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            nodes, anchor = self._open.pop()
+            if anchor is not None:
+                self._anchors[anchor] = nodes
+            self._open[-1][0] += nodes
+        elif isinstance(event, yaml.AliasEvent):
+            nodes = self._anchors.get(event.anchor or "", 1)  # undefined or still open: 1
+            self.own += 1
+            self.expanded += nodes
+            self._open[-1][0] += nodes
+            limit = max(MAX_EXPANDED_NODES, EXPANSION_FACTOR * self.own)
+            if self.expanded > limit:
+                mark = event.start_mark
+                where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "an alias"
+                raise _TooLarge(
+                    f"aliases expand the document past {limit} nodes at *{event.anchor} ({where}): at most "
+                    f"{MAX_EXPANDED_NODES} or {EXPANSION_FACTOR}x the {self.own} nodes written, whichever is more"
+                )
 
 
 def _check_keys(root: yaml.Node, source: str) -> None:
@@ -197,6 +256,7 @@ class _OnePass:
         self._text = text
         self._helper = _Yaml12FloatLoader("")  # its resolver (YAML 1.2 floats) and scalar constructors
         self._anchors: dict[str, Any] = {}
+        self._expansion = _Expansion()  # past its bound: _TooLarge, read again the composed way (its error)
         self._stack: list[_Open] = []
         self._root: Any = None
 
@@ -206,6 +266,7 @@ class _OnePass:
         try:
             while parser.check_event():
                 event = parser.get_event()
+                self._expansion.add(event)
                 if isinstance(event, yaml.ScalarEvent):
                     self._scalar(event)
                 elif isinstance(event, yaml.AliasEvent):

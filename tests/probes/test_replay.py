@@ -120,3 +120,16 @@ def test_over_the_bytes_cap_is_refused_naming_the_file(store: ModelStore, monkey
     put(store, "m/replay/b.npy", npy(np.zeros((100, 6), dtype=np.float32)))  # 2,528 bytes
     with pytest.raises(ReplayError, match=r"b\.npy: the replay set is over"):
         read_replay_set(store, "m")
+
+
+def test_a_file_whose_aliases_expand_past_the_bound_is_refused_naming_it(store: ModelStore) -> None:
+    from tests.settings.test_yaml12_one_pass import laughs
+
+    put(
+        store,
+        "m/replay/laughs.yaml",
+        "inputs:\n  - {name: INPUT, datatype: FP32, shape: [1], " + laughs(7).replace("name: m\n", "") + "}\n",
+    )
+    with pytest.raises(ReplayError, match="aliases expand the document past") as caught:
+        read_replay_set(store, "m")
+    assert str(caught.value).startswith(f"{store.location}/m/replay/laughs.yaml: ")

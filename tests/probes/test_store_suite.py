@@ -198,3 +198,26 @@ def test_a_request_added_to_the_store_is_fitted_to_a_version_already_seen(tmp_pa
     verdict = fit.check(Metadata(), "seq", "2", suite_with_store(store, m))  # type: ignore[arg-type]
     assert verdict is not None and verdict.fit is Fit.CONFIG_ERROR
     assert verdict.findings[0].startswith("models[0].golden[1].inputs[0].name: seq v2 has no input 'TOKEN'")
+
+
+def test_a_file_whose_aliases_expand_past_the_bound_is_skipped_and_named(tmp_path: Path, store: ModelStore) -> None:
+    # "Billion laughs" pushed with a version: 10^7 numbers from under 600 bytes, refused while read (the
+    # sidecar's memory untouched), named with its line; the other requests are read.
+    from tests.settings.test_yaml12_one_pass import laughs
+
+    root = tmp_path / "store"
+    put(
+        root,
+        "laughs.yaml",
+        laughs(7).replace(
+            "name: m\ndata:", "latency_slo_ms: 100\ninputs:\n  - {name: X, datatype: FP32, shape: [1], data:"
+        )
+        + "}\n",
+    )
+    put(root, "good.yaml", golden_request("good", 3))
+    requests, problems = read_store_requests(store, model(tmp_path))
+    assert [r.name for r in requests] == ["good"]
+    assert len(problems) == 1 and problems[0].startswith(
+        f"{root}/seq/golden/laughs.yaml: aliases expand the document past "
+    )
+    assert "(line 3, column " in problems[0]

@@ -120,3 +120,40 @@ def test_reading_a_large_suite_takes_a_fraction_of_the_composed_memory(tmp_path:
     composed = peak(lambda: _composed(text, "s.yaml"))
     one_pass = peak(lambda: load_yaml(text, "s.yaml"))
     assert one_pass * 5 < composed, (one_pass, composed)  # measured here: 0.35 MB against 6.5 MB (1/19)
+
+
+def laughs(levels: int, *, merge: bool = False) -> str:
+    """ "Billion laughs": each level a list of the one below and 9 aliases of it (10^levels numbers from a
+    few hundred bytes); ``merge`` adds a merge key, outside the one pass's subset (read the composed way)."""
+    node = "&a0 [" + ",".join(["1.0"] * 10) + "]"
+    for i in range(1, levels):
+        node = f"&a{i} [" + node + "," + ",".join([f"*a{i - 1}"] * 9) + "]"
+    extra = "base: &b {p: 1}\nmerged:\n  <<: *b\n" if merge else ""
+    return f"{extra}name: m\ndata: {node}\n"
+
+
+@pytest.mark.parametrize("merge", [False, True], ids=["one-pass", "composed"])
+def test_aliases_expanding_past_the_bound_are_refused_naming_the_file_and_line(merge: bool) -> None:
+    text = laughs(7, merge=merge)  # 10^7 numbers from under 600 bytes
+    assert len(text) < 1000
+    with pytest.raises(ConfigError) as caught:
+        load_yaml(text, "laughs.yaml")
+    line = 5 if merge else 2
+    assert str(caught.value).startswith("laughs.yaml: aliases expand the document past ")
+    assert f"(line {line}, column " in str(caught.value)
+    with pytest.raises(yaml12._TooLarge):
+        _OnePass(laughs(7)).document()  # the one pass never returns it (its shared lists would expand later)
+    with pytest.raises(ConfigError, match="aliases expand"):
+        _composed(text, "laughs.yaml")
+
+
+def test_aliases_within_the_bound_are_read() -> None:
+    # 10^4 numbers: under MAX_EXPANDED_NODES though far over 10x the nodes written.
+    document = load_yaml(laughs(4), "ok.yaml")
+    assert len(document["data"]) == 10 and len(document["data"][1]) == 10
+    # A large document's own nodes raise the bound: 50,000 numbers written and one alias of them.
+    many = "a: &x [" + ",".join(["1"] * (yaml12.MAX_EXPANDED_NODES // 2)) + "]\nb: [*x]\n"
+    assert load_yaml(many, "many.yaml")["b"][0] is not None
+    twice = "a: &x [" + ",".join(["1"] * (yaml12.MAX_EXPANDED_NODES // 2)) + "]\nb: [" + ",".join(["*x"] * 12) + "]\n"
+    with pytest.raises(ConfigError, match="aliases expand"):  # 12 aliases: over 10x what is written
+        load_yaml(twice, "twice.yaml")
