@@ -239,7 +239,14 @@ def decide_rollback(
 
 
 def quarantine_refused(
-    version: str, *, stable_in_ledger: bool, restoring: Collection[str], person_asked: bool, confirmed: bool = False
+    version: str,
+    *,
+    stable_in_ledger: bool,
+    restoring: Collection[str],
+    person_asked: bool,
+    confirmed: bool = False,
+    member_of: Collection[str] = (),
+    confirmed_here: bool = False,
 ) -> str:
     """Why a rollback (its record or its escalation) must not record ``version`` quarantined, "" when it
     may: the last gate, asked again inside the ledger's compare-and-swap, whatever the evidence.
@@ -250,9 +257,19 @@ def quarantine_refused(
       confirmation included, may judge it by requests meant for a newer version (store golden requests
       pushed with it, a pipeline's), a flaky node or a config around it: quarantining it would take
       away the version rollbacks restore to.
+    * a composing model's version (``member_of``: the pipelines whose suites judge it): only when this run's
+      confirmation saw a pipeline fail with it served (``confirmed_here``), or a person asks. Its blame is a
+      guess from the order the members' versions changed: a run that failed before it confirmed (waiting
+      for a pipeline's lease held by another member's rollback, say) has nothing against it.
     """
     if version in restoring:
         return f"v{version} is the version this rollback restores to: never quarantined"
+    if member_of and not confirmed_here and not person_asked:
+        return (
+            f"v{version} was blamed as a member of {', '.join(member_of)} (from the order the versions changed) "
+            "and this run never saw the pipeline fail with it served (it failed before its confirmation, at the "
+            "lease or earlier): not quarantined on a guess; a person decides"
+        )
     if stable_in_ledger and not person_asked:
         seen = "a check in this incident saw it answer wrong, but " if confirmed else ""
         return (

@@ -48,6 +48,7 @@ from workflows.steps.drill_observe import GoldenWatch
 from workflows.steps.lease import LeaseKeeper
 from workflows.steps.pipeline import ask_pipelines, reload_pipeline
 from workflows.steps.promote import PromotionRefused, promote
+from workflows.steps.records import remember_failed
 from workflows.steps.rollback import escalate, heal
 
 _names = iter(range(1, 1000))
@@ -328,7 +329,9 @@ def test_two_members_changed_escalates_at_once_once_and_rolls_back_nothing(pipel
 def test_a_members_escalated_rollback_is_recorded_in_its_own_ledger(pipeline: Pipeline) -> None:
     """The exit handler of a member's rollback that failed (here: its stable version's files gone): the member
     is not in healer.yaml, yet its ledger and audit trail get what a plain model's escalation writes, the audit
-    record naming the pipeline, the blamed member and the evidence."""
+    record naming the pipeline, the blamed member and the evidence. Its version is quarantined only when this
+    run's confirmation saw the pipeline fail with it served: a run that failed before (at a pipeline's lease),
+    or an earlier run's confirmation, leaves it unquarantined (its blame is a guess from the order of change)."""
     ens, mid = pipeline.names["ensemble"], pipeline.names["mid"]
     request = RollbackRequest(
         model=mid,
@@ -337,17 +340,26 @@ def test_a_members_escalated_rollback_is_recorded_in_its_own_ledger(pipeline: Pi
         incident="inc-member-escalated",
         detail=f"{ens}'s suite failed; blamed: {mid} v1->v2 since {ens} last passed: output 'Y': 4/4 values off",
     )
-    ctx = context_from_settings(pipeline.settings)
+    ctx = dataclasses.replace(context_from_settings(pipeline.settings), workflow_name="healer-rb-this-run")
     try:
+        # An earlier run of the incident confirmed it: not this run's evidence.
+        remember_failed(dataclasses.replace(ctx, workflow_name="an-earlier-run"), request, "earlier")
+        unconfirmed = escalate(ctx, request, failure="lease: another rollback of the ensemble holds its lease")
+        assert "record_error" not in unconfirmed and unconfirmed["quarantined"] is False, unconfirmed
+        assert f"blamed as a member of {ens}" in unconfirmed["not_quarantined"], unconfirmed
+        assert pipeline.store.ledger(mid).quarantined == ()
+        remember_failed(ctx, request, "this run's confirmation: the ensemble failed with v2 served")
         outcome = escalate(ctx, request, failure="fetch-stable: v1's files differ from the ledger")
     finally:
         ctx.triton.close()
     assert "record_error" not in outcome, outcome
-    [audit] = [r for r in pipeline.store.audit_of(mid, request.incident) if r.get("event") == "escalated"]
+    audits = [r for r in pipeline.store.audit_of(mid, request.incident) if r.get("event") == "escalated"]
+    assert [bool(a.get("not_quarantined")) for a in audits] == [True, False], audits
+    audit = audits[1]
     assert audit["from_version"] == "2" and audit["detail"] == request.detail
     assert audit["evidence"]["pipelines"] == [ens] and audit["evidence"]["blamed"] == mid
     assert "v1's files differ" in audit["evidence"]["failure"]
-    # As a plain model's escalation: the failing version, never stable, is quarantined; the stable one never.
+    # Confirmed in this run, as a plain model's escalation: the failing version, never stable, is quarantined.
     assert [q.version for q in pipeline.store.ledger(mid).quarantined] == ["2"]
     assert pipeline.store.ledger(ens).quarantined == () and pipeline.store.audit_of(ens, request.incident) == []
 

@@ -144,6 +144,9 @@ def why_not_quarantined(  # noqa: PLR0911 (a decision table: one return per case
         restoring=restoring,
         person_asked=asked,
         confirmed=confirmed,
+        member_of=member_of,
+        # A member's: this run's own confirmation through its pipeline, never an earlier run's or a guess.
+        confirmed_here=bool(member_of) and not asked and failed_earlier(ctx, request, this_run=True),
     )
     if refused or asked:
         return refused
@@ -178,13 +181,21 @@ def remember_failed(ctx: StepContext, request: RollbackRequest, where: str) -> N
         log.warning("evidence_not_recorded", model=request.model, version=request.from_version, error=str(exc))
 
 
-def failed_earlier(ctx: StepContext, request: RollbackRequest) -> bool:
+def failed_earlier(ctx: StepContext, request: RollbackRequest, *, this_run: bool = False) -> bool:
+    """Whether a confirmation in this incident (``this_run``: in this workflow run) saw the failing version
+    answer wrong: its CONFIRMED_FAILING audit record. Unread, or a run without a name: False (nothing learnt
+    is no evidence)."""
     try:
         records = ctx.store.audit_of(request.model, request.incident)
     except (StoreError, ValueError, OSError) as exc:
         log.warning("evidence_not_read", model=request.model, version=request.from_version, error=str(exc))
         return False
-    return any(r.get("event") == CONFIRMED_FAILING and r.get("version") == request.from_version for r in records)
+    return any(
+        r.get("event") == CONFIRMED_FAILING
+        and r.get("version") == request.from_version
+        and (not this_run or (bool(ctx.workflow_name) and r.get("workflow") == ctx.workflow_name))
+        for r in records
+    )
 
 
 def quarantine_files(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
