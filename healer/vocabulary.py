@@ -57,7 +57,13 @@ TIMEOUT = "timeout"
 NOT_READY = "not-ready"
 MANUAL = "manual"  # `healer rollback` from a person
 MANUAL_QUARANTINE = "manual-quarantine"  # `healer rollback --quarantine`: a person asks for the quarantine too
-REASONS = frozenset({WRONG_ANSWER, NON_FINITE, MODEL_ERROR, SLOW, TIMEOUT, NOT_READY, MANUAL, MANUAL_QUARANTINE})
+# The traffic signal (healer/sidecar/traffic.py): Triton's counters on real traffic over a limit, the version's
+# golden requests answered right. A rollback's reason only: restores as a detection, quarantines only when a
+# golden request fails on the version in the incident (workflows/plan.py decide_rollback).
+TRAFFIC = "traffic"
+REASONS = frozenset(
+    {WRONG_ANSWER, NON_FINITE, MODEL_ERROR, SLOW, TIMEOUT, NOT_READY, MANUAL, MANUAL_QUARANTINE, TRAFFIC}
+)
 # Reasons a person gave: no check of healer's failed on the version (evidence comes from the rollback's own).
 PERSON_REASONS = frozenset({MANUAL, MANUAL_QUARANTINE})
 

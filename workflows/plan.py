@@ -172,6 +172,7 @@ def decide_rollback(
     version: str,
     failed_before: bool = False,
     stable_in_ledger: bool = False,
+    detected_by_answer: bool = True,
 ) -> RollbackGo:
     """The rollback holds the model's lease and has asked the failing version again (``seen``).
 
@@ -181,6 +182,8 @@ def decide_rollback(
     for the quarantine (``healer rollback --quarantine``). ``failed_before``: an earlier run of this
     incident (killed before its record) saw the version fail its confirmation: the audit trail says so.
     ``stable_in_ledger``: the ledger lists the version stable (promoted: verified by a person or a release).
+    ``detected_by_answer``: False for the traffic signal (reason ``traffic``, Triton's counters on real
+    traffic): it restores as a detection does, but is no evidence for a quarantine (``_traffic_only``).
 
     * A person's ``--quarantine`` is done as asked: restore and quarantine, whatever the version answers.
     * After a wait, a version that answers right wherever it is served is a stale incident: nothing
@@ -221,10 +224,13 @@ def decide_rollback(
             else "it failed its golden request earlier in this incident"
             if failed_before
             else "the sidecar's check failed"
+            if detected_by_answer
+            else "real traffic failed over its limit (Triton's metrics)"
         )
-        if stable_kept:
+        kept = stable_kept or _traffic_only(version, seen, confirmed=confirmed, by_answer=detected_by_answer)
+        if kept:
             return RollbackGo(
-                True, False, f"v{version}: restore; {source}", why_not_quarantined=stable_kept, confirmed=confirmed
+                True, False, f"v{version}: restore; {source}", why_not_quarantined=kept, confirmed=confirmed
             )
         return RollbackGo(True, True, f"v{version}: restore; {source}", confirmed=confirmed)
     return RollbackGo(
@@ -235,6 +241,17 @@ def decide_rollback(
             f"no check failed on v{version} in this incident ({seen.value}): a person's rollback does not "
             "quarantine without --quarantine"
         ),
+    )
+
+
+def _traffic_only(version: str, seen: FailingSeen, *, confirmed: bool, by_answer: bool) -> str:
+    """Why the traffic signal's rollback does not quarantine: no answer of the version was seen wrong ("" when
+    one was). Real traffic's failures may come from a node, a config or the traffic itself."""
+    if confirmed or by_answer:
+        return ""
+    return (
+        f"only real traffic's failures were seen, and v{version} answered no golden request wrong in this "
+        f"incident ({seen.value}): quarantined only on a check's wrong answer"
     )
 
 

@@ -12,7 +12,8 @@ version was reloaded: the samples before it are dropped) or a metrics text that 
 
 Names and labels as Triton 2.51 writes them (checked against the real server, tests/edges/
 test_triton_metrics.py): ``nv_inference_request_success``, ``nv_inference_request_failure`` (one
-series per ``reason``: summed), ``nv_inference_request_duration_us`` (successful requests),
+series per ``reason``: BACKEND and OTHER summed, ``FAILURE_REASONS``), ``nv_inference_request_duration_us``
+(successful requests),
 ``nv_inference_queue_duration_us``, ``nv_inference_compute_infer_duration_us``,
 ``nv_inference_pending_request_count`` (a gauge), each with ``model`` and ``version`` labels.
 """
@@ -36,6 +37,11 @@ QUEUE = "nv_inference_queue_duration_us"
 COMPUTE = "nv_inference_compute_infer_duration_us"
 PENDING = "nv_inference_pending_request_count"
 FAMILIES = frozenset({SUCCESS, FAILURE, DURATION, QUEUE, COMPUTE, PENDING})
+# The failure reasons that are the version's own (Triton 2.51: BACKEND, the model or its backend failed;
+# OTHER, the rest of inference). REJECTED (a full queue, the server's load) and CANCELED (a client gave up)
+# say nothing of what the version answers: counted as neither failure nor request. A series without a
+# reason label (a Triton before it) is counted.
+FAILURE_REASONS = frozenset({"BACKEND", "OTHER"})
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
@@ -88,7 +94,9 @@ def parse_metrics(text: str, *, max_bytes: int = MAX_METRICS_BYTES) -> dict[Key,
         if not model or not version:
             continue  # a series without a model version (none in 2.51): nothing to attribute it to
         counts = sums.setdefault((model, version), {})
-        counts[name] = counts.get(name, 0.0) + value  # the failure series: one per reason, summed
+        if name == FAILURE and labels.get("reason", "BACKEND") not in FAILURE_REASONS:
+            continue  # a full queue, a client's cancel: not the version's failure
+        counts[name] = counts.get(name, 0.0) + value  # the failure series: one per counted reason, summed
     return {
         key: Counters(
             success=c.get(SUCCESS, 0.0),

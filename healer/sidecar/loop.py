@@ -145,8 +145,8 @@ class Sidecar:
         self.golden = GoldenWatch(
             settings, store_factory=drain_store, metrics=self.metrics, event=self.notify.event, clock=clock
         )
-        # Pipelines (ensembles, BLS models with calls): their members' versions and whom an incident blames.
         self.pipelines = PipelineWatch(settings.models, triton, clock=clock, stable_of=ledger_stable(drain_store))
+        self.traffic.follow(self.pipelines)  # pipelines: members' versions, blame; own requests on members
         self.observer = observer_for(self, drain_store)  # observe-only models: planned, never acted on
         self._stopping = threading.Event()  # SIGTERM: leaving the Service (set from a signal handler)
         self._stop_at: float | None = None

@@ -28,9 +28,10 @@ from typing import Any
 
 import structlog
 
-from healer.core.state import Incident, Probed, Verdict
+from healer.core.state import Incident, Probed, Verdict, incident_key
 from healer.core.traffic import (
     FAILURE_RATIO,
+    LATENCY,
     BlastRadius,
     Counters,
     Judged,
@@ -53,7 +54,7 @@ from healer.edges.triton_metrics import MetricsUnavailable, metrics_url_for, scr
 from healer.settings import Settings
 from healer.sidecar.clock import Clock
 from healer.sidecar.notify import Notifier
-from healer.vocabulary import MODEL_ERROR, SLOW, RollbackRequest
+from healer.vocabulary import MODEL_ERROR, SLOW, TRAFFIC, RollbackRequest
 
 log = structlog.get_logger("healer.sidecar")
 
@@ -120,6 +121,11 @@ class CountingTriton:
         return self._inner.generate_stream(model, version, *args, **kwargs)
 
 
+def _count_own(counts: dict[Any, tuple[int, int, float]], key: Any, failed: bool, ms: float) -> None:
+    own, own_failed, own_ms = counts.get(key, (0, 0, 0.0))
+    counts[key] = (own + 1, own_failed + int(failed), own_ms + (0.0 if failed else ms))
+
+
 def watch_traffic(
     settings: Settings, triton: TritonAPI, metrics: Registry, clock: Clock, notify: Notifier
 ) -> tuple[TrafficWatch, TritonAPI]:
@@ -128,6 +134,14 @@ def watch_traffic(
     watch = TrafficWatch(settings, metrics=metrics, clock=clock)
     notify.blast_of = watch.restored
     return watch, watch.counting(triton)
+
+
+def is_traffic_incident(incident: Incident) -> bool:
+    """Whether the traffic signal made this incident (``merged``'s content), not a check's wrong answer."""
+    return incident.key in {
+        incident_key(incident.model, incident.version, f"{TRAFFIC_CONTENT}:{code}")
+        for code in (FAILURE_RATIO, LATENCY, "")
+    }
 
 
 class TrafficWatch:
@@ -152,6 +166,11 @@ class TrafficWatch:
         self._metrics = metrics
         self._lock = threading.Lock()  # healer's own counts come from the probe workers
         self._own: dict[Key, tuple[int, int, float]] = {}
+        # healer's calls to a pipeline count on each of its members too (Triton counts the members' requests):
+        # per member model, every version of it (``follow``); the members as last seen, read without I/O.
+        self._own_member: dict[str, tuple[int, int, float]] = {}
+        self._members: dict[str, tuple[str, ...]] = {}
+        self._pipelines: Any = None
         self._samples: dict[Key, deque[Sample]] = {}
         self._states: dict[Key, TrafficState] = {}
         self._signals: dict[Key, Signal] = {}
@@ -170,10 +189,16 @@ class TrafficWatch:
         counted: TritonAPI = CountingTriton(triton, self._own_request, self._clock)
         return counted
 
+    def follow(self, pipelines: Any) -> None:
+        """Know the pipelines' members (healer/sidecar/pipelines.py PipelineWatch ``view``, no I/O): healer's
+        requests to a pipeline are subtracted from each member's numbers as well (docs/traffic-signal.md)."""
+        self._pipelines = pipelines
+
     def _own_request(self, model: str, version: str, failed: bool, ms: float) -> None:
         with self._lock:
-            own, own_failed, own_ms = self._own.get((model, version), (0, 0, 0.0))
-            self._own[(model, version)] = (own + 1, own_failed + int(failed), own_ms + (0.0 if failed else ms))
+            _count_own(self._own, (model, version), failed, ms)
+            for member in self._members.get(model, ()):  # the pipeline's members answered it too
+                _count_own(self._own_member, member, failed, ms)
 
     # ---- one scrape per full cycle ----------------------------------------------------------------------
     def observe(self) -> None:
@@ -198,12 +223,13 @@ class TrafficWatch:
             return
         self._metrics.inc("healer_traffic_scrapes_total", {"result": "ok"})
         self.error = ""
+        self._read_members()
         with self._lock:
-            own = dict(self._own)
+            own, own_member = dict(self._own), dict(self._own_member)
         present = frozenset(k for k in counters if k[0] in self._models)
         for key in present:
-            o = own.get(key, (0, 0, 0.0))
-            self._keep(key, Sample(now, counters[key], o[0], o[1], o[2]))
+            o, m = own.get(key, (0, 0, 0.0)), own_member.get(key[0], (0, 0, 0.0))
+            self._keep(key, Sample(now, counters[key], o[0] + m[0], o[1] + m[1], o[2] + m[2]))
         for key in set(self._samples) - present:  # unloaded: kept for the blast radius, until too old
             if self._samples[key][-1].at < now - self._horizon_s:
                 del self._samples[key]
@@ -215,6 +241,17 @@ class TrafficWatch:
         if self.judging:
             for key in present:
                 self._judge(key, now)
+
+    def _read_members(self) -> None:
+        """Each pipeline's members as the pipeline watch last read them; a member once known stays counted (its
+        own requests only grow: a member dropped would make the subtraction go back, over-counting real ones)."""
+        if self._pipelines is None:
+            return
+        for name in self._models:
+            view = self._pipelines.view(name) or {}
+            members = {m["model"] for m in view.get("members", ())} - {name}
+            with self._lock:
+                self._members[name] = tuple(sorted(members | set(self._members.get(name, ()))))
 
     @property
     def _horizon_s(self) -> float:
@@ -298,9 +335,13 @@ class TrafficWatch:
 
     def with_blast(self, request: RollbackRequest, incident: Incident) -> RollbackRequest:
         """The rollback's request with the blast radius up to now in its detail (the audit record and the
-        Argo page show it); unchanged when the endpoint is not read."""
+        Argo page show it); unchanged when the endpoint is not read. An incident of the traffic signal (its
+        key's content is ``traffic:<code>``: ``merged``) asks with reason ``traffic``: restored as any
+        detection, quarantined only if a golden request fails on it (workflows/plan.py decide_rollback)."""
         if not self.reading:
             return request
+        if is_traffic_incident(incident):
+            request = dataclasses.replace(request, reason=TRAFFIC)
         words = f"; blast radius at the decision: {self.blast(incident, self._clock.monotonic()).words()}"
         return dataclasses.replace(request, detail=request.detail[: 500 - len(words)] + words)
 

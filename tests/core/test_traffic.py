@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from healer.core.traffic import (
+    FAILURE_REASONS,
     BlastRadius,
     Counters,
     Judged,
@@ -43,12 +44,42 @@ nv_cpu_utilization 0.21
 """
 
 
-def test_parse_reads_the_families_per_model_version_and_sums_the_failure_reasons() -> None:
+def test_parse_reads_the_families_per_model_version_and_sums_the_model_failure_reasons() -> None:
     parsed = parse_metrics(TRITON_TEXT)
     assert parsed[("linear_scorer", "2")] == Counters(
-        success=23, failure=3, duration_us=32338, queue_us=582, compute_us=26172, pending=3
-    )
+        success=23, failure=2, duration_us=32338, queue_us=582, compute_us=26172, pending=3
+    )  # BACKEND and OTHER counted; the client's CANCELED is not the version's failure
     assert parsed[("tiny_classifier", "1")] == Counters(success=7)
+
+
+@pytest.mark.parametrize(
+    ("reason", "counted"),
+    [("BACKEND", True), ("OTHER", True), ("REJECTED", False), ("CANCELED", False), (None, True)],
+)
+def test_only_the_models_own_failures_are_counted(reason: str | None, counted: bool) -> None:
+    """A full queue (REJECTED) or a client that gave up (CANCELED) says nothing about the version's answers;
+    a failure series without a reason (a Triton before the label) is counted, as it always was."""
+    label = f'reason="{reason}",' if reason else ""
+    text = f'nv_inference_request_failure{{model="m",{label}version="2"}} 7\n'
+    assert parse_metrics(text)[("m", "2")].failure == (7 if counted else 0)
+    assert frozenset({"BACKEND", "OTHER"}) == FAILURE_REASONS
+
+
+def test_a_full_queue_and_cancelled_requests_are_no_failure_ratio() -> None:
+    """/tmp/rev31/rejected.py: 60 rejected and 40 cancelled of 1000, no BACKEND error, was judged over 5 %."""
+
+    def text(success: int, rejected: int, canceled: int) -> str:
+        return (
+            "".join(
+                f'nv_inference_request_failure{{model="m",reason="{r}",version="2"}} {n}\n'
+                for r, n in (("BACKEND", 0), ("REJECTED", rejected), ("CANCELED", canceled))
+            )
+            + f'nv_inference_request_success{{model="m",version="2"}} {success}\n'
+        )
+
+    before, after = parse_metrics(text(1000, 0, 0))[("m", "2")], parse_metrics(text(1900, 60, 40))[("m", "2")]
+    window = judge_window([Sample(0.0, before), Sample(30.0, after)], 30.0, Limits(window_s=30, min_requests=20))
+    assert window.judged is Judged.WITHIN and window.failures == 0, window
 
 
 @pytest.mark.parametrize(

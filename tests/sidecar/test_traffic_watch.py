@@ -136,3 +136,57 @@ def test_samples_stay_bounded_and_the_blast_radius_reaches_back(example_settings
     assert radius.measured and 500 <= radius.span_s <= 600, radius
     assert abs(radius.served - 10 * radius.span_s) <= 20 and 0.09 <= radius.failed / radius.served <= 0.11, radius
     assert clock.now - start == 900.0
+
+
+def test_a_traffic_incident_asks_its_rollback_with_reason_traffic(example_settings: Settings) -> None:
+    """The traffic signal's incident is no evidence for a quarantine (workflows/plan.py decide_rollback):
+    its request says so by its reason; a golden request's incident keeps its own."""
+    from healer.core.state import incident_key
+    from healer.vocabulary import RollbackRequest
+
+    clock = FakeClock()
+    w = watch(example_settings, StandInTriton(clock, failing=0.1), clock)
+    wrong = next(v for v in run(w, clock, 8.0) if v.verdict is Verdict.WRONG)
+    traffic = Incident(
+        incident_key("linear_scorer", "3", wrong.content), "linear_scorer", "3", wrong.reason_code, wrong.detail, 0, 0
+    )
+    golden = dataclasses.replace(traffic, key=incident_key("linear_scorer", "3", "a-hash-of-wrong-outputs"))
+    for incident, reason in ((traffic, "traffic"), (golden, "model-error")):
+        request = RollbackRequest("linear_scorer", "3", incident.key, reason=incident.reason)
+        assert w.with_blast(request, incident).reason == reason
+
+
+class StandInPipelines:
+    """A STAND-IN for healer/sidecar/pipelines.py PipelineWatch's ``view``: scoring_pipeline's members."""
+
+    def view(self, name: str) -> dict[str, Any] | None:
+        if name != "scoring_pipeline":
+            return None
+        return {"members": [{"model": "linear_scorer", "step_version": -1}]}
+
+
+def test_healer_own_requests_to_a_pipeline_are_not_real_traffic_on_its_members(example_settings: Settings) -> None:
+    """Triton counts a request to an ensemble again on each member (the stand-in's linear_scorer numbers are
+    all healer's requests to scoring_pipeline, half failing): the member is not judged on them."""
+    clock = FakeClock()
+    triton = StandInTriton(clock, rate=40.0, failing=0.5)
+    w = watch(example_settings, triton, clock)
+    w.follow(StandInPipelines())
+
+    class Inner:
+        url = "127.0.0.1:1"
+
+        def infer(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            raise RuntimeError("model error")
+
+    counting = CountingTriton(Inner(), w._own_request, clock)  # type: ignore[arg-type]
+    w.observe()  # the members are learnt at a scrape
+    for _ in range(40):
+        clock.now += 0.5
+        for _ in range(20):
+            with contextlib.suppress(RuntimeError):
+                counting.infer("scoring_pipeline", "1", (), (), 1.0)
+        w.observe()
+        assert w.merged("linear_scorer", good(clock.now)).verdict is Verdict.GOOD
+    window = w.last_windows[("linear_scorer", "3")]
+    assert window.requests == 0 and window.failures == 0, window

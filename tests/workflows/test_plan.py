@@ -174,6 +174,36 @@ def test_decide_rollback(
     assert go.why and (go.quarantine or not go.act or go.why_not_quarantined)
 
 
+# The traffic signal (reason traffic): restores as a detection, but only a check's wrong answer quarantines.
+# (case, seen, failed_before) -> (act, quarantine, confirmed)
+TRAFFIC_TABLE = [
+    ("traffic only, the version answers right", P, False, (True, False, False)),
+    ("traffic, and the confirmation sees it answer wrong", F, False, (True, True, True)),
+    ("traffic, served nowhere, failed earlier in the incident", NS, True, (True, True, True)),
+    ("traffic, served nowhere, no check failed", NS, False, (True, False, False)),
+    ("traffic, version unknown", NC, False, (True, False, False)),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "seen", "failed_before", "expected"), TRAFFIC_TABLE, ids=[c[0] for c in TRAFFIC_TABLE]
+)
+def test_a_traffic_detection_is_no_evidence_for_a_quarantine(
+    case: str, seen: FailingSeen, failed_before: bool, expected: tuple[bool, bool, bool]
+) -> None:
+    go = decide_rollback(
+        seen,
+        waited=False,
+        detected=True,
+        quarantine_asked=False,
+        version="3",
+        failed_before=failed_before,
+        detected_by_answer=False,
+    )
+    assert (go.act, go.quarantine, go.confirmed) == expected, go.why
+    assert go.quarantine or "only real traffic" in go.why_not_quarantined
+
+
 # (case, version, stable in the ledger, restoring, a person's --quarantine, confirmed) -> refused?
 REFUSED_TABLE = [
     ("the failing version, not stable, evidence", "3", False, {"2"}, False, True, False),

@@ -14,7 +14,7 @@ import structlog
 from healer.core.ledger import QuarantineRecord, StableRecord
 from healer.edges.logs import iso_utc
 from healer.edges.store import LOST_TO_A_PUSH, StoreError
-from healer.vocabulary import AUTO, MANUAL, MANUAL_QUARANTINE, RollbackRequest
+from healer.vocabulary import AUTO, MANUAL, MANUAL_QUARANTINE, TRAFFIC, RollbackRequest
 from workflows.plan import quarantine_refused
 from workflows.steps.base import PermanentStepError, StepContext, TransientStepError, store_errors
 from workflows.steps.info import tell_healed
@@ -152,6 +152,8 @@ def why_not_quarantined(  # noqa: PLR0911 (a decision table: one return per case
         return refused
     if request.reason == MANUAL and not confirmed:
         return f"a person asked for the rollback of v{version}, not its quarantine (healer rollback --quarantine)"
+    if request.reason == TRAFFIC and not confirmed:
+        return f"only real traffic's failures were seen on v{version}: no golden request failed on it"
     return ""
 
 

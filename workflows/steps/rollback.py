@@ -20,7 +20,7 @@ from healer.edges.alerts import escalate_to_people
 from healer.edges.logs import iso_utc
 from healer.edges.store import StoreError
 from healer.settings import ModelSettings
-from healer.vocabulary import MANUAL_QUARANTINE, PERSON_REASONS, SLOW, TIMEOUT, RollbackRequest
+from healer.vocabulary import MANUAL_QUARANTINE, PERSON_REASONS, SLOW, TIMEOUT, TRAFFIC, RollbackRequest
 from probes.fit import golden_key, newest_stable
 from probes.tiers import check_after_load
 from workflows.plan import FailingSeen, decide_rollback, failing_seen
@@ -291,6 +291,7 @@ def confirm_failing(ctx: StepContext, request: RollbackRequest, *, waited: bool)
         version=version,
         failed_before=failed_before,
         stable_in_ledger=stable_in_ledger,
+        detected_by_answer=request.reason != TRAFFIC,  # the traffic signal: no evidence for a quarantine
     )
     log.info(
         "rollback_confirmed" if go.act else "rollback_stale",
