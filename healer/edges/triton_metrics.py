@@ -1,6 +1,6 @@
 """Triton's metrics endpoint (its Prometheus text, by default on port 8002): one bounded scrape.
 
-One GET with a total deadline (every read re-armed with what is left of ``timeout_s``) and a size cap
+One GET with a total deadline (the connection, the headers and the body within ``timeout_s`` in all) and a size cap
 (MAX_METRICS_BYTES: the body is read no further). Whatever goes wrong (refused, a timeout, an HTTP
 error, an answer over the cap, text that is not Prometheus text) is ``MetricsUnavailable``: nothing
 learnt, never a failure of a model. The parsing is pure (healer/core/traffic.py).
@@ -8,8 +8,10 @@ learnt, never a failure of a model. The parsing is pure (healer/core/traffic.py)
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
+import threading
 import time
 import urllib.parse
 
@@ -31,14 +33,27 @@ def metrics_url_for(triton_url: str, port: int = 8002) -> str:
 
 
 def scrape_text(url: str, *, timeout_s: float, max_bytes: int = MAX_METRICS_BYTES) -> str:
-    """The endpoint's text, read within ``timeout_s`` in all and at most ``max_bytes``."""
+    """The endpoint's text, read within ``timeout_s`` in all (the connection, the headers and the body: one
+    deadline, a timer cutting the socket at it) and at most ``max_bytes``."""
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise MetricsUnavailable(f"metrics URL {url!r} is not http(s)://host:port/path")
     deadline = time.monotonic() + timeout_s
+    late = f"{url}: not read within {timeout_s:g} s"
     kind = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
     connection = kind(parsed.hostname, parsed.port, timeout=timeout_s)
+    cut = threading.Event()
+    timer: threading.Timer | None = None
     try:
+        connection.connect()  # bounded by timeout_s
+        left = deadline - time.monotonic()
+        if left <= 0 or connection.sock is None:
+            raise MetricsUnavailable(late)
+        connection.sock.settimeout(left)
+        # A server that drips its headers or body, each byte inside a read's timeout, is cut at the deadline.
+        timer = threading.Timer(left, _cut, (connection.sock, cut))
+        timer.daemon = True
+        timer.start()
         connection.request("GET", parsed.path or "/metrics", headers={"Accept": "text/plain"})
         response = connection.getresponse()
         if response.status != 200:
@@ -46,26 +61,48 @@ def scrape_text(url: str, *, timeout_s: float, max_bytes: int = MAX_METRICS_BYTE
         length = response.getheader("Content-Length")
         if length is not None and length.isdigit() and int(length) > max_bytes:
             raise MetricsUnavailable(f"{url}: {length} bytes, over {max_bytes} bytes")
-        body = bytearray()
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise MetricsUnavailable(f"{url}: not read within {timeout_s:g} s")
-            if connection.sock is not None:
-                connection.sock.settimeout(left)
-            chunk = response.read1(CHUNK) if hasattr(response, "read1") else response.read(CHUNK)
-            if not chunk:
-                break
-            body += chunk
-            if len(body) > max_bytes:
-                raise MetricsUnavailable(f"{url}: over {max_bytes} bytes")
+        body = _body(connection, response, deadline, max_bytes, url=url, late=late)
+        if cut.is_set():  # the end seen was the timer's cut, not the server's: a part of the text
+            raise MetricsUnavailable(late)
         return body.decode("utf-8", errors="replace")
     except (OSError, http.client.HTTPException) as exc:
-        if isinstance(exc, socket.timeout | TimeoutError):
-            raise MetricsUnavailable(f"{url}: not read within {timeout_s:g} s") from exc
+        if cut.is_set() or isinstance(exc, socket.timeout | TimeoutError):
+            raise MetricsUnavailable(late) from exc
         raise MetricsUnavailable(f"{url}: {type(exc).__name__}: {exc}") from exc
     finally:
+        if timer is not None:
+            timer.cancel()
         connection.close()
+
+
+def _body(
+    connection: http.client.HTTPConnection,
+    response: http.client.HTTPResponse,
+    deadline: float,
+    max_bytes: int,
+    *,
+    url: str,
+    late: str,
+) -> bytearray:
+    body = bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise MetricsUnavailable(late)
+        if connection.sock is not None:
+            connection.sock.settimeout(left)
+        chunk = response.read1(CHUNK) if hasattr(response, "read1") else response.read(CHUNK)
+        if not chunk:
+            return body
+        body += chunk
+        if len(body) > max_bytes:
+            raise MetricsUnavailable(f"{url}: over {max_bytes} bytes")
+
+
+def _cut(sock: socket.socket, cut: threading.Event) -> None:
+    cut.set()
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def scrape(url: str, *, timeout_s: float, max_bytes: int = MAX_METRICS_BYTES) -> dict[Key, Counters]:
