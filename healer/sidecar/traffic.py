@@ -136,11 +136,11 @@ def watch_traffic(
     return watch, watch.counting(triton)
 
 
-def is_traffic_incident(incident: Incident) -> bool:
-    """Whether the traffic signal made this incident (``merged``'s content), not a check's wrong answer."""
+def is_traffic_incident(incident: Incident, codes: tuple[str, ...] = (FAILURE_RATIO, LATENCY, "")) -> bool:
+    """Whether the traffic signal made this incident (``merged``'s content), not a check's wrong answer;
+    ``codes``: only for these window codes."""
     return incident.key in {
-        incident_key(incident.model, incident.version, f"{TRAFFIC_CONTENT}:{code}")
-        for code in (FAILURE_RATIO, LATENCY, "")
+        incident_key(incident.model, incident.version, f"{TRAFFIC_CONTENT}:{code}") for code in codes
     }
 
 
@@ -336,11 +336,14 @@ class TrafficWatch:
     def with_blast(self, request: RollbackRequest, incident: Incident) -> RollbackRequest:
         """The rollback's request with the blast radius up to now in its detail (the audit record and the
         Argo page show it); unchanged when the endpoint is not read. An incident of the traffic signal (its
-        key's content is ``traffic:<code>``: ``merged``) asks with reason ``traffic``: restored as any
-        detection, quarantined only if a golden request fails on it (workflows/plan.py decide_rollback)."""
+        key's content is ``traffic:<code>``: ``merged``) judged on latency asks with reason ``traffic``: restored
+        as any detection, quarantined only if a golden request fails on it (workflows/plan.py decide_rollback):
+        a slow window may be the node or the load. One judged on its failure ratio keeps its reason: the
+        version's own errors (BACKEND, OTHER; never a full queue or a cancelled client), over two windows,
+        are evidence, and without the quarantine a restarted Triton would load the failing version again."""
         if not self.reading:
             return request
-        if is_traffic_incident(incident):
+        if is_traffic_incident(incident, (LATENCY, "")):
             request = dataclasses.replace(request, reason=TRAFFIC)
         words = f"; blast radius at the decision: {self.blast(incident, self._clock.monotonic()).words()}"
         return dataclasses.replace(request, detail=request.detail[: 500 - len(words)] + words)

@@ -45,7 +45,7 @@ def test_the_version_failing_real_traffic_is_found_from_triton_metrics_and_heale
     code = main(["drill", "--config", str(config), "fails-one-in-ten", "-o", "json"])
     captured = capsys.readouterr()
     [result] = json.loads(captured.out)
-    assert code == 0, result
+    assert code == 0, json.dumps(result, indent=1)  # whole: which check missed
     assert (result["scenario"], result["outcome"], result["passed"]) == ("fails-one-in-ten", "healed", True), result
     assert result["detected_by"] == "metrics" and len(result["workflows"]) == 1, result
     assert result["requests"] > 0 and result["wrong_served"] > 0, result  # the clients met the fault

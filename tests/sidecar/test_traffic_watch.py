@@ -138,9 +138,11 @@ def test_samples_stay_bounded_and_the_blast_radius_reaches_back(example_settings
     assert clock.now - start == 900.0
 
 
-def test_a_traffic_incident_asks_its_rollback_with_reason_traffic(example_settings: Settings) -> None:
-    """The traffic signal's incident is no evidence for a quarantine (workflows/plan.py decide_rollback):
-    its request says so by its reason; a golden request's incident keeps its own."""
+def test_a_traffic_incident_asks_its_rollback_with_its_evidence(example_settings: Settings) -> None:
+    """A slow window is no evidence for a quarantine (workflows/plan.py decide_rollback): its request says so
+    by the reason ``traffic``; a failure ratio (the version's own errors over two windows) and a golden
+    request's incident keep their own reason, and are quarantined (else a restarted Triton loads the
+    failing version again: the fails-one-in-ten drill's restart check)."""
     from healer.core.state import incident_key
     from healer.vocabulary import RollbackRequest
 
@@ -150,8 +152,10 @@ def test_a_traffic_incident_asks_its_rollback_with_reason_traffic(example_settin
     traffic = Incident(
         incident_key("linear_scorer", "3", wrong.content), "linear_scorer", "3", wrong.reason_code, wrong.detail, 0, 0
     )
+    assert wrong.content == "traffic:failure-ratio", wrong.content
+    slow = dataclasses.replace(traffic, key=incident_key("linear_scorer", "3", "traffic:latency"), reason="slow")
     golden = dataclasses.replace(traffic, key=incident_key("linear_scorer", "3", "a-hash-of-wrong-outputs"))
-    for incident, reason in ((traffic, "traffic"), (golden, "model-error")):
+    for incident, reason in ((traffic, "model-error"), (slow, "traffic"), (golden, "model-error")):
         request = RollbackRequest("linear_scorer", "3", incident.key, reason=incident.reason)
         assert w.with_blast(request, incident).reason == reason
 
