@@ -42,15 +42,18 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Three workers, each running whole test files (--dist loadfile: a module's Tritons and fixtures stay in
-# one process): the tests mostly wait on Triton's loads and sleeps, so more workers than the 2 cores pay
-# (18 min 13 s in one process, 9 min 8 s in two, 2026-12-03 at 1,900 tests; at 2,744 tests 20 min 19 s in
-# two on a busy machine, 12 min 3 s in three on a quiet one, the same day). TEST_WORKERS=0 runs them in one.
+# Two workers, each running whole test files (--dist loadfile: a module's Tritons and fixtures stay in
+# one process): the tests mostly wait on Triton's loads and sleeps, so two halve the time on 2 cores
+# (18 min 13 s in one process, 9 min 8 s in two, 2026-12-03 at 1,900 tests; at 2,678 tests 20 min 19 s in
+# two on a busy machine). Three took 12 min 3 s and 11 min 31 s for 2,744 tests on a quiet machine, but in
+# the second run four Ctrl-C tests of the CLI (tests/cli/test_cli_interrupt.py, test_cli_reach.py's watch)
+# saw their SIGINT go unanswered until the API timeout, cause not found: two until it is.
+# TEST_WORKERS=0 runs them in one.
 # The slowest files are handed out first (tests/durations.json, seconds per file measured by the runs
 # themselves; tests/support/slow_first.py): no slow file starts last. After a run whose durations moved,
 # `python -m tools.test_durations` refreshes the table from it.
 # --durations=30: every log lists the 30 slowest tests.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 test: lint typecheck
 	$(BIN)/pytest --durations=30 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
