@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from healer.cli.output import EXIT_INTERRUPTED
-from tests.cli.test_cli_reach import kubeconfig
+from tests.cli.test_cli_reach import as_a_shell_starts_it, kubeconfig
 
 
 class SilentServer:
@@ -77,6 +77,7 @@ def test_ctrl_c_on_a_cluster_command_is_one_line_and_exit_130(
         stderr=subprocess.PIPE,
         text=True,
         env={**env, "HOME": str(home), "PYTHONUNBUFFERED": "1"},
+        preexec_fn=as_a_shell_starts_it,  # noqa: PLW1509 (two C-level calls, see there)
     )
     try:
         # Interrupted while it waits on the API server (not while Python is still importing).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,6 +26,16 @@ from healer.edges.cluster import ClusterError
 from healer.edges.embedded import free_port
 
 ONE_LINE_LIMIT = 200  # characters: a refused API server was a 420-character dump
+
+
+def as_a_shell_starts_it() -> None:
+    """In the child before exec: Ctrl-C (SIGINT) at its default and not blocked, as a shell starts a
+    foreground command. An ignored or blocked SIGINT survives exec, and a pytest worker that ran other
+    tests before may hand one down (twice, on the same worker, the command ignored its SIGINT until the
+    API timeout: the worker's state, not the command's; which earlier test leaves it is not found yet).
+    Only two C-level calls, no import and no lock: safe in a forked child of a threaded process."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def kubeconfig(path: Path, server: str, *, namespace: str = "ml") -> Path:
@@ -460,6 +471,7 @@ def test_status_watch_says_a_lost_api_server_once_and_exits_130_on_ctrl_c(no_kub
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=as_a_shell_starts_it,  # noqa: PLW1509 (two C-level calls, see there)
     )
     lines: queue.Queue[tuple[str, str]] = queue.Queue()
 
