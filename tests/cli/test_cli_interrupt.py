@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from healer.cli.output import EXIT_INTERRUPTED
-from tests.cli.test_cli_reach import as_a_shell_starts_it, kubeconfig
+from tests.cli.test_cli_reach import as_a_shell_starts_it, kubeconfig, signal_masks
 
 
 class SilentServer:
@@ -82,11 +82,12 @@ def test_ctrl_c_on_a_cluster_command_is_one_line_and_exit_130(
     try:
         # Interrupted while it waits on the API server (not while Python is still importing).
         assert silent.connected.wait(timeout=60), "the command never reached the API server"
+        masks = signal_masks(process.pid)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
     finally:
         process.kill()
         process.wait(timeout=30)
-    assert process.returncode == EXIT_INTERRUPTED, err
+    assert process.returncode == EXIT_INTERRUPTED, f"{err}\nits threads when Ctrl-C was sent:\n{masks}"
     assert err.splitlines() == [said], err
     assert out == ""

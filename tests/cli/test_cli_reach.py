@@ -38,6 +38,23 @@ def as_a_shell_starts_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def signal_masks(pid: int) -> str:
+    """Each thread's blocked, ignored and caught signals (hex masks from /proc), for a failure's message:
+    what a command that did not answer its Ctrl-C was doing with SIGINT (bit 2, 0x2)."""
+    lines = []
+    for status in sorted(Path(f"/proc/{pid}/task").glob("*/status")):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        lines.append(
+            f"tid {status.parent.name} {fields.get('Name', '?').strip()} {fields.get('State', '?').strip()}: "
+            f"blocked {fields.get('SigBlk', '?').strip()} ignored {fields.get('SigIgn', '?').strip()} "
+            f"caught {fields.get('SigCgt', '?').strip()}"
+        )
+    return "\n".join(lines) or f"(pid {pid} gone)"
+
+
 def kubeconfig(path: Path, server: str, *, namespace: str = "ml") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
@@ -503,8 +520,9 @@ def test_status_watch_says_a_lost_api_server_once_and_exits_130_on_ctrl_c(no_kub
         port_keeper.bind(("127.0.0.1", server.server.server_address[1]))
         until("cannot reach the Kubernetes API server", "err")
         time.sleep(5.0)  # two more 2 s rounds, both failing the same way
+        masks = signal_masks(process.pid)
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 130
+        assert process.wait(timeout=30) == 130, masks
     finally:
         process.kill()
         process.wait(timeout=30)
