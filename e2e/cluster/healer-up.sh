@@ -61,6 +61,10 @@ YAML
 kubectl -n healer create secret tls healer-webhook-tls --cert="$BASE/pki/healer-webhook.crt" \
   --key="$BASE/pki/healer-webhook.key" >&2
 
+# --- the alert receiver's token (values-cluster.yaml: alertReceiver.existingSecret) -------------------------
+(umask 077 && openssl rand -hex 32 | tr -d '\n' >"$BASE/alert-receiver-token")
+kubectl -n healer create secret generic healer-alert-receiver --from-file=token="$BASE/alert-receiver-token" >&2
+
 # --- helm install ------------------------------------------------------------------------------------------
 helm install healer "$root/deploy/helm/healer" -n healer -f "$here/values-cluster.yaml" \
   --set-file "argo.caBundle=$BASE/pki/ca.crt" \

@@ -19,6 +19,9 @@
 #   drill-argo.sh one-in-five  every fifth answer wrong: seen, never drained or rolled back
 #   drill-argo.sh store-down   a push with the stable ledger unreadable: escalated, the alert in
 #                     Alertmanager pushed by healer and from Prometheus's evaluation of the chart's rule
+#   signals.sh        observe-only switched on by a helm upgrade: a push planned, shown, nothing touched;
+#                     Alertmanager calling the chart's alert receiver: 50 alerts, one rollback through Argo;
+#                     the info alerts of the plan and of the healed incident in Alertmanager
 #   store-s3.sh       SeaweedFS as a pod, the release upgraded to the S3 store, a push healed from it
 #   argo-ui.sh        Argo's UI over those real rollbacks and the escalation, in headless Chromium
 #                     (HEALER_UPDATE_SCREENSHOTS=1: its pictures into docs/screenshots/cluster-*.png)
@@ -48,7 +51,7 @@ build_components
 
 # Each step needs the one before it: the first that fails ends the tier (the rest count as failed).
 steps=(node-up.sh smoke-healer.sh argo-up.sh healer-up.sh monitoring-up.sh "drill-argo.sh 3" "drill-argo.sh hang"
-  "drill-argo.sh fallback" drill-template.sh stage-template.sh status.sh "drill-argo.sh one-in-five" "drill-argo.sh store-down" store-s3.sh
+  "drill-argo.sh fallback" drill-template.sh stage-template.sh status.sh "drill-argo.sh one-in-five" "drill-argo.sh store-down" signals.sh store-s3.sh
   argo-ui.sh release.sh "modes.sh object-store" "modes.sh kserve")
 passed=0
 status=0
