@@ -42,18 +42,18 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two workers, each running whole test files (--dist loadfile: a module's Tritons and fixtures stay in
-# one process): the tests mostly wait on Triton's loads and sleeps, so two halve the time on 2 cores
-# (18 min 13 s in one process, 9 min 8 s in two, 2026-12-03 at 1,900 tests; at 2,678 tests 20 min 19 s in
-# two on a busy machine). Three took 12 min 3 s and 11 min 31 s for 2,744 tests on a quiet machine, but in
-# the second run four Ctrl-C tests of the CLI (tests/cli/test_cli_interrupt.py, test_cli_reach.py's watch)
-# saw their SIGINT go unanswered until the API timeout, cause not found: two until it is.
+# Three workers, each running whole test files (--dist loadfile: a module's Tritons and fixtures stay in
+# one process): the tests mostly wait on Triton's loads and sleeps, so more workers than cores still pay
+# (2,744 tests: 20 min 19 s in two on a busy machine; in three 12 min 3 s and 11 min 31 s on a quiet one,
+# 14 min 5 s beside three engineers' tests and a one-node cluster coming up, 2026-12-04). The Ctrl-C tests
+# of the CLI start their `healer` as a shell does (SIGINT at its default in the child: 4c93075); before
+# that, in one run of two, a SIGINT state left in a worker made four of them wait for the API timeout.
 # TEST_WORKERS=0 runs them in one.
 # The slowest files are handed out first (tests/durations.json, seconds per file measured by the runs
 # themselves; tests/support/slow_first.py): no slow file starts last. After a run whose durations moved,
 # `python -m tools.test_durations` refreshes the table from it.
 # --durations=30: every log lists the 30 slowest tests.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: lint typecheck
 	$(BIN)/pytest --durations=30 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
