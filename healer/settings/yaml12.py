@@ -1,5 +1,5 @@
-"""healer.yaml's YAML: 1.2 floats (``1e-3`` is a number), no key given twice, string keys only, and a
-bound on nesting, each refused with the file and where.
+"""healer.yaml's YAML: 1.2 floats (``1e-3`` is a number), no key given twice, string keys only, YAML 1.1's
+merge key (``<<: *defaults``), and a bound on nesting, each refused with the file and where.
 
 Read in one pass over the parser's events (libyaml's parser when PyYAML has it), each value built as its
 event comes: PyYAML's usual way composes the whole document's node graph first (a node and two marks for
@@ -7,10 +7,17 @@ every scalar), which for a healer.yaml with golden suites written inline took ~6
 (100 models x 10 requests: the sidecar's peak RSS 124 MiB, issue 30) and stayed with the process as the
 allocator's freed memory. The one pass reads the plain subset every healer.yaml uses: mappings with string
 keys, sequences, scalars of YAML's standard tags, anchors and aliases (the nodes they expand to bounded:
-_Expansion, in both readers). Anything else (a merge key ``<<``, a
-``!!set``, a non-string key, a key given twice, nesting past the bound, a syntax error) is read again the
-composed way, which reads it as before or raises the error it always raised (the file, the key path, the
-line): one reader's semantics and messages, the one-pass reader never the last word on an error."""
+_Expansion, in both readers) and merge keys. Anything else (a ``!!set``, a non-string key, a key given
+twice, a ``<<`` of anything but a mapping or a list of mappings, nesting past the bound, a syntax error) is
+read again the composed way, which reads it as before or raises the error it always raised (the file, the
+key path, the line): one reader's semantics and messages, the one-pass reader never the last word on an
+error.
+
+A merge key (YAML 1.1, https://yaml.org/type/merge.html) brings in the keys of a mapping, or of each
+mapping in a list, that the mapping it is in does not give itself: a key given explicitly wins over a
+merged one (and is no duplicate of it), and an earlier mapping in the list wins over a later one. Both
+readers do it themselves (PyYAML 6.0.4's own merge lets the last mapping of a list win for most keys).
+The merged keys follow the explicit ones. A ``<<`` given twice in one mapping is a key given twice."""
 
 from __future__ import annotations
 
@@ -36,6 +43,8 @@ MAX_EXPANDED_NODES = 100_000
 EXPANSION_FACTOR = 10
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_MAP_TAG = "tag:yaml.org,2002:map"
 
 
 def load_yaml(text: str, source: str) -> Any:
@@ -150,7 +159,8 @@ class _Expansion:
 
 def _check_keys(root: yaml.Node, source: str) -> None:
     """Every mapping key must be a string: healer's keys all are, and a list or mapping as a key
-    (``? [a, b]: 1``) cannot even be read into a dict. The error names the mapping's key path."""
+    (``? [a, b]: 1``) cannot even be read into a dict; no key given twice in one mapping (``<<`` included);
+    a merge key's value a mapping or a list of mappings. The error names the key path and the line."""
     seen: set[int] = set()
     todo: list[tuple[yaml.Node, str]] = [(root, "")]
     while todo:
@@ -161,9 +171,12 @@ def _check_keys(root: yaml.Node, source: str) -> None:
         if isinstance(node, yaml.SequenceNode):
             todo += [(child, f"{path}[{i}]") for i, child in enumerate(node.value)]
         elif isinstance(node, yaml.MappingNode):
+            lines: dict[str | None, int] = {}  # each key given so far (None: a merge key): its line, 0-based
             for key, value in node.value:
                 if key.tag == _MERGE_TAG:  # "<<: *defaults" merges the other mapping's keys here
-                    todo.append((value, path))
+                    _check_given_once(lines, None, key)
+                    where = f"{path}.<<" if path else "<<"
+                    todo += _merged_nodes(value, where, key.start_mark.line + 1, source)
                     continue
                 if not isinstance(key, yaml.ScalarNode) or key.tag != _STR_TAG:
                     raise ConfigError(
@@ -172,7 +185,56 @@ def _check_keys(root: yaml.Node, source: str) -> None:
                         f"mapping keys must be strings, got {_describe_key(key)} as a key on line "
                         f"{key.start_mark.line + 1}",
                     )
+                _check_given_once(lines, key.value, key)
                 todo.append((value, f"{path}.{key.value}" if path else str(key.value)))
+
+
+def _check_given_once(lines: dict[str | None, int], name: str | None, key: yaml.Node) -> None:
+    """A key given twice in one mapping (``name`` None: a merge key, not a key '<<' in quotes): the error
+    PyYAML's constructor raised here (healer's, PyYAML silently keeps the last), the file's line its own."""
+    if name in lines:
+        shown, hint = ("<<", "; merge several mappings with one: <<: [*a, *b]") if name is None else (name, "")
+        raise yaml.constructor.ConstructorError(
+            None, None, f"duplicate key {shown!r} (first on line {lines[name] + 1}){hint}", key.start_mark
+        )
+    lines[name] = key.start_mark.line
+
+
+def _merged_nodes(value: yaml.Node, where: str, line: int, source: str) -> list[tuple[yaml.Node, str]]:
+    """The mappings a merge key's ``value`` brings in, each with its key path: ``value`` itself or each
+    item of its list. Anything else is a ConfigError naming the file, ``where`` and the ``<<``'s line."""
+    if _is_mapping(value):
+        return [(value, where)]
+    if isinstance(value, yaml.SequenceNode) and value.tag == _SEQ_TAG:
+        for i, item in enumerate(value.value):
+            if not _is_mapping(item):
+                raise ConfigError(
+                    source,
+                    f"{where}[{i}]",
+                    f"on line {line}, a merge key's list must hold only mappings (each an alias of one, as in "
+                    f"<<: [*a, *b]), got {_describe_node(item)}",
+                )
+        return [(item, f"{where}[{i}]") for i, item in enumerate(value.value)]
+    raise ConfigError(
+        source,
+        where,
+        f"on line {line}, a merge key takes a mapping or a list of mappings (an alias of an anchored mapping, "
+        f"as in <<: *defaults), got {_describe_node(value)}",
+    )
+
+
+def _is_mapping(node: yaml.Node) -> bool:
+    return isinstance(node, yaml.MappingNode) and node.tag == _MAP_TAG
+
+
+def _describe_node(node: yaml.Node) -> str:
+    standard = "tag:yaml.org,2002:"
+    tag = f"!!{node.tag[len(standard) :]}" if node.tag.startswith(standard) else node.tag
+    if isinstance(node, yaml.ScalarNode):
+        return "nothing (null)" if tag == "!!null" else f"{node.value!r}, read as {tag.lstrip('!')}"
+    if node.tag not in (_SEQ_TAG, _MAP_TAG):
+        return f"a {tag}"  # !!set, !!omap, !!pairs, a tag of its own
+    return "a list" if isinstance(node, yaml.SequenceNode) else "a mapping"
 
 
 def _describe_key(node: yaml.Node) -> str:
@@ -186,18 +248,47 @@ def _describe_key(node: yaml.Node) -> str:
 
 class _Yaml12FloatLoader(yaml.SafeLoader):
     """SafeLoader that reads 1e-3 and 5E+2 as floats, as YAML 1.2 does (PyYAML's 1.1 rules make them
-    strings), and refuses a key given twice in one mapping (PyYAML silently keeps the last)."""
+    strings), and merge keys as the module says (explicit keys win, then the first mapping merged). Its
+    document's keys are _check_keys' first: strings, none given twice, each ``<<`` of mappings."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._merged: dict[yaml.MappingNode, list[tuple[yaml.Node, yaml.Node]]] = {}  # each node's pairs
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _value_node in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark
-                )
-            seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep=deep)
+        if not isinstance(node, yaml.MappingNode):  # PyYAML's own error
+            return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in self._pairs(node, set()):
+            mapping[self.construct_object(key_node, deep=deep)] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+    def _pairs(self, node: yaml.MappingNode, merging: set[int]) -> list[tuple[yaml.Node, yaml.Node]]:
+        """``node``'s key and value nodes, its merges brought in; nothing changed in the node graph (PyYAML's
+        flatten_mapping rewrites it, and a mapping merged before it is built would lose its ``<<``)."""
+        own: list[tuple[yaml.Node, yaml.Node]] = node.value
+        if not any(key.tag == _MERGE_TAG for key, _ in own):
+            return own
+        if node in self._merged:
+            return self._merged[node]
+        merging.add(id(node))
+        pairs = [(key, value) for key, value in node.value if key.tag != _MERGE_TAG]
+        given = {key.value for key, _ in pairs}
+        for key, value in node.value:
+            if key.tag != _MERGE_TAG:
+                continue
+            for merged in value.value if isinstance(value, yaml.SequenceNode) else [value]:  # _check_keys'
+                if id(merged) in merging:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "a merge key merges a mapping it is in (an alias of it)", key.start_mark
+                    )
+                for merged_key, merged_value in self._pairs(merged, merging):
+                    if merged_key.value not in given:
+                        given.add(merged_key.value)
+                        pairs.append((merged_key, merged_value))
+        merging.discard(id(node))
+        self._merged[node] = pairs
+        return pairs
 
 
 _Yaml12FloatLoader.add_implicit_resolver(
@@ -216,8 +307,6 @@ _Yaml12FloatLoader.add_implicit_resolver(
 
 # ---- the one-pass reader -----------------------------------------------------------------------------
 
-_SEQ_TAG = "tag:yaml.org,2002:seq"
-_MAP_TAG = "tag:yaml.org,2002:map"
 _SCALAR_TAGS = frozenset(
     f"tag:yaml.org,2002:{name}" for name in ("null", "bool", "int", "float", "str", "binary", "timestamp")
 )
@@ -241,11 +330,14 @@ class _Unsupported(Exception):
 
 @dataclass
 class _Open:
-    """A mapping or sequence whose end has not come yet; a mapping's key waiting for its value."""
+    """A mapping or sequence whose end has not come yet; a mapping's key waiting for its value (``merging``:
+    its ``<<``), and the mappings its ``<<`` brings in, merged at its end."""
 
     value: Any
     mapping: bool
     key: str | None = None
+    merging: bool = False
+    merges: list[dict[str, Any]] | None = None
 
 
 class _OnePass:
@@ -276,7 +368,7 @@ class _OnePass:
                 elif isinstance(event, yaml.CollectionStartEvent):
                     self._start(event)
                 elif isinstance(event, yaml.CollectionEndEvent):
-                    self._place(self._stack.pop().value)
+                    self._place(self._end(self._stack.pop()))
                 elif isinstance(event, yaml.DocumentStartEvent):
                     documents += 1
                     if documents > 1:  # more than one document: the composer's error
@@ -286,14 +378,21 @@ class _OnePass:
         return self._root
 
     def _expects_key(self) -> bool:
-        return bool(self._stack) and self._stack[-1].mapping and self._stack[-1].key is None
+        top = self._stack[-1] if self._stack else None
+        return top is not None and top.mapping and top.key is None and not top.merging
 
     def _scalar(self, event: yaml.ScalarEvent) -> None:
         tag = event.tag
         if tag is None or tag == "!":
             tag = self._helper.resolve(yaml.ScalarNode, event.value, event.implicit)  # type: ignore[no-untyped-call]
         key = self._expects_key()
-        if tag not in _SCALAR_TAGS or (key and tag != _STR_TAG):  # a merge key, a non-string key, a tag
+        if key and tag == _MERGE_TAG and event.anchor is None:
+            top = self._stack[-1]
+            if top.merges is not None:  # "<<" given twice: the composed reader's error
+                raise _Unsupported
+            top.merging = True
+            return
+        if tag not in _SCALAR_TAGS or (key and tag != _STR_TAG):  # a non-string key, a tag
             raise _Unsupported
         node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)  # type: ignore[arg-type]
         value = self._helper.yaml_constructors[tag](self._helper, node)
@@ -318,12 +417,34 @@ class _OnePass:
                 raise _Unsupported
             self._anchors[anchor] = value
 
+    def _end(self, opened: _Open) -> Any:
+        """The mapping or sequence complete: a mapping's merges brought in, each key it lacks (explicit
+        keys win; of the mappings merged, the first)."""
+        if opened.merges:
+            mapping: dict[str, Any] = opened.value
+            for merged in opened.merges:
+                for name, value in merged.items():
+                    mapping.setdefault(name, value)
+        return opened.value
+
+    def _merge(self, top: _Open, value: Any) -> None:
+        """``value``, given to ``top``'s ``<<``: a mapping or a list of mappings, each complete (not one
+        the merge is inside); anything else the composed reader's error."""
+        merges = value if isinstance(value, list) else [value]
+        for merged in merges:
+            if not isinstance(merged, dict) or any(merged is opened.value for opened in self._stack):
+                raise _Unsupported
+        top.merges = list(merges)
+        top.merging = False
+
     def _place(self, value: Any, *, key: bool = False) -> None:
         if not self._stack:
             self._root = value
             return
         top = self._stack[-1]
-        if not top.mapping:
+        if top.merging:
+            self._merge(top, value)
+        elif not top.mapping:
             top.value.append(value)
         elif key:
             if value in top.value:  # a key given twice

@@ -1,6 +1,6 @@
 """healer.yaml read in one pass over the parser's events (healer/settings/yaml12.py, issue 30's sidecar
 memory): the same document as PyYAML's composed reading for everything in its subset (every example
-configuration, YAML 1.2 floats, anchors, standard tags), on libyaml's parser and on the pure-Python one;
+configuration, YAML 1.2 floats, anchors, merge keys, standard tags), on libyaml's parser and on the pure-Python one;
 anything outside it read the composed way, every error the composed reader's own; and the memory the
 reading takes a fraction of the composed reading's."""
 
@@ -31,10 +31,16 @@ IN_SUBSET = {
     "empty": "",
     "scalar-root": "just text\n",
     "nested": "a:\n  - b:\n      - c: {d: [[1, 2], [3]]}\n",
+    "merge-key": "a: &x {p: 1}\nb:\n  <<: *x\n  q: 2\n",
+    "merge-keys": "a: &x {p: 1, q: 1}\nb: &y {<<: *x, r: 2}\nc: {s: 3, <<: [*y, {p: 4, t: 4}], q: 3}\n",
 }
 
 OUTSIDE = {  # read the composed way: the same document, or the same error
-    "merge-key": "a: &x {p: 1}\nb:\n  <<: *x\n  q: 2\n",
+    "merge-twice": "a: &x {p: 1}\nb:\n  <<: *x\n  <<: *x\n",
+    "merge-scalar": "a: {<<: 1}\n",
+    "merge-list-of-scalar": "a: &x {p: 1}\nb: {<<: [*x, q]}\n",
+    "merge-itself": "a: &x {p: 1, <<: *x}\n",
+    "merge-set": "a: &x !!set {p}\nb: {<<: *x}\n",
     "set": "a: !!set {u, v}\n",
     "omap": "a: !!omap [{x: 1}, {y: 2}]\n",
     "key-given-twice": "triton:\n  url: a:1\n  url: b:2\n",
@@ -122,23 +128,24 @@ def test_reading_a_large_suite_takes_a_fraction_of_the_composed_memory(tmp_path:
     assert one_pass * 5 < composed, (one_pass, composed)  # measured here: 0.35 MB against 6.5 MB (1/19)
 
 
-def laughs(levels: int, *, merge: bool = False) -> str:
+def laughs(levels: int, *, composed: bool = False) -> str:
     """ "Billion laughs": each level a list of the one below and 9 aliases of it (10^levels numbers from a
-    few hundred bytes); ``merge`` adds a merge key, outside the one pass's subset (read the composed way)."""
+    few hundred bytes); ``composed`` adds a ``!!set`` and a merge key, the set outside the one pass's subset
+    (read the composed way)."""
     node = "&a0 [" + ",".join(["1.0"] * 10) + "]"
     for i in range(1, levels):
         node = f"&a{i} [" + node + "," + ",".join([f"*a{i - 1}"] * 9) + "]"
-    extra = "base: &b {p: 1}\nmerged:\n  <<: *b\n" if merge else ""
+    extra = "tags: !!set {p}\nbase: &b {p: 1}\nmerged:\n  <<: *b\n" if composed else ""
     return f"{extra}name: m\ndata: {node}\n"
 
 
-@pytest.mark.parametrize("merge", [False, True], ids=["one-pass", "composed"])
-def test_aliases_expanding_past_the_bound_are_refused_naming_the_file_and_line(merge: bool) -> None:
-    text = laughs(7, merge=merge)  # 10^7 numbers from under 600 bytes
+@pytest.mark.parametrize("composed", [False, True], ids=["one-pass", "composed"])
+def test_aliases_expanding_past_the_bound_are_refused_naming_the_file_and_line(composed: bool) -> None:
+    text = laughs(7, composed=composed)  # 10^7 numbers from under 600 bytes
     assert len(text) < 1000
     with pytest.raises(ConfigError) as caught:
         load_yaml(text, "laughs.yaml")
-    line = 5 if merge else 2
+    line = 6 if composed else 2
     assert str(caught.value).startswith("laughs.yaml: aliases expand the document past ")
     assert f"(line {line}, column " in str(caught.value)
     with pytest.raises(yaml12._TooLarge):
