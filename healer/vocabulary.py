@@ -94,6 +94,10 @@ class RollbackRequest:
     triton_url: str = ""  # host:port of that pod's Triton ("": the rollback's configured triton.url)
     # The incident's trace (healer/edges/tracing.py): the rollback's spans continue it. "": not traced.
     traceparent: str = ""
+    # The failing version's Triton failure counter at the first failure, as the detecting sidecar read it
+    # (healer/core/blast.py Baseline, encoded): the heal step measures the blast radius up to the restore
+    # from it. "": none (the traffic signal off, a request by hand): not measured.
+    blast_baseline: str = ""
 
     def __post_init__(self) -> None:
         if self.reason not in REASONS:
@@ -125,6 +129,7 @@ class RollbackRequest:
             "pod": self.pod,
             "triton-url": self.triton_url,
             "traceparent": self.traceparent,
+            "blast-baseline": self.blast_baseline,
         }
 
 

@@ -44,7 +44,18 @@ from workflows.kit import TemplateOptions as TemplateOptions  # noqa: PLC0414 - 
 
 ESCALATE_DEADLINE_S = 60
 DEFAULT_OPTIONS = TemplateOptions()  # what deploy/argo/ is rendered with
-PARAMETERS = ("model", "from-version", "to-version", "reason", "incident", "detail", "pod", "triton-url", "traceparent")
+PARAMETERS = (
+    "model",
+    "from-version",
+    "to-version",
+    "reason",
+    "incident",
+    "detail",
+    "pod",
+    "triton-url",
+    "traceparent",
+    "blast-baseline",
+)
 # Labels set from parameters whose values are always label-safe (versions, reason codes, incident ids).
 LABELS_FROM_PARAMETERS = {
     FROM_VERSION_LABEL: "from-version",
@@ -77,6 +88,7 @@ def heal_step(
     pod: str = "",
     triton_url: str = "",
     traceparent: str = "",
+    blast_baseline: str = "",
 ) -> dict[str, Any]:
     """lease → fetch-stable → restore → record (workflows/steps/rollback.py:heal), reporting every phase; with
     tracing on, a ``heal`` span in the incident's trace (``traceparent``) with a child span per phase."""
@@ -96,6 +108,7 @@ def heal_step(
         pod=pod,
         triton_url=triton_url,
         traceparent=traceparent,
+        blast_baseline=blast_baseline,
     )
     out = context.output_dir()
     stop_on_sigterm(ctx.cancelled)
@@ -125,6 +138,7 @@ def heal_step(
             "to-version": report["to_version"],
             "files": report["files"],
             "golden": report["golden"],
+            "blast-radius": report["blast_radius"],
         },
         out,
     )
@@ -270,7 +284,7 @@ def build_rollback_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
             m.TTLStrategy(seconds_after_completion=7 * 24 * 3600),
         ),
     ) as template:
-        heal = runner_script(options, "heal", heal_step, ["phases", "to-version", "files", "golden"])
+        heal = runner_script(options, "heal", heal_step, ["phases", "to-version", "files", "golden", "blast-radius"])
         heal.retry_strategy = step_retry(options)
         # The exit handler has its own deadline: a hung store write must not hold the run (and with it
         # Argo's per-model mutex) forever. Escalate alerts before it touches the store.
@@ -289,6 +303,7 @@ def build_rollback_template(options: TemplateOptions = DEFAULT_OPTIONS) -> Any:
                     "pod": param("pod"),
                     "triton_url": param("triton-url"),
                     "traceparent": param("traceparent"),
+                    "blast_baseline": param("blast-baseline"),
                 },
             )
         with Steps(name="on-exit"):

@@ -24,12 +24,22 @@ class MetricsUnavailable(RuntimeError):
     """The metrics endpoint could not be read within the limits: nothing learnt."""
 
 
-def metrics_url_for(triton_url: str, port: int = 8002) -> str:
-    """Triton's default metrics URL beside its HTTP address (host:port or a URL): port 8002, /metrics."""
+def metrics_url_for(triton_url: str, port: int = 8002, path: str = "/metrics") -> str:
+    """Triton's metrics URL beside its HTTP address (host:port or a URL): by default port 8002, /metrics."""
     parsed = urllib.parse.urlsplit(triton_url if "://" in triton_url else f"http://{triton_url}")
     host = parsed.hostname or "127.0.0.1"
     host = f"[{host}]" if ":" in host else host
-    return f"http://{host}:{port}/metrics"
+    return f"http://{host}:{port}{path}"
+
+
+def port_and_path(metrics_url: str) -> tuple[int, str] | None:
+    """A metrics URL's port and path (a rollback reads the same on another host); None: it has no valid port."""
+    parsed = urllib.parse.urlsplit(metrics_url)
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        return None
+    return port, parsed.path or "/metrics"
 
 
 def scrape_text(url: str, *, timeout_s: float, max_bytes: int = MAX_METRICS_BYTES) -> str:

@@ -14,8 +14,9 @@ existing path (failure_threshold, the incident key, one rollback fleet-wide) fol
 With the endpoint read at all (enabled, or ``metrics_url`` set), every incident gets its blast radius:
 the real requests the failing version failed (and served) between the first failure seen and the
 restore; in the incident line, ``healer_incident_failed_requests_total``, the ModelRestored Event, and
-(the part up to the decision) the rollback request's detail, which its audit record and its Argo page
-show.
+(the part up to the decision) the rollback request's detail, which its Argo page shows. The request also
+carries the version's failure counter at the first failure (``baseline``): the rollback measures the
+radius up to the restore from it (healer/core/blast.py, workflows/steps/blast.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import structlog
 
+from healer.core.blast import baseline_of
 from healer.core.state import Incident, Probed, Verdict, incident_key
 from healer.core.traffic import (
     FAILURE_RATIO,
@@ -50,7 +52,7 @@ from healer.core.traffic import (
 )
 from healer.edges.metrics import Registry
 from healer.edges.triton import TritonAPI
-from healer.edges.triton_metrics import MetricsUnavailable, metrics_url_for, scrape
+from healer.edges.triton_metrics import MetricsUnavailable, metrics_url_for, port_and_path, scrape
 from healer.settings import Settings
 from healer.sidecar.clock import Clock
 from healer.sidecar.notify import Notifier
@@ -346,7 +348,23 @@ class TrafficWatch:
         if is_traffic_incident(incident, (LATENCY, "")):
             request = dataclasses.replace(request, reason=TRAFFIC)
         words = f"; blast radius at the decision: {self.blast(incident, self._clock.monotonic()).words()}"
-        return dataclasses.replace(request, detail=request.detail[: 500 - len(words)] + words)
+        request = dataclasses.replace(request, detail=request.detail[: 500 - len(words)] + words)
+        return dataclasses.replace(request, blast_baseline=self.baseline(incident, request.triton_url))
+
+    def baseline(self, incident: Incident, replica: str) -> str:
+        """The failing version's failure counter at the first failure, for the rollback to measure the blast
+        radius up to the restore (healer/core/blast.py); "" with no sample of it."""
+        key = (incident.model, incident.version)
+        seen = self.first_seen(*key)
+        with self._lock:
+            own_failed = self._own.get(key, (0, 0, 0.0))[1] + self._own_member.get(key[0], (0, 0, 0.0))[1]
+        since = incident.first_bad_at if seen is None else min(seen, incident.first_bad_at)
+        metrics = port_and_path(self.url)
+        samples = list(self._samples.get(key, ()))
+        found = (
+            None if metrics is None else baseline_of(key, samples, since, own_failed, replica=replica, metrics=metrics)
+        )
+        return "" if found is None else found.encode()
 
     def restored(self, incident: Incident, at: float) -> BlastRadius:
         """The incident is closed: its blast radius counted in the metrics and returned (for the line, the Event)."""

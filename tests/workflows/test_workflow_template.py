@@ -168,7 +168,13 @@ def test_fields_the_design_relies_on_are_present() -> None:
     )
     assert heal["retryStrategy"]["limit"] == "2"
     assert heal["script"]["args"] == ["-m", "hera.workflows.runner", "-e", "workflows.rollback:heal_step"]
-    assert {p["name"] for p in heal["outputs"]["parameters"]} == {"phases", "to-version", "files", "golden"}
+    assert {p["name"] for p in heal["outputs"]["parameters"]} == {
+        "phases",
+        "to-version",
+        "files",
+        "golden",
+        "blast-radius",
+    }
     [[escalate_step]] = templates["on-exit"]["steps"]
     assert escalate_step["when"] == "{{workflow.status}} != Succeeded"
     # One pod on the success path: the entrypoint has exactly one step.

@@ -4,10 +4,12 @@ release rolled out (release.roll_out), each sent once, resolving itself (healer/
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import structlog
 
+from healer.core.blast import RestoreRadius
 from healer.edges.alerts import (
     Delivery,
     DeliveryStatus,
@@ -23,8 +25,16 @@ from workflows.steps.base import StepContext
 log = structlog.get_logger(__name__)
 
 
-def tell_healed(ctx: StepContext, request: RollbackRequest, to_version: str) -> Delivery:
-    event = healed_event(request, to_version=to_version, workflow=ctx.workflow_name, at=time.time())
+def tell_healed(
+    ctx: StepContext, request: RollbackRequest, to_version: str, blast: RestoreRadius | None = None
+) -> Delivery:
+    """``blast``: the blast radius up to the restore (workflows/steps/blast.py), its figure and its words."""
+    failed = blast.failed if blast is not None else None
+    event = healed_event(
+        request, to_version=to_version, workflow=ctx.workflow_name, at=time.time(), blast_radius=failed
+    )
+    if blast is not None:
+        event = dataclasses.replace(event, details={**(event.details or {}), "blast_radius_detail": blast.words()})
     return _tell(ctx, event)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import structlog
 
+from healer.core.blast import RestoreRadius
 from healer.core.ledger import QuarantineRecord, StableRecord
 from healer.edges.logs import iso_utc
 from healer.edges.store import LOST_TO_A_PUSH, StoreError
@@ -35,6 +36,7 @@ def record(
     not_quarantined: str = "",
     confirmed: bool = False,
     evidence: dict[str, Any] | None = None,
+    blast: RestoreRadius | None = None,
 ) -> dict[str, Any]:
     """Quarantine the failing version (a record; no file is touched) and append an audit record.
     ``not_quarantined``: why the failing version must not be quarantined (the version being restored,
@@ -43,7 +45,8 @@ def record(
     version the ledger lists stable only when a person asked (``healer rollback --quarantine``), even
     on ``confirmed`` evidence (plan.quarantine_refused): decided in the same compare-and-swap that
     would write the quarantine, so a promotion meanwhile counts. ``evidence``: what judged a composing model
-    (its pipelines, the blame; workflows/steps/pipeline.py ``member_evidence``), in the audit record."""
+    (its pipelines, the blame; workflows/steps/pipeline.py ``member_evidence``), in the audit record. ``blast``:
+    the blast radius up to the restore (workflows/steps/blast.py), in the audit record and the healed alert."""
     quarantine = QuarantineRecord(
         version=request.from_version,
         reason=f"{request.reason}: {request.detail}".strip(": "),
@@ -86,10 +89,11 @@ def record(
                 "workflow": ctx.workflow_name,
                 **({"not_quarantined": not_quarantined} if not_quarantined else {}),
                 **({"evidence": evidence} if evidence else {}),
+                **({"blast_radius": blast.record()} if blast is not None else {}),
             },
         )
     if outcome == "restored" and restored_version:  # a word for the action (rollback.alert.info)
-        tell_healed(ctx, request, restored_version)
+        tell_healed(ctx, request, restored_version, blast)
     return {
         "quarantined": None if not_quarantined else request.from_version,
         "ledger_generation": ledger.generation,

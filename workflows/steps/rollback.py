@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from healer.core.blast import RestoreRadius
 from healer.core.ledger import StableRecord
 from healer.core.results import Status
 from healer.edges.alerts import escalate_to_people
@@ -25,6 +26,7 @@ from probes.fit import golden_key, newest_stable
 from probes.tiers import check_after_load
 from workflows.plan import FailingSeen, decide_rollback, failing_seen
 from workflows.steps.base import StepContext, StepError
+from workflows.steps.blast import measure_at_restore
 from workflows.steps.lease import LeaseKeeper
 from workflows.steps.per_pod import per_pod, set_aside_on_replicas
 from workflows.steps.pipeline import (
@@ -130,8 +132,9 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
             "restore",
             lambda: restore_replicas(ctx, request, version, before_each=keeper.fence),
         )
+        blast = measure_at_restore(ctx, request)  # the failing version restored away: its counter stands
         recorded = _run_phase(
-            ctx, request, phases, "record", lambda: _fence_then_record(ctx, request, keeper, version, go)
+            ctx, request, phases, "record", lambda: _fence_then_record(ctx, request, keeper, version, go, blast)
         )
     finally:
         for other in reversed(held):
@@ -146,6 +149,7 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
         "files": restored["files"],
         "golden": outcome["golden"],
         "moved_aside": recorded.get("moved_aside"),
+        "blast_radius": blast.words(),
         "phases": [p.__dict__ for p in phases],
     }
 
@@ -220,7 +224,12 @@ def hold_pipelines(
 
 
 def _fence_then_record(
-    ctx: StepContext, request: RollbackRequest, keeper: LeaseKeeper, version: str, go: dict[str, Any]
+    ctx: StepContext,
+    request: RollbackRequest,
+    keeper: LeaseKeeper,
+    version: str,
+    go: dict[str, Any],
+    blast: RestoreRadius,
 ) -> dict[str, Any]:
     """The record phase: still the lease's holder, quarantine the failing version and set the live
     repository's files right."""
@@ -232,6 +241,7 @@ def _fence_then_record(
         "restored",
         not_quarantined=go["why_not_quarantined"],
         confirmed=go["confirmed"],
+        blast=blast,
     )
     if recorded["quarantined"]:  # files move aside only for a version the ledger quarantines
         recorded |= quarantine_files(ctx, request)
@@ -253,6 +263,7 @@ def _nothing_to_do(request: RollbackRequest, why: str, phases: list[PhaseReport]
         "files": {},
         "golden": {},
         "moved_aside": None,
+        "blast_radius": "not measured: nothing was restored",
         "phases": [p.__dict__ for p in phases],
     }
 
