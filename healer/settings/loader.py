@@ -102,7 +102,14 @@ def load_settings(path: str | Path) -> Settings:
     return settings
 
 
+# Top-level keys beginning so are extension fields, left out (as Docker Compose's): a place for the anchors
+# that several models' requests merge (docs/configuration-guide.md).
+EXTENSION_PREFIX = "x-"
+
+
 def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
+    if isinstance(document, dict):
+        document = {k: v for k, v in document.items() if not (isinstance(k, str) and k.startswith(EXTENSION_PREFIX))}
     settings: Settings = parse_section(Settings, document, source=source, base_dir=base_dir)
     return settings
 

@@ -349,3 +349,40 @@ def test_the_guides_example_loads_as_written_out(reader: str, tmp_path: Path) ->
     written_out = load_settings(path)
     path.write_text(example, encoding="utf-8")
     assert repr(load_settings(path)) == repr(written_out)
+
+
+GUIDE_EXTENSION_WRITTEN_OUT = """\
+models:
+  - name: linear_scorer
+    golden:
+      latency_slo_ms: 100
+      timeout_s: 0.5
+      inputs:
+        - {name: FEATURES, datatype: FP32, shape: [1, 4], data: [[1.0, 2.0, 3.0, 4.0]]}
+      outputs:
+        - {name: SCORE, datatype: FP32, shape: [1, 1], data: [[7.1]], atol: 1.0e-3}
+"""
+
+
+def test_the_guides_extension_field_example_loads_as_written_out(reader: str, tmp_path: Path) -> None:
+    """A top-level x- key holds the anchor and is left out; the settings are the written-out file's."""
+    section = GUIDE.read_text(encoding="utf-8").split("### Shared parts: anchors and merge keys\n", 1)[1]
+    example = section.split("```yaml\n")[2].split("```\n", 1)[0]
+    assert example.startswith("x-request-defaults: &defaults") and "<<: *defaults" in example
+    path = tmp_path / "healer.yaml"
+    path.write_text(GUIDE_EXTENSION_WRITTEN_OUT, encoding="utf-8")
+    written_out = load_settings(path)
+    path.write_text(example, encoding="utf-8")
+    assert repr(load_settings(path)) == repr(written_out)
+
+
+def test_only_top_level_x_keys_are_extension_fields(reader: str, tmp_path: Path) -> None:
+    """x- is left out at the top level only: under a section it is an unknown key, named as one."""
+    path = tmp_path / "healer.yaml"
+    model = "  - name: linear_scorer\n"
+    path.write_text(GUIDE_EXTENSION_WRITTEN_OUT.replace(model, model + "    x-note: 1\n"))
+    with pytest.raises(ConfigError, match=r"models\[0\]\.x-note: unknown key"):
+        load_settings(path)
+    path.write_text("xdefaults: {a: 1}\n" + GUIDE_EXTENSION_WRITTEN_OUT)
+    with pytest.raises(ConfigError, match="xdefaults: unknown key"):
+        load_settings(path)
