@@ -221,6 +221,7 @@ def post_alerts(version: str, pods: list[str], *, resolved: bool = False) -> flo
             "labels": {
                 "alertname": OUTSIDE_ALERT,
                 "severity": "critical",
+                "healer_rollback": "true",  # the opt-in the example route matches (alertmanager-receiver.yaml)
                 "model": d.MODEL,
                 "version": version,
                 "namespace": "ml",

@@ -5,6 +5,10 @@ for, and the reasons the rest are ignored (healer/webhook/alerts.py serves it; d
   carries ``model`` (a model healer watches and acts on: a model in observe mode is ignored, reason
   ``observed``), ``version`` (a version number) and ``pod`` or ``namespace``; anything else is
   acknowledged and ignored with a reason (counted, logged), never guessed at.
+* An alert about another namespace than the one healer watches (``watched_namespace``: the Triton
+  pods' namespace of the settings) is ignored (``other-namespace``): staging's alert reaching
+  production's receiver names the same model and version, and must not roll production back. A ``pod``
+  label without ``namespace`` is taken as a pod of the watched namespace.
 * Its incident key is the sidecar's (healer/core/state.py ``incident_key``) over the model, the version
   and ``ALERT_CONTENT``: every alert about one broken version is one incident, whichever pod, rule or
   Alertmanager replica sent it, so an alert storm starts one workflow (its name is the key's).
@@ -27,12 +31,15 @@ from enum import StrEnum
 from typing import Any
 
 from healer.core.state import incident_key
+from healer.settings import Settings
 from healer.vocabulary import MANUAL, RollbackRequest
 
 ALERT_PATH = "/alerts/v1/alertmanager"
 ALERT_CONTENT = "alertmanager"  # the incident key's content part: one key per broken (model, version)
 PAYLOAD_VERSION = "4"  # Alertmanager's webhook payload version
-MAX_ALERTS = 1000  # alerts read from one payload; Alertmanager's max_alerts is 0 (all) by default
+# Alerts read from one payload, the first ones (the rest are said, not read); Alertmanager's max_alerts is 0
+# (all) by default, the example's 20: one alert already names the incident.
+MAX_ALERTS = 1000
 
 # healer's own alerts (HealerRollbackEscalated, ...) carry model and version labels too: routed back
 # here by a catch-all route they must never start the rollback they report on.
@@ -55,6 +62,7 @@ class IgnoreReason(StrEnum):
     BAD_LABEL = "bad-label"
     OWN_ALERT = "healer-alert"
     OBSERVED = "observed"  # the model is in observe mode: healer plans, never acts (docs/observe.md)
+    OTHER_NAMESPACE = "other-namespace"  # about pods of a namespace healer does not watch (another fleet)
 
 
 @dataclass(frozen=True)
@@ -113,9 +121,9 @@ def read_payload(body: bytes) -> dict[str, Any]:
     alerts = document.get("alerts")
     if not isinstance(alerts, list):
         raise BadAlertPayload("alerts: missing or not a list")
-    if len(alerts) > MAX_ALERTS:
-        raise BadAlertPayload(f"alerts: {len(alerts)} alerts, at most {MAX_ALERTS} in one payload (max_alerts)")
-    for i, alert in enumerate(alerts):
+    # Of a larger list the first MAX_ALERTS are read (``intake``), the rest neither checked nor read:
+    # refused, the storm would be lost (Alertmanager never sends a 4xx again), and one alert names it.
+    for i, alert in enumerate(alerts[:MAX_ALERTS]):
         if not isinstance(alert, dict):
             raise BadAlertPayload(f"alerts[{i}]: not an object")
         if alert.get("status") not in {"firing", "resolved"}:
@@ -127,16 +135,34 @@ def read_payload(body: bytes) -> dict[str, Any]:
     return document
 
 
-def intake(payload: Mapping[str, Any], *, models: Iterable[str], observed: Iterable[str] = ()) -> Intake:
+def watched_namespace(settings: Settings) -> str | None:
+    """The namespace of the Triton pods healer heals: ``rollback.replicas.namespace`` (with a selector; the
+    chart's ``triton.namespace``), else ``sidecar.drain.peers.namespace``; None where healer names its
+    Tritons by address (no Kubernetes: no namespace to compare an alert's with)."""
+    replicas = settings.rollback.replicas
+    if replicas is not None and replicas.pod_query is not None:
+        return replicas.pod_query[0]
+    drain = settings.sidecar.drain
+    return drain.peers.namespace if drain is not None and drain.peers is not None else None
+
+
+def intake(
+    payload: Mapping[str, Any],
+    *,
+    models: Iterable[str],
+    observed: Iterable[str] = (),
+    namespace: str | None = None,
+) -> Intake:
     """Each alert of a checked payload (``read_payload``) as an incident or a reason to ignore it.
     Alerts of one incident are read as one (the first's names, ``joined`` counting them). ``observed``: the
-    models in observe mode (healer/core/observe.py ``observed_models``): their alerts are ignored."""
+    models in observe mode (healer/core/observe.py ``observed_models``): their alerts are ignored.
+    ``namespace``: the watched namespace (``watched_namespace``): an alert naming another is ignored."""
     watched = frozenset(models)
     only_watched = frozenset(observed)
     incidents: dict[str, AlertIncident] = {}
     ignored: list[Ignored] = []
-    for alert in payload["alerts"]:
-        read = read_alert(alert, watched, only_watched)
+    for alert in payload["alerts"][:MAX_ALERTS]:
+        read = read_alert(alert, watched, only_watched, namespace)
         if isinstance(read, Ignored):
             ignored.append(read)
         elif read.key in incidents:
@@ -148,7 +174,10 @@ def intake(payload: Mapping[str, Any], *, models: Iterable[str], observed: Itera
 
 
 def read_alert(
-    alert: Mapping[str, Any], watched: frozenset[str], observed: frozenset[str] = frozenset()
+    alert: Mapping[str, Any],
+    watched: frozenset[str],
+    observed: frozenset[str] = frozenset(),
+    namespace: str | None = None,
 ) -> AlertIncident | Ignored:
     labels: Mapping[str, str] = alert.get("labels") or {}
     annotations: Mapping[str, str] = alert.get("annotations") or {}
@@ -164,6 +193,14 @@ def read_alert(
     if problem is not None:
         return Ignored(name, fingerprint, *problem)
     model, version = labels[MODEL_LABEL], labels[VERSION_LABEL]
+    said = labels.get(NAMESPACE_LABEL, "")
+    if namespace is not None and said and said != namespace:
+        return Ignored(
+            name,
+            fingerprint,
+            IgnoreReason.OTHER_NAMESPACE,
+            f"namespace {said!r} is not the one healer watches ({namespace!r}): another fleet's alert",
+        )
     if model in observed:
         return Ignored(
             name,
@@ -171,13 +208,14 @@ def read_alert(
             IgnoreReason.OBSERVED,
             f"model {model!r} is in observe mode (sidecar.mode, models[].mode): healer plans, never acts on it",
         )
-    pod, namespace = labels.get(POD_LABEL, ""), labels.get(NAMESPACE_LABEL, "")
+    pod = labels.get(POD_LABEL, "")
+    where = said or namespace or ""  # a pod without a namespace label: a pod of the watched namespace
     summary = annotations.get("summary") or annotations.get("description") or name or "(no summary)"
     return AlertIncident(
         key=incident_key(model, version, ALERT_CONTENT),
         model=model,
         version=version,
-        pod=f"{namespace}/{pod}" if pod and namespace else pod,
+        pod=f"{where}/{pod}" if pod and where else pod,
         alertname=name,
         fingerprint=fingerprint,
         summary=" ".join(summary.split())[:300],

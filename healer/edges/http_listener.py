@@ -118,7 +118,8 @@ class BackgroundServer:
 
     ``inline`` answers on the event loop (it must not block: in-memory verdicts only) or returns None;
     ``handler`` then answers on the thread pool. ``tls`` gives the SSL context for each new connection
-    (None: plain HTTP). ``max_body`` bytes at most per request body (0: no method with a body).
+    (None: plain HTTP). ``max_body`` bytes at most per request body (0: no method with a body);
+    ``too_large``: what the 413 over it adds, for whoever sends it (e.g. how to send less).
     ``clock``: the event loop's time, for its deadlines (None: the loop's own monotonic clock); a test
     gives a fake one to pass a deadline without waiting for it, then calls ``settle()``."""
 
@@ -131,6 +132,7 @@ class BackgroundServer:
         name: str,
         tls: Callable[[], ssl.SSLContext] | None = None,
         max_body: int = 0,
+        too_large: str = "",
         max_connections: int = MAX_CONNECTIONS,
         request_deadline_s: float = REQUEST_DEADLINE_S,
         workers: int = WORKERS,
@@ -152,6 +154,7 @@ class BackgroundServer:
         bound_host, bound_port = self._sock.getsockname()[:2]
         self.address = f"[{bound_host}]:{bound_port}" if family == socket.AF_INET6 else f"{bound_host}:{bound_port}"
         self._handler, self._inline, self._tls, self._max_body = handler, inline, tls, max_body
+        self._too_large = f": {too_large}" if too_large else ""
         self._cap, self._deadline_s, self._body_budget = max_connections, request_deadline_s, body_budget
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-work")
         self._open: dict[_Connection, None] = {}  # insertion order: the oldest first
@@ -340,7 +343,7 @@ class BackgroundServer:
             raise _Refused(Response.text(400, "bad Content-Length\n"))
         length = int(raw)
         if length > self._max_body:
-            raise _Refused(Response.text(413, f"body over {self._max_body} bytes\n"))
+            raise _Refused(Response.text(413, f"body over {self._max_body} bytes{self._too_large}\n"))
         chunks: list[bytes] = []
         while length > 0:
             chunk = await reader.read(min(length, 65536))

@@ -31,6 +31,9 @@ REQUEST_DEADLINE_S = 3.0
 # Over the cap the slowest reader still makes room, so a flood cannot keep the API server out.
 MAX_CONNECTIONS = 64
 BODY_BUDGET_BYTES = 8 << 20  # request bodies buffered at once (a Pod's review is a few kB)
+# Said in the 413 over MAX_BODY_BYTES: an Alertmanager notification that large carries a whole storm's
+# alerts (max_alerts: 0), and Alertmanager never sends a 4xx again; one alert names the incident.
+TOO_LARGE = "an Alertmanager notification: set max_alerts in its webhook_config (e.g. 20, docs/alerts.md)"
 
 
 class BadReview(ValueError):
@@ -187,6 +190,7 @@ class WebhookServer(BackgroundServer):
             name="webhook-https",
             tls=tls.context,
             max_body=MAX_BODY_BYTES,
+            too_large=TOO_LARGE if alerts is not None else "",
             request_deadline_s=REQUEST_DEADLINE_S,
             workers=4 + (alerts.workers if alerts is not None else 0),
             max_connections=MAX_CONNECTIONS,

@@ -10,6 +10,7 @@ import pytest
 
 from healer.core.alert_intake import (
     ALERT_CONTENT,
+    MAX_ALERTS,
     AlertIncident,
     BadAlertPayload,
     IgnoreReason,
@@ -17,8 +18,10 @@ from healer.core.alert_intake import (
     decide,
     intake,
     read_payload,
+    watched_namespace,
 )
 from healer.core.state import incident_key
+from healer.settings import Settings
 from healer.vocabulary import MANUAL
 
 MODELS = frozenset({"linear_scorer", "tiny_classifier"})
@@ -59,7 +62,6 @@ def body(document: Any) -> bytes:
         (body(payload(alert(), {**alert(), "status": "pending"})), "alerts[1].status: 'pending'"),
         (body(payload({**alert(), "labels": {"model": 1}})), "alerts[0].labels: not an object of strings"),
         (body(payload({**alert(), "annotations": []})), "alerts[0].annotations: not an object of strings"),
-        (body(payload(*[alert()] * 1001)), "1001 alerts, at most 1000"),
     ],
 )
 def test_a_payload_that_is_not_alertmanagers_is_refused_naming_what_is_wrong(raw: bytes, says: str) -> None:
@@ -172,3 +174,57 @@ def test_what_an_incident_from_alerts_starts(
 def test_a_payload_without_alerts_is_read_as_nothing_to_do() -> None:
     read = intake(read_payload(body(payload())), models=MODELS)
     assert read.incidents == () and read.ignored == ()
+
+
+# ---- another fleet's alert; a storm over MAX_ALERTS ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("where", "outcome"),
+    [
+        ({"namespace": "staging"}, IgnoreReason.OTHER_NAMESPACE),  # staging's alert at production's receiver
+        ({"pod": "triton-0", "namespace": "staging"}, IgnoreReason.OTHER_NAMESPACE),
+        ({"namespace": "ml"}, ""),
+        ({"pod": "triton-0", "namespace": "ml"}, "ml/triton-0"),
+        ({"pod": "triton-0"}, "ml/triton-0"),  # no namespace label: a pod of the watched namespace
+    ],
+)
+def test_an_alert_about_another_namespace_than_the_watched_one_is_ignored(
+    where: dict[str, str], outcome: IgnoreReason | str
+) -> None:
+    read = intake(
+        read_payload(body(payload(alert(model="linear_scorer", version="3", **where)))), models=MODELS, namespace="ml"
+    )
+    if isinstance(outcome, IgnoreReason):
+        assert read.incidents == ()
+        (ignored,) = read.ignored
+        assert ignored.reason is outcome is IgnoreReason.OTHER_NAMESPACE
+        assert ignored.why == "namespace 'staging' is not the one healer watches ('ml'): another fleet's alert"
+    else:
+        (incident,) = read.incidents
+        assert incident.pod == outcome and read.ignored == ()
+
+
+def test_the_watched_namespace_is_the_triton_pods_of_the_settings(example_settings: Settings) -> None:
+    import dataclasses
+
+    from healer.settings.sections import DrainPeers, DrainSettings, ReplicaSettings
+
+    assert watched_namespace(example_settings) is None  # Tritons by address: no namespace to compare with
+    by_selector = dataclasses.replace(
+        example_settings,
+        rollback=dataclasses.replace(
+            example_settings.rollback, replicas=ReplicaSettings(namespace="ml", selector="app=triton")
+        ),
+    )
+    assert watched_namespace(by_selector) == "ml"
+    peers = DrainSettings(peers=DrainPeers(namespace="prod", selector="app=triton"))
+    by_peers = dataclasses.replace(example_settings, sidecar=dataclasses.replace(example_settings.sidecar, drain=peers))
+    assert watched_namespace(by_peers) == "prod"
+
+
+def test_a_storm_over_max_alerts_is_read_from_its_first_alerts_not_refused() -> None:
+    storm = [alert(model="linear_scorer", version="2", pod=f"triton-{i}", namespace="ml") for i in range(MAX_ALERTS)]
+    storm += [{"status": "unchecked"}] * 5  # past MAX_ALERTS: neither checked nor read
+    read = intake(read_payload(body(payload(*storm))), models=MODELS, namespace="ml")
+    assert [(i.version, i.joined) for i in read.incidents] == [("2", MAX_ALERTS)]

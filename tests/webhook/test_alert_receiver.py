@@ -187,7 +187,9 @@ def test_the_token_the_caps_and_what_is_ignored(
             oversized.putheader("Authorization", f"Bearer {TOKEN}")
             oversized.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
             oversized.endheaders()
-            assert oversized.getresponse().status == 413
+            refused = oversized.getresponse()
+            assert refused.status == 413
+            assert b"set max_alerts in its webhook_config (e.g. 20" in refused.read()
         finally:
             oversized.close()
         assert served.post(good, path="/alerts/v1/other")[0] == 404
@@ -293,3 +295,75 @@ def test_healer_webhook_refuses_the_receiver_without_a_token_file_or_with_a_bad_
     bad.write_text("triton: {url: 127.0.0.1:8000}\nmodels: []\n")
     assert main([*args, "--alerts-config", str(bad), "--alerts-token-file", str(tmp_path / "token")]) == 64
     assert str(bad) in capsys.readouterr().err
+
+
+class SlowEngine(CountingEngine):
+    """A stand-in at the submission seam: an engine slower than the receiver's bound (Argo's create and
+    a get on a 409, each up to its request timeout); each submit lands ``delay_s`` late, a run created
+    per new incident name (the same name joins, as Argo's 409)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def submit(self, request: RollbackRequest) -> Submission:
+        time.sleep(self.delay_s)
+        return super().submit(request)
+
+
+def test_submissions_landing_past_the_bound_are_counted_by_the_breaker_and_joined_by_the_retry(
+    example_settings: Settings, tmp_path: Path
+) -> None:
+    """Six incidents of one model through an engine slower than the bound (each answered 503, sent
+    again by Alertmanager once the call landed): the breaker counts what the late calls started, so
+    max_rollbacks (3) runs are created, not six, and a retry joins its landed run without a new call."""
+    engine = SlowEngine(delay_s=0.4)
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    receiver = AlertReceiver(
+        example_settings,
+        token_file=token,
+        engine_factory=lambda: engine,  # type: ignore[arg-type,return-value]
+        submit_timeout_s=0.1,
+    )
+
+    def post(version: str) -> tuple[int, dict[str, Any]]:
+        request = Request(
+            "POST",
+            ALERT_PATH,
+            {"authorization": f"Bearer {TOKEN}"},
+            payload(alert(model="linear_scorer", version=version, namespace="ml")),
+        )
+        response = receiver.handle(request)
+        return response.code, json.loads(response.body)["incidents"][0]
+
+    outcomes = []
+    for version in ("2", "3", "4", "5", "6", "7"):
+        code, incident = post(version)
+        outcomes.append((code, incident["outcome"]))
+        if incident["outcome"] == "not_submitted":
+            assert incident["why"] == "the engine did not answer within 0.1 s"
+            late = receiver._busy  # the call left to its thread: it records itself when it lands
+            assert late is not None
+            late.join(5)
+            assert not late.is_alive()
+            retried = post(version)  # Alertmanager's retry: joins the run that landed, no new engine call
+            outcomes.append((retried[0], retried[1]["outcome"]))
+    assert outcomes == [(503, "not_submitted"), (200, "joined")] * 3 + [(200, "breaker_open")] * 3
+    created = {r.incident for r in engine.submitted}
+    assert len(engine.submitted) == len(created) == example_settings.sidecar.max_rollbacks == 3
+
+
+def test_the_engine_bound_covers_the_engines_own_worst_case_within_the_listeners(example_settings: Settings) -> None:
+    from healer.edges.http_listener import WORK_DEADLINE_S
+    from healer.webhook.alerts import submit_timeout_s_of
+
+    argo = example_settings.rollback.argo
+    bound = submit_timeout_s_of(example_settings)
+    assert bound < WORK_DEADLINE_S
+    assert bound >= min(2 * argo.request_timeout_s, WORK_DEADLINE_S - 1)  # a create and a get on a 409
+    fast = dataclasses.replace(
+        example_settings,
+        rollback=dataclasses.replace(example_settings.rollback, argo=dataclasses.replace(argo, request_timeout_s=1.0)),
+    )
+    assert submit_timeout_s_of(fast) == 2.5
