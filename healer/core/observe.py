@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from healer.core.decisions import Peer, drain_plan
 from healer.core.state import Incident, ModelState, Phase
 from healer.settings import ModelSettings, Settings
 from healer.settings.sections import MODE_ACT, MODE_OBSERVE
 
 PLAN_PREFIX = "healer-plan"  # a plan record's name begins so; a run's never does (healer-rollback-, healer-release-)
 PLANNED = "Planned"  # a plan record's phase: never a run's (Pending, Running, Succeeded, Failed, Error)
+PLANNED_STATE = "planned"  # healer_model_state's state of an incident held as a plan: never "escalated"
 
 
 class Decision(StrEnum):
@@ -55,18 +57,59 @@ def mode_changes(before: Mapping[str, str], after: Mapping[str, str]) -> dict[st
     return {name: (before[name], mode) for name, mode in after.items() if name in before and before[name] != mode}
 
 
-def state_after_switch(state: ModelState, *, to: str) -> ModelState:
-    """A model's state once its mode changed. Into ``act``: what observing left (an incident planned and
-    held as escalated) is not an incident healer acted on, so detection starts over on the next answers (a
-    broken version is rolled back after failure_threshold of them); the breaker's history is kept. Into
-    ``observe``: a rollback decided but not yet taken by an engine is not handed over (detection starts
-    over, and plans it); one already running is watched to its end; from then on nothing new is done."""
-    unsubmitted = state.incident is not None and not state.incident.workflow
-    held_plan = to == MODE_ACT and state.phase is Phase.ESCALATED
-    pending = to == MODE_OBSERVE and state.phase is Phase.HEALING
-    if unsubmitted and (held_plan or pending):
+def state_after_switch(state: ModelState, *, to: str, planned: str | None = None) -> ModelState:
+    """A model's state once its mode changed (``planned``: the incident key its plan was held for). Into
+    ``act``: an incident planned and held (``held_plan``) is not an incident healer acted on, so detection
+    starts over on the next answers (a broken version is rolled back after failure_threshold of them); the
+    breaker's history is kept. Into ``observe``: nothing changes now. An incident healer acts on is followed
+    to its end as an acting model's: a rollback running is watched, a rollback decided while acting, whose
+    submission an engine may have taken, is asked about (never submitted again: healer/sidecar/observe.py
+    ``follow_handed``), an escalation stays one; only the next incident is planned."""
+    if to == MODE_ACT and held_plan(state, planned):
         return ModelState(model=state.model, rollbacks=state.rollbacks)
     return state
+
+
+def held_plan(state: ModelState, planned: str | None) -> bool:
+    """Is ``state`` an incident held as a plan (``held``; ``planned``: the incident key the plan was held for,
+    None when none)? Nothing ran for it: it is neither healing nor escalated, whatever phase holds it."""
+    incident = state.incident
+    return (
+        planned is not None
+        and state.phase is Phase.ESCALATED
+        and incident is not None
+        and not incident.workflow
+        and incident.key == planned
+    )
+
+
+def acted_on(state: ModelState, planned: str | None) -> bool:
+    """Is healer acting on this model's incident: a rollback decided and handed (or maybe handed) to an
+    engine, running, or an escalation (a rollback that failed, a breaker that opened while acting), as
+    opposed to a plan held (``held_plan``)? A model switched to observe keeps such an incident to its end."""
+    return state.phase in {Phase.HEALING, Phase.ESCALATED} and not held_plan(state, planned)
+
+
+def drains_for(state: ModelState, *, observed: bool, planned: str | None) -> bool:
+    """Does this model's state count in the pod's drain decision (/readyz)? An acting model's always; an
+    observed model's only while healer acts on its incident (a rollback handed to an engine before the model
+    was switched to observe: with unload-first the model may be unloaded here), never for a plan."""
+    return not observed or acted_on(state, planned)
+
+
+def exported_state(state: ModelState, planned: str | None) -> str:
+    """healer_model_state's state: the phase, except a plan held is ``planned`` (never ``escalated``: no
+    rollback ran, no person was told; HealerModelEscalated pages only for what healer could not restore)."""
+    return PLANNED_STATE if held_plan(state, planned) else state.phase.value
+
+
+def serving_here(state: ModelState, *, observed: bool, planned: str | None) -> bool:
+    """healer_model_serving: does this pod serve the model? As the drain sees it (``ModelState.serving``)
+    when its state counts in the drain; an observed model the pod is never drained for is served while
+    ready, planned or not."""
+    if drains_for(state, observed=observed, planned=planned):
+        return state.serving
+    return not state.not_ready
 
 
 def held(state: ModelState, plan: Plan) -> ModelState:
@@ -99,6 +142,11 @@ class DrainView:
 
     drain: bool | None  # None: nothing learnt (the peers or the drain set could not be read)
     why: str
+    line: str = ""  # the plan's summary's words ("": would drain, would not drain, drain unknown)
+
+    @property
+    def words(self) -> str:
+        return self.line or {True: "would drain", False: "would not drain", None: "drain unknown"}[self.drain]
 
 
 @dataclass(frozen=True)
@@ -125,7 +173,7 @@ class Plan:
 
     @property
     def summary(self) -> str:
-        drain = {True: "would drain", False: "would not drain", None: "drain unknown"}[self.drain.drain]
+        drain = self.drain.words
         target = self.blamed or f"{self.model} v{self.version}"
         if self.decision is Decision.ROLLBACK:
             head = f"would roll back {target} to " + (f"v{self.restore}" if self.restore else "its stable version")
@@ -265,3 +313,71 @@ def drain_without_rule(*, required: bool) -> DrainView:
     if not required:
         return DrainView(False, "not drained: the model is not required (models[].required false)")
     return DrainView(True, "would drain: sidecar.drain unset, every pod whose required model fails leaves the Service")
+
+
+def drain_by_rule(
+    me: str, *, peers: Sequence[Peer], drained: Mapping[str, float], min_ready: int, now_wall: float
+) -> DrainView:
+    """Would this pod leave the Service, by the draining rule (healer/core/decisions.py ``drain_plan``) on
+    the peers and the drain set as read (``peers`` with this pod in it, as it knows itself)? In observe mode
+    the set is never written, so every pod of an incident computes as if it were the only one asking: the
+    rule admits pods first come, while ``min_ready`` others stay serving. The line says so: how many of the
+    listed pods may be drained at most, and that this pod is drained only if it is among the first to ask."""
+    rule = drain_plan(me, wants=True, peers=peers, drained=drained, min_ready=min_ready, now_wall=now_wall)
+    if not rule.learnt:
+        return DrainView(None, f"would be {rule.why}")
+    if not rule.drain:
+        return DrainView(False, f"would be {rule.why}", f"would not drain (held back: min_ready {min_ready})")
+    counted = [p for p in peers if not p.terminating]
+    mine = next((p for p in peers if p.name == me), None)
+    if mine is not None and mine.terminating:
+        return DrainView(True, f"would be {rule.why}", "would drain (terminating: leaving anyway)")
+    if me in drained:
+        return DrainView(True, f"would be {rule.why}", "would stay drained (in the drain set already)")
+    if mine is None or not mine.ready:
+        return DrainView(True, f"would be {rule.why}", "would drain (not ready: it takes no serving place)")
+    serving = [p for p in counted if p.ready and p.name not in drained]
+    room = len(serving) - min_ready  # pods the rule lets leave now, first come; >= 1 here (this pod's place)
+    most = room + sum(1 for p in counted if p.name in drained)
+    bound = f"(min_ready {min_ready}: at most {most} of {len(counted)} drained)"
+    if room >= len(serving):
+        line = f"would drain (min_ready {min_ready}: every pod may leave)"
+    elif room == 1:
+        line = f"would drain if first to ask {bound}"
+    else:
+        line = f"would drain if among the first {room} to ask {bound}"
+    return DrainView(True, f"would be {rule.why}; the drain set is not written in observe mode", line)
+
+
+class Asked(StrEnum):
+    """What one engine said when asked whether it has a run of an incident (never submitted again)."""
+
+    PRESENT = "present"  # a run a submission would join: it was taken
+    ABSENT = "absent"  # no such run
+    UNANSWERED = "unanswered"  # no answer (unreachable, refused, a call of ours still hanging)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What becomes of a rollback decided while the model acted, once it observes."""
+
+    answer: Asked
+    engine: str = ""  # the engine that has it (PRESENT)
+    workflow: str = ""  # its run (PRESENT)
+    why: str = ""
+
+
+def kept_submission(answers: Mapping[str, tuple[Asked, str]]) -> Kept:
+    """A rollback decided while the model acted, not known to be taken by an engine, asked about on each
+    engine built (label -> (answer, the run's name or why)). A run on any engine: followed to its end (two
+    rollbacks of a model never race: the fallback takes one only when the primary certainly did not). No
+    answer from one: asked again (it may still land). Absent everywhere, or no engine even built: nothing
+    was handed over, and the incident is planned as any of an observed model."""
+    for label, (answer, said) in answers.items():
+        if answer is Asked.PRESENT:
+            return Kept(Asked.PRESENT, label, said, f"{label} has {said}")
+    unanswered = [f"{said}" for answer, said in answers.values() if answer is Asked.UNANSWERED]
+    if unanswered:
+        return Kept(Asked.UNANSWERED, why="; ".join(unanswered))
+    absent = "; ".join(said for _answer, said in answers.values()) or "no engine was built: nothing was sent"
+    return Kept(Asked.ABSENT, why=absent)

@@ -135,7 +135,9 @@ def sidecar_registry() -> Registry:
         "The largest gap between two tokens of each streamed golden request's answer, by model, version and request.",
         TOKEN_BUCKETS,
     )
-    registry.gauge("healer_model_state", "1 for the state each model is in (healthy, suspect, healing, escalated).")
+    registry.gauge(
+        "healer_model_state", "1 for the state each model is in (healthy, suspect, healing, escalated, planned)."
+    )
     registry.gauge("healer_model_serving", "1 when the pod may take traffic for the model (feeds /readyz).")
     registry.counter(
         "healer_rollbacks_total",

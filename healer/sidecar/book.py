@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import structlog
 
 from healer.core.decisions import ReadinessStreak, with_readiness_threshold
+from healer.core.observe import PLANNED_STATE, Plan, drains_for, exported_state, held, serving_here
 from healer.core.results import ProbeResult, Status, Tier
 from healer.core.state import Action, Event, ModelState, Phase, Policy, Probed, Verdict, transition
 from healer.edges.metrics import Registry
@@ -32,6 +33,7 @@ class ModelBook:
         self.triton_live = False
         self.cycles = 0
         self.observing: frozenset[str] = frozenset()  # models in observe mode: they never drain (docs/observe.md)
+        self.planned: dict[str, str] = {}  # model -> the incident key its plan is held for (observe.py held_plan)
 
     def apply(self, model: str, event: Event, policy: Policy) -> list[Action]:
         """The state machine (healer/core/state.py ``transition``) on one event; the actions it asks for."""
@@ -39,6 +41,8 @@ class ModelBook:
             before = self.states[model]
             after, actions = transition(before, event, policy)
             self.states[model] = after
+            if after.phase is not before.phase:
+                self.planned.pop(model, None)  # a plan is held only while its phase lasts
         if after.phase is not before.phase:
             log.info(
                 "model_state_changed",
@@ -106,19 +110,30 @@ class ModelBook:
         with self.lock:
             return {name: state.serving for name, state in self.states.items()}
 
+    def hold(self, model: str, plan: Plan) -> None:
+        """An observed model's incident held as planned (healer/core/observe.py ``held``), exported so."""
+        with self.lock:
+            self.states[model] = state = held(self.states[model], plan)
+            self.planned[model] = plan.incident
+        self._export_state(model, state)
+
     def model_problems(self, models: Sequence[ModelSettings]) -> list[str]:
-        """Required models that must not take traffic here (call with the lock held); an observed model never
-        is one (healer/sidecar/observe.py: it only records what it would do)."""
+        """Required models that must not take traffic here (call with the lock held); an observed model is
+        one only while healer acts on its incident, never for a plan (healer/core/observe.py ``drains_for``:
+        a rollback handed to an engine before the switch to observe keeps the pod drained to its end)."""
         return [
             f"{model.name}: {state.phase.value}{' (not ready)' if state.not_ready else ''}"
             for model in models
-            if model.required and model.name not in self.observing and not (state := self.states[model.name]).serving
+            if model.required
+            and not (state := self.states[model.name]).serving
+            and drains_for(state, observed=model.name in self.observing, planned=self.planned.get(model.name))
         ]
 
     def _export_state(self, model: str, state: ModelState) -> None:
-        for phase in Phase:
-            self._metrics.set(
-                "healer_model_state", {"model": model, "state": phase.value}, 1.0 if state.phase is phase else 0.0
-            )
-        self._metrics.set("healer_model_serving", {"model": model}, 1.0 if state.serving else 0.0)
+        observed, planned = model in self.observing, self.planned.get(model)
+        exported = exported_state(state, planned)
+        for name in (*(phase.value for phase in Phase), PLANNED_STATE):
+            self._metrics.set("healer_model_state", {"model": model, "state": name}, 1.0 if exported == name else 0.0)
+        serving = serving_here(state, observed=observed, planned=planned)
+        self._metrics.set("healer_model_serving", {"model": model}, 1.0 if serving else 0.0)
         self._metrics.set("healer_circuit_breaker_open", {"model": model}, 1.0 if state.breaker_open else 0.0)

@@ -20,15 +20,18 @@ from typing import Any
 
 import structlog
 
-from healer.core.decisions import Peer, drain_plan
+from healer.core.decisions import Peer
 from healer.core.ledger import choose_restore_version
 from healer.core.observe import (
+    Asked,
     Decision,
     DrainView,
     Plan,
     Replicas,
+    acted_on,
+    drain_by_rule,
     drain_without_rule,
-    held,
+    kept_submission,
     mode_changes,
     modes,
     plan_of,
@@ -82,6 +85,9 @@ class Observer:
         self._calls = BoundedCalls(PLAN_READS_S)
         self.modes: dict[str, str] = modes(settings)
         self.plans: dict[str, Plan] = {}  # each model's last plan
+        # model -> the incident whose rollback was decided while it acted, asked about since its switch to
+        # observe (healer/sidecar/observe.py follow_handed): its end is told as any run's, never planned.
+        self.handed: dict[str, str] = {}
         self.tell: Callable[[Plan, Incident], None] | None = None  # the info alert (healer/sidecar/info_word.py)
         self.info_word: InfoWord | None = None
         self._file = SettingsFile(settings.source, load)  # the same reader as the alert receiver's
@@ -224,10 +230,7 @@ class Observer:
         peers = [p for p in listed if p.name != me]
         if mine is not None or not source.lists_me:
             peers.append(Peer(me, my_readiness(), mine.terminating if mine is not None else False))
-        rule = drain_plan(
-            me, wants=True, peers=peers, drained=drained, min_ready=drain.min_ready, now_wall=self._clock.wall()
-        )
-        return DrainView(rule.drain if rule.learnt else None, f"would be {rule.why}")
+        return drain_by_rule(me, peers=peers, drained=drained, min_ready=drain.min_ready, now_wall=self._clock.wall())
 
     def _replicas(self, deadline: float) -> Replicas:
         from workflows.steps.context import replica_lister
@@ -299,8 +302,8 @@ def _instead(sidecar: Any, model: ModelSettings, action: Any) -> bool:
 
     observer: Observer = sidecar.observer
     incident: Incident = action.incident
-    if incident.workflow:
-        return False
+    if incident.workflow or observer.handed.get(model.name) == incident.key:
+        return False  # a rollback handed to an engine while the model acted: followed and told as any run's
     if isinstance(action, Restored):
         observer.recovered(model.name, incident)
         return True
@@ -315,8 +318,7 @@ def _instead(sidecar: Any, model: ModelSettings, action: Any) -> bool:
         blamed=blamed,
         my_readiness=lambda: bool(sidecar.ready()[0]),
     )
-    with sidecar.book.lock:
-        sidecar.book.states[model.name] = held(sidecar.book.states[model.name], plan)
+    sidecar.book.hold(model.name, plan)
     return True
 
 
@@ -329,15 +331,84 @@ def _planned_for_member(observer: Observer, model: ModelSettings, action: Any) -
 
 
 def plan_for_member(sidecar: Any, model: ModelSettings, incident: Incident, blamed: Any) -> bool:
-    """An acting pipeline's incident that blames a composing model in observe mode: the member's rollback is
-    planned (the observe path), never submitted; True when so (the pending submission dropped)."""
+    """The hook before every submission (healer/sidecar/loop.py ``_try_submit``); True: not submitted. An
+    observed model's submission is never made: one kept from before its switch to observe is asked about
+    (``follow_handed``). An acting pipeline's incident that blames a composing model in observe mode: the
+    member's rollback is planned (the observe path), never submitted (the pending submission dropped)."""
     from healer.core.state import SubmitRollback
 
+    if model.name in sidecar.book.observing:
+        follow_handed(sidecar, model, incident)
+        return True
     if blamed is None or not blamed.member or blamed.model not in sidecar.book.observing:
         return False
     sidecar._pending.pop(model.name, None)
     _instead(sidecar, model, SubmitRollback(incident))
     return True
+
+
+def follow_handed(sidecar: Any, model: ModelSettings, incident: Incident) -> None:
+    """A rollback decided while the model acted, not known to be taken when it was switched to observe: an
+    engine call may have landed (an answer lost, a call past its bound). Each engine built is asked whether
+    it has the run (the names ``submit_incident`` would give), bounded; nothing is submitted. Present: the
+    run is watched to its end as any other (RollbackSubmitted). Absent everywhere: nothing was handed over,
+    the incident is planned. Unanswered: asked again next cycle; the healing timeout escalates it."""
+    from healer.core.state import RollbackSubmitted, SubmitRollback
+    from healer.sidecar.handover import Watched
+
+    observer: Observer = sidecar.observer
+    handovers = sidecar.handovers
+    request = sidecar._request(incident)
+    engines = dict(handovers.engines)
+    answers = {label: _asked(handovers, label, engine, request, model.name) for label, engine in engines.items()}
+    found = kept_submission(answers)
+    if found.answer is Asked.UNANSWERED:
+        log.warning("kept_rollback_unanswered", model=model.name, incident=incident.key, why=found.why)
+        return
+    sidecar._pending.pop(model.name, None)
+    observer.handed.pop(model.name, None)
+    if found.answer is Asked.ABSENT:
+        log.info("kept_rollback_absent", model=model.name, incident=incident.key, why=found.why)
+        _instead(sidecar, model, SubmitRollback(incident))
+        return
+    handovers.watching[model.name] = Watched(found.engine, engines[found.engine], found.workflow)
+    sidecar._apply(model, RollbackSubmitted(sidecar.clock.monotonic(), found.workflow))
+    log.warning(
+        "rollback_followed",
+        model=model.name,
+        incident=incident.key,
+        workflow=found.workflow,
+        engine=found.engine,
+        why="submitted before the model was switched to observe: watched to its end",
+    )
+    sidecar.notify.event(
+        "RollbackStarted",
+        f"{model.name} v{incident.version} → stable: {found.workflow} (submitted while it acted; now observed)",
+        "Warning",
+    )
+
+
+def _asked(handovers: Any, label: str, engine: Any, request: Any, owner: str) -> tuple[Asked, str]:
+    """Does ``engine`` have a run of this incident that a submission would join? (Asked, its name or why)."""
+    import dataclasses
+
+    from healer.core.decisions import joins_existing_run
+    from healer.engines import EngineNotFound
+    from healer.sidecar.handover import MAX_INCIDENT_RUNS
+    from healer.vocabulary import workflow_name
+
+    for n in range(1, MAX_INCIDENT_RUNS + 1):
+        attempt = request if n == 1 else dataclasses.replace(request, incident=f"{request.incident}-r{n}")
+        name = workflow_name(attempt)
+        try:
+            status = handovers._calls.run(label, "status", lambda name=name: engine.status(name), owner=owner)
+        except EngineNotFound:
+            return Asked.ABSENT, f"{label}: no run {name}"
+        except Exception as exc:  # unreachable, refused, a call of ours still hanging: nothing learnt
+            return Asked.UNANSWERED, f"{label}: {short_error(exc)}"
+        if joins_existing_run(done=status.done, succeeded=status.succeeded):
+            return Asked.PRESENT, name
+    return Asked.UNANSWERED, f"{label}: {MAX_INCIDENT_RUNS} earlier runs of incident {request.incident}"
 
 
 def observer_for(sidecar: Any, store_factory: Callable[[], Any] | None) -> Observer:
@@ -362,18 +433,46 @@ def observer_for(sidecar: Any, store_factory: Callable[[], Any] | None) -> Obser
 
 def reload_modes(sidecar: Any) -> None:
     """The modes read again when the settings file changed; a model switched to act starts its detection
-    over (healer/core/observe.py ``state_after_switch``), and the drain follows the new modes. Never raises:
-    a bug here leaves the modes as they were, the cycle goes on."""
+    over when its plan was held (healer/core/observe.py ``state_after_switch``), and the drain follows the
+    new modes. A model switched to observe keeps the incident healer acts on to its end (a rollback running
+    or maybe handed to an engine; an escalation): the switch takes effect at its next incident. Never
+    raises: a bug here leaves the modes as they were, the cycle goes on."""
     try:
         observer: Observer = sidecar.observer
         changes = observer.reload()
         if not changes:
             return
-        with sidecar.book.lock:
+        book = sidecar.book
+        with book.lock:
             for name, (_before, after) in changes.items():
-                sidecar.book.states[name] = state_after_switch(sidecar.book.states[name], to=after)
-                if after == MODE_OBSERVE:
-                    sidecar._pending.pop(name, None)  # decided, not yet taken by an engine: not handed over
-            sidecar.book.observing = observer.observing
+                state, planned = book.states[name], book.planned.get(name)
+                book.states[name] = state_after_switch(state, to=after, planned=planned)
+                if after != MODE_OBSERVE:
+                    book.planned.pop(name, None)
+                    observer.handed.pop(name, None)
+                    continue
+                pending = sidecar._pending.get(name)
+                if pending is not None:  # decided while acting, maybe taken: asked about, never submitted
+                    observer.handed[name] = pending.key
+                if acted_on(state, planned):
+                    _say_deferred(name, state, pending is not None)
+            book.observing = observer.observing
     except Exception:
         log.exception("modes_not_reloaded")
+
+
+def _say_deferred(model: str, state: Any, asked: bool) -> None:
+    incident = state.incident
+    log.warning(
+        "observe_from_next_incident",
+        model=model,
+        incident=incident.key if incident is not None else None,
+        workflow=incident.workflow if incident is not None else "",
+        state=state.phase.value,
+        why=(
+            "switched to observe while healer acts on this incident"
+            + (" (a rollback decided, maybe taken by an engine: asked, never submitted again)" if asked else "")
+            + ": followed to its end as an acting model's, the pod drained for it meanwhile; "
+            "the next incident is planned"
+        ),
+    )

@@ -6,12 +6,20 @@ import dataclasses
 
 import pytest
 
+from healer.core.decisions import Peer
 from healer.core.observe import (
     PLAN_PREFIX,
+    Asked,
     Decision,
     DrainView,
     Replicas,
+    acted_on,
+    drain_by_rule,
+    drains_for,
+    exported_state,
     held,
+    held_plan,
+    kept_submission,
     mode_changes,
     mode_of,
     modes,
@@ -19,6 +27,7 @@ from healer.core.observe import (
     plan_name,
     plan_of,
     planned_waves,
+    serving_here,
     state_after_switch,
 )
 from healer.core.state import Incident, ModelState, Phase, Policy, Probed, Tick, Verdict, transition
@@ -246,7 +255,9 @@ def test_a_held_plan_ends_when_the_model_answers_right_again() -> None:
         ("held", "observe", False),
         ("healthy", "act", False),
         ("run", "act", False),  # escalated after a real run: a person's, as before
-        ("pending", "observe", True),  # decided, never taken by an engine: not handed over once observing
+        ("breaker", "act", False),  # escalated by the breaker while acting: no plan, a person's
+        # decided while acting, maybe taken by an engine: kept (asked about, never submitted again)
+        ("pending", "observe", False),
         ("running", "observe", False),  # a rollback running: watched to its end
     ],
 )
@@ -263,11 +274,121 @@ def test_switching_mode(state: str, to: str, reset: bool) -> None:
             phase=Phase.ESCALATED,
             incident=dataclasses.replace(INCIDENT, workflow="healer-rollback-linear-scorer-1"),
         ),
+        "breaker": dataclasses.replace(detected(), phase=Phase.ESCALATED, breaker_open=True),
     }
     before = states[state]
-    after = state_after_switch(before, to=to)
+    after = state_after_switch(before, to=to, planned=PLANNED_KEY if state == "held" else None)
     if reset:
         assert after.phase is Phase.HEALTHY and after.incident is None and after.bad_streak == 0
         assert after.rollbacks == before.rollbacks  # the breaker's history is kept
     else:
         assert after == before
+
+
+PLANNED_KEY = detected().incident.key  # type: ignore[union-attr]
+RUNNING = dataclasses.replace(detected(), incident=dataclasses.replace(INCIDENT, workflow="healer-rollback-ls-1"))
+
+
+@pytest.mark.parametrize(
+    ("name", "state", "planned", "observed", "exported", "serving", "drains"),
+    [
+        ("healthy", ModelState(model="linear_scorer"), None, True, "healthy", True, False),
+        ("healthy, acting", ModelState(model="linear_scorer"), None, False, "healthy", True, True),
+        # an observed model's plan held: planned, not escalated; it is served, and never drains the pod
+        ("plan held", "held", PLANNED_KEY, True, "planned", True, False),
+        ("plan held, not ready", "held-not-ready", PLANNED_KEY, True, "planned", False, False),
+        # an acting pipeline's plan for its observed member: planned; the pipeline acts, so its pod drains
+        ("acting, plan held", "held", PLANNED_KEY, False, "planned", False, True),
+        # the same state without a plan held for it (a real escalation): escalated, drains
+        ("escalated", "held", None, True, "escalated", False, True),
+        ("escalated, another plan", "held", "inc-other", True, "escalated", False, True),
+        # a rollback healing it, submitted before the switch to observe: drained until it ends
+        ("observed, healing", RUNNING, None, True, "healing", False, True),
+        ("observed, decided", "detected", None, True, "healing", False, True),
+        ("observed, escalated run", "escalated-run", None, True, "escalated", False, True),
+        ("acting, healing", RUNNING, None, False, "healing", False, True),
+    ],
+)
+def test_what_the_metrics_and_the_drain_say_of_a_state(
+    name: str, state: object, planned: str | None, observed: bool, exported: str, serving: bool, drains: bool
+) -> None:
+    states = {
+        "held": held(detected(), plan()),  # type: ignore[arg-type]
+        "held-not-ready": dataclasses.replace(held(detected(), plan()), not_ready=True),  # type: ignore[arg-type]
+        "detected": detected(),
+        "escalated-run": dataclasses.replace(RUNNING, phase=Phase.ESCALATED),
+    }
+    model = states[state] if isinstance(state, str) else state
+    assert isinstance(model, ModelState)
+    assert exported_state(model, planned) == exported, name
+    assert serving_here(model, observed=observed, planned=planned) is serving, name
+    assert drains_for(model, observed=observed, planned=planned) is drains, name
+    assert held_plan(model, planned) is (exported == "planned"), name
+    assert acted_on(model, planned) is (exported in {"healing", "escalated"}), name
+
+
+@pytest.mark.parametrize(
+    ("answers", "answer", "engine", "workflow"),
+    [
+        ({}, Asked.ABSENT, "", ""),  # no engine even built: nothing was sent
+        ({"primary": (Asked.ABSENT, "primary: no run w")}, Asked.ABSENT, "", ""),
+        ({"primary": (Asked.PRESENT, "w")}, Asked.PRESENT, "primary", "w"),
+        ({"primary": (Asked.UNANSWERED, "primary: timeout")}, Asked.UNANSWERED, "", ""),
+        (
+            {"primary": (Asked.UNANSWERED, "primary: timeout"), "fallback": (Asked.PRESENT, "w")},
+            Asked.PRESENT,
+            "fallback",
+            "w",
+        ),
+        (
+            {"primary": (Asked.ABSENT, "primary: no run w"), "fallback": (Asked.UNANSWERED, "fallback: hung")},
+            Asked.UNANSWERED,
+            "",
+            "",
+        ),
+    ],
+)
+def test_a_rollback_kept_across_the_switch_to_observe(
+    answers: dict[str, tuple[Asked, str]], answer: Asked, engine: str, workflow: str
+) -> None:
+    kept = kept_submission(answers)
+    assert (kept.answer, kept.engine, kept.workflow) == (answer, engine, workflow)
+    assert kept.why
+
+
+def pods(*spec: str) -> list[Peer]:
+    """'name' ready, 'name-' not ready, 'name~' terminating."""
+    return [Peer(s.rstrip("-~"), ready=not s.endswith("-"), terminating=s.endswith("~")) for s in spec]
+
+
+@pytest.mark.parametrize(
+    ("peers", "drained", "min_ready", "drain", "line"),
+    [
+        # the one-node cluster: two replicas, both failing, min_ready 1: only the first to ask drains
+        (pods("a", "b"), {}, 1, True, "would drain if first to ask (min_ready 1: at most 1 of 2 drained)"),
+        (
+            pods("a", "b", "c", "d"),
+            {},
+            1,
+            True,
+            "would drain if among the first 3 to ask (min_ready 1: at most 3 of 4 drained)",
+        ),
+        (pods("a", "b", "c"), {"c": 5.0}, 1, True, "would drain if first to ask (min_ready 1: at most 2 of 3 drained)"),
+        (pods("a", "b"), {"b": 5.0}, 1, False, "would not drain (held back: min_ready 1)"),
+        (pods("a"), {}, 1, False, "would not drain (held back: min_ready 1)"),
+        (pods("a", "b"), {}, 0, True, "would drain (min_ready 0: every pod may leave)"),
+        (pods("a", "b"), {"a": 5.0}, 1, True, "would stay drained (in the drain set already)"),
+        (pods("a-", "b"), {}, 1, True, "would drain (not ready: it takes no serving place)"),
+        (pods("a~", "b-"), {}, 1, True, "would drain (terminating: leaving anyway)"),
+        (pods("b", "c"), {}, 1, None, ""),  # this pod not among its peers: nothing learnt
+    ],
+)
+def test_the_drain_by_rule_says_who_would_drain_first(
+    peers: list[Peer], drained: dict[str, float], min_ready: int, drain: bool | None, line: str
+) -> None:
+    view = drain_by_rule("a", peers=peers, drained=drained, min_ready=min_ready, now_wall=100.0)
+    assert view.drain is drain
+    assert view.line == line
+    if line:
+        assert f"; {line}; nothing done" in plan(drain=view).summary  # type: ignore[attr-defined]
+        assert len(line) <= 80  # one short line

@@ -90,6 +90,10 @@ def test_an_observed_models_incident_is_planned_and_nothing_is_done(tmp_path: Pa
     metrics = sidecar.metrics.expose()
     assert f'healer_observed_decisions_total{{decision="escalate",model="{MODEL}"}} 1' in metrics
     assert f'healer_model_observed{{model="{MODEL}"}} 1' in metrics
+    # What is true: a plan held, not an escalation (nothing ran, nobody paged), and the model still served.
+    assert f'healer_model_state{{model="{MODEL}",state="planned"}} 1' in metrics
+    assert f'healer_model_state{{model="{MODEL}",state="escalated"}} 0' in metrics
+    assert f'healer_model_serving{{model="{MODEL}"}} 1' in metrics
     assert "healer_rollbacks_total{" not in metrics  # nothing submitted, not even tried
     # The record `healer runs list` shows: a plan, never a run.
     records = RunRecords(settings.rollback.state_dir)
