@@ -303,6 +303,8 @@ def _instead(sidecar: Any, model: ModelSettings, action: Any) -> bool:
     observer: Observer = sidecar.observer
     incident: Incident = action.incident
     if incident.workflow or observer.handed.get(model.name) == incident.key:
+        if isinstance(action, Restored):
+            observer.handed.pop(model.name, None)  # its incident is over
         return False  # a rollback handed to an engine while the model acted: followed and told as any run's
     if isinstance(action, Restored):
         observer.recovered(model.name, incident)

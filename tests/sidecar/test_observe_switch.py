@@ -119,3 +119,11 @@ def test_a_kept_submission_no_engine_answers_for_escalates_at_the_healing_timeou
     metrics = sidecar.metrics.expose()
     assert f'healer_model_state{{model="{MODEL}",state="escalated"}} 1' in metrics
     assert sidecar.ready()[0] is False  # the model healer acted on stays out of the Service
+    # A person fixed it: told as an escalation's end; the next incident of the same content is planned.
+    triton.wrong = False
+    cycles(sidecar, clock, 2)
+    assert sidecar.ready() == (True, []) and "ModelRestored" in [e["reason"] for e in events.seen]
+    triton.wrong = True
+    cycles(sidecar, clock, 3)
+    assert len(engine.requests) == 1 and sidecar.ready() == (True, [])
+    assert sidecar.status()["models"][MODEL]["plan"] is not None
