@@ -123,3 +123,40 @@ def test_the_alertmanager_example_is_a_valid_alertmanager_config() -> None:
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "2 receivers" in checked.stdout
+
+
+def test_with_the_receiver_the_webhook_gets_the_receivers_resources_without_values_of_its_own() -> None:
+    """alertReceiver.webhookResources in place of webhook.resources (the chart's defaults, not only the
+    example's): the receiver's Argo client on top of the admission flood's peak."""
+    plain = webhook_of(helm.render(None, SET))["containers"][0]["resources"]
+    on = webhook_of(helm.render(None, {**SET, "alertReceiver.enabled": "true", "alertReceiver.token": "t"}))
+    resources = on["containers"][0]["resources"]
+    assert plain == {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}
+    assert resources == {"requests": {"cpu": "10m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}}
+    sized = helm.render(
+        None,
+        {
+            **SET,
+            "alertReceiver.enabled": "true",
+            "alertReceiver.token": "t",
+            "alertReceiver.webhookResources.limits.memory": "256Mi",
+        },
+    )
+    assert webhook_of(sized)["containers"][0]["resources"]["limits"] == {"memory": "256Mi"}
+
+
+def test_the_receiver_without_the_webhook_is_refused_naming_both_keys(tmp_path: Path) -> None:
+    values = {"alertReceiver": {"enabled": True, "token": "t"}, "webhook": {"enabled": False}}
+    code, error = template(
+        f"--values={values_file(tmp_path, values)}",
+        *(f"--set={k}={v}" for k, v in SET.items()),
+        "--set=checkRequirements=false",
+    )
+    assert code != 0
+    assert "alertReceiver.enabled needs webhook.enabled: the receiver is served by the webhook's pods" in error
+    code, error = template(
+        f"--values={values_file(tmp_path, {'alertReceiver': {'webhookResources': {'limit': {}}}})}",
+        *(f"--set={k}={v}" for k, v in SET.items()),
+        "--set=checkRequirements=false",
+    )
+    assert code != 0 and "webhookResources" in error  # the schema: requests and limits only
