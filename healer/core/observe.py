@@ -113,10 +113,12 @@ def serving_here(state: ModelState, *, observed: bool, planned: str | None) -> b
 
 
 def held(state: ModelState, plan: Plan) -> ModelState:
-    """The state an observed model is kept in once its plan is recorded: the incident held as escalated
-    (a person's to decide, as nothing was done), so the same broken version is planned once, not every
-    failure_threshold answers, and success_threshold right answers end it (healer/core/state.py: an escalated
-    model that answers right is trusted again). ``healing_since`` cleared: no rollback timeout can fire."""
+    """The state an observed model is kept in once its plan is recorded: the state machine's escalated
+    phase holds it (healer/core/state.py), so the same broken version is planned once, not every
+    failure_threshold answers, and success_threshold right answers end it (an escalated model that answers
+    right is trusted again). ``healing_since`` cleared: no rollback timeout can fire. It is no escalation:
+    nothing ran and nobody is told; the metrics say ``planned`` and the pod keeps serving the model
+    (``held_plan``, ``exported_state``, ``serving_here``; the sidecar's ModelBook.hold keeps its key)."""
     return dataclasses.replace(
         state,
         phase=Phase.ESCALATED,
