@@ -367,3 +367,25 @@ def test_the_engine_bound_covers_the_engines_own_worst_case_within_the_listeners
         rollback=dataclasses.replace(example_settings.rollback, argo=dataclasses.replace(argo, request_timeout_s=1.0)),
     )
     assert submit_timeout_s_of(fast) == 2.5
+
+
+def test_a_notification_over_max_alerts_is_read_from_its_first_alerts_and_answered_200(
+    example_settings: Settings, tmp_path: Path
+) -> None:
+    """Refused (400), a storm's notification would be lost: Alertmanager never sends a 4xx again."""
+    from healer.core.alert_intake import MAX_ALERTS
+
+    engine = CountingEngine()
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    receiver = AlertReceiver(
+        example_settings,
+        token_file=token,
+        engine_factory=lambda: engine,  # type: ignore[arg-type,return-value]
+    )
+    storm = [storm_alert(i) for i in range(MAX_ALERTS + 7)]
+    response = receiver.handle(Request("POST", ALERT_PATH, {"authorization": f"Bearer {TOKEN}"}, payload(*storm)))
+    answer = json.loads(response.body)
+    assert response.code == 200, answer
+    assert [(i["outcome"], i["alerts"]) for i in answer["incidents"]] == [("submitted", MAX_ALERTS)]
+    assert answer["unread"] == 7 and len(engine.submitted) == 1
