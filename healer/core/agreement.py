@@ -13,10 +13,17 @@ The rules, each applied when set:
   outputs; that many of the inputs (the quantile, an observed value) must be within the limit.
 
 An input whose answers do not have the same outputs, shapes or datatypes on both versions disagrees on
-every rule. A class output with a value that is not finite (NaN, inf) has no class: on the new version the
-input disagrees on argmax; on the stable version the argmax rule is an error (nothing learnt). A rule that
-applies to no output (argmax without a class output) is an error, never a verdict: nothing was learnt. The
-disagreeing inputs are named, with what differs, the first few kept.
+every rule. Equal values (equal infinities too: masked logits, -inf on both) and NaN on both sides differ by
+0; a NaN or an infinity on the new version only, where the stable one is finite, is an infinite difference.
+The stable version's answer is the reference: a stable value that is not finite where the new one differs
+leaves max_abs_diff nothing to measure (an error: nothing learnt, no verdict against the new version). A
+class row with a NaN, a +inf or nothing but -inf has no class (-inf beside finite values is a masked logit
+and fine): on the new version the input disagrees on argmax; on the stable version the argmax rule is an
+error. A rule that applies to no output (argmax without a class output) is an error, never a verdict:
+nothing was learnt. The disagreeing inputs are named, with what differs, the first few kept.
+
+``summarise`` judges one input (its tensors can then be dropped: the gate keeps only these, one per input);
+``verdict`` judges the set from them; ``judge`` is both at once.
 """
 
 from __future__ import annotations
@@ -117,13 +124,22 @@ def _is_class_output(values: npt.NDArray[Any]) -> bool:
     return _kind(values) == "float" and values.ndim >= 1 and values.shape[-1] > 1
 
 
-@dataclass
-class _Judged:
+@dataclass(frozen=True)
+class Judged:
+    """One replay input judged: what the rules need of it, and no tensor (``summarise``). The gate keeps these,
+    one per input, and drops each input's answers once judged (its memory bounded by the set's size)."""
+
+    name: str
     argmax_same: bool | None = None  # None: no class output in this input
-    labels_same: bool | None = None
-    largest_diff: float | None = None
-    stable_not_finite: bool = False  # a class output of the stable version with NaN or inf: no class to compare
-    notes: list[str] = field(default_factory=list)
+    labels_same: bool | None = None  # None: no label output
+    largest_diff: float | None = None  # None: no float output
+    stable_unclassed: bool = False  # a class row of the stable version with no class (NaN, +inf, all -inf)
+    stable_unmeasured: bool = False  # a stable value not finite where the new one differs: no difference known
+    notes: str = ""  # what differs, bounded (NOTES_CHARS)
+
+
+NOTES_CHARS = 600  # what one input's notes keep (a model with many outputs differing says the first few)
+_CHUNK = 1 << 16  # values compared at once: float64 copies of 512 KiB, never of a whole output
 
 
 def _short(values: npt.NDArray[Any]) -> str:
@@ -131,54 +147,116 @@ def _short(values: npt.NDArray[Any]) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _judge_one(answer: Answer, outputs: tuple[str, ...]) -> _Judged:
-    judged = _Judged()
+def _largest_diff(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> tuple[float, bool]:
+    """The largest absolute difference between ``a`` (stable) and ``b`` (new), and whether a stable value that
+    is not finite differs from the new one's (then no difference is known: the stable answer is no reference).
+    Equal values (equal infinities: masked logits) and NaN on both sides differ by 0; NaN or an infinity on the
+    new side only, where the stable one is finite, is an infinite difference. In chunks: bounded copies."""
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    largest, unmeasured = 0.0, False
+    for at in range(0, flat_a.size, _CHUNK):
+        x = flat_a[at : at + _CHUNK].astype(np.float64)
+        y = flat_b[at : at + _CHUNK].astype(np.float64)
+        same = (x == y) | (np.isnan(x) & np.isnan(y))
+        unmeasured = unmeasured or bool((~same & ~np.isfinite(x)).any())
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(x - y)
+        diff = np.where(same | ~np.isfinite(x), 0.0, np.nan_to_num(diff, nan=math.inf, posinf=math.inf))
+        if diff.size:
+            largest = max(largest, float(diff.max()))
+    return largest, unmeasured
+
+
+def _classless_rows(values: npt.NDArray[Any]) -> bool:
+    """Whether a row of a class output has no class: a NaN (argmax reads a NaN row as its first NaN), a +inf
+    (an overflow: no score to compare), or every value -inf. -inf beside finite values (masked logits) is fine."""
+    if np.isnan(values).any() or np.isposinf(values).any():
+        return True
+    return bool(np.isneginf(values).all(axis=-1).any())
+
+
+@dataclass
+class _Tally:
+    """One input's judgement while its outputs are compared (``Judged`` when done)."""
+
+    argmax_same: bool | None = None
+    labels_same: bool | None = None
+    largest_diff: float | None = None
+    unclassed: bool = False
+    unmeasured: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def argmax(self, same: bool) -> None:
+        self.argmax_same = same if self.argmax_same is None else self.argmax_same and same
+
+    def labels(self, same: bool) -> None:
+        self.labels_same = same if self.labels_same is None else self.labels_same and same
+
+    def apart(self, note: str) -> None:
+        """Answers that cannot be compared: every rule broken."""
+        self.notes.append(note)
+        self.argmax_same = self.labels_same = False
+        self.largest_diff = math.inf
+
+
+def _judge_float(tally: _Tally, name: str, a: npt.NDArray[Any], b: npt.NDArray[Any]) -> None:
+    largest, unmeasured = _largest_diff(a, b)
+    tally.largest_diff = largest if tally.largest_diff is None else max(tally.largest_diff, largest)
+    if unmeasured:
+        tally.unmeasured = True
+        tally.notes.append(f"{name} not finite on the stable version where the new one differs")
+    if _is_class_output(a):
+        # A row with no class (a NaN, ...): on the new version the input disagrees; on the stable version
+        # nothing is learnt (an error).
+        no_class_a, no_class_b = _classless_rows(a), _classless_rows(b)
+        if no_class_a:
+            tally.unclassed = True
+            tally.notes.append(f"{name} has no class on the stable version (NaN or inf)")
+        arg_a, arg_b = np.argmax(a, axis=-1), np.argmax(b, axis=-1)
+        same = not no_class_b and bool(np.array_equal(arg_a, arg_b))
+        tally.argmax(same)
+        if no_class_b:
+            tally.notes.append(f"{name} not finite on the new version (no class)")
+        elif not same:
+            tally.notes.append(f"{name} argmax {_short(arg_a)} vs {_short(arg_b)}")
+    if largest > 0:
+        tally.notes.append(f"max |diff| {largest:.4g} ({name})")
+
+
+def summarise(answer: Answer, outputs: tuple[str, ...] = ()) -> Judged:
+    """``answer`` judged: per rule, whether its versions agree, and its largest difference (``outputs``: the
+    judged outputs, empty: every output either version returned)."""
+    tally = _Tally()
     names = outputs or tuple(sorted(set(answer.stable) | set(answer.candidate)))
     for name in names:
         a, b = answer.stable.get(name), answer.candidate.get(name)
         if a is None or b is None:
-            missing = "the stable version" if a is None else "the new version"
-            judged.notes.append(f"{name} missing from {missing}'s answer")
-            judged.argmax_same = judged.labels_same = False
-            judged.largest_diff = math.inf
+            tally.apart(f"{name} missing from {'the stable version' if a is None else 'the new version'}'s answer")
             continue
         a, b = np.asarray(a), np.asarray(b)
         if a.shape != b.shape or _kind(a) != _kind(b):
-            judged.notes.append(f"{name} {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}")
-            judged.argmax_same = judged.labels_same = False
-            judged.largest_diff = math.inf
+            tally.apart(f"{name} {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}")
             continue
         kind = _kind(a)
         if kind == "label":
             same = bool(np.array_equal(a, b))
-            judged.labels_same = same if judged.labels_same is None else judged.labels_same and same
+            tally.labels(same)
             if not same:
-                judged.notes.append(f"{name} {_short(a)} vs {_short(b)}")
+                tally.notes.append(f"{name} {_short(a)} vs {_short(b)}")
         elif kind == "float":
-            with np.errstate(invalid="ignore", over="ignore"):
-                diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-            # NaN on one side only is as far apart as can be; NaN on both is the same answer.
-            both_nan = np.isnan(a) & np.isnan(b)
-            diff = np.where(both_nan, 0.0, np.nan_to_num(diff, nan=math.inf, posinf=math.inf))
-            largest = float(diff.max()) if diff.size else 0.0
-            judged.largest_diff = largest if judged.largest_diff is None else max(judged.largest_diff, largest)
-            if _is_class_output(a):
-                # A row with a value that is not finite has no class (argmax of a NaN row is 0): on the new
-                # version the input disagrees; on the stable version nothing is learnt (judge: an error).
-                finite_a, finite_b = bool(np.isfinite(a).all()), bool(np.isfinite(b).all())
-                if not finite_a:
-                    judged.stable_not_finite = True
-                    judged.notes.append(f"{name} not finite on the stable version")
-                arg_a, arg_b = np.argmax(a, axis=-1), np.argmax(b, axis=-1)
-                same = finite_b and bool(np.array_equal(arg_a, arg_b))
-                judged.argmax_same = same if judged.argmax_same is None else judged.argmax_same and same
-                if not finite_b:
-                    judged.notes.append(f"{name} not finite on the new version")
-                elif not same:
-                    judged.notes.append(f"{name} argmax {_short(arg_a)} vs {_short(arg_b)}")
-            if largest > 0:
-                judged.notes.append(f"max |diff| {largest:.4g} ({name})")
-    return judged
+            _judge_float(tally, name, a, b)
+    text = "; ".join(tally.notes)
+    if len(text) > NOTES_CHARS:
+        text = text[: NOTES_CHARS - 3] + "..."
+    return Judged(
+        answer.name,
+        tally.argmax_same,
+        tally.labels_same,
+        tally.largest_diff,
+        tally.unclassed,
+        tally.unmeasured,
+        text,
+    )
 
 
 def _ratio(flags: Sequence[bool | None]) -> float | None:
@@ -198,7 +276,7 @@ def _unjudged(rules: Rules, argmax_ratio: float | None, label_ratio: float | Non
 
 
 def _broken(
-    rules: Rules, judged: Sequence[_Judged], argmax_ratio: float | None, label_ratio: float | None, at_q: float | None
+    rules: Rules, judged: Sequence[Judged], argmax_ratio: float | None, label_ratio: float | None, at_q: float | None
 ) -> tuple[list[str], list[bool]]:
     """The rules broken, and for each input whether it is outside any rule."""
     broken: list[str] = []
@@ -221,41 +299,57 @@ def _broken(
 
 def judge(answers: Sequence[Answer], rules: Rules) -> Verdict:
     """The verdict on ``answers`` (every replay input answered by both versions) under ``rules``."""
-    if not answers:
+    return verdict([summarise(a, rules.outputs) for a in answers], rules)
+
+
+def _stable_errors(rules: Rules, judged: Sequence[Judged]) -> list[str]:
+    """A rule whose reference (the stable version's answer) is not finite learns nothing from that input."""
+    found = []
+    unclassed = [j.name for j in judged if j.stable_unclassed]
+    if rules.argmax_min_ratio is not None and unclassed:
+        found.append(
+            f"argmax_min_ratio: the stable version's class output is not finite (NaN or inf) on {len(unclassed)} "
+            f"input(s), first {unclassed[0]}: no class to compare with"
+        )
+    unmeasured = [j.name for j in judged if j.stable_unmeasured]
+    if rules.max_abs_diff is not None and unmeasured:
+        found.append(
+            f"max_abs_diff: the stable version's float output is not finite (NaN or inf) where the new one differs "
+            f"on {len(unmeasured)} input(s), first {unmeasured[0]}: no difference to measure"
+        )
+    return found
+
+
+def verdict(judged: Sequence[Judged], rules: Rules) -> Verdict:
+    """The verdict on the replay set, each input already judged (``summarise``), under ``rules``."""
+    if not judged:
         return Verdict(Agreement.ERROR, "no replay inputs answered: nothing learnt")
     if rules.argmax_min_ratio is None and rules.label_min_ratio is None and rules.max_abs_diff is None:
         return Verdict(
             Agreement.ERROR, "no agreement rule set (argmax_min_ratio, label_min_ratio or max_abs_diff): nothing judged"
         )
-    judged = [_judge_one(a, rules.outputs) for a in answers]
     argmax_ratio = _ratio([j.argmax_same for j in judged])
     label_ratio = _ratio([j.labels_same for j in judged])
     diffs = [j.largest_diff for j in judged if j.largest_diff is not None]
     at_q = float(np.quantile(np.asarray(diffs), rules.at_quantile, method="higher")) if diffs else None
-    unjudged = _unjudged(rules, argmax_ratio, label_ratio, at_q)
-    unclassed = [a.name for a, j in zip(answers, judged, strict=True) if j.stable_not_finite]
-    if rules.argmax_min_ratio is not None and unclassed:
-        unjudged.append(
-            f"argmax_min_ratio: the stable version's class output is not finite (NaN or inf) on {len(unclassed)} "
-            f"input(s), first {unclassed[0]}: no class to compare with"
-        )
+    unjudged = _unjudged(rules, argmax_ratio, label_ratio, at_q) + _stable_errors(rules, judged)
     if unjudged:
-        return Verdict(Agreement.ERROR, "; ".join(unjudged) + ": nothing judged", inputs=len(answers))
+        return Verdict(Agreement.ERROR, "; ".join(unjudged) + ": nothing judged", inputs=len(judged))
     broken, bad = _broken(rules, judged, argmax_ratio, label_ratio, at_q)
-    differing = [Difference(a.name, "; ".join(j.notes)) for a, j, b in zip(answers, judged, bad, strict=True) if b]
+    differing = [Difference(j.name, j.notes) for j, b in zip(judged, bad, strict=True) if b]
     shown = tuple(differing[:SHOWN])
     if broken:
         named = "; ".join(str(d) for d in shown)
         more = f" (and {len(differing) - len(shown)} more)" if len(differing) > len(shown) else ""
-        why = f"{'; '.join(broken)} ({len(differing)} of {len(answers)} inputs differ: {named}{more})"
+        why = f"{'; '.join(broken)} ({len(differing)} of {len(judged)} inputs differ: {named}{more})"
         status = Agreement.DISAGREES
     else:
         within = f", {len(differing)} of them outside a rule, within its tolerance" if differing else ""
-        why, status = f"agrees on {len(answers)} inputs{within}", Agreement.AGREES
+        why, status = f"agrees on {len(judged)} inputs{within}", Agreement.AGREES
     return Verdict(
         status,
         why,
-        inputs=len(answers),
+        inputs=len(judged),
         argmax_ratio=argmax_ratio,
         label_ratio=label_ratio,
         diff_at_quantile=at_q,

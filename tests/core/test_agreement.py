@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from healer.core.agreement import SHOWN, Agreement, Answer, Rules, judge
+from healer.core.agreement import SHOWN, Agreement, Answer, Judged, Rules, judge, summarise, verdict
 
 
 def probs(*rows: list[float]) -> dict[str, Any]:
@@ -24,6 +24,20 @@ NAN = {"PROBS": np.asarray([[np.nan, 0.8, 0.1]], dtype=np.float32), "LABEL": SAM
 FIRST = probs([0.9, 0.05, 0.05])  # class 0: what argmax makes of a NaN row
 ALL_NAN = {"PROBS": np.full((1, 3), np.nan, dtype=np.float32), "LABEL": FIRST["LABEL"]}
 INF = {"PROBS": np.asarray([[0.1, np.inf, 0.1]], dtype=np.float32), "LABEL": SAME["LABEL"]}
+
+
+def logits(*rows: list[float]) -> dict[str, Any]:
+    """A model with masked logits: LOGITS (float32, -inf where masked)."""
+    return {"LOGITS": np.asarray(rows, dtype=np.float32)}
+
+
+NEG = -np.inf
+MASKED = logits([0.5, NEG, 2.0, NEG])
+MASKED_NEAR = logits([0.505, NEG, 2.0, NEG])  # 0.005 away where not masked, the same mask
+MASKED_FLIPPED = logits([3.0, NEG, 2.0, NEG])  # another class, the same mask
+UNMASKED = logits([0.5, 1.0, 2.0, 1.0])  # the stable version's masked places finite on the new one
+ALL_MASKED = logits([NEG, NEG, NEG, NEG])
+POS_INF = logits([0.5, np.inf, 2.0, 1.0])
 
 
 def answers(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[Answer]:
@@ -76,6 +90,53 @@ CASES = [
         Rules(argmax_min_ratio=0.95),
         Agreement.AGREES,
         "1 of them outside a rule",
+    ),
+    # Equal values are a difference of 0, equal infinities (masked logits) too; NaN on both sides as well.
+    ("masked logits, identical", answers([(MASKED, MASKED)] * 10), Rules(max_abs_diff=0.01), Agreement.AGREES, "on 10"),
+    ("masked logits, near", answers([(MASKED, MASKED_NEAR)] * 10), Rules(max_abs_diff=0.01), Agreement.AGREES, "on 10"),
+    ("masked logits, argmax", answers([(MASKED, MASKED)] * 10), Rules(argmax_min_ratio=1.0), Agreement.AGREES, "on 10"),
+    (
+        "masked logits, argmax flipped",
+        answers([(MASKED, MASKED_FLIPPED)] * 10),
+        Rules(argmax_min_ratio=0.9),
+        Agreement.DISAGREES,
+        "LOGITS argmax [2] vs [0]",
+    ),
+    ("+inf on both, identical", answers([(POS_INF, POS_INF)]), Rules(max_abs_diff=0.0), Agreement.AGREES, "agrees"),
+    # The new version's -inf or NaN where the stable one is finite: the new version differs, infinitely.
+    ("-inf new only", answers([(UNMASKED, MASKED)]), Rules(max_abs_diff=0.01), Agreement.DISAGREES, "is inf"),
+    ("NaN new only", answers([(SAME, NAN)] * 10), Rules(max_abs_diff=0.01), Agreement.DISAGREES, "10 of 10"),
+    # The stable version's NaN or inf where the new one differs: no reference, nothing learnt (as for argmax).
+    (
+        "NaN stable only, max diff",
+        answers([(NAN, SAME)] * 10),
+        Rules(max_abs_diff=0.01),
+        Agreement.ERROR,
+        "max_abs_diff: the stable version's float output is not finite (NaN or inf) where the new one differs on "
+        "10 input(s), first replay/set.npy[0]",
+    ),
+    ("inf stable only, max diff", answers([(INF, SAME)]), Rules(max_abs_diff=0.01), Agreement.ERROR, "no difference"),
+    ("-inf stable only, max diff", answers([(MASKED, UNMASKED)]), Rules(max_abs_diff=1.0), Agreement.ERROR, "stable"),
+    (
+        "NaN stable, inf new, max diff",
+        answers([({"Y": np.asarray([[np.nan, 1.0]])}, {"Y": np.asarray([[np.inf, 1.0]])})]),
+        Rules(max_abs_diff=0.01),
+        Agreement.ERROR,
+        "nothing judged",
+    ),
+    (
+        "all masked stable, argmax",
+        answers([(ALL_MASKED, MASKED)]),
+        Rules(argmax_min_ratio=0.5),
+        Agreement.ERROR,
+        "no class to",
+    ),
+    (
+        "all masked new, argmax",
+        answers([(MASKED, ALL_MASKED)] * 10),
+        Rules(argmax_min_ratio=0.5),
+        Agreement.DISAGREES,
+        "LOGITS not finite on the new version",
     ),
     (
         "an output missing",
@@ -150,3 +211,34 @@ def test_the_quantile_is_an_observed_difference() -> None:
     verdict = judge(flipped(1, 200), Rules(max_abs_diff=0.01, at_quantile=0.99))
     assert verdict.diff_at_quantile == pytest.approx(0.005, abs=1e-6)  # a NEAR one, not between
     assert judge(flipped(1, 200), Rules(max_abs_diff=0.01, at_quantile=1.0)).status is Agreement.DISAGREES
+
+
+def test_summarise_keeps_no_tensor_and_the_verdict_is_the_same() -> None:
+    """The gate keeps one small summary per input, never its tensors: the verdict from them is judge's."""
+    pairs = answers([(SAME, FLIPPED)] * 3 + [(SAME, NEAR)] * 97)
+    rules = Rules(argmax_min_ratio=0.99, label_min_ratio=0.99, max_abs_diff=0.01)
+    judged = [summarise(a, rules.outputs) for a in pairs]
+    assert all(isinstance(j, Judged) for j in judged)
+    for j in judged:
+        assert not any(isinstance(v, np.ndarray) for v in vars(j).values())
+    assert verdict(judged, rules) == judge(pairs, rules)
+
+
+def test_notes_of_many_differing_outputs_are_bounded() -> None:
+    many = {f"OUT{i:03}": np.asarray([[1, 2]]) for i in range(200)}
+    other = {name: v + 1 for name, v in many.items()}
+    judged = summarise(Answer("replay/a.yaml", many, other))
+    assert judged.labels_same is False and judged.notes.startswith("OUT000 [[1,2]] vs [[2,3]]")
+    assert len(judged.notes) <= 600 and judged.notes.endswith("...")
+
+
+def test_a_large_output_is_compared_in_chunks_the_same() -> None:
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (3, 400_000)).astype(np.float32)
+    b = a.copy()
+    b[2, 399_999] += 0.25
+    b[1, 5] = -np.inf
+    a[1, 5] = -np.inf
+    judged = summarise(Answer("replay/big.npy[0]", {"Y": a}, {"Y": b}))
+    assert judged.largest_diff == pytest.approx(float(np.abs(np.float64(b[2, 399_999]) - np.float64(a[2, 399_999]))))
+    assert judged.argmax_same is not None and not judged.stable_unmeasured
