@@ -15,7 +15,10 @@ Layout, in the store, read as golden requests kept in the store are (probes/stor
 
 Bounded: at most ``MAX_INPUTS`` inputs and ``MAX_BYTES`` bytes of files; a set over either, or a file
 that does not load, is refused with an error naming the file (the gate then learns nothing: it never
-judges part of a set).
+judges part of a set). The answers too: each input is judged as soon as both versions have answered it,
+and only its judgement kept (healer/core/agreement.py's ``Judged``: a few flags and figures, no tensor);
+one input's answers over ``MAX_ANSWER_BYTES`` (both versions together) stop the gate, nothing learnt,
+the cap named, before a bake's memory limit kills it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import yaml
 
-from healer.core.agreement import Answer
+from healer.core.agreement import Answer, Judged, summarise
 from healer.settings import DATATYPES, VERSION_PATTERN, ConfigError, TensorSpec, parse_section
 from healer.settings.yaml12 import load_yaml
 
@@ -39,6 +42,9 @@ YAML_SUFFIXES = (".yaml", ".yml", ".json")
 ARRAY_SUFFIX = ".npy"
 MAX_INPUTS = 1000
 MAX_BYTES = 64 << 20  # every file of the set together
+# One input's answers, both versions together, held while it is judged: a bake's pod has 512 MiB, and its
+# client holds an answer's body beside its tensors while it reads it. Judged, they are dropped.
+MAX_ANSWER_BYTES = 64 << 20
 
 
 class ReplayError(ValueError):
@@ -180,6 +186,14 @@ class ReplayUnanswered(Exception):
     """A version gave no usable answer to a replay input (an error, a timeout, not served): nothing learnt."""
 
 
+def held_bytes(values: npt.NDArray[Any]) -> int:
+    """What an output tensor holds: its buffer, and for BYTES (objects) each element's own bytes too."""
+    size = int(values.nbytes)
+    if values.dtype.kind == "O":
+        size += sum(len(v) if isinstance(v, bytes | str) else 8 for v in values.reshape(-1))
+    return size
+
+
 def answer_both(
     triton: Any,
     model: str,
@@ -192,10 +206,13 @@ def answer_both(
     deadline_s: float,
     cancelled: Callable[[], None] = lambda: None,
     clock: Callable[[], float] = time.monotonic,
-) -> list[Answer]:
-    """Every input sent to both versions (the version named in the infer URL), in turn; the outputs asked for:
-    ``outputs``, else each version's own (its metadata). Raises ReplayUnanswered at the first input a version
-    does not answer, or past ``deadline_s`` (never a verdict on part of the set). ``cancelled`` raises to stop."""
+    max_answer_bytes: int | None = None,
+) -> list[Judged]:
+    """Every input sent to both versions (the version named in the infer URL), in turn, and judged as it is
+    answered (``summarise``: its answers dropped, its judgement kept); the outputs asked for: ``outputs``, else
+    each version's own (its metadata). Raises ReplayUnanswered at the first input a version does not answer,
+    whose answers hold over ``max_answer_bytes`` (None: ``MAX_ANSWER_BYTES``), or past ``deadline_s`` (never
+    a verdict on part of the set). ``cancelled`` raises to stop."""
     from healer.edges.triton import TritonError
 
     asked: dict[str, list[str]] = {}
@@ -204,22 +221,42 @@ def answer_both(
             asked[version] = list(outputs) or [str(o["name"]) for o in triton.model_metadata(model, version)["outputs"]]
         except (TritonError, KeyError, TypeError) as exc:
             raise ReplayUnanswered(f"{model} v{version} metadata on {triton.url}: {exc}") from exc
+    cap = MAX_ANSWER_BYTES if max_answer_bytes is None else max_answer_bytes
     started = clock()
-    answers: list[Answer] = []
+    judged: list[Judged] = []
     for item in inputs:
         cancelled()
         if clock() - started > deadline_s:
             raise ReplayUnanswered(
-                f"the replay set was not answered within {deadline_s:g} s ({len(answers)} of {len(inputs)} inputs)"
+                f"the replay set was not answered within {deadline_s:g} s ({len(judged)} of {len(inputs)} inputs)"
             )
         got: dict[str, dict[str, npt.NDArray[Any]]] = {}
-        for version in (stable, candidate):
+        held = 0
+        for side, version in (("stable", stable), ("candidate", candidate)):
             try:
-                result = triton.infer(
-                    model, version, item.inputs, asked[version], timeout_s, parameters=item.parameters or None
-                )
+                got[side] = _ask(triton, model, version, item, asked[version], timeout_s)
             except TritonError as exc:
                 raise ReplayUnanswered(f"{item.name}: {model} v{version} on {triton.url}: {exc}") from exc
-            got[version] = {name: tensor.values for name, tensor in result.items()}
-        answers.append(Answer(item.name, got[stable], got[candidate]))
-    return answers
+            held += sum(held_bytes(values) for values in got[side].values())
+            if held > cap:
+                whose = f"v{stable}" if side == "stable" else f"v{stable} and v{candidate}"
+                raise ReplayUnanswered(
+                    f"{item.name}: the answers of {model} {whose} hold {_size(held)}, over the gate's cap of "
+                    f"{_size(cap)} per input (held at once, within a bake's memory limit): judge fewer or smaller "
+                    "outputs (agreement.outputs)"
+                )
+        judged.append(summarise(Answer(item.name, got["stable"], got["candidate"]), tuple(outputs)))
+        del got  # this input's tensors: judged, dropped before the next is asked
+    return judged
+
+
+def _size(count: int) -> str:
+    return f"{count / (1 << 20):.1f} MiB" if count >= 1 << 20 else f"{count:,} bytes"
+
+
+def _ask(
+    triton: Any, model: str, version: str, item: ReplayInput, outputs: list[str], timeout_s: float
+) -> dict[str, npt.NDArray[Any]]:
+    """One version's answer to one input, its tensors only (the client's result, and its body, let go)."""
+    result = triton.infer(model, version, item.inputs, outputs, timeout_s, parameters=item.parameters or None)
+    return {name: tensor.values for name, tensor in result.items()}

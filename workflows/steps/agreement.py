@@ -16,7 +16,8 @@ from typing import Any
 
 import structlog
 
-from healer.core.agreement import Agreement, Answer, Rules, Verdict, judge
+from healer.core.agreement import Agreement, Judged, Rules, Verdict
+from healer.core.agreement import verdict as verdict_of
 from healer.settings import ModelSettings
 from probes.replay import ReplayError, ReplayUnanswered, answer_both, read_replay_set, replay_inputs, replay_prefix
 
@@ -46,13 +47,13 @@ def agreement_gate(
     """``candidate``'s answers to ``model``'s replay set against ``stable``'s, on ``triton`` (serving both).
     The store's own errors are raised (the caller says where); every other trouble is an error verdict."""
     try:
-        answers = _answers(
+        judged = _answers(
             model, store, triton, stable=stable, candidate=candidate, cancelled=cancelled, deadline_s=deadline_s
         )
     except _NothingLearnt as exc:
         return nothing_learnt(str(exc))
     assert model.agreement is not None
-    verdict = judge(answers, Rules.of(model.agreement))
+    verdict = verdict_of(judged, Rules.of(model.agreement))
     log.info(
         "agreement_judged",
         model=model.name,
@@ -74,7 +75,7 @@ def _answers(
     candidate: str,
     cancelled: Callable[[], None],
     deadline_s: float,
-) -> list[Answer]:
+) -> list[Judged]:
     from healer.edges.triton import TritonError
 
     settings = model.agreement
