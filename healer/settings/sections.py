@@ -251,6 +251,10 @@ class GoldenRequest:
         return self.stall_s if self.stall_s is not None else self.timeout_s
 
 
+# One replay request at most (a fifth of the agreement gate's 300 s deadline, workflows/steps/agreement.py).
+AGREEMENT_MAX_TIMEOUT_S = 60
+
+
 @dataclass(frozen=True)
 class AgreementSettings:
     """Agreement with the stable version (docs/agreement.md): the replay set in the store (MODEL/replay/,
@@ -291,7 +295,18 @@ class AgreementSettings:
     outputs: tuple[str, ...] = field(
         default=(), metadata=setting("the outputs judged", default_doc="every output either version returns")
     )
-    timeout_s: float = field(default=5.0, metadata=setting("one replay input's request to one version", minimum=0.001))
+    timeout_s: float = field(
+        default=5.0,
+        metadata=setting(
+            "one replay input's request to one version",
+            minimum=0.001,
+            maximum=AGREEMENT_MAX_TIMEOUT_S,
+            above_maximum=(
+                f"must be at most {AGREEMENT_MAX_TIMEOUT_S:g} s (the gate has 300 s for the whole replay set, in a "
+                "release's bake; an input is two requests)"
+            ),
+        ),
+    )
 
 
 # What the sidecar does with what it decides (docs/observe.md): act on it, or only record the plan.
