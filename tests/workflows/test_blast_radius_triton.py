@@ -106,3 +106,25 @@ def test_without_a_baseline_or_an_endpoint_it_is_not_measured_and_the_rollback_h
         assert report["to_version"] == "1" and stack.triton.served_versions(stack.model) == ["1"]
         assert report["blast_radius"].startswith("not measured: Triton's metrics not read: "), report["blast_radius"]
         assert time.monotonic() - started < 60
+
+
+def test_restored_unload_first_the_radius_is_measured_too(
+    fs_stack_factory: Any, triton_server: EmbeddedTriton, tmp_path: Path
+) -> None:
+    """rollback.order unload-first: the model is unloaded whole, then loaded with the stable version; Triton
+    still shows the failing version's failure counter, kept (checked here)."""
+    from workflows import steps
+    from workflows.steps.context import context_from_settings
+
+    with fs_stack_factory("linear_scorer", VERSIONS, stable=[1]) as stack:
+        settings = dataclasses.replace(
+            stack.settings, rollback=dataclasses.replace(stack.settings.rollback, order="unload-first")
+        )
+        request = _request(stack, _baseline(stack, triton_server, ""))
+        with Client(stack.settings.triton.url, stack.model) as client:
+            time.sleep(0.5)
+        report = steps.heal(context_from_settings(settings), request)
+        assert report["to_version"] == "1" and stack.triton.served_versions(stack.model) == ["1"]
+        audit = _restored_audit(stack, request.incident)["blast_radius"]
+        assert audit["measured"], audit
+        assert client.failed <= audit["failed_requests"] <= client.failed + CONFIRMATION_AT_MOST, (audit, client.failed)
