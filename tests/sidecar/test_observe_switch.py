@@ -2,7 +2,9 @@
 followed to its end as an acting model's, and only the next one is planned. A rollback running keeps the pod
 out of the Service until it ends (with unload-first the model may be unloaded here); a rollback decided while
 acting whose submission an engine may have taken is asked about, never submitted again, and watched when the
-engine has it. On the scripted Triton and engine of tests/support/sidecar_fleet.py, fake time."""
+engine has it. And the plan's drain line of two observed replicas failing under the draining rule (item 4).
+On the scripted Triton and engine of tests/support/sidecar_fleet.py (its fleet: a filesystem drain set), fake
+time."""
 
 from __future__ import annotations
 
@@ -127,3 +129,21 @@ def test_a_kept_submission_no_engine_answers_for_escalates_at_the_healing_timeou
     cycles(sidecar, clock, 3)
     assert len(engine.requests) == 1 and sidecar.ready() == (True, [])
     assert sidecar.status()["models"][MODEL]["plan"] is not None
+
+
+def test_two_observed_replicas_failing_each_plan_a_drain_only_if_first_to_ask(tmp_path: Path) -> None:
+    """The one-node cluster's case (min_ready 1, two replicas, both failing): the drain set is never written
+    in observe mode, so each sidecar computes as if it were the only one asking; the plan says so."""
+    from tests.sidecar.conftest import break_all
+    from tests.support.sidecar_fleet import cycle_all, fleet
+
+    settings = load_settings(config(tmp_path, mode="observe"))
+    board, members, clock = fleet(settings, tmp_path, 2, min_ready=1)
+    assert all(sidecar.settings.sidecar.drain is not None for sidecar, _ in members)  # the rule is on
+    cycle_all(members, clock, board)
+    break_all(members)
+    for _ in range(4):
+        cycle_all(members, clock, board)
+    lines = [sidecar.status()["models"][MODEL]["plan"]["summary"] for sidecar, _ in members]
+    assert all("; would drain if first to ask (min_ready 1: at most 1 of 2 drained);" in line for line in lines)
+    assert board.ready_pods() == {"triton-0", "triton-1"} and board.drained() == {}  # nothing done
