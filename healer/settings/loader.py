@@ -17,7 +17,7 @@ import yaml
 from healer.settings.addresses import parse_address
 from healer.settings.expect import Expect
 from healer.settings.expect_rules import build_expect, check_expect_fits
-from healer.settings.reader import Reader, describe
+from healer.settings.reader import Reader, describe, without_extension_fields
 from healer.settings.schema import ConfigError, DeclaredKey, Setting, declared_keys, is_section
 from healer.settings.sections import (
     ENDPOINT_INFER,
@@ -102,15 +102,8 @@ def load_settings(path: str | Path) -> Settings:
     return settings
 
 
-# Top-level keys beginning so are extension fields, left out (as Docker Compose's): a place for the anchors
-# that several models' requests merge (docs/configuration-guide.md).
-EXTENSION_PREFIX = "x-"
-
-
 def parse_settings(document: Any, *, source: str, base_dir: Path) -> Settings:
-    if isinstance(document, dict):
-        document = {k: v for k, v in document.items() if not (isinstance(k, str) and k.startswith(EXTENSION_PREFIX))}
-    settings: Settings = parse_section(Settings, document, source=source, base_dir=base_dir)
+    settings: Settings = parse_section(Settings, without_extension_fields(document), source=source, base_dir=base_dir)
     return settings
 
 

@@ -113,3 +113,15 @@ def describe(raw: Any) -> str:
     if isinstance(raw, str):
         return f"{raw!r}" if raw else "an empty string"
     return f"a {type(raw).__name__}"
+
+
+# Top-level keys beginning so are extension fields, left out (as Docker Compose's): a place for the anchors
+# that several models' requests merge (docs/configuration-guide.md).
+EXTENSION_PREFIX = "x-"
+
+
+def without_extension_fields(document: Any) -> Any:
+    """The file's top-level mapping without its ``x-`` keys (anything else as it is)."""
+    if not isinstance(document, dict):
+        return document
+    return {k: v for k, v in document.items() if not (isinstance(k, str) and k.startswith(EXTENSION_PREFIX))}
