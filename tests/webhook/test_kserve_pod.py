@@ -32,7 +32,8 @@ from tests.webhook.test_webhook import admission_review, apply, sidecar_of, vali
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "e2e" / "cluster"
 VALUES = (CLUSTER / "values-cluster.yaml", CLUSTER / "values-kserve-cluster.yaml")
-SET = {"certificates.caBundle": "eA==", "argo.caBundle": "x"}
+# alertReceiver off as modes.sh installs these releases (values-cluster.yaml turns it on for the tier's own)
+SET = {"certificates.caBundle": "eA==", "argo.caBundle": "x", "alertReceiver.enabled": "false"}
 KSERVE_VOLUME, KSERVE_MOUNT = "kserve-provision-location", "/mnt/models"
 KSERVE_NAMES = {"kserve-container", "storage-initializer"}
 
