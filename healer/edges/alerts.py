@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import json
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -96,16 +97,43 @@ class Delivery:
         return NO_WEBHOOK if self.status is DeliveryStatus.NO_WEBHOOK else self.error
 
 
-def deliver_alert(post: PostAlerts, webhook_url: str | None, alert: dict[str, Any], timeout_s: float) -> Delivery:
+SEND_POLL_S = 0.05  # how often a waiting send looks at ``stop``
+
+
+def deliver_alert(
+    post: PostAlerts,
+    webhook_url: str | None,
+    alert: dict[str, Any],
+    timeout_s: float,
+    *,
+    stop: threading.Event | None = None,
+) -> Delivery:
     """Send one alert through ``post`` (``post_alerts`` in production). Never raises: a bad reply from
     Alertmanager must not stop the other channels."""
     if not webhook_url:
         return Delivery(DeliveryStatus.NO_WEBHOOK)
-    try:
-        post(webhook_url, [alert], timeout_s)
-    except Exception as exc:  # any failure to alert is reported; the escalation goes on
-        return Delivery(DeliveryStatus.FAILED, f"{type(exc).__name__}: {exc}")
-    return Delivery(DeliveryStatus.SENT)
+    # urlopen's timeout bounds each socket operation, not the send: an Alertmanager that trickles its
+    # reply a byte at a time would hold the caller for ever. The send runs in a daemon thread, waited for
+    # at most timeout_s as a whole (and no longer once ``stop`` is set: the run's deadline passed).
+    outcome: list[Delivery] = []
+
+    def send() -> None:
+        try:
+            post(webhook_url, [alert], timeout_s)
+        except Exception as exc:  # any failure to alert is reported; the escalation goes on
+            outcome.append(Delivery(DeliveryStatus.FAILED, f"{type(exc).__name__}: {exc}"))
+        else:
+            outcome.append(Delivery(DeliveryStatus.SENT))
+
+    sender = threading.Thread(target=send, name="alert-send", daemon=True)
+    sender.start()
+    until = time.monotonic() + timeout_s
+    while sender.is_alive() and (left := until - time.monotonic()) > 0 and not (stop is not None and stop.is_set()):
+        sender.join(min(left, SEND_POLL_S))
+    if outcome:
+        return outcome[0]
+    why = "the run was stopped" if stop is not None and stop.is_set() else f"no reply within {timeout_s:g} s"
+    return Delivery(DeliveryStatus.FAILED, f"TimeoutError: {why} (the whole send; left to finish in the background)")
 
 
 @dataclass(frozen=True)
@@ -279,7 +307,14 @@ def build_info_alert(event: InfoEvent, *, runbook_url: str, workflow_url: str = 
     }
 
 
-def tell_info(event: InfoEvent, config: AlertSettings, post: PostAlerts, *, workflow_url: str = "") -> Delivery:
+def tell_info(
+    event: InfoEvent,
+    config: AlertSettings,
+    post: PostAlerts,
+    *,
+    workflow_url: str = "",
+    stop: threading.Event | None = None,
+) -> Delivery:
     """Send one info alert, when ``rollback.alert.info`` is on (and a webhook_url is set). Never raises:
     a word about an action must never stop or undo the action."""
     if not config.info:
@@ -288,7 +323,7 @@ def tell_info(event: InfoEvent, config: AlertSettings, post: PostAlerts, *, work
         alert = build_info_alert(event, runbook_url=config.runbook_url, workflow_url=workflow_url)
     except Exception as exc:  # a bad field must not stop the action it reports
         return Delivery(DeliveryStatus.FAILED, f"{type(exc).__name__}: {exc}")
-    return deliver_alert(post, config.webhook_url, alert, config.timeout_s)
+    return deliver_alert(post, config.webhook_url, alert, config.timeout_s, stop=stop)
 
 
 def healed_event(

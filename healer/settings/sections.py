@@ -447,6 +447,10 @@ class StoreSettings:
     )
 
 
+# An alert's whole send is bounded by rollback.alert.timeout_s; this bounds that (issue 31 item 4, review).
+ALERT_MAX_TIMEOUT_S = 15
+
+
 @dataclass(frozen=True)
 class AlertSettings:
     webhook_url: str | None = field(
@@ -455,7 +459,19 @@ class AlertSettings:
             "Alertmanager's base URL; alerts go to <url>/api/v2/alerts", form="url", default_doc="no alerts sent"
         ),
     )
-    timeout_s: float = field(default=5.0, metadata=setting("timeout of one alert's delivery", minimum=0.001))
+    timeout_s: float = field(
+        default=5.0,
+        metadata=setting(
+            "timeout of one alert's delivery, the whole send (an info alert is sent after the action, never "
+            "holding a lease)",
+            minimum=0.001,
+            maximum=ALERT_MAX_TIMEOUT_S,
+            above_maximum=(
+                f"must be at most {ALERT_MAX_TIMEOUT_S:g} s (an alert is sent inside the rollback's deadline, "
+                "90 s by default: a hanging Alertmanager must not use it up)"
+            ),
+        ),
+    )
     runbook_url: str = field(
         default="https://github.com/healer-dev/healer/blob/main/runbooks/rollback-escalated.md",
         metadata=setting("the runbook an escalation alert links to", form="url"),

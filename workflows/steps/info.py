@@ -1,6 +1,7 @@
-"""The info alerts of the steps (issue 31 item 4; docs/alerts.md): a healed incident (records.record) and a
-release rolled out (release.roll_out), each sent once, resolving itself (healer/edges/alerts.py
-``tell_info``), only while ``rollback.alert.info`` is on. Never raises: the action is done either way."""
+"""The info alerts of the steps (issue 31 item 4; docs/alerts.md): a healed incident (rollback.heal) and a
+release rolled out (release.roll_out), each sent once, last (after every protective step, the lease released),
+resolving itself (healer/edges/alerts.py ``tell_info``), only while ``rollback.alert.info`` is on. Never raises:
+the action is done either way."""
 
 from __future__ import annotations
 
@@ -56,7 +57,9 @@ def _tell(ctx: StepContext, event: InfoEvent) -> Delivery:
     settings = ctx.settings.rollback
     # The Argo UI's page of the run, where Argo runs it (argo-server serves the UI on its own address).
     ui = argo_ui_url(settings.argo.host, settings.argo.namespace, event.workflow) if settings.engine == "argo" else ""
-    delivery = tell_info(event, settings.alert, ctx.send_alert, workflow_url=ui)
+    # Bounded as a whole (rollback.alert.timeout_s, at most ALERT_MAX_TIMEOUT_S), and no longer once the run's
+    # deadline passes: sent after the action and its lease, it never fails or holds the step.
+    delivery = tell_info(event, settings.alert, ctx.send_alert, workflow_url=ui, stop=ctx.cancelled)
     if delivery.status is DeliveryStatus.FAILED:
         log.warning("info_alert_not_sent", alertname=event.alertname, model=event.model, error=delivery.error)
     return delivery

@@ -18,7 +18,6 @@ from healer.edges.store import LOST_TO_A_PUSH, StoreError
 from healer.vocabulary import AUTO, MANUAL, MANUAL_QUARANTINE, TRAFFIC, RollbackRequest
 from workflows.plan import quarantine_refused
 from workflows.steps.base import PermanentStepError, StepContext, TransientStepError, store_errors
-from workflows.steps.info import tell_healed
 from workflows.steps.per_pod import per_pod
 
 log = structlog.get_logger(__name__)
@@ -92,8 +91,6 @@ def record(
                 **({"blast_radius": blast.record()} if blast is not None else {}),
             },
         )
-    if outcome == "restored" and restored_version:  # a word for the action (rollback.alert.info)
-        tell_healed(ctx, request, restored_version, blast)
     return {
         "quarantined": None if not_quarantined else request.from_version,
         "ledger_generation": ledger.generation,

@@ -368,7 +368,9 @@ def roll_out(ctx: StepContext, request: ReleaseRequest) -> dict[str, Any]:
                     raise TransientStepError(f"promote {request.model} v{request.version}: {exc}") from exc
                 raise PermanentStepError(f"promote {request.model} v{request.version}: {exc}") from exc
         audit(leased, request, "released", {"from_version": stable.version, "replicas": len(swapped["replicas"])})
-        tell_released(leased, request, from_version=stable.version, replicas=len(swapped["replicas"]))
+    # A word for the release (rollback.alert.info), after the lease is released: bounded as a whole, never
+    # holding the model or failing the step (workflows/steps/info.py).
+    tell_released(ctx, request, from_version=stable.version, replicas=len(swapped["replicas"]))
     return {"from_version": stable.version, "promoted_at": promoted.promoted_at, **swapped}
 
 

@@ -27,6 +27,7 @@ from probes.tiers import check_after_load
 from workflows.plan import FailingSeen, decide_rollback, failing_seen
 from workflows.steps.base import StepContext, StepError
 from workflows.steps.blast import measure_at_restore
+from workflows.steps.info import tell_healed
 from workflows.steps.lease import LeaseKeeper
 from workflows.steps.per_pod import per_pod, set_aside_on_replicas
 from workflows.steps.pipeline import (
@@ -140,6 +141,9 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
         for other in reversed(held):
             other.release()
         keeper.release()
+    # A word for the action (rollback.alert.info), last: after the files are set aside and the config
+    # pinned, the lease released; bounded as a whole, it never fails the heal (workflows/steps/info.py).
+    tell_healed(ctx, request, version, blast)
     return {
         "model": request.model,
         "from_version": request.from_version,
