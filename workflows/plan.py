@@ -163,7 +163,18 @@ class RollbackGo:
     confirmed: bool = False
 
 
-def decide_rollback(
+def _served_nowhere(version: str) -> RollbackGo:
+    """Every replica answered and serves another version of the model, none this one, with no failure of it
+    seen in this incident, no wait and no earlier attempt of this run holding the lease (a rerun after a
+    restore finishes its record): nothing to do. An outside alert Alertmanager re-sends after its
+    repeat_interval for a version already rolled back must not record a heal, send HealerIncidentHealed or
+    count toward the breaker."""
+    return RollbackGo(
+        False, False, f"v{version} is served nowhere (every replica serves another version): nothing to do"
+    )
+
+
+def decide_rollback(  # noqa: PLR0911 (a decision table: one return per case)
     seen: FailingSeen,
     *,
     waited: bool,
@@ -173,33 +184,35 @@ def decide_rollback(
     failed_before: bool = False,
     stable_in_ledger: bool = False,
     detected_by_answer: bool = True,
+    served_elsewhere: bool = False,
 ) -> RollbackGo:
     """The rollback holds the model's lease and has asked the failing version again (``seen``).
 
-    ``waited``: it waited for another run's lease first (the world may have changed under it: another
-    rollback, a release, a person). ``detected``: the request comes from a check that failed on the
-    version in this incident (the sidecar's), not from a person. ``quarantine_asked``: a person asked
-    for the quarantine (``healer rollback --quarantine``). ``failed_before``: an earlier run of this
-    incident (killed before its record) saw the version fail its confirmation: the audit trail says so.
-    ``stable_in_ledger``: the ledger lists the version stable (promoted: verified by a person or a release).
-    ``detected_by_answer``: False for the traffic signal (reason ``traffic``, Triton's counters on real
-    traffic): it restores as a detection does, but is no evidence for a quarantine (``_traffic_only``).
+    ``waited``: it waited for another run's lease first (the world may have changed under it: another rollback, a
+    release, a person). ``detected``: the request comes from a check that failed on the version in this incident
+    (the sidecar's), not from a person. ``quarantine_asked``: a person asked for the quarantine (``healer rollback
+    --quarantine``). ``failed_before``: an earlier run of this incident (killed before its record) saw the version
+    fail its confirmation: the audit trail says so. ``stable_in_ledger``: the ledger lists the version stable
+    (promoted: verified by a person or a release). ``detected_by_answer``: False for the traffic signal (reason
+    ``traffic``, Triton's counters on real traffic): it restores as a detection does, but is no evidence for a
+    quarantine (``_traffic_only``).
 
     * A person's ``--quarantine`` is done as asked: restore and quarantine, whatever the version answers.
-    * After a wait, a version that answers right wherever it is served is a stale incident: nothing
-      to do is the outcome (moving replicas off a verified version is the harm).
-    * So is a person's plain rollback of a version the ledger lists stable that answers right: the
-      advice a dead release once printed led exactly there (``--quarantine`` says it is meant).
-    * Otherwise the rollback restores as asked: a person's rollback of a version that answers right is
-      still theirs to ask for, and the sidecar's own check failed moments ago.
-    * A version is quarantined only on evidence: a check that failed on it in this incident (this
-      confirmation, an earlier run's, or the sidecar's), or a person's flag. A version the ledger lists
-      stable never without the flag, whatever was seen (``quarantine_refused``; decided again where the
-      ledger is written: steps.record).
+    * After a wait, a version that answers right wherever it is served is a stale incident: nothing to do is the
+      outcome (moving replicas off a verified version is the harm).
+    * So is a person's plain rollback of a version the ledger lists stable that answers right: the advice a dead
+      release once printed led exactly there (``--quarantine`` says it is meant).
+    * Otherwise the rollback restores as asked: a person's rollback of a version that answers right is still theirs
+      to ask for, and the sidecar's own check failed moments ago.
+    * A version is quarantined only on evidence: a check that failed on it in this incident (this confirmation, an
+      earlier run's, or the sidecar's), or a person's flag. A version the ledger lists stable never without the
+      flag, whatever was seen (``quarantine_refused``; decided again where the ledger is written: steps.record).
     """
     confirmed = seen is FailingSeen.FAILS or failed_before
     if quarantine_asked:
         return RollbackGo(True, True, f"v{version}: restore and quarantine, as a person asked", confirmed=confirmed)
+    if seen is FailingSeen.NOT_SERVED and served_elsewhere and not (waited or failed_before):
+        return _served_nowhere(version)
     stable_kept = quarantine_refused(
         version, stable_in_ledger=stable_in_ledger, restoring=(), person_asked=False, confirmed=confirmed
     )
@@ -233,15 +246,11 @@ def decide_rollback(
                 True, False, f"v{version}: restore; {source}", why_not_quarantined=kept, confirmed=confirmed
             )
         return RollbackGo(True, True, f"v{version}: restore; {source}", confirmed=confirmed)
-    return RollbackGo(
-        True,
-        False,
-        f"v{version}: restore, as a person asked",
-        why_not_quarantined=(
-            f"no check failed on v{version} in this incident ({seen.value}): a person's rollback does not "
-            "quarantine without --quarantine"
-        ),
+    why_not = (
+        f"no check failed on v{version} in this incident ({seen.value}): a person's rollback does not "
+        "quarantine without --quarantine"
     )
+    return RollbackGo(True, False, f"v{version}: restore, as a person asked", why_not_quarantined=why_not)
 
 
 def _traffic_only(version: str, seen: FailingSeen, *, confirmed: bool, by_answer: bool) -> str:

@@ -244,3 +244,32 @@ def test_quarantine_refused(
 )
 def test_failing_seen(answers: list[str], seen: FailingSeen) -> None:
     assert failing_seen(answers) is seen
+
+
+# ---- a version served nowhere (issue 31 item 4, review, 2) -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("waited", "detected", "asked", "failed_before", "act"),
+    [
+        (False, False, False, False, False),  # an outside alert re-sent for a version already left: nothing
+        (False, True, False, False, False),  # the sidecar's, the same
+        (True, True, False, False, True),  # after a wait: a rerun after the restore records its quarantine
+        (False, True, False, True, True),  # failed earlier in this incident: the record is still owed
+        (False, False, True, False, True),  # a person's --quarantine: as asked
+    ],
+)
+def test_a_version_served_nowhere_is_nothing_to_do_unless_owed(
+    waited: bool, detected: bool, asked: bool, failed_before: bool, act: bool
+) -> None:
+    go = decide_rollback(
+        FailingSeen.NOT_SERVED,
+        waited=waited,
+        detected=detected,
+        quarantine_asked=asked,
+        version="3",
+        failed_before=failed_before,
+        served_elsewhere=True,
+    )
+    assert go.act is act, go.why
+    assert act or "served nowhere" in go.why

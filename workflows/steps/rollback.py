@@ -117,7 +117,7 @@ def heal(ctx: StepContext, request: RollbackRequest) -> dict[str, Any]:
         # every replica's restore, never looked up again after a swap (a refused read must not change it).
         ctx = dataclasses.replace(ctx, judges={request.model: tuple(lease.get("judged_by", ()))})
         if not go["act"]:
-            return _nothing_to_do(request, go["why"], phases)
+            return _nothing_to_do(request, go, phases)
         restored = _run_phase(
             ctx,
             request,
@@ -206,7 +206,7 @@ def _take_lease(
     if keeper.duties():
         out["put_back"] = put_back_unloaded(ctx, request.model, keeper, request.triton_url)
     # Only now, holding the lease and after any wait, is what serves known: ask the version again.
-    go = confirm_failing(ctx, request, waited=waited)
+    go = confirm_failing(ctx, request, waited=waited, resumed=bool(keeper.lease.taken_from or keeper.duties()))
     out["confirm"] = go
     return out
 
@@ -256,14 +256,16 @@ def _fence_then_record(
     return recorded | prune_copies_aside(ctx, request.model)
 
 
-def _nothing_to_do(request: RollbackRequest, why: str, phases: list[PhaseReport]) -> dict[str, Any]:
+def _nothing_to_do(request: RollbackRequest, go: dict[str, Any], phases: list[PhaseReport]) -> dict[str, Any]:
+    """Nothing restored, recorded or told (no healed alert): ``outcome`` says why in a word."""
     return {
+        "outcome": go["outcome"],
         "model": request.model,
         "from_version": request.from_version,
         "to_version": "",
         "incident": request.incident,
         "already_restored": True,
-        "nothing_to_do": why,
+        "nothing_to_do": go["why"],
         "files": {},
         "golden": {},
         "moved_aside": None,
@@ -277,7 +279,9 @@ def _nothing_to_do(request: RollbackRequest, why: str, phases: list[PhaseReport]
 CONFIRM_REPLICAS = 3
 
 
-def confirm_failing(ctx: StepContext, request: RollbackRequest, *, waited: bool) -> dict[str, Any]:
+def confirm_failing(
+    ctx: StepContext, request: RollbackRequest, *, waited: bool, resumed: bool = False
+) -> dict[str, Any]:
     """Ask the failing version its golden request again where it is still served, holding the lease,
     and decide (workflows/plan.py decide_rollback) whether to restore and whether it may be
     quarantined. Only reads: the ledger, Triton's served versions and one golden request per replica asked."""
@@ -285,6 +289,7 @@ def confirm_failing(ctx: StepContext, request: RollbackRequest, *, waited: bool)
 
     version = request.from_version
     seen, where, failed_before, stable_in_ledger = FailingSeen.NOT_CHECKED, "", False, False
+    elsewhere = False  # every replica answered, each on another version of the model
     if version != UNKNOWN_VERSION:
         try:
             ledger = ctx.store.ledger(request.model)
@@ -293,7 +298,7 @@ def confirm_failing(ctx: StepContext, request: RollbackRequest, *, waited: bool)
         stable_in_ledger = ledger is not None and ledger.stable_record(version) is not None
         # A golden request that fits the stable version and not this one: a changed contract, a failure.
         stable = newest_stable(ledger) if ledger is not None else None
-        seen, where = _ask_failing(ctx, request.model, version, request.triton_url, stable)
+        seen, where, elsewhere = _ask_failing(ctx, request.model, version, request.triton_url, stable)
         if seen is FailingSeen.FAILS:
             remember_failed(ctx, request, where)
         else:
@@ -307,9 +312,10 @@ def confirm_failing(ctx: StepContext, request: RollbackRequest, *, waited: bool)
         failed_before=failed_before,
         stable_in_ledger=stable_in_ledger,
         detected_by_answer=request.reason != TRAFFIC,  # the traffic signal: no evidence for a quarantine
+        served_elsewhere=elsewhere and not resumed,  # resumed: an earlier attempt of this run may have restored
     )
     log.info(
-        "rollback_confirmed" if go.act else "rollback_stale",
+        "rollback_confirmed" if go.act else "rollback_served_nowhere" if elsewhere else "rollback_stale",
         model=request.model,
         version=version,
         incident=request.incident,
@@ -323,6 +329,7 @@ def confirm_failing(ctx: StepContext, request: RollbackRequest, *, waited: bool)
         "waited": waited,
         "act": go.act,
         "why": go.why,
+        "outcome": "restore" if go.act else "served-nowhere" if elsewhere else "nothing-to-do",
         "why_not_quarantined": go.why_not_quarantined,
         "confirmed": go.confirmed,
     }
@@ -330,11 +337,12 @@ def confirm_failing(ctx: StepContext, request: RollbackRequest, *, waited: bool)
 
 def _ask_failing(
     ctx: StepContext, model: str, version: str, triton_url: str, stable: StableRecord | None
-) -> tuple[FailingSeen, str]:
+) -> tuple[FailingSeen, str, bool]:
     """What ``version`` answers on the replicas that serve it (the first wrong answer ends it), and
     what was seen where, for people. The replica that detected the incident is asked first: a fault
     only it shows must not be outvoted by healthy ones. A slow or timed-out answer is no evidence
-    against the version (a busy machine answers late too): inconclusive here."""
+    against the version (a busy machine answers late too): inconclusive here. Third: whether every replica
+    answered and served another version of the model, none this one (served nowhere, known)."""
     pipelines = judging_pipelines(ctx, model)  # a composing model: its pipelines' suites, through them
     golden = None if pipelines else golden_request(ctx, model, version)  # its own store requests too
     key = golden_key(ctx.settings, model)
@@ -342,19 +350,24 @@ def _ask_failing(
     notes: list[str] = []
     targets = replica_targets_for(ctx, triton_url)
     targets.sort(key=lambda t: t.url != triton_url)  # stable: the detecting replica first, the rest in order
+    elsewhere, others = True, 0
     for target in targets:
         if target.skip or len(answers) >= CONFIRM_REPLICAS:
             continue
         ctx.check_cancelled("confirming the failing version")
         with on_replica(ctx, target.url) as replica:
             if not triton_live(replica):
+                elsewhere = False
                 continue
             try:
                 served = served_versions(replica, model)
             except StepError:
+                elsewhere = False
                 continue
             if version not in served:
+                elsewhere, others = elsewhere and bool(served), others + 1
                 continue
+            elsewhere = False
             if golden is None:
                 result = ask_pipelines(replica, pipelines)
             else:
@@ -365,7 +378,11 @@ def _ask_failing(
             if result.status is Status.FAIL and not late:
                 break
     seen = failing_seen(answers)
-    return seen, "; ".join(notes) or f"no replica that answered serves v{version}"
+    return (
+        seen,
+        "; ".join(notes) or f"no replica that answered serves v{version}",
+        (elsewhere and others > 0 and seen is FailingSeen.NOT_SERVED),
+    )
 
 
 def escalate(
