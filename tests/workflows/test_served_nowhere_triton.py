@@ -47,3 +47,20 @@ def test_a_version_served_nowhere_is_nothing_to_do(fs_stack_factory: Any, reason
         assert (stack.live / stack.model / "3").is_dir()
         assert (stack.live / stack.model / "config.pbtxt").read_bytes() == config_before
         assert stack.triton.served_versions(stack.model) == ["2"]
+
+
+def test_the_same_incident_repeated_after_its_heal_is_nothing_to_do(fs_stack_factory: Any) -> None:
+    """The repeat names the same incident as the heal it follows: one 'restored' record, one healed alert."""
+    with fs_stack_factory("linear_scorer", VERSIONS, stable=[1, 2]) as stack:
+        stack: RollbackStack
+        alert = dataclasses.replace(stack.settings.rollback.alert, info=True)
+        settings = dataclasses.replace(
+            stack.settings, rollback=dataclasses.replace(stack.settings.rollback, alert=alert)
+        )
+        request = RollbackRequest(model=stack.model, from_version="3", incident="inc-once", reason=MANUAL)
+        first = steps.heal(context_from_settings(settings), request)
+        assert first["to_version"] == "2", first
+        again = steps.heal(context_from_settings(settings), request)
+        assert again["outcome"] == "served-nowhere", again
+        assert [r["event"] for r in stack.store.audit_of(stack.model, "inc-once")].count("restored") == 1
+        assert len(stack.alerts.alerts) == 1

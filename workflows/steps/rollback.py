@@ -194,6 +194,7 @@ def _take_lease(
     if not judges:
         golden_request(ctx, request.model)
     ctx = dataclasses.replace(ctx, judges={request.model: tuple(p.name for p in judges)})
+    resumed = _held_last_by_this_incident(ctx, request)
     waited_s = keeper.take()
     started = ctx.clock()
     hold_pipelines(ctx, request.incident, holder, judges, held)
@@ -206,9 +207,30 @@ def _take_lease(
     if keeper.duties():
         out["put_back"] = put_back_unloaded(ctx, request.model, keeper, request.triton_url)
     # Only now, holding the lease and after any wait, is what serves known: ask the version again.
-    go = confirm_failing(ctx, request, waited=waited, resumed=bool(keeper.lease.taken_from or keeper.duties()))
+    resumed = resumed or bool(keeper.lease.taken_from or keeper.duties())
+    go = confirm_failing(ctx, request, waited=waited, resumed=resumed)
     out["confirm"] = go
     return out
+
+
+def _healed_already(ctx: StepContext, request: RollbackRequest) -> bool:
+    """Whether this incident's audit trail records the failing version restored away from. Unread: False."""
+    try:
+        records = ctx.store.audit_of(request.model, request.incident)
+    except (StoreError, ValueError, OSError):
+        return False
+    return any(r.get("event") == "restored" and r.get("from_version") == request.from_version for r in records)
+
+
+def _held_last_by_this_incident(ctx: StepContext, request: RollbackRequest) -> bool:
+    """Whether the model's lease was last held, and never released, for this incident: an earlier attempt,
+    killed, may have restored before its record (its version then served nowhere still owes the record).
+    Released: that run finished, its record written. Unread: True."""
+    try:
+        _, snapshot = ctx.store.lease_snapshot(request.model)
+    except (StoreError, ValueError, OSError):
+        return True
+    return snapshot is not None and not snapshot.released and snapshot.incident in ("", request.incident)
 
 
 def hold_pipelines(
@@ -303,6 +325,8 @@ def confirm_failing(
             remember_failed(ctx, request, where)
         else:
             failed_before = failed_earlier(ctx, request)
+        if seen is FailingSeen.NOT_SERVED and elsewhere and failed_before and _healed_already(ctx, request):
+            failed_before = False  # the failure's record is written: nothing owed (a repeat of a healed incident)
     go = decide_rollback(
         seen,
         waited=waited,
