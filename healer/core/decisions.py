@@ -480,12 +480,21 @@ def readiness(
 # ---- the probe loop's own liveness (/healthz) -------------------------------------------------------------
 
 
-def stall_after_s(*, period_s: float, golden_timeouts_s: Sequence[float], triton_timeout_s: float) -> float:
+def stall_after_s(
+    *,
+    period_s: float,
+    golden_timeouts_s: Sequence[float],
+    triton_timeout_s: float,
+    scrape_timeout_s: float,
+    plan_reads_s: float,
+) -> float:
     """How long without a finished cycle means the loop is stuck (a deadlock, a call without a bound):
     three periods plus the longest a cycle can take, every model's golden request and Triton calls
-    timing out, plus a margin."""
-    per_model = max(golden_timeouts_s, default=0.0) + 2 * triton_timeout_s
-    return 3 * period_s + len(golden_timeouts_s) * per_model + 3 * triton_timeout_s + 30.0
+    timing out, every model's observe plan reading for ``plan_reads_s`` (a model's mode changes without a
+    restart, so any model may be observed), the metrics scrape (``scrape_timeout_s``, 0 when not read),
+    plus a margin."""
+    per_model = max(golden_timeouts_s, default=0.0) + 2 * triton_timeout_s + plan_reads_s
+    return 3 * period_s + len(golden_timeouts_s) * per_model + 3 * triton_timeout_s + scrape_timeout_s + 30.0
 
 
 def loop_stalled(*, last_cycle_at: float | None, started_at: float, now: float, stall_after_s: float) -> str:

@@ -796,6 +796,10 @@ class TrafficLimits:
     )
 
 
+# One scrape of Triton's metrics runs on the probe loop's thread once per period (review of issue 31 item 2).
+TRAFFIC_MAX_TIMEOUT_S = 5
+
+
 @dataclass(frozen=True)
 class TrafficSettings:
     """Triton's own numbers as a signal (docs/traffic-signal.md): the sidecar reads its pod's Triton metrics
@@ -829,7 +833,18 @@ class TrafficSettings:
             default_doc="latency not judged",
         ),
     )
-    timeout_s: float = field(default=1.0, metadata=setting("one scrape of the metrics endpoint", minimum=0.001))
+    timeout_s: float = field(
+        default=1.0,
+        metadata=setting(
+            "one scrape of the metrics endpoint",
+            minimum=0.001,
+            maximum=TRAFFIC_MAX_TIMEOUT_S,
+            above_maximum=(
+                f"must be at most {TRAFFIC_MAX_TIMEOUT_S:g} s (one scrape per probe period, on the probe loop's "
+                "thread; the rollback's blast radius read waits 5 s at most)"
+            ),
+        ),
+    )
     models: tuple[TrafficLimits, ...] = field(
         default=(), metadata=setting("per-model limits over these", default_doc="none")
     )

@@ -35,7 +35,6 @@ from healer.core.decisions import (
     orphan_incident,
     readiness,
     sidecar_policy,
-    stall_after_s,
     verdict_for,
     wants_drain,
 )
@@ -68,7 +67,7 @@ from healer.sidecar.notify import Notifier
 from healer.sidecar.observe import intercept, observer_for, plan_for_member, reload_modes
 from healer.sidecar.peers import PeerSource
 from healer.sidecar.pipelines import PipelineWatch, ledger_stable
-from healer.sidecar.traffic import watch_traffic
+from healer.sidecar.traffic import loop_stall_after_s, watch_traffic
 from healer.sidecar.traffic_view import model_traffic
 from healer.sidecar.views import status_document
 from healer.vocabulary import TIMEOUT, RollbackRequest
@@ -441,12 +440,7 @@ class Sidecar:
 
     @property
     def stall_after_s(self) -> float:
-        sidecar, triton = self.settings.sidecar, self.settings.triton
-        return stall_after_s(
-            period_s=sidecar.period_s,
-            golden_timeouts_s=[sum(g.timeout_s for g in m.suite) for m in self.settings.models],
-            triton_timeout_s=triton.timeout_s,
-        )
+        return loop_stall_after_s(self.settings)
 
     def loop_stalled(self) -> str:
         """Why the probe loop looks stuck ("" when it turns): healer/core/decisions.py ``loop_stalled``."""

@@ -30,6 +30,7 @@ from typing import Any
 import structlog
 
 from healer.core.blast import baseline_of
+from healer.core.decisions import stall_after_s
 from healer.core.state import Incident, Probed, Verdict, incident_key
 from healer.core.traffic import (
     FAILURE_RATIO,
@@ -56,6 +57,7 @@ from healer.edges.triton_metrics import MetricsUnavailable, metrics_url_for, por
 from healer.settings import Settings
 from healer.sidecar.clock import Clock
 from healer.sidecar.notify import Notifier
+from healer.sidecar.observe import PLAN_READS_S
 from healer.vocabulary import MODEL_ERROR, SLOW, TRAFFIC, RollbackRequest
 
 log = structlog.get_logger("healer.sidecar")
@@ -384,3 +386,17 @@ class TrafficWatch:
             "error": self.error,
             "versions": {f"{m}/{v}": self._signals.get((m, v), Signal.QUIET).value for m, v in sorted(self._present)},
         }
+
+
+def loop_stall_after_s(settings: Settings) -> float:
+    """The sidecar's /healthz bound (healer/core/decisions.py ``stall_after_s``) for these settings: the
+    golden requests, Triton's calls, every model's observe plan reads and the metrics scrape when read."""
+    traffic = settings.sidecar.traffic
+    reading = traffic.enabled or traffic.metrics_url is not None
+    return stall_after_s(
+        period_s=settings.sidecar.period_s,
+        golden_timeouts_s=[sum(g.timeout_s for g in m.suite) for m in settings.models],
+        triton_timeout_s=settings.triton.timeout_s,
+        scrape_timeout_s=traffic.timeout_s if reading else 0.0,
+        plan_reads_s=PLAN_READS_S,
+    )

@@ -80,9 +80,38 @@ def test_readiness(kwargs: dict[str, object], expected: tuple[bool, list[str]]) 
 
 
 def test_stall_after_grows_with_the_models_and_their_timeouts() -> None:
-    one = stall_after_s(period_s=5, golden_timeouts_s=[2.0], triton_timeout_s=2)
+    one = stall_after_s(period_s=5, golden_timeouts_s=[2.0], triton_timeout_s=2, scrape_timeout_s=0, plan_reads_s=0)
     assert one == 3 * 5 + (2 + 4) + 6 + 30
-    assert stall_after_s(period_s=5, golden_timeouts_s=[2.0, 10.0], triton_timeout_s=2) == 15 + 2 * (10 + 4) + 6 + 30
+    two = stall_after_s(
+        period_s=5, golden_timeouts_s=[2.0, 10.0], triton_timeout_s=2, scrape_timeout_s=0, plan_reads_s=0
+    )
+    assert two == 15 + 2 * (10 + 4) + 6 + 30
+
+
+@pytest.mark.parametrize(
+    ("models", "golden", "triton", "scrape", "plan"),
+    [
+        (1, 2.0, 2.0, 5.0, 5.0),  # the largest scrape with one model
+        (3, 10.0, 1.0, 5.0, 5.0),  # every model observed, each plan reading its full 5 s
+        (10, 0.5, 0.5, 1.0, 5.0),  # many fast models: the plans' reads dominate
+    ],
+)
+def test_stall_after_covers_the_slowest_legal_cycle(
+    models: int, golden: float, triton: float, scrape: float, plan: float
+) -> None:
+    """The longest one cycle can legally take (every golden request and 2 Triton calls per model timing out,
+    every model's observe plan reading its whole budget, the metrics scrape timing out, 3 more Triton calls)
+    is within the bound less 3 periods: /healthz never fails a sidecar that is only slow within its limits."""
+    period = 1.0
+    slowest_cycle = models * (golden + 2 * triton + plan) + scrape + 3 * triton
+    bound = stall_after_s(
+        period_s=period,
+        golden_timeouts_s=[golden] * models,
+        triton_timeout_s=triton,
+        scrape_timeout_s=scrape,
+        plan_reads_s=plan,
+    )
+    assert bound - 3 * period >= slowest_cycle
 
 
 @pytest.mark.parametrize(
