@@ -1,6 +1,8 @@
 """Triton's metrics endpoint (its Prometheus text, by default on port 8002): one bounded scrape.
 
-One GET with a total deadline (the connection, the headers and the body within ``timeout_s`` in all) and a size cap
+One GET with a total deadline (the name's resolution, the connection, the headers and the body within
+``timeout_s`` in all: a host name is resolved on a daemon thread waited for at most the deadline, since
+``getaddrinfo`` takes no timeout) and a size cap
 (MAX_METRICS_BYTES: the body is read no further). Whatever goes wrong (refused, a timeout, an HTTP
 error, an answer over the cap, text that is not Prometheus text) is ``MetricsUnavailable``: nothing
 learnt, never a failure of a model. The parsing is pure (healer/core/traffic.py).
@@ -14,6 +16,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from typing import Any
 
 from healer.core.traffic import MAX_METRICS_BYTES, Counters, Key, MetricsUnreadable, parse_metrics
 
@@ -55,7 +58,11 @@ def scrape_text(url: str, *, timeout_s: float, max_bytes: int = MAX_METRICS_BYTE
     cut = threading.Event()
     timer: threading.Timer | None = None
     try:
-        connection.connect()  # bounded by timeout_s
+        address = _resolved(parsed.hostname, parsed.port or connection.port, deadline, late)
+        # The connection goes to the address resolved within the deadline; Host and TLS keep the name.
+        connection._create_connection = lambda _address, timeout, *_args: _connect(address, timeout)  # type: ignore[attr-defined]
+        connection.timeout = max(0.001, deadline - time.monotonic())
+        connection.connect()  # bounded by what is left of timeout_s
         left = deadline - time.monotonic()
         if left <= 0 or connection.sock is None:
             raise MetricsUnavailable(late)
@@ -83,6 +90,56 @@ def scrape_text(url: str, *, timeout_s: float, max_bytes: int = MAX_METRICS_BYTE
         if timer is not None:
             timer.cancel()
         connection.close()
+
+
+Address = tuple[socket.AddressFamily, tuple[Any, ...]]
+
+
+def _resolved(host: str, port: int, deadline: float, late: str) -> Address:
+    """``host``'s first address for ``port``, resolved within the deadline: ``getaddrinfo`` has no timeout, so
+    it runs on a daemon thread left behind when the resolver hangs (one per scrape at most, ending with the
+    resolver's own timeout). An IP address needs no resolver."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        return family, ((host, port) if family == socket.AF_INET else (host, port, 0, 0))
+    found: list[Address] = []
+    failed: list[OSError] = []
+
+    def resolve() -> None:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            failed.append(exc)
+            return
+        if not infos:
+            failed.append(OSError(f"no address for {host}"))
+            return
+        found.append((infos[0][0], tuple(infos[0][4])))
+
+    thread = threading.Thread(target=resolve, name="metrics-resolve", daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    if failed:
+        raise failed[0]
+    if not found:
+        raise MetricsUnavailable(f"{late} (the name {host!r} not resolved)")
+    return found[0]
+
+
+def _connect(address: Address, timeout: float | None) -> socket.socket:
+    """A TCP connection to an address already resolved (``socket.create_connection`` would resolve again)."""
+    family, sockaddr = address
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(sockaddr)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _body(
