@@ -137,6 +137,9 @@ class Sample:
     own: int = 0
     own_failed: int = 0
     own_ms: float = 0.0
+    # A failed scrape, or one without this version, came just before: Triton may have restarted between the
+    # two samples, its new counters passing the old ones, so no difference is taken across it (a reset).
+    gap: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,10 +182,11 @@ LATENCY = "latency"
 
 def since_reset(samples: Sequence[Sample]) -> list[Sample]:
     """The samples after the last counter reset (a counter that went down: Triton restarted, or the
-    version was unloaded and loaded again); the earlier ones measure another life of the version."""
+    version was unloaded and loaded again), or the last gap (a failed or missing scrape before a sample: a
+    restart the counters hide when they pass the old ones); the earlier ones measure another life."""
     kept: list[Sample] = []
     for sample in samples:
-        if kept and _went_down(kept[-1].counters, sample.counters):
+        if kept and (sample.gap or _went_down(kept[-1].counters, sample.counters)):
             kept = []
         kept.append(sample)
     return kept
@@ -231,7 +235,10 @@ def _bounds(samples: Sequence[Sample], now: float, window_s: float) -> tuple[Sam
     kept = since_reset(samples)
     if len(kept) < len(samples):
         if kept[0].at > now - window_s:
-            return Window(Judged.NOTHING, "a counter went down in the window (Triton restarted, the version reloaded)")
+            return Window(
+                Judged.NOTHING,
+                "a counter went down or a scrape failed in the window (Triton restarted, the version reloaded)",
+            )
         samples = kept
     base = next((s for s in reversed(samples) if s.at <= now - window_s), samples[0])
     if samples[-1] is base:
@@ -325,7 +332,7 @@ def blast_radius(samples: Sequence[Sample], since: float, until: float) -> Blast
         return BlastRadius()
     failed = served = 0
     for before, after in itertools.pairwise(span):
-        if _went_down(before.counters, after.counters):
+        if after.gap or _went_down(before.counters, after.counters):
             continue  # a reset (Triton 2.51 zeroes an unloaded version's successes, keeps its failures): unknown
         requests, failures, _ = _delta(before, after)
         served += requests

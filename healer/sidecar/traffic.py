@@ -180,6 +180,7 @@ class TrafficWatch:
         self._signals: dict[Key, Signal] = {}
         self._since: dict[Key, float] = {}  # when a version's traffic began failing (kept across a reset)
         self._present: frozenset[Key] = frozenset()  # the versions in the last scrape (loaded)
+        self._gap = False  # a scrape failed since the last one read: the next samples start anew
         self.last_windows: dict[Key, Window] = {}  # each version's last judged window (/status: traffic_view.py)
         self.error = ""  # why the last scrape learnt nothing ("" when it was read)
         if self.reading:  # declared only when the endpoint is read: no empty series otherwise
@@ -224,6 +225,7 @@ class TrafficWatch:
             if str(exc) != self.error:
                 log.warning("triton_metrics_unavailable", url=self.url, error=str(exc), learnt=False)
             self.error = str(exc)
+            self._gap = True  # the next samples may be of a restarted Triton: no window across this
             return
         self._metrics.inc("healer_traffic_scrapes_total", {"result": "ok"})
         self.error = ""
@@ -233,7 +235,9 @@ class TrafficWatch:
         present = frozenset(k for k in counters if k[0] in self._models)
         for key in present:
             o, m = own.get(key, (0, 0, 0.0)), own_member.get(key[0], (0, 0, 0.0))
-            self._keep(key, Sample(now, counters[key], o[0] + m[0], o[1] + m[1], o[2] + m[2]))
+            gap = self._gap or (key in self._samples and key not in self._present)
+            self._keep(key, Sample(now, counters[key], o[0] + m[0], o[1] + m[1], o[2] + m[2], gap=gap))
+        self._gap = False
         for key in set(self._samples) - present:  # unloaded: kept for the blast radius, until too old
             if self._samples[key][-1].at < now - self._horizon_s:
                 del self._samples[key]
@@ -267,7 +271,7 @@ class TrafficWatch:
             self._states.pop(key, None)  # a counter went down: the version's judgement starts anew
         fine = self._limits.window_s / SAMPLES_PER_WINDOW
         # The newest sample replaces the previous one when that one is closer than ``fine`` to the one before.
-        if len(samples) >= 2 and samples[-1].at - samples[-2].at < fine:
+        if len(samples) >= 2 and samples[-1].at - samples[-2].at < fine and not samples[-1].gap:
             samples.pop()
         samples.append(sample)
         while samples and samples[0].at < sample.at - self._horizon_s:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from healer.core.state import Incident, Probed, Verdict
-from healer.core.traffic import Counters, Key
+from healer.core.traffic import Counters, Judged, Key
 from healer.edges.metrics import Registry
 from healer.edges.triton_metrics import MetricsUnavailable
 from healer.settings import Settings, TrafficSettings
@@ -194,3 +194,20 @@ def test_healer_own_requests_to_a_pipeline_are_not_real_traffic_on_its_members(e
         assert w.merged("linear_scorer", good(clock.now)).verdict is Verdict.GOOD
     window = w.last_windows[("linear_scorer", "3")]
     assert window.requests == 0 and window.failures == 0, window
+
+
+def test_a_failed_scrape_is_a_gap_no_window_spans(example_settings: Settings) -> None:
+    """Triton restarts while a scrape fails; its new counters pass the old ones within one period (a busy
+    model), so none went down: the window after the failed scrape learns nothing (review of issue 31 item 2)."""
+    clock = FakeClock()
+    triton = StandInTriton(clock)
+    w = watch(example_settings, triton, clock)
+    run(w, clock, 8.0)
+    assert w.last_windows[("linear_scorer", "3")].judged is Judged.WITHIN
+    triton.down = True
+    run(w, clock, 0.5)
+    triton.down, triton.success, triton.failure = False, 0.0, 0.0  # a new process: its counters from 0
+    triton.rate, triton.failing = 1000.0, 0.5
+    run(w, clock, 0.5)
+    window = w.last_windows[("linear_scorer", "3")]
+    assert window.judged is Judged.NOTHING, window
