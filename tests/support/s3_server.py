@@ -108,6 +108,8 @@ class SeaweedS3(ManagedServer):
         data.mkdir(parents=True, exist_ok=True)
         command = [
             str(self.binary),
+            # glog's files in the server's own folder, removed with it (by default weed leaves ~9 per run in /tmp)
+            f"-logdir={self.workdir}",
             "server",
             f"-dir={data}",
             "-s3",
